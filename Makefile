@@ -1,0 +1,78 @@
+# readie pipeline. `make capture` and `make test` do all the set-up on a fresh Debian machine
+# as root: Debian packages with apt-get, runsc with the pinned `go install`, the rootfs.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+
+CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/readie
+RUNSC_MODULE := gvisor.dev/gvisor/runsc
+RUNSC_VERSION := v0.0.0-20260905035102-160fafc42237
+# runsc's restore accepts only an image saved by the exact same version string.
+RUNSC_LABEL := readie-20260905-160fafc42237
+RUNSC := $(CACHE)/runsc/$(RUNSC_LABEL)/runsc
+ROOTFS := build/rootfs
+# Debian's python3: the python3 on PATH may be a build that does not see python3-* packages.
+PYTHON := /usr/bin/python3
+PIPELINE := bin/pipeline
+GOTEST_FLAGS ?= -race -timeout 30m
+
+export READIE_RUNSC := $(RUNSC)
+export READIE_ROOTFS := $(abspath $(ROOTFS))
+
+.PHONY: all build runsc image deps test test-go test-python check-golden golden lint capture bench-proto clean
+
+all: build
+
+build:
+	go build -o $(PIPELINE) ./cmd/pipeline
+
+# Host packages the tests and the image build need; installed only when missing.
+deps:
+	@missing=""; \
+	for p in mmdebstrap python3-cloudpickle; do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+runsc: $(RUNSC)
+$(RUNSC):
+	@echo "installing runsc $(RUNSC_VERSION) as $(RUNSC_LABEL) (about 2 minutes)"
+	mkdir -p $(dir $@)
+	GOBIN=$(abspath $(dir $@)) go install -ldflags "-X gvisor.dev/gvisor/runsc/version.version=$(RUNSC_LABEL)" $(RUNSC_MODULE)@$(RUNSC_VERSION)
+	$@ --version
+
+image: deps
+	./images/executor/build-image.sh
+
+capture: deps runsc image build
+	$(PIPELINE) capture --config pipeline.yaml --out out
+
+lint:
+	@test -z "$$(gofmt -l cmd pkg)" || { echo "gofmt needed:"; gofmt -l cmd pkg; exit 1; }
+	go vet ./...
+
+check-golden:
+	tmp=$$(mktemp); trap 'rm -f $$tmp' EXIT; \
+	$(PYTHON) images/executor/tests/generate_golden.py $$tmp; \
+	cmp -s $$tmp testdata/frames.golden.json || { echo "testdata/frames.golden.json drifted from the Python writer: run make golden"; exit 1; }
+	@echo "golden fixture matches the Python writer"
+
+golden:
+	$(PYTHON) images/executor/tests/generate_golden.py
+
+test-python: deps
+	cd images/executor && $(PYTHON) -m unittest discover -s tests -t .
+
+test-go: runsc image build
+	go test $(GOTEST_FLAGS) ./...
+
+test: deps lint check-golden test-python test-go
+
+bench-proto:
+	go test -run '^$$' -bench . -benchtime 20x -count 6 ./pkg/executorproto
+	$(PYTHON) images/executor/tests/bench_protocol.py
+
+clean:
+	rm -rf bin out build

@@ -1,0 +1,3 @@
+module readie.dev/pipeline
+
+go 1.26

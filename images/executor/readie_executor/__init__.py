@@ -1,0 +1,1 @@
+"""readie executor: runs pickled functions inside a gVisor sandbox (see protocol.py)."""

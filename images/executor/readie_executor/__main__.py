@@ -1,0 +1,5 @@
+import sys
+
+from readie_executor.server import main
+
+sys.exit(main())

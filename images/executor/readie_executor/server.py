@@ -1,0 +1,118 @@
+"""The executor's startup sequence (spec: Startup sequence) and its serving loop."""
+
+import importlib
+import os
+import socket
+import sys
+import time
+
+from . import calls, checkpoint, protocol, settings as settings_mod
+
+EXIT_OK = 0
+EXIT_SETTINGS = 2
+EXIT_IMPORT = 3
+EXIT_CHECKPOINT = 4
+
+
+def log(message):
+    """One line per event on stderr, where the pipeline reads why a capture failed."""
+    sys.stderr.write(f"readie-executor: {message}\n")
+    sys.stderr.flush()
+
+
+def serve_connection(conn, chunk_size, resolver):
+    """Serves request/response pairs on one connection until the client closes it."""
+    rfile = conn.makefile("rb")
+    wfile = conn.makefile("wb")
+    try:
+        while True:
+            try:
+                payload = protocol.read_message(rfile)
+            except protocol.TruncatedMessageError as e:
+                if e.received:
+                    log(f"dropping connection: {e}")
+                return
+            except (protocol.ProtocolError, OSError) as e:
+                log(f"dropping connection: {type(e).__name__}: {e}")
+                return
+            resolver.ensure()
+            started = time.monotonic()
+            response = calls.run_call(payload)
+            try:
+                protocol.write_message(wfile, response, chunk_size)
+            except OSError as e:
+                log(f"dropping connection: cannot send the response: {e}")
+                return
+            log(f"call: {len(payload)} bytes in, {len(response)} bytes out, "
+                f"{(time.monotonic() - started) * 1000:.1f} ms")
+    finally:
+        for f in (rfile, wfile):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+
+def serve(cfg):
+    """Binds the socket (only now, after any checkpoint) and serves one connection at a time."""
+    path = cfg.socket_path
+    try:
+        os.unlink(path)  # a socket left by an earlier run of this sandbox directory
+    except FileNotFoundError:
+        pass
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+    log(f"listening on {path}")
+    resolver = calls.Resolver(log)
+    while True:
+        conn, _ = listener.accept()
+        with conn:
+            serve_connection(conn, cfg.chunk_size, resolver)
+
+
+def preimport(names):
+    for name in names:
+        started = time.monotonic()
+        try:
+            importlib.import_module(name)
+        except BaseException as e:
+            log(f"import of {name} failed: {type(e).__name__}: {e}")
+            return False
+        log(f"imported {name} in {(time.monotonic() - started) * 1000:.0f} ms")
+    return True
+
+
+def main():
+    try:
+        cfg = settings_mod.from_environ(os.environ)
+    except settings_mod.SettingsError as e:
+        log(str(e))
+        return EXIT_SETTINGS
+
+    if cfg.mode == "capture":
+        if not preimport(cfg.preimport):
+            return EXIT_IMPORT
+        print(f"{checkpoint.MARKER} imports={','.join(cfg.preimport)}", flush=True)
+        try:
+            result = checkpoint.trigger()
+            if result == "restore":
+                checkpoint.replace_environ(checkpoint.read_spec_environ())
+        except (checkpoint.CheckpointError, OSError) as e:
+            log(f"checkpoint failed: {e}")
+            return EXIT_CHECKPOINT
+        try:
+            cfg = settings_mod.from_environ(os.environ)
+        except settings_mod.SettingsError as e:
+            log(f"after {result}: {e}")
+            return EXIT_SETTINGS
+        checkpoint.reseed()
+        log(f"{result}d in {cfg.mode} mode")
+        if cfg.mode == "measure":
+            # Interpreter teardown of a large process is not restore time.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(EXIT_OK)
+
+    serve(cfg)
+    return EXIT_OK

@@ -1,0 +1,281 @@
+"""The executor as a real subprocess on the host, called over a real Unix socket."""
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+import cloudpickle
+
+from readie_executor import calls, checkpoint, protocol, settings
+
+EXECUTOR_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def executor_env(**extra):
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": EXECUTOR_ROOT}
+    env.update(extra)
+    return env
+
+
+def run_executor(timeout=30, **env):
+    return subprocess.run([sys.executable, "-u", "-m", "readie_executor"], env=executor_env(**env),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+class SettingsTest(unittest.TestCase):
+    def test_modes(self):
+        for raw, want in [("capture", "capture"), ("measure", "measure"), ("sandbox", "sandbox"),
+                          ("", "sandbox"), ("CAPTURE", "sandbox"), ("bogus", "sandbox")]:
+            with self.subTest(raw=raw):
+                cfg = settings.from_environ({"EXECUTOR_DIR": "/x", "EXECUTOR_MODE": raw})
+                self.assertEqual(cfg.mode, want)
+        self.assertEqual(settings.from_environ({"EXECUTOR_DIR": "/x"}).mode, "sandbox")
+
+    def test_preimport_blanks_ignored(self):
+        cfg = settings.from_environ({"EXECUTOR_DIR": "/x", "READIE_PREIMPORT": " numpy, ,pandas,,"})
+        self.assertEqual(cfg.preimport, ("numpy", "pandas"))
+        self.assertEqual(cfg.socket_path, "/x/executor.sock")
+
+    def test_chunk_size(self):
+        self.assertEqual(settings.from_environ({"EXECUTOR_DIR": "/x"}).chunk_size, protocol.DEFAULT_CHUNK_SIZE)
+        self.assertEqual(settings.from_environ({"EXECUTOR_DIR": "/x", "EXECUTOR_CHUNK_SIZE": "4096"}).chunk_size, 4096)
+        for bad in ("0", "-5", "abc", "1.5", str(protocol.MAX_CHUNK_SIZE + 1)):
+            with self.subTest(bad=bad), self.assertRaisesRegex(settings.SettingsError, "EXECUTOR_CHUNK_SIZE"):
+                settings.from_environ({"EXECUTOR_DIR": "/x", "EXECUTOR_CHUNK_SIZE": bad})
+
+    def test_missing_dir(self):
+        for env in ({}, {"EXECUTOR_DIR": ""}):
+            with self.assertRaisesRegex(settings.SettingsError, "EXECUTOR_DIR"):
+                settings.from_environ(env)
+
+
+class ExitCodeTest(unittest.TestCase):
+    def test_executor_dir_missing_exits_2(self):
+        result = run_executor()
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("EXECUTOR_DIR", result.stderr)
+        self.assertEqual(len(result.stderr.strip().splitlines()), 1)
+
+    def test_bad_chunk_size_exits_2(self):
+        with tempfile.TemporaryDirectory() as d:
+            result = run_executor(EXECUTOR_DIR=d, EXECUTOR_CHUNK_SIZE="lots")
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("EXECUTOR_CHUNK_SIZE", result.stderr)
+
+    def test_failed_import_exits_before_checkpoint(self):
+        with tempfile.TemporaryDirectory() as d:
+            result = run_executor(EXECUTOR_DIR=d, EXECUTOR_MODE="capture", READIE_PREIMPORT="json,no_such_module_x")
+        self.assertEqual(result.returncode, 3)
+        self.assertIn("no_such_module_x", result.stderr)
+        self.assertNotIn(checkpoint.MARKER, result.stdout)
+
+    def test_capture_without_gvisor_reports_checkpoint_error(self):
+        with tempfile.TemporaryDirectory() as d:
+            result = run_executor(EXECUTOR_DIR=d, EXECUTOR_MODE="capture", READIE_PREIMPORT="json")
+        self.assertEqual(result.returncode, 4)
+        self.assertIn(checkpoint.MARKER, result.stdout)
+        self.assertIn("/proc/gvisor/checkpoint", result.stderr)
+
+
+class RestoreHelpersTest(unittest.TestCase):
+    def test_spec_environ_replaces_environment(self):
+        with tempfile.NamedTemporaryFile() as f:
+            f.write(b"A=1\0B=x=y\0EMPTY=\0")
+            f.flush()
+            env = checkpoint.read_spec_environ(f.name)
+        self.assertEqual(env, {"A": "1", "B": "x=y", "EMPTY": ""})
+        saved = dict(os.environ)
+        try:
+            os.environ["ONLY_AT_CAPTURE"] = "stale"
+            checkpoint.replace_environ(env)
+            self.assertEqual(dict(os.environ), env)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+    def test_resolver(self):
+        logged = []
+        with tempfile.TemporaryDirectory() as d:
+            conf, shipped = os.path.join(d, "resolv.conf"), os.path.join(d, "readie-resolv.conf")
+            resolver = calls.Resolver(logged.append, conf=conf, shipped=shipped)
+            resolver.ensure()  # nothing shipped: nothing to do
+            self.assertFalse(os.path.exists(conf))
+            with open(shipped, "w") as f:
+                f.write("nameserver 127.0.0.53\n")
+            with open(conf, "w") as f:
+                f.write("# no resolver here\n")
+            resolver.ensure()
+            with open(conf) as f:
+                self.assertIn("nameserver 127.0.0.53", f.read())
+            with open(conf, "w") as f:
+                f.write("nameserver 10.0.0.1\n")
+            resolver.ensure()  # configured: left alone
+            with open(conf) as f:
+                self.assertEqual(f.read(), "nameserver 10.0.0.1\n")
+
+
+class RunCallTest(unittest.TestCase):
+    def call(self, request):
+        return cloudpickle.loads(calls.run_call(cloudpickle.dumps(request)))
+
+    def test_output_captured_at_fd_level(self):
+        def noisy():
+            print("from print")
+            os.write(1, b"from fd 1\n")
+            os.write(2, b"from fd 2\n")
+            sys.stderr.write("from stderr\n")
+            return 7
+        env = self.call({"func": noisy, "args": (), "kwargs": {}})
+        self.assertEqual(env, {"ok": True, "value": 7,
+                               "output": ["from print\n", "from fd 1\n", "from fd 2\n", "from stderr\n"]})
+
+
+class Executor:
+    """A real executor subprocess in sandbox mode on a temporary EXECUTOR_DIR."""
+
+    def __init__(self, **env):
+        self.dir = tempfile.TemporaryDirectory()
+        self.proc = subprocess.Popen([sys.executable, "-u", "-m", "readie_executor"],
+                                     env=executor_env(EXECUTOR_DIR=self.dir.name, **env),
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.path = os.path.join(self.dir.name, "executor.sock")
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                self.connect().close()
+                return
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"executor did not start: {self.proc.stderr.read()!r}")
+                time.sleep(0.01)
+
+    def connect(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(60)
+        try:
+            s.connect(self.path)
+        except OSError:
+            s.close()
+            raise
+        return s
+
+    def close(self):
+        self.proc.kill()
+        self.proc.wait()
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+        self.dir.cleanup()
+
+
+class ServingTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.executor = Executor()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.executor.close()
+
+    def tearDown(self):
+        self.assertIsNone(self.executor.proc.poll(), "the executor died")
+
+    def roundtrip(self, payload, conn=None):
+        own = conn is None
+        conn = conn or self.executor.connect()
+        try:
+            protocol.write_message(conn.makefile("wb"), payload)
+            return cloudpickle.loads(protocol.read_message(conn.makefile("rb")))
+        finally:
+            if own:
+                conn.close()
+
+    def call(self, func, *args, **kwargs):
+        return self.roundtrip(cloudpickle.dumps({"func": func, "args": args, "kwargs": kwargs}))
+
+    def test_success(self):
+        self.assertEqual(self.call(lambda a, b=0: a * 10 + b, 4, b=2), {"ok": True, "value": 42, "output": []})
+
+    def test_exception(self):
+        def boom():
+            raise ValueError("bad value 17")
+        env = self.call(boom)
+        self.assertFalse(env["ok"])
+        self.assertEqual(env["exc_type"], "ValueError")
+        self.assertEqual(env["message"], "bad value 17")
+        self.assertIn("ValueError: bad value 17", env["traceback"])
+        self.assertIn("in boom", env["traceback"])
+        self.assertEqual(env["output"], [])
+        self.assertEqual(set(env), {"ok", "exc_type", "message", "traceback", "output"})
+
+    def test_system_exit_does_not_stop_executor(self):
+        env = self.call(sys.exit, 3)
+        self.assertEqual((env["ok"], env["exc_type"]), (False, "SystemExit"))
+        self.assertTrue(self.call(lambda: 1)["ok"])
+
+    def test_printed_output(self):
+        def noisy():
+            print("hello out")
+            print("hello err", file=sys.stderr)
+            os.write(1, b"raw fd\n")
+            return None
+        env = self.call(noisy)
+        self.assertEqual(env, {"ok": True, "value": None, "output": ["hello out\n", "hello err\n", "raw fd\n"]})
+
+    def test_unpicklable_value(self):
+        env = self.call(lambda: threading.Lock())
+        self.assertFalse(env["ok"])
+        self.assertIn("return value could not be pickled", env["message"])
+        self.assertTrue(env["exc_type"])
+
+    def test_non_dict_request(self):
+        env = self.roundtrip(cloudpickle.dumps([1, 2, 3]))
+        self.assertFalse(env["ok"])
+        self.assertEqual(env["exc_type"], "TypeError")
+        self.assertIn("dict", env["message"])
+        env = self.roundtrip(cloudpickle.dumps({"func": 5}))
+        self.assertIn("callable", env["message"])
+
+    def test_garbage_bytes(self):
+        env = self.roundtrip(b"\x00not a pickle at all")
+        self.assertFalse(env["ok"])
+        self.assertIn("bad request", env["message"])
+
+    def test_truncated_request_then_good_one(self):
+        conn = self.executor.connect()
+        conn.sendall(protocol._HEADER.pack(100) + b"only part")
+        conn.close()
+        conn = self.executor.connect()
+        conn.sendall(b"\xff" * 8)  # a header claiming more than the chunk limit
+        conn.close()
+        self.assertEqual(self.call(lambda: "still here")["value"], "still here")
+
+    def test_large_argument_round_trip(self):
+        blob = os.urandom(50 << 20)
+        env = self.call(lambda b: b, blob)
+        self.assertTrue(env["ok"])
+        self.assertEqual(env["value"], blob)
+
+    def test_several_calls_on_one_connection(self):
+        conn = self.executor.connect()
+        try:
+            for i in range(5):
+                env = self.roundtrip(cloudpickle.dumps({"func": lambda x: x + 1, "args": (i,), "kwargs": {}}), conn)
+                self.assertEqual(env["value"], i + 1)
+        finally:
+            conn.close()
+
+    def test_packages_key_ignored(self):
+        env = self.roundtrip(cloudpickle.dumps({"func": len, "args": ("abc",), "kwargs": {}, "packages": ["numpy"]}))
+        self.assertEqual(env, {"ok": True, "value": 3, "output": []})
+
+    def test_args_and_kwargs_optional(self):
+        self.assertEqual(self.roundtrip(cloudpickle.dumps({"func": dict}))["value"], {})
+
+
+if __name__ == "__main__":
+    unittest.main()

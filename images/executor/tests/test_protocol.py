@@ -1,0 +1,144 @@
+import io
+import json
+import os
+import random
+import struct
+import unittest
+
+from readie_executor import protocol
+
+GOLDEN = os.path.join(os.path.dirname(__file__), "..", "..", "..", "testdata", "frames.golden.json")
+
+
+def encode(payload, chunk_size):
+    buf = io.BytesIO()
+    protocol.write_message(buf, payload, chunk_size)
+    return buf.getvalue()
+
+
+class GoldenTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        with open(GOLDEN) as f:
+            cls.golden = json.load(f)
+
+    def test_version(self):
+        self.assertEqual(self.golden["protocol_version"], protocol.VERSION)
+
+    def test_spec_example(self):
+        want = bytes.fromhex("0000000000000006" "68656c6c6f20" "0000000000000005" "776f726c64" "0000000000000000")
+        self.assertEqual(encode(b"hello world", 6), want)
+
+    def test_cases(self):
+        self.assertGreaterEqual(len(self.golden["cases"]), 9)
+        for case in self.golden["cases"]:
+            with self.subTest(case["name"]):
+                payload = bytes.fromhex(case["payload_hex"])
+                encoded = bytes.fromhex(case["encoded_hex"])
+                self.assertEqual(encode(payload, case["chunk_size"]), encoded)
+                self.assertEqual(protocol.read_message(io.BytesIO(encoded)), payload)
+
+
+class FramingTest(unittest.TestCase):
+    def test_truncation_at_every_prefix(self):
+        encoded = encode(b"hello world, in chunks", 5)
+        for cut in range(len(encoded)):
+            with self.subTest(cut=cut):
+                with self.assertRaises(protocol.TruncatedMessageError) as ctx:
+                    protocol.read_message(io.BytesIO(encoded[:cut]))
+                self.assertEqual(ctx.exception.received, cut)
+
+    def test_chunk_too_large_before_allocation(self):
+        header = struct.pack(">Q", protocol.MAX_CHUNK_SIZE + 1)
+        with self.assertRaises(protocol.ChunkTooLargeError):
+            protocol.read_message(io.BytesIO(header))
+
+    def test_message_too_large(self):
+        full = struct.pack(">Q", protocol.MAX_CHUNK_SIZE)
+
+        class Endless(io.RawIOBase):
+            """Legal 64 MiB chunks forever, produced without holding them."""
+
+            def __init__(self):
+                self.pos = 0
+
+            def readable(self):
+                return True
+
+            def readinto(self, b):
+                period = 8 + protocol.MAX_CHUNK_SIZE
+                off = self.pos % period
+                if off < 8:
+                    n = min(len(b), 8 - off)
+                    b[:n] = full[off:off + n]
+                else:
+                    n = min(len(b), period - off)
+                self.pos += n
+                return n
+
+        stream = Endless()
+        with self.assertRaises(protocol.MessageTooLargeError):
+            # Swap the reader of chunk bodies for one that skips them, so the test streams
+            # 4 GiB of headers' worth without allocating 4 GiB.
+            orig = protocol._read_exact
+
+            def skip(s, size, received, what):
+                if what == "a chunk":
+                    s.pos += size
+                    return b""
+                return orig(s, size, received, what)
+
+            protocol._read_exact = skip
+            try:
+                protocol.read_message(stream)
+            finally:
+                protocol._read_exact = orig
+        self.assertEqual(stream.pos, (8 + protocol.MAX_CHUNK_SIZE) * 64 + 8)
+
+    def test_write_too_large_and_bad_chunk_size(self):
+        for size in (0, -1, protocol.MAX_CHUNK_SIZE + 1, 1.5, True):
+            with self.subTest(size=size), self.assertRaises(ValueError):
+                protocol.write_message(io.BytesIO(), b"x", size)
+
+    def test_zero_chunk_ends_message(self):
+        stream = io.BytesIO(encode(b"abc", 2) + encode(b"next", 10))
+        self.assertEqual(protocol.read_message(stream), b"abc")
+        self.assertEqual(protocol.read_message(stream), b"next")
+
+    def test_round_trip_random(self):
+        rng = random.Random(7)
+        for _ in range(300):
+            payload = rng.randbytes(rng.randrange(5000))
+            chunk = rng.randrange(1, 700)
+            encoded = encode(payload, chunk)
+            self.assertEqual(protocol.read_message(io.BytesIO(encoded)), payload)
+            # No empty chunk before the terminator.
+            pos = 0
+            while True:
+                (n,) = struct.unpack_from(">Q", encoded, pos)
+                pos += 8 + n
+                if n == 0:
+                    break
+                self.assertLessEqual(n, chunk)
+            self.assertEqual(pos, len(encoded))
+
+    def test_unbuffered_short_reads(self):
+        class Trickle(io.RawIOBase):
+            def __init__(self, data):
+                self.data = data
+
+            def readable(self):
+                return True
+
+            def readinto(self, b):
+                n = min(3, len(b), len(self.data))
+                b[:n] = self.data[:n]
+                self.data = self.data[n:]
+                return n
+
+        payload = bytes(range(256)) * 10
+        self.assertEqual(protocol.read_message(Trickle(encode(payload, 100))), payload)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,101 @@
+package executorproto
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+)
+
+// DefaultDialTimeout is how long Dial waits for the executor's socket to appear and accept.
+const DefaultDialTimeout = 60 * time.Second
+
+// Dialer connects to an executor's socket, retrying while the executor starts or restores.
+type Dialer struct {
+	// Timeout bounds the whole dial; zero means DefaultDialTimeout. A context deadline that
+	// comes sooner wins.
+	Timeout time.Duration
+	// RetryInterval is the pause between attempts; zero means 2 ms, short because a restored
+	// executor binds its socket within milliseconds and every pause is added to restore latency.
+	RetryInterval time.Duration
+}
+
+// Dial connects to the executor socket at socketPath with the default Dialer.
+func Dial(ctx context.Context, socketPath string) (net.Conn, error) {
+	var d Dialer
+	return d.Dial(ctx, socketPath)
+}
+
+// Dial retries until socketPath exists and accepts a connection, the timeout expires or ctx
+// ends. The error names the socket and the last reason it refused.
+func (d *Dialer) Dial(ctx context.Context, socketPath string) (net.Conn, error) {
+	timeout := d.Timeout
+	if timeout <= 0 {
+		timeout = DefaultDialTimeout
+	}
+	interval := d.RetryInterval
+	if interval <= 0 {
+		interval = 2 * time.Millisecond
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var nd net.Dialer
+	start := time.Now()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
+	for {
+		conn, err := nd.DialContext(ctx, "unix", socketPath)
+		if err == nil {
+			return conn, nil
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("executorproto: dial %s: no executor after %s: %w (last error: %v)",
+				socketPath, time.Since(start).Round(time.Millisecond), ctx.Err(), err)
+		}
+		timer.Reset(interval)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("executorproto: dial %s: no executor after %s: %w (last error: %v)",
+				socketPath, time.Since(start).Round(time.Millisecond), ctx.Err(), err)
+		case <-timer.C:
+		}
+	}
+}
+
+// Call sends request as one message on conn and returns the payload of the one response
+// message. It honours ctx's deadline and cancellation; a connection the executor closes before
+// the response's terminator gives an error matching ErrTruncated.
+func Call(ctx context.Context, conn net.Conn, request []byte) ([]byte, error) {
+	if deadline, ok := ctx.Deadline(); ok {
+		if err := conn.SetDeadline(deadline); err != nil {
+			return nil, fmt.Errorf("executorproto: call: %w", err)
+		}
+		defer conn.SetDeadline(time.Time{})
+	}
+	// Cancellation without a deadline unblocks the I/O by moving the deadline to now.
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+
+	if err := WriteMessage(conn, request, DefaultChunkSize); err != nil {
+		return nil, callError(ctx, "send request", err)
+	}
+	response, err := ReadMessage(conn)
+	if err != nil {
+		return nil, callError(ctx, "read response", err)
+	}
+	return response, nil
+}
+
+func callError(ctx context.Context, step string, err error) error {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		if _, hasDeadline := ctx.Deadline(); hasDeadline || ctx.Err() != nil {
+			// The connection's deadline is ctx's, so ctx is done now or a moment from now.
+			<-ctx.Done()
+			return fmt.Errorf("executorproto: call: %s: %w", step, context.Cause(ctx))
+		}
+	}
+	return fmt.Errorf("executorproto: call: %s: %w", step, err)
+}

@@ -1,0 +1,135 @@
+package executorproto
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// serve accepts one connection on a fresh Unix socket and runs handle on it.
+func serve(t *testing.T, handle func(net.Conn)) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "executor.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		handle(conn)
+	}()
+	return path
+}
+
+func TestDialWaitsForSocket(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "executor.sock")
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		ln, err := net.Listen("unix", path)
+		if err != nil {
+			return
+		}
+		conn, err := ln.Accept()
+		if err == nil {
+			conn.Close()
+		}
+		ln.Close()
+	}()
+	conn, err := (&Dialer{Timeout: 10 * time.Second}).Dial(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+}
+
+func TestDialTimeout(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "never.sock")
+	start := time.Now()
+	_, err := (&Dialer{Timeout: 150 * time.Millisecond}).Dial(context.Background(), path)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("Dial = %v; want a deadline error naming %s", err, path)
+	}
+	if elapsed := time.Since(start); elapsed > 5*time.Second {
+		t.Fatalf("Dial took %s with a 150ms budget", elapsed)
+	}
+}
+
+func TestCallRoundTrip(t *testing.T) {
+	path := serve(t, func(conn net.Conn) {
+		for {
+			req, err := ReadMessage(conn)
+			if err != nil {
+				return
+			}
+			if err := WriteMessage(conn, bytes.ToUpper(req), 3); err != nil {
+				return
+			}
+		}
+	})
+	conn, err := Dial(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, req := range []string{"hello", "", "again on the same connection"} {
+		resp, err := Call(ctx, conn, []byte(req))
+		if err != nil || string(resp) != strings.ToUpper(req) {
+			t.Fatalf("Call(%q) = %q, %v", req, resp, err)
+		}
+	}
+}
+
+func TestCallTruncatedResponse(t *testing.T) {
+	path := serve(t, func(conn net.Conn) {
+		if _, err := ReadMessage(conn); err != nil {
+			return
+		}
+		conn.Write(append(header(10), "short"...)) // then the executor dies
+	})
+	conn, err := Dial(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := Call(context.Background(), conn, []byte("x")); !errors.Is(err, ErrTruncated) {
+		t.Fatalf("Call = %v; want ErrTruncated", err)
+	}
+}
+
+func TestCallHonoursDeadlineAndCancel(t *testing.T) {
+	block := make(chan struct{})
+	t.Cleanup(func() { close(block) })
+	for _, name := range []string{"deadline", "cancel"} {
+		t.Run(name, func(t *testing.T) {
+			path := serve(t, func(conn net.Conn) { <-block })
+			conn, err := Dial(context.Background(), path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+			want := context.DeadlineExceeded
+			if name == "cancel" {
+				ctx, cancel = context.WithCancel(context.Background())
+				time.AfterFunc(150*time.Millisecond, cancel)
+				want = context.Canceled
+			}
+			defer cancel()
+			if _, err := Call(ctx, conn, []byte("x")); !errors.Is(err, want) {
+				t.Fatalf("Call = %v; want %v", err, want)
+			}
+		})
+	}
+}
