@@ -40,7 +40,9 @@ runsc: $(RUNSC)
 $(RUNSC):
 	@echo "installing runsc $(RUNSC_VERSION) as $(RUNSC_LABEL) (about 2 minutes)"
 	mkdir -p $(dir $@)
-	GOBIN=$(abspath $(dir $@)) go install -ldflags "-X gvisor.dev/gvisor/runsc/version.version=$(RUNSC_LABEL)" $(RUNSC_MODULE)@$(RUNSC_VERSION)
+	# CGO_ENABLED=0: a dynamically linked runsc cannot re-exec itself inside its empty chroot
+	# (the ELF interpreter is missing there) and every sandbox fails to start.
+	CGO_ENABLED=0 GOBIN=$(abspath $(dir $@)) go install -ldflags "-X gvisor.dev/gvisor/runsc/version.version=$(RUNSC_LABEL)" $(RUNSC_MODULE)@$(RUNSC_VERSION)
 	$@ --version
 
 image: deps

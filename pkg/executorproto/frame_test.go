@@ -313,7 +313,7 @@ func TestEmptyPayloadIsNotNil(t *testing.T) {
 }
 
 func TestCopyNoAllocationPerChunk(t *testing.T) {
-	few := encode(t, bytes.Repeat([]byte("a"), 4<<10), 1<<10)     // 4 chunks
+	few := encode(t, bytes.Repeat([]byte("a"), 4<<10), 1<<10)    // 4 chunks
 	many := encode(t, bytes.Repeat([]byte("a"), 256<<10), 1<<10) // 256 chunks
 	measure := func(stream []byte) float64 {
 		return testing.AllocsPerRun(20, func() {

@@ -1,0 +1,83 @@
+// Package testenv gives integration tests the real runsc and the real executor rootfs. They
+// are never skipped: without them a test fails and says how to get them (`make test` builds
+// both and sets READIE_RUNSC and READIE_ROOTFS).
+package testenv
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"readie.dev/pipeline/pkg/sandbox"
+)
+
+// Rootfs returns the executor image's root filesystem.
+func Rootfs(t testing.TB) string {
+	t.Helper()
+	path := os.Getenv("READIE_ROOTFS")
+	if path == "" {
+		t.Fatal("READIE_ROOTFS is not set: run the tests with `make test`, which builds the image")
+	}
+	resolved, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		t.Fatalf("READIE_ROOTFS=%s: %v (run `make image`)", path, err)
+	}
+	if _, err := os.Stat(filepath.Join(resolved, "usr/lib/python3/dist-packages/readie_executor/__main__.py")); err != nil {
+		t.Fatalf("READIE_ROOTFS=%s holds no executor: %v (run `make image`)", path, err)
+	}
+	return resolved
+}
+
+// RunscPath returns the pinned runsc binary.
+func RunscPath(t testing.TB) string {
+	t.Helper()
+	path := os.Getenv("READIE_RUNSC")
+	if path == "" {
+		t.Fatal("READIE_RUNSC is not set: run the tests with `make test`, which installs runsc")
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("READIE_RUNSC=%s: %v (run `make runsc`)", path, err)
+	}
+	return path
+}
+
+// Runtime returns a runsc runtime with a private root that the test removes, after checking
+// that no sandbox was left behind under it.
+func Runtime(t testing.TB) *sandbox.Runtime {
+	t.Helper()
+	root, err := os.MkdirTemp("", "readie-runsc-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := &sandbox.Runtime{
+		Path:  RunscPath(t),
+		Root:  root,
+		Flags: sandbox.DefaultFlags(),
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		ids, err := rt.List(ctx)
+		if err != nil {
+			t.Errorf("runsc list: %v", err)
+		}
+		if len(ids) > 0 {
+			t.Errorf("sandboxes left behind under %s: %v", root, ids)
+		}
+		os.RemoveAll(root)
+	})
+	return rt
+}
+
+// WorkDir returns a short temporary directory: a Unix socket path must fit in 108 bytes.
+func WorkDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "rd-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}

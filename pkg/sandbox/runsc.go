@@ -1,0 +1,383 @@
+package sandbox
+
+import (
+	"context"
+	"debug/buildinfo"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	runc "github.com/containerd/go-runc"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// Flags are runsc's global flags that shape a sandbox. A restore must use the same ones as
+// the capture, so the manifest records them.
+type Flags struct {
+	Network string // --network: "none" keeps sandboxes off every network
+	Overlay string // --overlay2: "none" with a read-only root
+	// HostUDS is --host-uds: "create" lets the executor's bind() of its socket reach the host;
+	// with runsc's default the gofer refuses it and a dial from the host waits forever.
+	HostUDS string
+}
+
+// Args returns the flags as runsc arguments.
+func (f Flags) Args() []string {
+	return []string{"--network=" + f.Network, "--overlay2=" + f.Overlay, "--host-uds=" + f.HostUDS}
+}
+
+// Runtime drives one runsc binary with a private state root.
+type Runtime struct {
+	Path  string // the runsc binary
+	Root  string // --root: private, so `runsc list` shows only this pipeline's sandboxes
+	Flags Flags
+	// DebugLogDir, when set, turns on runsc's --debug and writes its logs there.
+	DebugLogDir string
+	// CommandTimeout bounds runsc commands that should return at once (create, start, kill,
+	// delete, state, list). Zero means 30 s.
+	CommandTimeout time.Duration
+}
+
+// ErrRunsc wraps every failed runsc command.
+var ErrRunsc = errors.New("runsc failed")
+
+func (r *Runtime) commandTimeout() time.Duration {
+	if r.CommandTimeout > 0 {
+		return r.CommandTimeout
+	}
+	return 30 * time.Second
+}
+
+// GlobalArgs are the global flags every runsc command of this runtime gets.
+func (r *Runtime) GlobalArgs() []string {
+	args := r.Flags.Args()
+	if r.DebugLogDir != "" {
+		args = append(args, "--debug", "--debug-log="+strings.TrimSuffix(r.DebugLogDir, "/")+"/")
+	}
+	return args
+}
+
+func (r *Runtime) client() *runc.Runc {
+	return &runc.Runc{
+		Command:   r.Path,
+		Root:      r.Root,
+		Setpgid:   true, // Ctrl-C on the terminal reaches the pipeline, which deletes sandboxes itself
+		ExtraArgs: r.GlobalArgs(),
+	}
+}
+
+// Check reports whether the runsc binary exists and runs.
+func (r *Runtime) Check(ctx context.Context) error {
+	if _, err := os.Stat(r.Path); err != nil {
+		return fmt.Errorf("runsc not found at %s (run `make runsc`): %w", r.Path, err)
+	}
+	_, err := r.Version(ctx)
+	return err
+}
+
+// Version returns the first line of `runsc --version`, e.g. "runsc version readie-...".
+// go-runc's Version does not parse runsc's output, so it is read here.
+func (r *Runtime) Version(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.commandTimeout())
+	defer cancel()
+	out, err := exec.CommandContext(ctx, r.Path, "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("%w: %s --version: %w", ErrRunsc, r.Path, err)
+	}
+	line, _, _ := strings.Cut(string(out), "\n")
+	return strings.TrimSpace(strings.TrimPrefix(line, "runsc version")), nil
+}
+
+// Module returns the Go module path and version the runsc binary was built from.
+func (r *Runtime) Module() (path, version string, err error) {
+	info, err := buildinfo.ReadFile(r.Path)
+	if err != nil {
+		return "", "", fmt.Errorf("read build info of %s: %w", r.Path, err)
+	}
+	return info.Main.Path, info.Main.Version, nil
+}
+
+// List returns the IDs of the sandboxes under this runtime's root.
+func (r *Runtime) List(ctx context.Context) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.commandTimeout())
+	defer cancel()
+	if _, err := os.Stat(r.Root); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	cs, err := r.client().List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: list: %w", ErrRunsc, err)
+	}
+	ids := make([]string, 0, len(cs))
+	for _, c := range cs {
+		ids = append(ids, c.ID)
+	}
+	return ids, nil
+}
+
+// Sandbox is one runsc container: its bundle, its host directory and its stdio logs.
+type Sandbox struct {
+	ID      string
+	Bundle  string // holds config.json
+	HostDir string // bind-mounted on ExecutorDir
+	Stdout  string // log file of the process's stdout
+	Stderr  string // log file of the process's stderr
+
+	rt      *Runtime
+	stdio   *stdio
+	mu      sync.Mutex
+	started bool // a runsc command that may have created state has run
+	deleted bool
+}
+
+// SocketPath is the executor's socket as seen from the host.
+func (s *Sandbox) SocketPath() string { return filepath.Join(s.HostDir, SocketName) }
+
+// NewSandbox writes spec into a fresh bundle under workDir/id and opens the log files. The
+// spec's bind mount source must already be hostDir.
+func (r *Runtime) NewSandbox(id, workDir, hostDir string, spec *specs.Spec) (*Sandbox, error) {
+	bundle := filepath.Join(workDir, id)
+	if err := os.MkdirAll(bundle, 0o700); err != nil {
+		return nil, err
+	}
+	data, err := json.MarshalIndent(spec, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), data, 0o600); err != nil {
+		return nil, err
+	}
+	s := &Sandbox{
+		ID: id, Bundle: bundle, HostDir: hostDir, rt: r,
+		Stdout: filepath.Join(bundle, "stdout.log"),
+		Stderr: filepath.Join(bundle, "stderr.log"),
+	}
+	return s, nil
+}
+
+// Run runs the sandbox in the foreground (`runsc run`) and returns the process's exit status.
+func (s *Sandbox) Run(ctx context.Context) (int, error) {
+	if err := s.begin(); err != nil {
+		return -1, err
+	}
+	status, err := s.rt.client().Run(ctx, s.ID, s.Bundle, &runc.CreateOpts{IO: s.stdio})
+	s.stdio.closeChildEnds()
+	return status, s.wrap("run", ctx, err)
+}
+
+// Create creates the sandbox without starting its process (`runsc create`), so a later
+// restore does not pay for sandbox start-up.
+func (s *Sandbox) Create(ctx context.Context) error {
+	if err := s.begin(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.rt.commandTimeout())
+	defer cancel()
+	err := s.rt.client().Create(ctx, s.ID, s.Bundle, &runc.CreateOpts{IO: s.stdio})
+	s.stdio.closeChildEnds()
+	return s.wrap("create", ctx, err)
+}
+
+// RestoreOptions are the per-restore flags.
+type RestoreOptions struct {
+	ImageDir string
+	// Flags are passed through as they are, e.g. "-direct", "-background".
+	Flags []string
+	// Detach returns once the process runs again instead of waiting for it to exit.
+	Detach bool
+}
+
+// Restore restores the checkpoint in ImageDir into this sandbox (`runsc restore`). Without
+// Detach it waits for the restored process and returns its exit status.
+func (s *Sandbox) Restore(ctx context.Context, o RestoreOptions) (int, error) {
+	if err := s.begin(); err != nil {
+		return -1, err
+	}
+	opts := &runc.RestoreOpts{
+		CheckpointOpts: runc.CheckpointOpts{ImagePath: o.ImageDir},
+		ExtraArgs:      o.Flags,
+	}
+	if !s.stdio.attached() {
+		// A sandbox made by Create already has its stdio; otherwise restore brings it.
+		opts.IO = s.stdio
+	}
+	if o.Detach {
+		opts.ExtraArgs = append([]string{"-detach"}, o.Flags...)
+	}
+	status, err := s.rt.client().Restore(ctx, s.ID, s.Bundle, opts)
+	s.stdio.closeChildEnds()
+	return status, s.wrap("restore", ctx, err)
+}
+
+// begin opens the stdio pipes once, before the first runsc command that starts a process.
+func (s *Sandbox) begin() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.deleted {
+		return fmt.Errorf("sandbox %s: already deleted", s.ID)
+	}
+	s.started = true
+	if s.stdio != nil {
+		return nil
+	}
+	io, err := newStdio(s.Stdout, s.Stderr)
+	if err != nil {
+		return err
+	}
+	s.stdio = io
+	return nil
+}
+
+func (s *Sandbox) wrap(command string, ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w: %s %s: %w", ErrRunsc, command, s.ID, context.Cause(ctx))
+	}
+	return fmt.Errorf("%w: %s %s: %w", ErrRunsc, command, s.ID, err)
+}
+
+// Delete kills and deletes the sandbox and waits for its output to be written. It runs even
+// when ctx is already cancelled (Ctrl-C must still clean up) and is safe to call again.
+func (s *Sandbox) Delete(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.deleted {
+		return nil
+	}
+	s.deleted = true
+	var errs []error
+	if s.started {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.rt.commandTimeout())
+		defer cancel()
+		c := s.rt.client()
+		if err := c.Delete(ctx, s.ID, &runc.DeleteOpts{Force: true}); err != nil && !isNotExist(err) {
+			errs = append(errs, fmt.Errorf("%w: delete %s: %w", ErrRunsc, s.ID, err))
+		}
+	}
+	if s.stdio != nil {
+		errs = append(errs, s.stdio.wait(5*time.Second))
+	}
+	return errors.Join(errs...)
+}
+
+func isNotExist(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "does not exist") || strings.Contains(msg, "not found")
+}
+
+// Tail returns the last n lines of the process's stderr, for error messages.
+func (s *Sandbox) Tail(n int) string { return tailFile(s.Stderr, n) }
+
+func tailFile(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// stdio gives the sandbox pipes (a restored process with a regular file for stdout would write
+// at its old offset) and copies what comes out of them into log files.
+type stdio struct {
+	outR, outW, errR, errW *os.File
+	done                   chan error
+	closeOnce              sync.Once
+	handedOver             atomic.Bool
+}
+
+var _ runc.IO = (*stdio)(nil)
+
+func newStdio(stdoutPath, stderrPath string) (*stdio, error) {
+	outFile, err := os.OpenFile(stdoutPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	errFile, err := os.OpenFile(stderrPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		outFile.Close()
+		return nil, err
+	}
+	s := &stdio{done: make(chan error, 2)}
+	if s.outR, s.outW, err = os.Pipe(); err == nil {
+		s.errR, s.errW, err = os.Pipe()
+	}
+	if err != nil {
+		outFile.Close()
+		errFile.Close()
+		return nil, err
+	}
+	for _, p := range []struct {
+		r    *os.File
+		dest *os.File
+	}{{s.outR, outFile}, {s.errR, errFile}} {
+		go func() {
+			_, err := io.Copy(p.dest, p.r)
+			p.r.Close()
+			err = errors.Join(err, p.dest.Close())
+			s.done <- err
+		}()
+	}
+	return s, nil
+}
+
+func (s *stdio) Stdin() io.WriteCloser  { return nil }
+func (s *stdio) Stdout() io.ReadCloser  { return s.outR }
+func (s *stdio) Stderr() io.ReadCloser  { return s.errR }
+func (s *stdio) Close() error           { s.closeChildEnds(); return nil }
+func (s *stdio) CloseAfterStart() error { return nil } // the child ends are closed after the command
+func (s *stdio) Set(cmd *exec.Cmd) {
+	cmd.Stdin = nil
+	cmd.Stdout = s.outW
+	cmd.Stderr = s.errW
+}
+
+// attached reports whether a runsc command has already been given the pipes.
+func (s *stdio) attached() bool { return s.handedOver.Load() }
+
+// closeChildEnds closes the pipeline's copies of the write ends once runsc has them; the pipes
+// reach EOF when the sandbox is gone too.
+func (s *stdio) closeChildEnds() {
+	s.closeOnce.Do(func() {
+		s.handedOver.Store(true)
+		s.outW.Close()
+		s.errW.Close()
+	})
+}
+
+func (s *stdio) wait(limit time.Duration) error {
+	s.closeChildEnds()
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	var errs []error
+	for range 2 {
+		select {
+		case err := <-s.done:
+			errs = append(errs, err)
+		case <-timer.C:
+			// Something outside the sandbox still holds a write end; stop waiting for it.
+			s.outR.Close()
+			s.errR.Close()
+			return fmt.Errorf("sandbox output still open %s after delete", limit)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// DefaultFlags are the global flags the pipeline uses unless its config says otherwise.
+func DefaultFlags() Flags {
+	return Flags{Network: "none", Overlay: "none", HostUDS: "create"}
+}

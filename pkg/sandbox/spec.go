@@ -1,0 +1,194 @@
+// Package sandbox is the one place that knows how an executor sandbox is shaped (its OCI
+// runtime spec) and how runsc is driven, so capture, measure, the smoke test and a worker all
+// build the same shape: restore requires the shape to match the capture exactly.
+package sandbox
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// Mode selects the executor's startup path (the EXECUTOR_MODE of the protocol spec).
+type Mode string
+
+const (
+	ModeCapture Mode = "capture"
+	ModeMeasure Mode = "measure"
+	ModeSandbox Mode = "sandbox"
+)
+
+const (
+	// ExecutorDir is EXECUTOR_DIR inside the sandbox, the bind mount of a host directory where
+	// the executor binds executor.sock.
+	ExecutorDir = "/run/readie"
+	// SocketName is the executor's socket file inside ExecutorDir.
+	SocketName = "executor.sock"
+	// PythonPath is the interpreter the executor runs under, inside the image.
+	PythonPath = "/usr/bin/python3"
+
+	annotationCheckpointEnable = "dev.gvisor.internal.checkpoint.enable"
+	annotationCheckpointPath   = "dev.gvisor.internal.checkpoint.path"
+
+	maxOpenFiles = 1024
+)
+
+// ExecutorArgs is the executor's argv; a fresh slice every call so no caller can change it.
+func ExecutorArgs() []string { return []string{"python3", "-u", "-m", "readie_executor"} }
+
+// baseEnv is the whole environment a sandbox starts from. Nothing of the pipeline's own
+// environment is passed on: a checkpoint ships to every sandbox, secrets included.
+func baseEnv(mode Mode) []string {
+	return []string{
+		"PATH=/usr/local/bin:/usr/bin:/bin",
+		"HOME=/root",
+		"LANG=C.UTF-8",
+		"PYTHONUNBUFFERED=1",
+		"PYTHONDONTWRITEBYTECODE=1",
+		"EXECUTOR_DIR=" + ExecutorDir,
+		"EXECUTOR_MODE=" + string(mode),
+	}
+}
+
+// SpecOptions describes one sandbox.
+type SpecOptions struct {
+	Mode Mode
+	// Rootfs is the image's root filesystem (absolute path); mounted read-only.
+	Rootfs string
+	// HostDir is the per-sandbox host directory bind-mounted on ExecutorDir.
+	HostDir string
+	// ImageDir is where gVisor writes the checkpoint (capture mode only).
+	ImageDir string
+	// Imports are the modules the executor imports before the checkpoint (capture mode only).
+	Imports []string
+	// Env adds KEY=VALUE entries after the base environment; restore may differ here.
+	Env []string
+	// Args replaces the executor's argv, for a sandbox of the same shape running something else
+	// (the benchmark's floor runs /bin/true). A restore spec never sets it.
+	Args []string
+}
+
+// ErrSpec reports options that cannot make a sandbox.
+var ErrSpec = errors.New("sandbox: invalid spec options")
+
+// Spec returns the OCI runtime spec of an executor sandbox.
+func Spec(o SpecOptions) (*specs.Spec, error) {
+	switch o.Mode {
+	case ModeCapture, ModeMeasure, ModeSandbox:
+	default:
+		return nil, fmt.Errorf("%w: unknown mode %q", ErrSpec, o.Mode)
+	}
+	if !filepath.IsAbs(o.Rootfs) || !filepath.IsAbs(o.HostDir) {
+		return nil, fmt.Errorf("%w: rootfs %q and host dir %q must be absolute", ErrSpec, o.Rootfs, o.HostDir)
+	}
+	if (o.Mode == ModeCapture) != (o.ImageDir != "") {
+		return nil, fmt.Errorf("%w: an image directory is set exactly in capture mode", ErrSpec)
+	}
+	for _, kv := range o.Env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return nil, fmt.Errorf("%w: environment entry %q is not KEY=VALUE", ErrSpec, kv)
+		}
+	}
+	env := baseEnv(o.Mode)
+	if o.Mode == ModeCapture {
+		env = append(env, "READIE_PREIMPORT="+strings.Join(o.Imports, ","))
+	}
+	env = append(env, o.Env...)
+	args := ExecutorArgs()
+	if o.Args != nil {
+		args = slices.Clone(o.Args)
+	}
+	caps := []string{"CAP_KILL", "CAP_NET_BIND_SERVICE"}
+	s := &specs.Spec{
+		Version:  specs.Version,
+		Hostname: "readie",
+		Root:     &specs.Root{Path: o.Rootfs, Readonly: true},
+		Process: &specs.Process{
+			Args: args,
+			Env:  env,
+			Cwd:  "/",
+			User: specs.User{UID: 0, GID: 0},
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding: caps, Effective: caps, Permitted: caps,
+			},
+			Rlimits: []specs.POSIXRlimit{
+				{Type: "RLIMIT_NOFILE", Hard: maxOpenFiles, Soft: maxOpenFiles},
+			},
+			NoNewPrivileges: true,
+		},
+		Mounts: []specs.Mount{
+			{Destination: "/proc", Type: "proc", Source: "proc"},
+			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+			{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+			// A function may want scratch space; the root is read-only.
+			{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}},
+			{Destination: ExecutorDir, Type: "bind", Source: o.HostDir, Options: []string{"rbind", "rw"}},
+		},
+		Linux: &specs.Linux{
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
+				{Type: specs.MountNamespace}, {Type: specs.NetworkNamespace},
+			},
+		},
+	}
+	if o.Mode == ModeCapture {
+		s.Annotations = map[string]string{
+			annotationCheckpointEnable: "true",
+			annotationCheckpointPath:   o.ImageDir,
+		}
+	}
+	return s, nil
+}
+
+// Fingerprint is a digest ("sha256:" + hex) of what a restore requires to match the capture:
+// args, cwd, user, rlimits, capabilities, mounts (without their sources), read-only root, and
+// runsc's network and overlay. Environment and mount sources may differ, so they are left out.
+func Fingerprint(s *specs.Spec, flags Flags) (string, error) {
+	if s.Process == nil || s.Root == nil {
+		return "", fmt.Errorf("%w: spec without process or root", ErrSpec)
+	}
+	type mount struct {
+		Destination string   `json:"destination"`
+		Type        string   `json:"type"`
+		Options     []string `json:"options"`
+	}
+	shape := struct {
+		Args         []string                 `json:"args"`
+		Cwd          string                   `json:"cwd"`
+		User         specs.User               `json:"user"`
+		Rlimits      []specs.POSIXRlimit      `json:"rlimits"`
+		Capabilities *specs.LinuxCapabilities `json:"capabilities"`
+		NoNewPrivs   bool                     `json:"no_new_privileges"`
+		Mounts       []mount                  `json:"mounts"`
+		RootReadonly bool                     `json:"root_readonly"`
+		Namespaces   []specs.LinuxNamespace   `json:"namespaces"`
+		Network      string                   `json:"network"`
+		Overlay      string                   `json:"overlay"`
+	}{
+		Args: s.Process.Args, Cwd: s.Process.Cwd, User: s.Process.User, Rlimits: s.Process.Rlimits,
+		Capabilities: s.Process.Capabilities, NoNewPrivs: s.Process.NoNewPrivileges,
+		RootReadonly: s.Root.Readonly, Network: flags.Network, Overlay: flags.Overlay,
+	}
+	for _, m := range s.Mounts {
+		shape.Mounts = append(shape.Mounts, mount{m.Destination, m.Type, m.Options})
+	}
+	if s.Linux != nil {
+		shape.Namespaces = s.Linux.Namespaces
+	}
+	data, err := json.Marshal(shape)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(data)
+	return "sha256:" + hex.EncodeToString(sum[:]), nil
+}
