@@ -4,10 +4,13 @@ go 1.26
 
 require (
 	github.com/containerd/go-runc v1.2.1
+	github.com/kisielk/og-rek v1.3.0
 	github.com/opencontainers/runtime-spec v1.3.0
 )
 
 require (
+	github.com/aristanetworks/gomap v0.0.0-20230726210543-f4e41046dced // indirect
 	github.com/containerd/console v1.0.5 // indirect
+	golang.org/x/exp v0.0.0-20230725093048-515e97ebf090 // indirect
 	golang.org/x/sys v0.1.0 // indirect
 )

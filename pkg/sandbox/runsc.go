@@ -381,3 +381,10 @@ func (s *stdio) wait(limit time.Duration) error {
 func DefaultFlags() Flags {
 	return Flags{Network: "none", Overlay: "none", HostUDS: "create"}
 }
+
+// Start starts the process of a sandbox made by Create.
+func (s *Sandbox) Start(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.rt.commandTimeout())
+	defer cancel()
+	return s.wrap("start", ctx, s.rt.client().Start(ctx, s.ID))
+}

@@ -1,0 +1,55 @@
+package capture_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/capture"
+)
+
+// TestFailedImport: the error names the set and the module, quotes the executor's stderr,
+// writes no meta.json, and leaves no sandbox (testenv.Runtime checks `runsc list` after).
+func TestFailedImport(t *testing.T) {
+	rt := testenv.Runtime(t)
+	work := testenv.WorkDir(t)
+	dir := filepath.Join(work, "img")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, err := capture.Run(ctx, rt, capture.Request{
+		ID: "broken", Imports: []string{"json", "no_such_module_readie"}, Rootfs: testenv.Rootfs(t),
+		Dir: dir, WorkDir: work, Timeout: time.Minute,
+	})
+	if !errors.Is(err, capture.ErrCapture) {
+		t.Fatalf("err = %v, want ErrCapture", err)
+	}
+	for _, want := range []string{"broken", "no_such_module_readie", "ModuleNotFoundError"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %q:\n%v", want, err)
+		}
+	}
+	if _, statErr := os.Stat(filepath.Join(dir, "meta.json")); !errors.Is(statErr, os.ErrNotExist) {
+		t.Errorf("meta.json written for a failed capture: %v", statErr)
+	}
+}
+
+func TestRefusesNonEmptyDir(t *testing.T) {
+	work := t.TempDir()
+	dir := filepath.Join(work, "img")
+	os.MkdirAll(dir, 0o755)
+	os.WriteFile(filepath.Join(dir, "pages.img"), []byte("old"), 0o644)
+	_, err := capture.Run(context.Background(), testenv.Runtime(t), capture.Request{
+		ID: "x", Rootfs: "/nonexistent", Dir: dir, WorkDir: work, Timeout: time.Second,
+	})
+	if !errors.Is(err, capture.ErrCapture) || !strings.Contains(err.Error(), "not empty") {
+		t.Fatalf("err = %v", err)
+	}
+	if data, _ := os.ReadFile(filepath.Join(dir, "pages.img")); string(data) != "old" {
+		t.Fatal("existing image file changed")
+	}
+}

@@ -1,0 +1,217 @@
+// Package manifest holds the types of manifest.json (one per output directory) and meta.json
+// (one per checkpoint), their atomic writing and loading, and the protocol check a worker makes
+// before it loads any artifact.
+package manifest
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+const (
+	// FileName is the manifest's name at the root of an output directory.
+	FileName = "manifest.json"
+	// MetaFileName is the name of each checkpoint directory's metadata.
+	MetaFileName = "meta.json"
+	// RestoreSpecFileName is the OCI spec a worker restores with.
+	RestoreSpecFileName = "restore-spec.json"
+)
+
+// ImageFiles are the files gVisor writes for one checkpoint.
+func ImageFiles() []string { return []string{"checkpoint.img", "pages.img", "pages_meta.img"} }
+
+// Runsc identifies the runsc binary that captured the images: restore only accepts an image
+// saved by the exact same version string.
+type Runsc struct {
+	Version string `json:"version"`
+	Module  string `json:"module"`
+	SHA256  string `json:"sha256"`
+}
+
+// Rootfs identifies the image's root filesystem.
+type Rootfs struct {
+	Path   string `json:"path"`
+	Digest string `json:"digest"`
+}
+
+// Stats are restore times in milliseconds.
+type Stats struct {
+	Runs   []float64 `json:"runs"`
+	Min    float64   `json:"min"`
+	Median float64   `json:"median"`
+	P90    float64   `json:"p90"`
+	Max    float64   `json:"max"`
+}
+
+// Smoke is the result of calling a restored executor.
+type Smoke struct {
+	OK      bool    `json:"ok"`
+	ReadyMS float64 `json:"ready_ms"`
+	Error   string  `json:"error,omitempty"`
+}
+
+// Checkpoint is one package set's entry in the manifest.
+type Checkpoint struct {
+	ID        string   `json:"id"`
+	Imports   []string `json:"imports"`
+	Dir       string   `json:"dir"` // relative to the manifest
+	Bytes     int64    `json:"bytes"`
+	RestoreMS Stats    `json:"restore_ms"`
+	Smoke     Smoke    `json:"smoke"`
+}
+
+// Manifest describes a whole output directory.
+type Manifest struct {
+	ExecutorProtocol int          `json:"executor_protocol"`
+	Runsc            Runsc        `json:"runsc"`
+	RunscFlags       []string     `json:"runsc_flags"`
+	RestoreFlags     []string     `json:"restore_flags"`
+	SpecFingerprint  string       `json:"spec_fingerprint"`
+	ExecutorArgv     []string     `json:"executor_argv"`
+	PythonPath       string       `json:"python_path"`
+	Overlay          string       `json:"overlay"`
+	Network          string       `json:"network"`
+	RootReadonly     bool         `json:"root_readonly"`
+	Rootfs           Rootfs       `json:"rootfs"`
+	CreatedAt        time.Time    `json:"created_at"`
+	Spec             string       `json:"spec"`
+	Checkpoints      []Checkpoint `json:"checkpoints"`
+}
+
+// File is one image file's size and digest.
+type File struct {
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256"`
+}
+
+// Meta describes one checkpoint directory.
+type Meta struct {
+	ID              string          `json:"id"`
+	Imports         []string        `json:"imports"`
+	RunscVersion    string          `json:"runsc_version"`
+	SpecFingerprint string          `json:"spec_fingerprint"`
+	CreatedAt       time.Time       `json:"created_at"`
+	Files           map[string]File `json:"files"`
+}
+
+// Bytes is the total size of the checkpoint's image files.
+func (m *Meta) Bytes() int64 {
+	var n int64
+	for _, f := range m.Files {
+		n += f.Bytes
+	}
+	return n
+}
+
+// ErrProtocol reports a manifest written for another executor protocol version.
+var ErrProtocol = errors.New("executor protocol mismatch")
+
+// CheckProtocol refuses a manifest whose executor protocol differs from the one implemented.
+// A manifest without the field predates it and counts as version 1.
+func (m *Manifest) CheckProtocol(implemented int) error {
+	have := m.ExecutorProtocol
+	if have == 0 {
+		have = 1
+	}
+	if have != implemented {
+		return fmt.Errorf("%w: the artifacts speak executor protocol %d, this worker implements %d; rebuild the worker image with the current pipeline", ErrProtocol, have, implemented)
+	}
+	return nil
+}
+
+// Load reads a manifest.
+func Load(path string) (*Manifest, error) {
+	var m Manifest
+	if err := readJSON(path, &m); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// LoadMeta reads a checkpoint's meta.json.
+func LoadMeta(path string) (*Meta, error) {
+	var m Meta
+	if err := readJSON(path, &m); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+func readJSON(path string, v any) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("parse %s: %w", path, err)
+	}
+	return nil
+}
+
+// WriteJSON writes v as indented JSON to path atomically: a temporary file in the same
+// directory, fsync, rename, fsync of the directory. A reader sees the old file or the new one.
+func WriteJSON(path string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return WriteFileAtomic(path, append(data, '\n'), 0o644)
+}
+
+// WriteFileAtomic writes data to path atomically (see WriteJSON).
+func WriteFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err = tmp.Write(data); err != nil {
+		return err
+	}
+	if err = tmp.Chmod(perm); err != nil {
+		return err
+	}
+	if err = tmp.Sync(); err != nil {
+		return err
+	}
+	if err = tmp.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// HashFile returns a file's size and "sha256:" digest.
+func HashFile(path string) (File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return File{}, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return File{}, fmt.Errorf("hash %s: %w", path, err)
+	}
+	return File{Bytes: n, SHA256: "sha256:" + hex.EncodeToString(h.Sum(nil))}, nil
+}

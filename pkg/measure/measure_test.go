@@ -1,0 +1,104 @@
+package measure_test
+
+import (
+	"context"
+	"math"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/capture"
+	"readie.dev/pipeline/pkg/measure"
+)
+
+func TestSummarize(t *testing.T) {
+	tests := []struct {
+		runs                   []float64
+		min, median, p90, max float64
+	}{
+		{[]float64{5}, 5, 5, 5, 5},
+		{[]float64{3, 1, 2}, 1, 2, 2.8, 3},
+		{[]float64{10, 40, 20, 30}, 10, 25, 37, 40},
+		{[]float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 1, 5.5, 9.1, 10},
+	}
+	for _, tt := range tests {
+		st := measure.Summarize(tt.runs)
+		got := []float64{st.Min, st.Median, st.P90, st.Max}
+		want := []float64{tt.min, tt.median, tt.p90, tt.max}
+		for i := range got {
+			if math.Abs(got[i]-want[i]) > 1e-9 {
+				t.Errorf("Summarize(%v) = %v, want %v", tt.runs, got, want)
+				break
+			}
+		}
+		if !reflect.DeepEqual(st.Runs, tt.runs) {
+			t.Errorf("Summarize reordered the runs: %v", st.Runs)
+		}
+	}
+	if st := measure.Summarize(nil); st.Median != 0 || len(st.Runs) != 0 {
+		t.Errorf("Summarize(nil) = %+v", st)
+	}
+}
+
+func TestSmokeResponseRejectsMissingModuleAndStaleEnv(t *testing.T) {
+	// Built with the Go encoder only; the executor side is covered by the integration tests.
+	if _, err := measure.SmokeRequest([]string{"numpy", "os.path"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := measure.CheckSmokeResponse([]byte("not a pickle"), "x"); err == nil {
+		t.Fatal("garbage accepted")
+	}
+}
+
+// TestCaptureMeasureSmoke runs the real executor under real gVisor: capture a small set,
+// time restores, smoke-test a restore, and call a cold-started executor.
+func TestCaptureMeasureSmoke(t *testing.T) {
+	rt := testenv.Runtime(t)
+	rootfs := testenv.Rootfs(t)
+	work := testenv.WorkDir(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	version, err := rt.Version(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	imports := []string{"json", "email.parser"}
+	dir := filepath.Join(work, "img")
+	meta, err := capture.Run(ctx, rt, capture.Request{
+		ID: "small", Imports: imports, Rootfs: rootfs, Dir: dir, WorkDir: work,
+		Timeout: 2 * time.Minute, RunscVersion: version,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if meta.Bytes() == 0 || !strings.HasPrefix(meta.SpecFingerprint, "sha256:") {
+		t.Fatalf("meta = %+v", meta)
+	}
+	r := &measure.Restorer{Runtime: rt, Rootfs: rootfs, WorkDir: work, Flags: []string{"-direct"}, Timeout: time.Minute}
+	st, err := r.MeasureRuns(ctx, "small", dir, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Runs) != 2 || st.Min <= 0 {
+		t.Fatalf("stats = %+v", st)
+	}
+	smoke, err := r.Smoke(ctx, "small", dir, imports)
+	if err != nil || !smoke.OK || smoke.ReadyMS <= 0 {
+		t.Fatalf("smoke = %+v, %v", smoke, err)
+	}
+	t.Logf("restore median %.0f ms, ready %.0f ms", st.Median, smoke.ReadyMS)
+
+	// The smoke check must fail for a module the checkpoint never imported.
+	if _, err := r.Smoke(ctx, "small", dir, []string{"json", "xml.dom.minidom"}); err == nil || !strings.Contains(err.Error(), "xml.dom.minidom") {
+		t.Fatalf("smoke with a module that was not pre-imported: %v", err)
+	}
+
+	cold, err := r.ColdCall(ctx, "cold", nil)
+	if err != nil || !cold.OK {
+		t.Fatalf("cold call = %+v, %v", cold, err)
+	}
+	t.Logf("cold call ready in %.0f ms", cold.ReadyMS)
+}
