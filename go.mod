@@ -6,6 +6,8 @@ require (
 	github.com/containerd/go-runc v1.2.1
 	github.com/kisielk/og-rek v1.3.0
 	github.com/opencontainers/runtime-spec v1.3.0
+	github.com/sirupsen/logrus v1.9.3
+	gopkg.in/yaml.v3 v3.0.1
 )
 
 require (

@@ -16,7 +16,7 @@ import (
 
 func TestSummarize(t *testing.T) {
 	tests := []struct {
-		runs                   []float64
+		runs                  []float64
 		min, median, p90, max float64
 	}{
 		{[]float64{5}, 5, 5, 5, 5},

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"time"
+)
+
+type captureCmd struct{}
+
+func (*captureCmd) Name() string { return "capture" }
+func (*captureCmd) Synopsis() string {
+	return "capture, measure and smoke-test every package set; write manifest.json"
+}
+func (*captureCmd) SetFlags(*flag.FlagSet) {}
+
+func (*captureCmd) Execute(ctx context.Context, g *globals, args []string) error {
+	if err := noArgs(args); err != nil {
+		return err
+	}
+	env, err := g.env(ctx)
+	if err != nil {
+		return err
+	}
+	sets, err := env.Config.Sets(g.onlyIDs())
+	if err != nil {
+		return usageError{err}
+	}
+	start := time.Now()
+	m, err := env.Capture(ctx, env.Config.Output, sets, env.Config.RestoreRuns)
+	if err != nil {
+		return usageIfSetup(err)
+	}
+	g.log.WithField("took", time.Since(start).Round(time.Second)).Infof("wrote %s", env.Config.Output)
+	printSummary(g.stdout, m)
+	return nil
+}

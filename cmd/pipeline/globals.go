@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/sirupsen/logrus"
+
+	pipeline "readie.dev/pipeline"
+	"readie.dev/pipeline/pkg/config"
+	"readie.dev/pipeline/pkg/run"
+)
+
+// globals are the flags every subcommand takes.
+type globals struct {
+	configPath string
+	out        string
+	only       string
+	runs       int
+	logFormat  string
+	verbose    bool
+
+	stdout, stderr io.Writer
+	log            *logrus.Logger
+}
+
+func (g *globals) register(fs *flag.FlagSet) {
+	fs.StringVar(&g.configPath, "config", "pipeline.yaml", "config file; the embedded default when it is pipeline.yaml and absent")
+	fs.StringVar(&g.out, "out", "", "output directory (default: the config's output)")
+	fs.StringVar(&g.only, "only", "", "comma-separated package set ids to work on (the empty set is always captured)")
+	fs.IntVar(&g.runs, "runs", 0, "timed restores per checkpoint (default: the config's restore_runs)")
+	fs.StringVar(&g.logFormat, "log-format", "text", "log format on stderr: text or json")
+	fs.BoolVar(&g.verbose, "v", false, "debug logging")
+}
+
+func (g *globals) logger() (*logrus.Logger, error) {
+	return newLogger(g.stderr, g.logFormat, g.verbose)
+}
+
+// loadConfig reads --config, falling back to the embedded default only for the default name.
+func (g *globals) loadConfig() (*config.Config, error) {
+	cfg, err := config.Load(g.configPath, config.CacheDir())
+	if errors.Is(err, os.ErrNotExist) && g.configPath == "pipeline.yaml" {
+		cwd, cwdErr := os.Getwd()
+		if cwdErr != nil {
+			return nil, cwdErr
+		}
+		cfg, err = config.Parse(pipeline.DefaultConfig(), "embedded pipeline.yaml", cwd, config.CacheDir())
+	}
+	if err != nil {
+		return nil, usageError{err}
+	}
+	if g.runs < 0 {
+		return nil, usagef("--runs %d: want a positive number", g.runs)
+	}
+	if g.runs > 0 {
+		cfg.RestoreRuns = g.runs
+	}
+	if g.out != "" {
+		abs, err := filepath.Abs(g.out)
+		if err != nil {
+			return nil, usageError{err}
+		}
+		cfg.Output = abs
+	}
+	return cfg, nil
+}
+
+func (g *globals) onlyIDs() []string {
+	var ids []string
+	for _, id := range strings.Split(g.only, ",") {
+		if id = strings.TrimSpace(id); id != "" {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// env loads the config and checks runsc and the rootfs.
+func (g *globals) env(ctx context.Context) (*run.Env, error) {
+	cfg, err := g.loadConfig()
+	if err != nil {
+		return nil, err
+	}
+	env, err := run.NewEnv(ctx, cfg, g.log)
+	if err != nil {
+		return nil, usageIfSetup(err)
+	}
+	return env, nil
+}
+
+func usageIfSetup(err error) error {
+	if errors.Is(err, run.ErrSetup) {
+		return usageError{err}
+	}
+	return err
+}
+
+func isUsage(err error) bool {
+	var u usageError
+	return errors.As(err, &u) || errors.Is(err, config.ErrInvalid)
+}
+
+func noArgs(args []string) error {
+	if len(args) > 0 {
+		return usagef("unexpected arguments: %s", strings.Join(args, " "))
+	}
+	return nil
+}

@@ -1,0 +1,151 @@
+// Command pipeline builds and measures gVisor checkpoints of the readie executor:
+//
+//	pipeline capture   capture, measure and smoke-test every package set, write manifest.json
+//	pipeline measure   re-time the restores of an existing output directory
+//	pipeline smoke     smoke-test an existing output directory again
+//	pipeline verify    check manifest.json, every meta.json and every image file's hash
+//	pipeline spec      print the sandbox spec of a mode and its fingerprint
+//	pipeline version   print the pipeline's, runsc's and the protocol's versions
+//
+// Exit codes: 0 success, 1 a failed capture/measure/smoke/verify, 2 bad usage or config,
+// 130 or 143 when interrupted by SIGINT or SIGTERM.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+
+	"github.com/sirupsen/logrus"
+)
+
+const (
+	exitOK      = 0
+	exitFailed  = 1
+	exitUsage   = 2
+	exitSIGINT  = 130
+	exitSIGTERM = 143
+)
+
+// usageError marks bad usage or config: exit code 2.
+type usageError struct{ err error }
+
+func (u usageError) Error() string { return u.err.Error() }
+func (u usageError) Unwrap() error { return u.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// command is one subcommand: its flags and what it does.
+type command interface {
+	Name() string
+	Synopsis() string
+	SetFlags(fs *flag.FlagSet)
+	Execute(ctx context.Context, g *globals, args []string) error
+}
+
+func commands() []command {
+	return []command{&captureCmd{}, &measureCmd{}, &smokeCmd{}, &verifyCmd{}, &specCmd{}, &versionCmd{}}
+}
+
+func main() {
+	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func dispatch(args []string, stdout, stderr io.Writer) int {
+	cmds := commands()
+	usage := func() {
+		fmt.Fprintln(stderr, "usage: pipeline <command> [flags]\n\ncommands:")
+		sort.Slice(cmds, func(i, j int) bool { return cmds[i].Name() < cmds[j].Name() })
+		for _, c := range cmds {
+			fmt.Fprintf(stderr, "  %-8s %s\n", c.Name(), c.Synopsis())
+		}
+		fmt.Fprintln(stderr, "\nrun `pipeline <command> -h` for its flags")
+	}
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage()
+		return exitUsage
+	}
+	var cmd command
+	for _, c := range cmds {
+		if c.Name() == args[0] {
+			cmd = c
+		}
+	}
+	if cmd == nil {
+		fmt.Fprintf(stderr, "pipeline: unknown command %q\n", args[0])
+		usage()
+		return exitUsage
+	}
+	g := &globals{stdout: stdout, stderr: stderr}
+	fs := flag.NewFlagSet("pipeline "+cmd.Name(), flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	g.register(fs)
+	cmd.SetFlags(fs)
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	log, err := g.logger()
+	if err != nil {
+		fmt.Fprintf(stderr, "pipeline: %v\n", err)
+		return exitUsage
+	}
+	g.log = log
+
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(signals)
+	var caught os.Signal
+	go func() {
+		if s, ok := <-signals; ok {
+			caught = s
+			log.WithField("signal", s.String()).Warn("interrupted: deleting sandboxes and stopping")
+			cancel(fmt.Errorf("interrupted by %s", s))
+		}
+	}()
+
+	err = cmd.Execute(ctx, g, fs.Args())
+	switch {
+	case err == nil:
+		return exitOK
+	case caught == syscall.SIGINT:
+		log.Error(err)
+		return exitSIGINT
+	case caught == syscall.SIGTERM:
+		log.Error(err)
+		return exitSIGTERM
+	case isUsage(err):
+		fmt.Fprintf(stderr, "pipeline %s: %v\n", cmd.Name(), err)
+		return exitUsage
+	default:
+		log.Error(err)
+		return exitFailed
+	}
+}
+
+func newLogger(w io.Writer, format string, verbose bool) (*logrus.Logger, error) {
+	log := logrus.New()
+	log.SetOutput(w)
+	switch format {
+	case "text":
+		log.SetFormatter(&logrus.TextFormatter{FullTimestamp: true, TimestampFormat: "15:04:05.000"})
+	case "json":
+		log.SetFormatter(&logrus.JSONFormatter{})
+	default:
+		return nil, fmt.Errorf("--log-format %q: want text or json", format)
+	}
+	if verbose {
+		log.SetLevel(logrus.DebugLevel)
+	}
+	return log, nil
+}

@@ -1,0 +1,28 @@
+package main
+
+import (
+	"context"
+	"flag"
+)
+
+type measureCmd struct{}
+
+func (*measureCmd) Name() string           { return "measure" }
+func (*measureCmd) Synopsis() string       { return "re-time the restores of an existing output directory" }
+func (*measureCmd) SetFlags(*flag.FlagSet) {}
+
+func (*measureCmd) Execute(ctx context.Context, g *globals, args []string) error {
+	if err := noArgs(args); err != nil {
+		return err
+	}
+	env, err := g.env(ctx)
+	if err != nil {
+		return err
+	}
+	m, err := env.Measure(ctx, env.Config.Output, g.onlyIDs(), env.Config.RestoreRuns)
+	if err != nil {
+		return usageIfSetup(err)
+	}
+	printSummary(g.stdout, m)
+	return nil
+}

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"path/filepath"
+
+	"readie.dev/pipeline/pkg/run"
+	"readie.dev/pipeline/pkg/sandbox"
+)
+
+type specCmd struct {
+	mode string
+}
+
+func (*specCmd) Name() string     { return "spec" }
+func (*specCmd) Synopsis() string { return "print the OCI spec of a sandbox mode and its fingerprint" }
+func (c *specCmd) SetFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.mode, "mode", "sandbox", "capture, measure or sandbox")
+}
+
+func (c *specCmd) Execute(ctx context.Context, g *globals, args []string) error {
+	if err := noArgs(args); err != nil {
+		return err
+	}
+	cfg, err := g.loadConfig()
+	if err != nil {
+		return err
+	}
+	rootfs, err := filepath.Abs(cfg.Rootfs)
+	if err != nil {
+		return err
+	}
+	opts := sandbox.SpecOptions{Mode: sandbox.Mode(c.mode), Rootfs: rootfs, HostDir: run.RestoreSpecHostDir}
+	if opts.Mode == sandbox.ModeCapture {
+		opts.ImageDir = "/path/to/checkpoint-dir"
+		opts.Imports = []string{"numpy"}
+	}
+	spec, err := sandbox.Spec(opts)
+	if err != nil {
+		return usageError{err}
+	}
+	fingerprint, err := sandbox.Fingerprint(spec, sandbox.Flags{Network: cfg.Runsc.Network, Overlay: cfg.Runsc.Overlay, HostUDS: cfg.Runsc.HostUDS})
+	if err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(spec, "", "  ")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(g.stdout, "%s\nfingerprint: %s\n", data, fingerprint)
+	return nil
+}

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"runtime/debug"
+
+	"readie.dev/pipeline/pkg/executorproto"
+	"readie.dev/pipeline/pkg/sandbox"
+)
+
+type versionCmd struct{}
+
+func (*versionCmd) Name() string { return "version" }
+func (*versionCmd) Synopsis() string {
+	return "print the pipeline's, runsc's and the executor protocol's versions"
+}
+func (*versionCmd) SetFlags(*flag.FlagSet) {}
+
+func (*versionCmd) Execute(ctx context.Context, g *globals, args []string) error {
+	if err := noArgs(args); err != nil {
+		return err
+	}
+	version := "(unknown)"
+	if info, ok := debug.ReadBuildInfo(); ok {
+		version = info.Main.Version
+		for _, s := range info.Settings {
+			if s.Key == "vcs.revision" {
+				version += " " + s.Value
+			}
+		}
+	}
+	fmt.Fprintf(g.stdout, "pipeline %s\nexecutor protocol %d\n", version, executorproto.Version)
+	cfg, err := g.loadConfig()
+	if err != nil {
+		return err
+	}
+	rt := &sandbox.Runtime{Path: cfg.Runsc.Path, CommandTimeout: cfg.Timeouts.RunscCommand}
+	runsc, err := rt.Version(ctx)
+	if err != nil {
+		fmt.Fprintf(g.stdout, "runsc: not installed at %s (run `make runsc`)\n", cfg.Runsc.Path)
+		return nil
+	}
+	module, moduleVersion, _ := rt.Module()
+	fmt.Fprintf(g.stdout, "runsc %s (%s@%s) at %s\n", runsc, module, moduleVersion, cfg.Runsc.Path)
+	return nil
+}
