@@ -3,6 +3,7 @@ package measure_test
 import (
 	"context"
 	"math"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/capture"
 	"readie.dev/pipeline/pkg/measure"
+	"readie.dev/pipeline/pkg/sandbox"
 )
 
 func TestSummarize(t *testing.T) {
@@ -94,6 +96,29 @@ func TestCaptureMeasureSmoke(t *testing.T) {
 	// The smoke check must fail for a module the checkpoint never imported.
 	if _, err := r.Smoke(ctx, "small", dir, []string{"json", "xml.dom.minidom"}); err == nil || !strings.Contains(err.Error(), "xml.dom.minidom") {
 		t.Fatalf("smoke with a module that was not pre-imported: %v", err)
+	}
+
+	// A restore spec whose args differ from the capture's is refused by runsc itself.
+	host := filepath.Join(work, "tampered")
+	os.MkdirAll(host, 0o755)
+	spec, err := sandbox.Spec(sandbox.SpecOptions{Mode: sandbox.ModeMeasure, Rootfs: rootfs, HostDir: host})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Process.Args = append(spec.Process.Args, "--tampered")
+	sb, err := rt.NewSandbox(capture.SandboxID("small", "tampered"), work, host, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = sb.Restore(ctx, sandbox.RestoreOptions{ImageDir: dir})
+	sb.Delete(ctx)
+	if err == nil {
+		t.Fatal("restore with tampered args succeeded")
+	}
+	stderr, _ := os.ReadFile(sb.Stderr)
+	t.Logf("runsc refused the tampered spec: %v\n%s", err, stderr)
+	if !strings.Contains(string(stderr), `"Args" does not match`) {
+		t.Errorf("runsc's message does not mention the args:\n%s", stderr)
 	}
 
 	cold, err := r.ColdCall(ctx, "cold", nil)

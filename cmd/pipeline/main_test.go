@@ -1,0 +1,189 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/manifest"
+	"readie.dev/pipeline/pkg/sandbox"
+)
+
+// runCLI runs the command in-process and returns its exit code, stdout and stderr.
+func runCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := dispatch(args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+type testConfig struct {
+	runsc, root, rootfs, output string
+	sets                        string
+}
+
+func (c testConfig) write(t *testing.T) string {
+	t.Helper()
+	sets := c.sets
+	if sets == "" {
+		sets = "  - id: pandas\n    imports: [pandas]\n"
+	}
+	text := fmt.Sprintf(`runsc:
+  path: %s
+  root: %s
+  network: none
+  overlay: none
+  host_uds: create
+  restore_flags: ["-direct"]
+rootfs: %s
+output: %s
+restore_runs: 2
+timeouts:
+  capture: 3m
+  restore: 1m
+  smoke: 1m
+  runsc_command: 30s
+checkpoints:
+%s`, c.runsc, c.root, c.rootfs, c.output, sets)
+	path := filepath.Join(t.TempDir(), "pipeline.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestUsageErrorsExit2(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "a-file")
+	os.WriteFile(file, []byte("x"), 0o644)
+	badYAML := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(badYAML, []byte("runsc:\n  path: [unclosed\n"), 0o644)
+	fakeRunsc := filepath.Join(dir, "runsc")
+	os.WriteFile(fakeRunsc, []byte("#!/bin/sh\necho 'runsc version test'\n"), 0o755)
+	emptyRoot := filepath.Join(dir, "no-rootfs")
+
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no command", nil, "usage"},
+		{"unknown command", []string{"frobnicate"}, `unknown command "frobnicate"`},
+		{"unknown flag", []string{"capture", "--bogus"}, "flag provided but not defined: -bogus"},
+		{"stray argument", []string{"verify", "--config", testConfig{runsc: "/x", root: "/r", rootfs: "/f", output: dir}.write(t), "extra"}, "unexpected arguments: extra"},
+		{"bad log format", []string{"version", "--log-format", "xml"}, "--log-format"},
+		{"yaml syntax", []string{"capture", "--config", badYAML}, "bad.yaml: yaml: line 1: did not find expected"},
+		{"missing config", []string{"capture", "--config", filepath.Join(dir, "absent.yaml")}, "absent.yaml"},
+		{"missing runsc", []string{"capture", "--config", testConfig{runsc: filepath.Join(dir, "nope"), root: dir + "/root", rootfs: emptyRoot, output: dir + "/out"}.write(t)}, "make runsc"},
+		{"missing rootfs", []string{"capture", "--config", testConfig{runsc: fakeRunsc, root: dir + "/root", rootfs: emptyRoot, output: dir + "/out"}.write(t)}, "make image"},
+		{"negative runs", []string{"capture", "--runs", "-1", "--config", testConfig{runsc: fakeRunsc, root: dir + "/root", rootfs: emptyRoot, output: dir + "/out"}.write(t)}, "--runs"},
+		{"unknown --only", []string{"capture", "--only", "nope", "--config", testConfig{runsc: fakeRunsc, root: dir + "/root", rootfs: emptyRoot, output: dir + "/out"}.write(t)}, ""},
+		{"verify missing output", []string{"verify", "--config", testConfig{runsc: "/x", root: "/r", rootfs: "/f", output: filepath.Join(dir, "none")}.write(t)}, "does not exist"},
+		{"spec bad mode", []string{"spec", "--mode", "party", "--config", testConfig{runsc: "/x", root: "/r", rootfs: "/f", output: dir}.write(t)}, `unknown mode "party"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, stderr := runCLI(t, tt.args...)
+			if code != exitUsage {
+				t.Fatalf("exit %d, want 2; stderr:\n%s", code, stderr)
+			}
+			if !strings.Contains(stderr, tt.want) {
+				t.Fatalf("stderr does not say %q:\n%s", tt.want, stderr)
+			}
+		})
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 3 {
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Errorf("bad input changed the disk: %v", names)
+	}
+}
+
+func TestOutputIsAFileExit2(t *testing.T) {
+	dir := testenv.WorkDir(t)
+	out := filepath.Join(dir, "out")
+	os.WriteFile(out, []byte("not a directory"), 0o644)
+	cfg := testConfig{runsc: testenv.RunscPath(t), root: filepath.Join(dir, "root"), rootfs: testenv.Rootfs(t), output: out}.write(t)
+	code, _, stderr := runCLI(t, "capture", "--config", cfg)
+	if code != exitUsage || !strings.Contains(stderr, "not a directory") {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+	if data, _ := os.ReadFile(out); string(data) != "not a directory" {
+		t.Fatal("the file was changed")
+	}
+}
+
+// TestCaptureVerify runs the command end to end under real gVisor: capture pandas (and the
+// empty set), verify, then catch a changed byte in pages.img.
+func TestCaptureVerify(t *testing.T) {
+	dir := testenv.WorkDir(t)
+	root := filepath.Join(dir, "root")
+	out := filepath.Join(dir, "out")
+	cfg := testConfig{runsc: testenv.RunscPath(t), root: root, rootfs: testenv.Rootfs(t), output: out}.write(t)
+
+	code, stdout, stderr := runCLI(t, "capture", "--config", cfg, "--log-format", "json")
+	if code != exitOK {
+		t.Fatalf("capture exit %d\n%s", code, stderr)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(stderr), "\n") {
+		var entry map[string]any
+		if err := json.Unmarshal([]byte(line), &entry); err != nil {
+			t.Fatalf("--log-format json wrote a non-JSON line: %q", line)
+		}
+	}
+	if !strings.Contains(stdout, "pandas") || !strings.Contains(stdout, "ok") {
+		t.Errorf("summary table:\n%s", stdout)
+	}
+	m, err := manifest.Load(filepath.Join(out, manifest.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.ExecutorProtocol != 2 || len(m.Checkpoints) != 2 || m.Checkpoints[0].ID != "empty" || m.Checkpoints[1].ID != "pandas" {
+		t.Fatalf("manifest %+v", m)
+	}
+	for _, c := range m.Checkpoints {
+		if !c.Smoke.OK || c.Smoke.ReadyMS <= 0 || len(c.RestoreMS.Runs) != 2 || c.Bytes == 0 {
+			t.Errorf("checkpoint %+v", c)
+		}
+	}
+	rt := &sandbox.Runtime{Path: testenv.RunscPath(t), Root: root, Flags: sandbox.DefaultFlags()}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if ids, err := rt.List(ctx); err != nil || len(ids) != 0 {
+		t.Fatalf("sandboxes left: %v %v", ids, err)
+	}
+	if matches, _ := filepath.Glob(out + ".*"); len(matches) != 0 {
+		t.Errorf("staging or old output left: %v", matches)
+	}
+
+	if code, stdout, stderr := runCLI(t, "verify", "--config", cfg); code != exitOK || !strings.Contains(stdout, "2 checkpoints verified") {
+		t.Fatalf("verify exit %d\n%s%s", code, stdout, stderr)
+	}
+	if code, _, stderr := runCLI(t, "smoke", "--config", cfg, "--only", "pandas"); code != exitOK {
+		t.Fatalf("smoke exit %d\n%s", code, stderr)
+	}
+
+	pages := filepath.Join(out, "pandas", "pages.img")
+	f, err := os.OpenFile(pages, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 1)
+	f.ReadAt(b, 4096)
+	b[0] ^= 0xff
+	f.WriteAt(b, 4096)
+	f.Close()
+	code, _, stderr = runCLI(t, "verify", "--config", cfg)
+	if code != exitFailed || !strings.Contains(stderr, pages) {
+		t.Fatalf("verify after tampering: exit %d\n%s", code, stderr)
+	}
+}

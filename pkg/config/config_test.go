@@ -1,0 +1,114 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	pipeline "readie.dev/pipeline"
+)
+
+func TestDefaultConfig(t *testing.T) {
+	c, err := Parse(pipeline.DefaultConfig(), "default", "/repo", "/cache/readie")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Runsc.Path != "/cache/readie/runsc/readie-20260905-160fafc42237/runsc" {
+		t.Errorf("runsc path %q", c.Runsc.Path)
+	}
+	if c.Rootfs != "/repo/build/rootfs" || c.Output != "/repo/out" || c.Runsc.Network != "none" {
+		t.Errorf("config %+v", c)
+	}
+	if c.Timeouts.Capture != 5*time.Minute || c.RestoreRuns != 5 {
+		t.Errorf("timeouts %+v runs %d", c.Timeouts, c.RestoreRuns)
+	}
+	sets, err := c.Sets(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, s := range sets {
+		ids = append(ids, s.ID)
+	}
+	if strings.Join(ids, ",") != "empty,numpy,pandas" {
+		t.Errorf("sets %v", ids)
+	}
+	if sets, _ := c.Sets([]string{"pandas"}); len(sets) != 2 || sets[0].ID != EmptySetID || sets[1].ID != "pandas" {
+		t.Errorf("--only pandas: %+v", sets)
+	}
+	if _, err := c.Sets([]string{"nope"}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "nope") {
+		t.Errorf("--only nope: %v", err)
+	}
+}
+
+// The Makefile installs runsc under the label the default config points at.
+func TestRunscLabelMatchesMakefile(t *testing.T) {
+	makefile, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Parse(pipeline.DefaultConfig(), "default", "/repo", "/cache")
+	if err != nil {
+		t.Fatal(err)
+	}
+	label := filepath.Base(filepath.Dir(c.Runsc.Path))
+	if !strings.Contains(string(makefile), "RUNSC_LABEL := "+label+"\n") {
+		t.Fatalf("Makefile's RUNSC_LABEL differs from the default config's runsc path label %q", label)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	valid := string(pipeline.DefaultConfig())
+	replace := func(old, new string) string {
+		if !strings.Contains(valid, old) {
+			t.Fatalf("default config lacks %q", old)
+		}
+		return strings.Replace(valid, old, new, 1)
+	}
+	tests := []struct {
+		name, yaml, want string
+	}{
+		{"syntax error with line", replace("restore_runs: 5", "restore_runs: [5"), "line"},
+		{"unknown key", replace("restore_runs: 5", "restore_runs: 5\nrestore_rnus: 3"), "restore_rnus"},
+		{"duplicate id", replace("id: pandas", "id: numpy"), `duplicate id "numpy"`},
+		{"id with slash", replace("id: pandas", "id: ../pandas"), `id "../pandas"`},
+		{"id with dots", replace("id: pandas", "id: .."), `id ".."`},
+		{"reserved id", replace("id: pandas", "id: empty"), "reserved"},
+		{"bad import", replace("imports: [pandas]", "imports: [\"pandas; rm -rf /\"]"), "not a dotted Python module name"},
+		{"import with dash", replace("imports: [pandas]", "imports: [scikit-learn]"), "scikit-learn"},
+		{"empty imports", replace("imports: [pandas]", "imports: []"), "imports is empty"},
+		{"no sets", strings.Split(valid, "checkpoints:")[0] + "checkpoints: []\n", "no package set"},
+		{"zero runs", replace("restore_runs: 5", "restore_runs: 0"), "restore_runs"},
+		{"bad timeout", replace("capture: 5m", "capture: soon"), "line 19: cannot unmarshal !!str `soon`"},
+		{"negative timeout", replace("smoke: 2m", "smoke: -1s"), "timeouts.smoke"},
+		{"bad network", replace("network: none", "network: wifi"), "runsc.network"},
+		{"host uds off", replace("host_uds: create", "host_uds: none"), "host_uds"},
+		{"restore flag", replace(`restore_flags: ["-direct"]`, `restore_flags: ["direct"]`), "not a flag"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.yaml), "test.yaml", "/repo", "/cache")
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("err = %v, want ErrInvalid", err)
+			}
+			if !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "test.yaml") {
+				t.Fatalf("error %q does not name %q and the file", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestCacheDir(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", "/xdg")
+	if got := CacheDir(); got != "/xdg/readie" {
+		t.Errorf("CacheDir = %q", got)
+	}
+	t.Setenv("XDG_CACHE_HOME", "")
+	t.Setenv("HOME", "/home/u")
+	if got := CacheDir(); got != "/home/u/.cache/readie" {
+		t.Errorf("CacheDir = %q", got)
+	}
+}

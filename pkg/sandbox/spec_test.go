@@ -1,0 +1,164 @@
+package sandbox
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+func testOptions(mode Mode) SpecOptions {
+	o := SpecOptions{Mode: mode, Rootfs: "/images/rootfs", HostDir: "/tmp/host/a"}
+	if mode == ModeCapture {
+		o.ImageDir = "/out/numpy"
+		o.Imports = []string{"numpy", "pandas"}
+	}
+	return o
+}
+
+func mustSpec(t *testing.T, o SpecOptions) *specs.Spec {
+	t.Helper()
+	s, err := Spec(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestSpecShape(t *testing.T) {
+	for _, mode := range []Mode{ModeCapture, ModeMeasure, ModeSandbox} {
+		s := mustSpec(t, testOptions(mode))
+		if !slices.Equal(s.Process.Args, []string{"python3", "-u", "-m", "readie_executor"}) {
+			t.Errorf("%s: args %v", mode, s.Process.Args)
+		}
+		if !s.Root.Readonly || s.Root.Path != "/images/rootfs" {
+			t.Errorf("%s: root %+v", mode, s.Root)
+		}
+		if !s.Process.NoNewPrivileges || len(s.Process.Rlimits) != 1 || s.Process.Rlimits[0].Type != "RLIMIT_NOFILE" {
+			t.Errorf("%s: process limits %+v", mode, s.Process)
+		}
+		var dests []string
+		for _, m := range s.Mounts {
+			dests = append(dests, m.Destination)
+			if m.Destination == "/sys" && !slices.Contains(m.Options, "ro") {
+				t.Errorf("%s: /sys is not read-only", mode)
+			}
+			if m.Destination == ExecutorDir && (m.Type != "bind" || m.Source != "/tmp/host/a") {
+				t.Errorf("%s: executor dir mount %+v", mode, m)
+			}
+		}
+		for _, want := range []string{"/proc", "/dev", "/dev/pts", "/dev/shm", "/dev/mqueue", "/sys", ExecutorDir} {
+			if !slices.Contains(dests, want) {
+				t.Errorf("%s: no mount at %s", mode, want)
+			}
+		}
+		if !slices.Contains(s.Process.Env, "EXECUTOR_MODE="+string(mode)) || !slices.Contains(s.Process.Env, "EXECUTOR_DIR="+ExecutorDir) {
+			t.Errorf("%s: env %v", mode, s.Process.Env)
+		}
+		_, annotated := s.Annotations[annotationCheckpointPath]
+		if annotated != (mode == ModeCapture) {
+			t.Errorf("%s: checkpoint annotations present = %v", mode, annotated)
+		}
+		hasPreimport := slices.ContainsFunc(s.Process.Env, func(kv string) bool { return strings.HasPrefix(kv, "READIE_PREIMPORT=") })
+		if hasPreimport != (mode == ModeCapture) {
+			t.Errorf("%s: READIE_PREIMPORT present = %v", mode, hasPreimport)
+		}
+	}
+	if s := mustSpec(t, testOptions(ModeCapture)); !slices.Contains(s.Process.Env, "READIE_PREIMPORT=numpy,pandas") {
+		t.Errorf("capture env %v", s.Process.Env)
+	}
+}
+
+func TestSpecEnvIsOnlyExplicit(t *testing.T) {
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "canary-secret")
+	s := mustSpec(t, testOptions(ModeSandbox))
+	for _, kv := range s.Process.Env {
+		if strings.Contains(kv, "canary-secret") || strings.HasPrefix(kv, "AWS_") {
+			t.Fatalf("the pipeline's environment leaked into the spec: %s", kv)
+		}
+	}
+	want := []string{"PATH", "HOME", "LANG", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "EXECUTOR_DIR", "EXECUTOR_MODE"}
+	var keys []string
+	for _, kv := range s.Process.Env {
+		keys = append(keys, strings.SplitN(kv, "=", 2)[0])
+	}
+	if !slices.Equal(keys, want) {
+		t.Fatalf("env keys %v, want %v", keys, want)
+	}
+}
+
+func TestSpecRejectsBadOptions(t *testing.T) {
+	bad := []SpecOptions{
+		{Mode: "bogus", Rootfs: "/r", HostDir: "/h"},
+		{Mode: ModeSandbox, Rootfs: "relative", HostDir: "/h"},
+		{Mode: ModeSandbox, Rootfs: "/r", HostDir: "h"},
+		{Mode: ModeCapture, Rootfs: "/r", HostDir: "/h"},                   // no image dir
+		{Mode: ModeSandbox, Rootfs: "/r", HostDir: "/h", ImageDir: "/img"}, // image dir outside capture
+		{Mode: ModeSandbox, Rootfs: "/r", HostDir: "/h", Env: []string{"NOEQUALS"}},
+	}
+	for _, o := range bad {
+		if _, err := Spec(o); !errors.Is(err, ErrSpec) {
+			t.Errorf("Spec(%+v) = %v, want ErrSpec", o, err)
+		}
+	}
+}
+
+func fingerprint(t *testing.T, s *specs.Spec, f Flags) string {
+	t.Helper()
+	fp, err := Fingerprint(s, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(fp, "sha256:") || len(fp) != len("sha256:")+64 {
+		t.Fatalf("fingerprint %q", fp)
+	}
+	return fp
+}
+
+func TestFingerprint(t *testing.T) {
+	flags := DefaultFlags()
+	base := fingerprint(t, mustSpec(t, testOptions(ModeSandbox)), flags)
+
+	// What restore allows to differ: environment, mode, mount sources, annotations.
+	same := map[string]SpecOptions{
+		"env":          {Mode: ModeSandbox, Rootfs: "/images/rootfs", HostDir: "/tmp/host/a", Env: []string{"TOKEN=x"}},
+		"mode":         testOptions(ModeMeasure),
+		"capture":      testOptions(ModeCapture),
+		"mount source": {Mode: ModeSandbox, Rootfs: "/images/rootfs", HostDir: "/elsewhere/b"},
+	}
+	for name, o := range same {
+		if fp := fingerprint(t, mustSpec(t, o), flags); fp != base {
+			t.Errorf("fingerprint changed with %s", name)
+		}
+	}
+	// What restore requires to match.
+	args := mustSpec(t, testOptions(ModeSandbox))
+	args.Process.Args = append(args.Process.Args, "--extra")
+	mounts := mustSpec(t, testOptions(ModeSandbox))
+	mounts.Mounts = mounts.Mounts[:len(mounts.Mounts)-1]
+	options := mustSpec(t, testOptions(ModeSandbox))
+	options.Mounts[0].Options = []string{"ro"}
+	readonly := mustSpec(t, testOptions(ModeSandbox))
+	readonly.Root.Readonly = false
+	user := mustSpec(t, testOptions(ModeSandbox))
+	user.Process.User.UID = 1000
+	differ := map[string]struct {
+		spec  *specs.Spec
+		flags Flags
+	}{
+		"args":          {args, flags},
+		"mounts":        {mounts, flags},
+		"mount options": {options, flags},
+		"read-only":     {readonly, flags},
+		"user":          {user, flags},
+		"network":       {mustSpec(t, testOptions(ModeSandbox)), Flags{Network: "sandbox", Overlay: "none", HostUDS: "create"}},
+		"overlay":       {mustSpec(t, testOptions(ModeSandbox)), Flags{Network: "none", Overlay: "root:memory", HostUDS: "create"}},
+	}
+	for name, d := range differ {
+		if fp := fingerprint(t, d.spec, d.flags); fp == base {
+			t.Errorf("fingerprint did not change with %s", name)
+		}
+	}
+}
