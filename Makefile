@@ -64,7 +64,7 @@ check-golden:
 golden:
 	$(PYTHON) images/executor/tests/generate_golden.py
 
-test-python: deps
+test-python: deps image
 	cd images/executor && $(PYTHON) -m unittest discover -s tests -t .
 
 test-go: runsc image build

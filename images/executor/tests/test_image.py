@@ -1,0 +1,55 @@
+"""The built executor image. Needs root (chroot) and a rootfs from `make image`; `make test`
+provides both. Never skipped: without them the tests fail and say how to get them."""
+
+import filecmp
+import json
+import os
+import subprocess
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXECUTOR = os.path.dirname(HERE)
+BUILD = os.path.join(EXECUTOR, "build-image.sh")
+
+
+def rootfs():
+    path = os.environ.get("READIE_ROOTFS")
+    if not path or not os.path.isdir(path):
+        raise AssertionError(f"READIE_ROOTFS={path!r} is not a built rootfs: run `make test` (it runs `make image`)")
+    return os.path.realpath(path)
+
+
+class ImageTest(unittest.TestCase):
+    def test_imports_in_chroot(self):
+        result = subprocess.run(
+            ["chroot", rootfs(), "python3", "-c",
+             "import readie_executor.server, cloudpickle, numpy, pandas; print(numpy.__version__, pandas.__version__)"],
+            capture_output=True, text=True, timeout=120)
+        self.assertEqual(result.returncode, 0, result.stderr)
+
+    def test_image_metadata(self):
+        root = rootfs()
+        with open(os.path.join(root, "usr/lib/readie/image.json")) as f:
+            image = json.load(f)
+        self.assertRegex(image["digest"], r"^sha256:[0-9a-f]{64}$")
+        self.assertIn("python3-pandas", image["packages"])
+        with open(os.path.join(root, "etc/readie-resolv.conf")) as f:
+            self.assertIn("nameserver", f.read())
+
+    def test_rebuild_reuses_package_layer_and_refreshes_executor(self):
+        result = subprocess.run([BUILD], capture_output=True, text=True, timeout=600)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("package layer", result.stderr)
+        self.assertIn("reused", result.stderr)
+        self.assertNotIn("building package layer", result.stderr)
+        built = result.stdout.strip().splitlines()[-1]
+        self.assertEqual(os.path.realpath(built), rootfs())
+        installed = os.path.join(built, "usr/lib/python3/dist-packages/readie_executor")
+        source = os.path.join(EXECUTOR, "readie_executor")
+        names = sorted(n for n in os.listdir(source) if n.endswith(".py"))
+        match, mismatch, errors = filecmp.cmpfiles(source, installed, names, shallow=False)
+        self.assertEqual((mismatch, errors), ([], []), "the image holds a stale executor")
+
+
+if __name__ == "__main__":
+    unittest.main()
