@@ -6,15 +6,19 @@ import (
 	"time"
 )
 
-type captureCmd struct{}
+type captureCmd struct {
+	cleanFailed bool
+}
 
 func (*captureCmd) Name() string { return "capture" }
 func (*captureCmd) Synopsis() string {
 	return "capture, measure and smoke-test every package set; write manifest.json"
 }
-func (*captureCmd) SetFlags(*flag.FlagSet) {}
+func (c *captureCmd) SetFlags(fs *flag.FlagSet) {
+	fs.BoolVar(&c.cleanFailed, "clean-failed", false, "remove the staging directory of a failed run instead of leaving it for inspection")
+}
 
-func (*captureCmd) Execute(ctx context.Context, g *globals, args []string) error {
+func (c *captureCmd) Execute(ctx context.Context, g *globals, args []string) error {
 	if err := noArgs(args); err != nil {
 		return err
 	}
@@ -22,6 +26,7 @@ func (*captureCmd) Execute(ctx context.Context, g *globals, args []string) error
 	if err != nil {
 		return err
 	}
+	env.CleanFailed = c.cleanFailed
 	sets, err := env.Config.Sets(g.onlyIDs())
 	if err != nil {
 		return usageError{err}

@@ -115,20 +115,24 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 	}()
 
 	err = cmd.Execute(ctx, g, fs.Args())
-	switch {
-	case err == nil:
+	if err == nil {
 		return exitOK
+	}
+	// Errors quote the executor's stderr over several lines: in text mode print them as they
+	// are rather than as one escaped log field.
+	if g.logFormat == "json" {
+		log.WithField("command", cmd.Name()).Error(err)
+	} else {
+		fmt.Fprintf(stderr, "pipeline %s: %v\n", cmd.Name(), err)
+	}
+	switch {
 	case caught == syscall.SIGINT:
-		log.Error(err)
 		return exitSIGINT
 	case caught == syscall.SIGTERM:
-		log.Error(err)
 		return exitSIGTERM
 	case isUsage(err):
-		fmt.Fprintf(stderr, "pipeline %s: %v\n", cmd.Name(), err)
 		return exitUsage
 	default:
-		log.Error(err)
 		return exitFailed
 	}
 }

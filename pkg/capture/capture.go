@@ -33,7 +33,9 @@ type Request struct {
 	Dir string
 	// WorkDir holds the sandbox's bundle and host directory; keep its path short (a Unix
 	// socket path must fit in 108 bytes).
-	WorkDir      string
+	WorkDir string
+	// Env holds the only variables passed in besides the sandbox's base environment.
+	Env          []string
 	Timeout      time.Duration
 	RunscVersion string
 }
@@ -53,7 +55,7 @@ func Run(ctx context.Context, rt *sandbox.Runtime, req Request) (*manifest.Meta,
 	}
 	spec, err := sandbox.Spec(sandbox.SpecOptions{
 		Mode: sandbox.ModeCapture, Rootfs: req.Rootfs, HostDir: hostDir,
-		ImageDir: req.Dir, Imports: req.Imports,
+		ImageDir: req.Dir, Imports: req.Imports, Env: req.Env,
 	})
 	if err != nil {
 		return nil, fail("%v", err)
@@ -127,12 +129,13 @@ func freshDir(dir string) error {
 	return nil
 }
 
-// SandboxID names a sandbox after its package set and step, unique per call, so `runsc list`
-// says what each sandbox is for.
+// SandboxID names a sandbox after its package set, its step and the pipeline's pid, unique per
+// call, so `runsc list` says what each sandbox is for and a later run can tell the leftovers of
+// a run that died from the sandboxes of a run still going (sandbox.OwnerPID).
 func SandboxID(setID, step string) string {
 	var b [4]byte
 	rand.Read(b[:])
-	return fmt.Sprintf("readie-%s-%s-%s", setID, step, hex.EncodeToString(b[:]))
+	return fmt.Sprintf("readie-%s-%s-%d-%s", setID, step, os.Getpid(), hex.EncodeToString(b[:]))
 }
 
 func indent(s string) string { return "  " + strings.ReplaceAll(s, "\n", "\n  ") }

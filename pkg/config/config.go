@@ -51,11 +51,15 @@ type Config struct {
 	Output      string   `yaml:"output"`
 	RestoreRuns int      `yaml:"restore_runs"`
 	Timeouts    Timeouts `yaml:"timeouts"`
+	// PassEnv names variables of the pipeline's environment to pass into every sandbox. Nothing
+	// else of it is passed: a checkpoint ships to every sandbox, with whatever it holds.
+	PassEnv     []string `yaml:"pass_env"`
 	Checkpoints []Set    `yaml:"checkpoints"`
 }
 
 var (
 	idPattern     = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+	envPattern    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	modulePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
 )
 
@@ -151,6 +155,11 @@ func (c *Config) validate() error {
 	} {
 		if d <= 0 {
 			add("timeouts.%s must be a positive duration such as 90s", name)
+		}
+	}
+	for _, name := range c.PassEnv {
+		if !envPattern.MatchString(name) {
+			add("pass_env: %q is not an environment variable name", name)
 		}
 	}
 	if len(c.Checkpoints) == 0 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"readie.dev/pipeline/pkg/capture"
@@ -25,6 +26,8 @@ type Restorer struct {
 	Rootfs  string
 	// WorkDir holds bundles and host directories; keep it short (socket paths).
 	WorkDir string
+	// Env holds variables added to every sandbox's base environment.
+	Env []string
 	// Flags are passed to every `runsc restore`, e.g. "-direct".
 	Flags []string
 	// Timeout bounds one restore (and, for the smoke test, restore plus the call).
@@ -34,11 +37,11 @@ type Restorer struct {
 // newSandbox prepares a sandbox of the executor's shape in mode, with a fresh host directory.
 func (r *Restorer) newSandbox(setID, step string, mode sandbox.Mode, env []string) (*sandbox.Sandbox, error) {
 	id := capture.SandboxID(setID, step)
-	hostDir := filepath.Join(r.WorkDir, id[len(id)-8:])
+	hostDir := filepath.Join(r.WorkDir, id[len(id)-8:]) // the random suffix: socket paths stay short
 	if err := os.MkdirAll(hostDir, 0o755); err != nil {
 		return nil, err
 	}
-	spec, err := sandbox.Spec(sandbox.SpecOptions{Mode: mode, Rootfs: r.Rootfs, HostDir: hostDir, Env: env})
+	spec, err := sandbox.Spec(sandbox.SpecOptions{Mode: mode, Rootfs: r.Rootfs, HostDir: hostDir, Env: append(slices.Clone(r.Env), env...)})
 	if err != nil {
 		return nil, err
 	}

@@ -39,6 +39,10 @@ type Env struct {
 	Runtime *sandbox.Runtime
 	Rootfs  manifest.Rootfs
 	Log     logrus.FieldLogger
+	// CleanFailed removes the staging directory of a failed run instead of leaving it.
+	CleanFailed bool
+	// sandboxEnv holds the variables the config passes into every sandbox, and nothing else.
+	sandboxEnv []string
 }
 
 // NewEnv checks the prerequisites named by cfg: a working runsc and a built rootfs.
@@ -71,12 +75,38 @@ func NewEnv(ctx context.Context, cfg *config.Config, log logrus.FieldLogger) (*E
 	if err := os.MkdirAll(cfg.Runsc.Root, 0o700); err != nil {
 		return nil, fmt.Errorf("%w: runsc root: %w", ErrSetup, err)
 	}
-	return &Env{Config: cfg, Runtime: rt, Rootfs: manifest.Rootfs{Path: rootfs, Digest: image.Digest}, Log: log}, nil
+	var env []string
+	for _, name := range cfg.PassEnv {
+		if value, ok := os.LookupEnv(name); ok {
+			env = append(env, name+"="+value)
+		}
+	}
+	return &Env{Config: cfg, Runtime: rt, Rootfs: manifest.Rootfs{Path: rootfs, Digest: image.Digest}, Log: log, sandboxEnv: env}, nil
+}
+
+// begin takes the output's lock and removes the sandboxes that runs which died left behind.
+func (e *Env) begin(ctx context.Context, out string) (*Lock, error) {
+	lock, err := LockOutput(out)
+	if err != nil {
+		return nil, err
+	}
+	if lock.Stale != 0 {
+		e.Log.WithField("pid", lock.Stale).Warn("took over the lock of a run that died")
+	}
+	removed, err := e.Runtime.RemoveOrphans(ctx)
+	for _, id := range removed {
+		e.Log.WithField("sandbox", id).Warn("removed a sandbox left by a run that died")
+	}
+	if err != nil {
+		lock.Unlock()
+		return nil, err
+	}
+	return lock, nil
 }
 
 func (e *Env) restorer(workDir string) *measure.Restorer {
 	return &measure.Restorer{
-		Runtime: e.Runtime, Rootfs: e.Rootfs.Path, WorkDir: workDir,
+		Runtime: e.Runtime, Rootfs: e.Rootfs.Path, WorkDir: workDir, Env: e.sandboxEnv,
 		Flags: e.Config.Runsc.RestoreFlags, Timeout: e.Config.Timeouts.Restore,
 	}
 }
@@ -115,6 +145,11 @@ func (e *Env) Capture(ctx context.Context, out string, sets []config.Set, runs i
 	if err := checkOutput(out); err != nil {
 		return nil, err
 	}
+	lock, err := e.begin(ctx, out)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Unlock()
 	version, err := e.Runtime.Version(ctx)
 	if err != nil {
 		return nil, err
@@ -136,23 +171,34 @@ func (e *Env) Capture(ctx context.Context, out string, sets []config.Set, runs i
 	if err != nil {
 		return nil, err
 	}
-	for _, set := range sets {
-		c, err := e.captureSet(ctx, set, staging, work, version, runs)
-		if err != nil {
-			return nil, fmt.Errorf("%w\n(staging directory left for inspection: %s)", err, staging)
+	if err := e.captureInto(ctx, m, staging, work, version, sets, runs); err != nil {
+		if e.CleanFailed {
+			os.RemoveAll(staging)
+			return nil, fmt.Errorf("%w\n(%s left as it was; staging directory removed)", err, out)
 		}
-		m.Checkpoints = append(m.Checkpoints, c)
-	}
-	if err := e.writeRestoreSpec(filepath.Join(staging, manifest.RestoreSpecFileName)); err != nil {
-		return nil, err
-	}
-	if err := manifest.WriteJSON(filepath.Join(staging, manifest.FileName), m); err != nil {
-		return nil, fmt.Errorf("write manifest: %w (staging directory left: %s)", err, staging)
+		return nil, fmt.Errorf("%w\n(%s left as it was; staging directory kept for inspection: %s)", err, out, staging)
 	}
 	if err := replaceDir(out, staging); err != nil {
 		return nil, err
 	}
 	return m, nil
+}
+
+func (e *Env) captureInto(ctx context.Context, m *manifest.Manifest, staging, work, version string, sets []config.Set, runs int) error {
+	for _, set := range sets {
+		c, err := e.captureSet(ctx, set, staging, work, version, runs)
+		if err != nil {
+			return err
+		}
+		m.Checkpoints = append(m.Checkpoints, c)
+	}
+	if err := e.writeRestoreSpec(filepath.Join(staging, manifest.RestoreSpecFileName)); err != nil {
+		return fmt.Errorf("write restore spec: %w", err)
+	}
+	if err := manifest.WriteJSON(filepath.Join(staging, manifest.FileName), m); err != nil {
+		return fmt.Errorf("write manifest: %w", err)
+	}
+	return nil
 }
 
 func (e *Env) captureSet(ctx context.Context, set config.Set, staging, work, version string, runs int) (manifest.Checkpoint, error) {
@@ -162,7 +208,7 @@ func (e *Env) captureSet(ctx context.Context, set config.Set, staging, work, ver
 	log.WithField("imports", strings.Join(set.Imports, ",")).Info("capture: start")
 	meta, err := capture.Run(ctx, e.Runtime, capture.Request{
 		ID: set.ID, Imports: set.Imports, Rootfs: e.Rootfs.Path, Dir: dir, WorkDir: work,
-		Timeout: e.Config.Timeouts.Capture, RunscVersion: version,
+		Env: e.sandboxEnv, Timeout: e.Config.Timeouts.Capture, RunscVersion: version,
 	})
 	if err != nil {
 		return manifest.Checkpoint{}, err
@@ -282,6 +328,11 @@ func existing(out string, only []string) (*manifest.Manifest, []int, error) {
 
 // Measure re-times the restores of checkpoints already in out and rewrites the manifest.
 func (e *Env) Measure(ctx context.Context, out string, only []string, runs int) (*manifest.Manifest, error) {
+	lock, err := e.begin(ctx, out)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Unlock()
 	m, picked, err := existing(out, only)
 	if err != nil {
 		return nil, err
@@ -305,6 +356,11 @@ func (e *Env) Measure(ctx context.Context, out string, only []string, runs int) 
 
 // Smoke smoke-tests checkpoints already in out and rewrites the manifest.
 func (e *Env) Smoke(ctx context.Context, out string, only []string) (*manifest.Manifest, error) {
+	lock, err := e.begin(ctx, out)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Unlock()
 	m, picked, err := existing(out, only)
 	if err != nil {
 		return nil, err

@@ -10,9 +10,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	runc "github.com/containerd/go-runc"
@@ -387,4 +389,53 @@ func (s *Sandbox) Start(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.rt.commandTimeout())
 	defer cancel()
 	return s.wrap("start", ctx, s.rt.client().Start(ctx, s.ID))
+}
+
+// OwnerPID returns the pid that a pipeline sandbox ID ("readie-...-PID-RAND") carries.
+func OwnerPID(id string) (int, bool) {
+	if !strings.HasPrefix(id, "readie-") {
+		return 0, false
+	}
+	parts := strings.Split(id, "-")
+	if len(parts) < 4 {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(parts[len(parts)-2])
+	if err != nil || pid <= 0 {
+		return 0, false
+	}
+	return pid, true
+}
+
+// processAlive reports whether pid names a live process.
+func processAlive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// RemoveOrphans deletes the pipeline sandboxes under this root whose owning process is gone
+// (a run killed with SIGKILL cannot clean up after itself) and returns their IDs. Sandboxes of
+// live runs and sandboxes that are not the pipeline's are left alone.
+func (r *Runtime) RemoveOrphans(ctx context.Context) ([]string, error) {
+	ids, err := r.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, id := range ids {
+		pid, ok := OwnerPID(id)
+		if !ok || processAlive(pid) {
+			continue
+		}
+		dctx, cancel := context.WithTimeout(ctx, r.commandTimeout())
+		err := r.client().Delete(dctx, id, &runc.DeleteOpts{Force: true})
+		cancel()
+		if err != nil && !isNotExist(err) {
+			errs = append(errs, fmt.Errorf("%w: delete %s: %w", ErrRunsc, id, err))
+			continue
+		}
+		removed = append(removed, id)
+	}
+	return removed, errors.Join(errs...)
 }
