@@ -1,7 +1,9 @@
 package measure_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -10,8 +12,11 @@ import (
 	"testing"
 	"time"
 
+	ogorek "github.com/kisielk/og-rek"
+
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/capture"
+	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/measure"
 	"readie.dev/pipeline/pkg/sandbox"
 )
@@ -126,4 +131,46 @@ func TestCaptureMeasureSmoke(t *testing.T) {
 		t.Fatalf("cold call = %+v, %v", cold, err)
 	}
 	t.Logf("cold call ready in %.0f ms", cold.ReadyMS)
+}
+
+// TestExecutorDiesDuringCall: a function that kills the executor (os._exit) leaves the
+// worker with a response that never ends; Call reports it as a truncated response.
+func TestExecutorDiesDuringCall(t *testing.T) {
+	rt := testenv.Runtime(t)
+	work := testenv.WorkDir(t)
+	host := filepath.Join(work, "host")
+	os.MkdirAll(host, 0o755)
+	spec, err := sandbox.Spec(sandbox.SpecOptions{Mode: sandbox.ModeSandbox, Rootfs: testenv.Rootfs(t), HostDir: host})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := rt.NewSandbox(capture.SandboxID("dies", "call"), work, host, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	defer sb.Delete(ctx)
+	if err := sb.Create(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := executorproto.Dial(ctx, sb.SocketPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var request bytes.Buffer
+	err = ogorek.NewEncoderWithConfig(&request, &ogorek.EncoderConfig{Protocol: 4}).Encode(map[string]any{
+		"func": ogorek.Class{Module: "os", Name: "_exit"}, "args": ogorek.Tuple{int64(3)}, "kwargs": map[string]any{},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = executorproto.Call(ctx, conn, request.Bytes())
+	if !errors.Is(err, executorproto.ErrTruncated) {
+		t.Fatalf("Call to an executor that died = %v, want ErrTruncated", err)
+	}
 }

@@ -1,6 +1,7 @@
 """The executor as a real subprocess on the host, called over a real Unix socket."""
 
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -140,35 +141,49 @@ class Executor:
 
     def __init__(self, **env):
         self.dir = tempfile.TemporaryDirectory()
+        # The executor logs a line per event: a pipe nobody drains would fill and block it.
+        self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen([sys.executable, "-u", "-m", "readie_executor"],
                                      env=executor_env(EXECUTOR_DIR=self.dir.name, **env),
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                     stdout=subprocess.DEVNULL, stderr=self.log)
         self.path = os.path.join(self.dir.name, "executor.sock")
         deadline = time.monotonic() + 30
         while True:
             try:
-                self.connect().close()
+                self.connect(retry_for=0).close()
                 return
             except OSError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"executor did not start: {self.proc.stderr.read()!r}")
+                    raise RuntimeError(f"executor did not start: {self.stderr()!r}")
                 time.sleep(0.01)
 
-    def connect(self):
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(60)
-        try:
-            s.connect(self.path)
-        except OSError:
-            s.close()
-            raise
-        return s
+    def connect(self, retry_for=10.0):
+        """Connects like a worker: with a listen backlog of 1 (the spec), a connect while the
+        executor is busy fails with EAGAIN and is retried."""
+        deadline = time.monotonic() + retry_for
+        while True:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(60)
+            try:
+                s.connect(self.path)
+                return s
+            except BlockingIOError:
+                s.close()
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.001)
+            except OSError:
+                s.close()
+                raise
+
+    def stderr(self):
+        self.log.seek(0)
+        return self.log.read().decode("utf-8", "replace")
 
     def close(self):
         self.proc.kill()
         self.proc.wait()
-        self.proc.stdout.close()
-        self.proc.stderr.close()
+        self.log.close()
         self.dir.cleanup()
 
 
@@ -272,6 +287,34 @@ class ServingTest(unittest.TestCase):
     def test_packages_key_ignored(self):
         env = self.roundtrip(cloudpickle.dumps({"func": len, "args": ("abc",), "kwargs": {}, "packages": ["numpy"]}))
         self.assertEqual(env, {"ok": True, "value": 3, "output": []})
+
+    def test_random_and_truncated_frames(self):
+        """A few thousand hostile streams, then a good request is still answered."""
+        rng = random.Random(1202)
+        good = protocol._HEADER.pack(5) + b"hello" + bytes(8)
+        for i in range(2000):
+            kind = i % 4
+            if kind == 0:
+                data = rng.randbytes(rng.randrange(1, 64))  # noise, often a huge header
+            elif kind == 1:
+                data = good[:rng.randrange(1, len(good))]  # a truncated message
+            elif kind == 2:
+                data = protocol._HEADER.pack(rng.randrange(1, 1 << 20)) + rng.randbytes(rng.randrange(0, 32))
+            else:
+                data = good  # a complete message whose payload is not a pickle
+            conn = self.executor.connect()
+            try:
+                conn.sendall(data)
+                conn.shutdown(socket.SHUT_WR)
+                if kind == 3:
+                    env = cloudpickle.loads(protocol.read_message(conn.makefile("rb")))
+                    self.assertFalse(env["ok"])
+            finally:
+                conn.close()
+        self.assertEqual(self.call(lambda: "alive")["value"], "alive")
+        log = self.executor.stderr()
+        self.assertIn("dropping connection: ChunkTooLargeError", log)
+        self.assertIn("dropping connection: stream ended", log)
 
     def test_args_and_kwargs_optional(self):
         self.assertEqual(self.roundtrip(cloudpickle.dumps({"func": dict}))["value"], {})
