@@ -29,9 +29,10 @@ func (c *specCmd) Execute(ctx context.Context, g *globals, args []string) error 
 	if err != nil {
 		return err
 	}
-	rootfs, err := filepath.Abs(cfg.Rootfs)
+	// runsc refuses a root reached through a symlink (build/rootfs is one): print the real path.
+	rootfs, err := filepath.EvalSymlinks(cfg.Rootfs)
 	if err != nil {
-		return err
+		return usagef("rootfs %s: %v (run `make image`)", cfg.Rootfs, err)
 	}
 	opts := sandbox.SpecOptions{Mode: sandbox.Mode(c.mode), Rootfs: rootfs, HostDir: run.RestoreSpecHostDir}
 	if opts.Mode == sandbox.ModeCapture {
