@@ -50,7 +50,7 @@ type command interface {
 }
 
 func commands() []command {
-	return []command{&captureCmd{}, &measureCmd{}, &smokeCmd{}, &verifyCmd{}, &specCmd{}, &versionCmd{}}
+	return []command{&captureCmd{}, &measureCmd{}, &smokeCmd{}, &verifyCmd{}, &benchCmd{}, &specCmd{}, &versionCmd{}}
 }
 
 func main() {

@@ -35,9 +35,11 @@ type Request struct {
 	// socket path must fit in 108 bytes).
 	WorkDir string
 	// Env holds the only variables passed in besides the sandbox's base environment.
-	Env          []string
-	Timeout      time.Duration
-	RunscVersion string
+	Env []string
+	// CheckpointOptions are extra gVisor checkpoint annotations (sandbox.SpecOptions).
+	CheckpointOptions map[string]string
+	Timeout           time.Duration
+	RunscVersion      string
 }
 
 // Run captures req and returns the checkpoint's meta.json contents, already written to Dir.
@@ -55,7 +57,7 @@ func Run(ctx context.Context, rt *sandbox.Runtime, req Request) (*manifest.Meta,
 	}
 	spec, err := sandbox.Spec(sandbox.SpecOptions{
 		Mode: sandbox.ModeCapture, Rootfs: req.Rootfs, HostDir: hostDir,
-		ImageDir: req.Dir, Imports: req.Imports, Env: req.Env,
+		ImageDir: req.Dir, Imports: req.Imports, Env: req.Env, CheckpointOptions: req.CheckpointOptions,
 	})
 	if err != nil {
 		return nil, fail("%v", err)

@@ -34,6 +34,9 @@ type Runsc struct {
 	Overlay      string   `yaml:"overlay"`
 	HostUDS      string   `yaml:"host_uds"`
 	RestoreFlags []string `yaml:"restore_flags"`
+	// CheckpointOptions are extra gVisor checkpoint annotations for captures, named without
+	// the "dev.gvisor.internal.checkpoint." prefix.
+	CheckpointOptions map[string]string `yaml:"checkpoint_options"`
 }
 
 // Timeouts bound every wait on something outside the process.
@@ -138,6 +141,13 @@ func (c *Config) validate() error {
 	for _, f := range c.Runsc.RestoreFlags {
 		if !strings.HasPrefix(f, "-") {
 			add("runsc.restore_flags: %q is not a flag", f)
+		}
+	}
+	for k := range c.Runsc.CheckpointOptions {
+		switch k {
+		case "exclude-committed-zero-pages", "compression", "direct":
+		default:
+			add("runsc.checkpoint_options: %q is not one of exclude-committed-zero-pages, compression, direct", k)
 		}
 	}
 	if c.Rootfs == "" {

@@ -69,20 +69,26 @@ type Checkpoint struct {
 
 // Manifest describes a whole output directory.
 type Manifest struct {
-	ExecutorProtocol int          `json:"executor_protocol"`
-	Runsc            Runsc        `json:"runsc"`
-	RunscFlags       []string     `json:"runsc_flags"`
-	RestoreFlags     []string     `json:"restore_flags"`
-	SpecFingerprint  string       `json:"spec_fingerprint"`
-	ExecutorArgv     []string     `json:"executor_argv"`
-	PythonPath       string       `json:"python_path"`
-	Overlay          string       `json:"overlay"`
-	Network          string       `json:"network"`
-	RootReadonly     bool         `json:"root_readonly"`
-	Rootfs           Rootfs       `json:"rootfs"`
-	CreatedAt        time.Time    `json:"created_at"`
-	Spec             string       `json:"spec"`
-	Checkpoints      []Checkpoint `json:"checkpoints"`
+	ExecutorProtocol int      `json:"executor_protocol"`
+	Runsc            Runsc    `json:"runsc"`
+	RunscFlags       []string `json:"runsc_flags"`
+	RestoreFlags     []string `json:"restore_flags"`
+	// CheckpointOptions are the gVisor checkpoint annotations the images were captured with.
+	CheckpointOptions map[string]string `json:"checkpoint_options"`
+	// AlphaMsPerMiB and InterceptMs are the least-squares line of restore median against image
+	// size: a cost model for a router.
+	AlphaMsPerMiB   float64      `json:"alpha_ms_per_mib"`
+	InterceptMs     float64      `json:"intercept_ms"`
+	SpecFingerprint string       `json:"spec_fingerprint"`
+	ExecutorArgv    []string     `json:"executor_argv"`
+	PythonPath      string       `json:"python_path"`
+	Overlay         string       `json:"overlay"`
+	Network         string       `json:"network"`
+	RootReadonly    bool         `json:"root_readonly"`
+	Rootfs          Rootfs       `json:"rootfs"`
+	CreatedAt       time.Time    `json:"created_at"`
+	Spec            string       `json:"spec"`
+	Checkpoints     []Checkpoint `json:"checkpoints"`
 }
 
 // File is one image file's size and digest.

@@ -50,6 +50,19 @@ func TestSummarize(t *testing.T) {
 	}
 }
 
+func TestLeastSquares(t *testing.T) {
+	l := measure.LeastSquares([]float64{0, 10, 20}, []float64{300, 320, 340})
+	if math.Abs(l.Slope-2) > 1e-9 || math.Abs(l.Intercept-300) > 1e-9 || l.Points != 3 {
+		t.Fatalf("fit %+v", l)
+	}
+	if l := measure.LeastSquares([]float64{5, 5}, []float64{1, 3}); l.Slope != 0 || l.Intercept != 2 {
+		t.Fatalf("degenerate fit %+v", l)
+	}
+	if l := measure.LeastSquares(nil, nil); l.Points != 0 {
+		t.Fatalf("empty fit %+v", l)
+	}
+}
+
 func TestSmokeResponseRejectsMissingModuleAndStaleEnv(t *testing.T) {
 	// Built with the Go encoder only; the executor side is covered by the integration tests.
 	if _, err := measure.SmokeRequest([]string{"numpy", "os.path"}); err != nil {
@@ -126,11 +139,23 @@ func TestCaptureMeasureSmoke(t *testing.T) {
 		t.Errorf("runsc's message does not mention the args:\n%s", stderr)
 	}
 
-	cold, err := r.ColdCall(ctx, "cold", nil)
-	if err != nil || !cold.OK {
-		t.Fatalf("cold call = %+v, %v", cold, err)
+	cold, err := r.ColdCall(ctx, "cold", imports)
+	if err != nil || cold <= 0 {
+		t.Fatalf("cold call = %v, %v", cold, err)
 	}
-	t.Logf("cold call ready in %.0f ms", cold.ReadyMS)
+	restored, err := r.RestoreCall(ctx, "small", dir, imports, false)
+	if err != nil || restored <= 0 {
+		t.Fatalf("restore call = %v, %v", restored, err)
+	}
+	prestarted, err := r.RestoreCall(ctx, "small", dir, imports, true)
+	if err != nil || prestarted <= 0 {
+		t.Fatalf("prestarted restore call = %v, %v", prestarted, err)
+	}
+	floor, err := r.Floor(ctx)
+	if err != nil || floor <= 0 {
+		t.Fatalf("floor = %v, %v", floor, err)
+	}
+	t.Logf("cold %.0f ms, restore %.0f ms, prestarted %.0f ms, floor %.0f ms", cold, restored, prestarted, floor)
 }
 
 // TestExecutorDiesDuringCall: a function that kills the executor (os._exit) leaves the

@@ -36,12 +36,16 @@ type Restorer struct {
 
 // newSandbox prepares a sandbox of the executor's shape in mode, with a fresh host directory.
 func (r *Restorer) newSandbox(setID, step string, mode sandbox.Mode, env []string) (*sandbox.Sandbox, error) {
+	return r.newSandboxArgs(setID, step, mode, env, nil)
+}
+
+func (r *Restorer) newSandboxArgs(setID, step string, mode sandbox.Mode, env, args []string) (*sandbox.Sandbox, error) {
 	id := capture.SandboxID(setID, step)
 	hostDir := filepath.Join(r.WorkDir, id[len(id)-8:]) // the random suffix: socket paths stay short
 	if err := os.MkdirAll(hostDir, 0o755); err != nil {
 		return nil, err
 	}
-	spec, err := sandbox.Spec(sandbox.SpecOptions{Mode: mode, Rootfs: r.Rootfs, HostDir: hostDir, Env: append(slices.Clone(r.Env), env...)})
+	spec, err := sandbox.Spec(sandbox.SpecOptions{Mode: mode, Rootfs: r.Rootfs, HostDir: hostDir, Env: append(slices.Clone(r.Env), env...), Args: args})
 	if err != nil {
 		return nil, err
 	}
@@ -53,7 +57,7 @@ func (r *Restorer) newSandbox(setID, step string, mode sandbox.Mode, env []strin
 func (r *Restorer) MeasureRuns(ctx context.Context, setID, imageDir string, runs int) (manifest.Stats, error) {
 	times := make([]float64, 0, runs)
 	for i := range runs {
-		ms, err := r.measureOnce(ctx, setID, imageDir)
+		ms, err := r.MeasureOnce(ctx, setID, imageDir)
 		if err != nil {
 			return manifest.Stats{}, fmt.Errorf("%w: %s: run %d of %d: %w", ErrMeasure, setID, i+1, runs, err)
 		}
@@ -62,7 +66,9 @@ func (r *Restorer) MeasureRuns(ctx context.Context, setID, imageDir string, runs
 	return Summarize(times), nil
 }
 
-func (r *Restorer) measureOnce(ctx context.Context, setID, imageDir string) (float64, error) {
+// MeasureOnce restores imageDir in measure mode in a new sandbox and returns the time from the
+// start of `runsc restore` to its exit, in milliseconds.
+func (r *Restorer) MeasureOnce(ctx context.Context, setID, imageDir string) (float64, error) {
 	sb, err := r.newSandbox(setID, "measure", sandbox.ModeMeasure, nil)
 	if err != nil {
 		return 0, err

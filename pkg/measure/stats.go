@@ -36,3 +36,34 @@ func Percentile(sorted []float64, p float64) float64 {
 	frac := rank - float64(lo)
 	return sorted[lo] + (sorted[hi]-sorted[lo])*frac
 }
+
+// Line is a least-squares line y = Slope*x + Intercept over Points points.
+type Line struct {
+	Slope, Intercept float64
+	Points           int
+}
+
+// LeastSquares fits a line to (xs, ys). With fewer than two distinct x it returns a flat line
+// through the mean.
+func LeastSquares(xs, ys []float64) Line {
+	l := Line{Points: len(xs)}
+	if len(xs) == 0 || len(xs) != len(ys) {
+		return l
+	}
+	n := float64(len(xs))
+	var sx, sy, sxx, sxy float64
+	for i := range xs {
+		sx += xs[i]
+		sy += ys[i]
+		sxx += xs[i] * xs[i]
+		sxy += xs[i] * ys[i]
+	}
+	den := n*sxx - sx*sx
+	if math.Abs(den) < 1e-12 {
+		l.Intercept = sy / n
+		return l
+	}
+	l.Slope = (n*sxy - sx*sy) / den
+	l.Intercept = (sy - l.Slope*sx) / n
+	return l
+}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -192,6 +193,7 @@ func (e *Env) captureInto(ctx context.Context, m *manifest.Manifest, staging, wo
 		}
 		m.Checkpoints = append(m.Checkpoints, c)
 	}
+	m.AlphaMsPerMiB, m.InterceptMs = CostModel(m.Checkpoints)
 	if err := e.writeRestoreSpec(filepath.Join(staging, manifest.RestoreSpecFileName)); err != nil {
 		return fmt.Errorf("write restore spec: %w", err)
 	}
@@ -208,7 +210,8 @@ func (e *Env) captureSet(ctx context.Context, set config.Set, staging, work, ver
 	log.WithField("imports", strings.Join(set.Imports, ",")).Info("capture: start")
 	meta, err := capture.Run(ctx, e.Runtime, capture.Request{
 		ID: set.ID, Imports: set.Imports, Rootfs: e.Rootfs.Path, Dir: dir, WorkDir: work,
-		Env: e.sandboxEnv, Timeout: e.Config.Timeouts.Capture, RunscVersion: version,
+		Env: e.sandboxEnv, CheckpointOptions: e.Config.Runsc.CheckpointOptions,
+		Timeout: e.Config.Timeouts.Capture, RunscVersion: version,
 	})
 	if err != nil {
 		return manifest.Checkpoint{}, err
@@ -233,6 +236,17 @@ func (e *Env) captureSet(ctx context.Context, set config.Set, staging, work, ver
 	}, nil
 }
 
+// CostModel fits restore median against image size over the checkpoints (ms per MiB, ms).
+func CostModel(cs []manifest.Checkpoint) (alpha, intercept float64) {
+	var sizes, medians []float64
+	for _, c := range cs {
+		sizes = append(sizes, float64(c.Bytes)/(1<<20))
+		medians = append(medians, c.RestoreMS.Median)
+	}
+	fit := measure.LeastSquares(sizes, medians)
+	return fit.Slope, fit.Intercept
+}
+
 func round1(ms float64) float64 { return float64(int64(ms*10+0.5)) / 10 }
 
 func (e *Env) newManifest(ctx context.Context, version string) (*manifest.Manifest, error) {
@@ -253,20 +267,21 @@ func (e *Env) newManifest(ctx context.Context, version string) (*manifest.Manife
 		return nil, err
 	}
 	return &manifest.Manifest{
-		ExecutorProtocol: executorproto.Version,
-		Runsc:            manifest.Runsc{Version: version, Module: module + "@" + moduleVersion, SHA256: binary.SHA256},
-		RunscFlags:       e.Runtime.Flags.Args(),
-		RestoreFlags:     slices.Clone(e.Config.Runsc.RestoreFlags),
-		SpecFingerprint:  fingerprint,
-		ExecutorArgv:     sandbox.ExecutorArgs(),
-		PythonPath:       sandbox.PythonPath,
-		Overlay:          e.Runtime.Flags.Overlay,
-		Network:          e.Runtime.Flags.Network,
-		RootReadonly:     spec.Root.Readonly,
-		Rootfs:           e.Rootfs,
-		CreatedAt:        time.Now().UTC(),
-		Spec:             manifest.RestoreSpecFileName,
-		Checkpoints:      []manifest.Checkpoint{},
+		ExecutorProtocol:  executorproto.Version,
+		Runsc:             manifest.Runsc{Version: version, Module: module + "@" + moduleVersion, SHA256: binary.SHA256},
+		RunscFlags:        e.Runtime.Flags.Args(),
+		RestoreFlags:      slices.Clone(e.Config.Runsc.RestoreFlags),
+		CheckpointOptions: maps.Clone(e.Config.Runsc.CheckpointOptions),
+		SpecFingerprint:   fingerprint,
+		ExecutorArgv:      sandbox.ExecutorArgs(),
+		PythonPath:        sandbox.PythonPath,
+		Overlay:           e.Runtime.Flags.Overlay,
+		Network:           e.Runtime.Flags.Network,
+		RootReadonly:      spec.Root.Readonly,
+		Rootfs:            e.Rootfs,
+		CreatedAt:         time.Now().UTC(),
+		Spec:              manifest.RestoreSpecFileName,
+		Checkpoints:       []manifest.Checkpoint{},
 	}, nil
 }
 
@@ -351,6 +366,7 @@ func (e *Env) Measure(ctx context.Context, out string, only []string, runs int) 
 		e.Log.WithFields(logrus.Fields{"set": c.ID, "median_ms": round1(stats.Median), "p90_ms": round1(stats.P90)}).Info("measure: done")
 		c.RestoreMS = stats
 	}
+	m.AlphaMsPerMiB, m.InterceptMs = CostModel(m.Checkpoints)
 	return m, manifest.WriteJSON(filepath.Join(out, manifest.FileName), m)
 }
 

@@ -34,8 +34,9 @@ const (
 	// PythonPath is the interpreter the executor runs under, inside the image.
 	PythonPath = "/usr/bin/python3"
 
-	annotationCheckpointEnable = "dev.gvisor.internal.checkpoint.enable"
-	annotationCheckpointPath   = "dev.gvisor.internal.checkpoint.path"
+	annotationCheckpointPrefix = "dev.gvisor.internal.checkpoint."
+	annotationCheckpointEnable = annotationCheckpointPrefix + "enable"
+	annotationCheckpointPath   = annotationCheckpointPrefix + "path"
 
 	maxOpenFiles = 1024
 )
@@ -68,6 +69,9 @@ type SpecOptions struct {
 	ImageDir string
 	// Imports are the modules the executor imports before the checkpoint (capture mode only).
 	Imports []string
+	// CheckpointOptions are extra gVisor checkpoint annotations, named without their
+	// "dev.gvisor.internal.checkpoint." prefix, e.g. "exclude-committed-zero-pages" (capture only).
+	CheckpointOptions map[string]string
 	// Env adds KEY=VALUE entries after the base environment; restore may differ here.
 	Env []string
 	// Args replaces the executor's argv, for a sandbox of the same shape running something else
@@ -87,6 +91,11 @@ func Spec(o SpecOptions) (*specs.Spec, error) {
 	}
 	if !filepath.IsAbs(o.Rootfs) || !filepath.IsAbs(o.HostDir) {
 		return nil, fmt.Errorf("%w: rootfs %q and host dir %q must be absolute", ErrSpec, o.Rootfs, o.HostDir)
+	}
+	for k := range o.CheckpointOptions {
+		if o.Mode != ModeCapture || k == "" || k == "enable" || k == "path" || strings.ContainsAny(k, "/= ") {
+			return nil, fmt.Errorf("%w: checkpoint option %q (capture mode only; not enable or path)", ErrSpec, k)
+		}
 	}
 	if (o.Mode == ModeCapture) != (o.ImageDir != "") {
 		return nil, fmt.Errorf("%w: an image directory is set exactly in capture mode", ErrSpec)
@@ -145,6 +154,9 @@ func Spec(o SpecOptions) (*specs.Spec, error) {
 		s.Annotations = map[string]string{
 			annotationCheckpointEnable: "true",
 			annotationCheckpointPath:   o.ImageDir,
+		}
+		for k, v := range o.CheckpointOptions {
+			s.Annotations[annotationCheckpointPrefix+k] = v
 		}
 	}
 	return s, nil

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"readie.dev/pipeline/pkg/bench"
+	"readie.dev/pipeline/pkg/run"
+)
+
+type benchCmd struct {
+	rounds   int
+	capture  bool
+	variants bool
+	explain  bool
+}
+
+func (*benchCmd) Name() string { return "bench" }
+func (*benchCmd) Synopsis() string {
+	return "restore latency side by side: floor, cold, restore, prestarted, measure, variants"
+}
+func (c *benchCmd) SetFlags(fs *flag.FlagSet) {
+	fs.IntVar(&c.rounds, "rounds", 7, "rounds; every set and series runs once per round, interleaved")
+	fs.BoolVar(&c.capture, "capture", false, "capture first (as `pipeline capture`), then bench")
+	fs.BoolVar(&c.variants, "variants", true, "also measure restore variants: -direct, -background, zero-pages images")
+	fs.BoolVar(&c.explain, "explain", false, "break one restore per set down from runsc's debug log")
+}
+
+func (c *benchCmd) Execute(ctx context.Context, g *globals, args []string) error {
+	if err := noArgs(args); err != nil {
+		return err
+	}
+	if c.rounds < 1 {
+		return usagef("--rounds %d: want at least 1", c.rounds)
+	}
+	env, err := g.env(ctx)
+	if err != nil {
+		return err
+	}
+	out := env.Config.Output
+	if c.capture {
+		sets, err := env.Config.Sets(g.onlyIDs())
+		if err != nil {
+			return usageError{err}
+		}
+		if _, err := env.Capture(ctx, out, sets, env.Config.RestoreRuns); err != nil {
+			return usageIfSetup(err)
+		}
+	}
+	report, err := env.Bench(ctx, out, run.BenchOptions{Only: g.onlyIDs(), Rounds: c.rounds, Variants: c.variants, Explain: c.explain})
+	if err != nil {
+		return usageIfSetup(err)
+	}
+	printBench(g.stdout, report)
+	fmt.Fprintf(g.stdout, "\nwrote %s and %s\n", filepath.Join(out, "bench.json"), filepath.Join(out, "bench.svg"))
+	return nil
+}
+
+func printBench(w io.Writer, r *bench.Report) {
+	fmt.Fprintf(w, "%d rounds, interleaved; %d CPUs (%s); runsc %s; restore flags %s\n\n",
+		r.Rounds, r.Machine.CPUs, r.Machine.CPUModel, r.Runsc.Version, strings.Join(r.RestoreFlags, " "))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "set\tseries\tmin ms\tmedian ms\tp90 ms\tmax ms\t")
+	for _, s := range r.Sets {
+		for _, name := range r.Series {
+			st, ok := s.Series[name]
+			if !ok {
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.0f\t%.0f\t\n", s.ID, name, st.Min, st.Median, st.P90, st.Max)
+		}
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "set\timage MiB\tcold/restore\trestore/floor\tprestarted/floor\t")
+	for _, s := range r.Sets {
+		fmt.Fprintf(tw, "%s\t%.1f\t%.2f\t%.2f\t%.2f\t\n", s.ID, float64(s.Bytes)/(1<<20),
+			s.Ratios["cold/restore"], s.Ratios["restore/floor"], s.Ratios["prestarted/floor"])
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\nrestore cost model (measure-mode medians, %d sets): %.2f ms/MiB + %.0f ms\n",
+		r.Fit.Points, r.Fit.AlphaMsPerMiB, r.Fit.InterceptMs)
+	if r.FastestVariant != nil {
+		fmt.Fprintf(w, "fastest restore variant (sum of medians over the sets): %s\n", r.FastestVariant.Name)
+	}
+	if len(r.Explain) > 0 {
+		fmt.Fprintln(w, "\nwhere one restore's time goes (runsc --debug is on for these, which slows them):")
+		bench.WriteBreakdowns(w, r.Explain)
+	}
+}

@@ -1,0 +1,176 @@
+// Package bench measures restore latency side by side: for every checkpoint and every series
+// (the sandbox floor, a cold start, a restore, a restore into a pre-created sandbox, the
+// measure-mode restore, and restore variants), interleaved round by round so that the noise of
+// a shared machine hits every series alike.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+
+	"readie.dev/pipeline/pkg/manifest"
+	"readie.dev/pipeline/pkg/measure"
+)
+
+// The series every set is measured in.
+const (
+	Floor      = "floor"      // a sandbox of the same shape running /bin/true
+	Cold       = "cold"       // cold start of the executor, then the call that imports the set
+	Restore    = "restore"    // restore in sandbox mode, then the same call
+	Prestarted = "prestarted" // `runsc create` ahead, then restore and the same call
+	Measure    = "measure"    // the measure-mode restore that capture records
+)
+
+// CoreSeries are measured for every set, in this order within a round.
+func CoreSeries() []string { return []string{Floor, Cold, Restore, Prestarted, Measure} }
+
+// Variant is a restore to the answer with other restore flags, or from an image captured with
+// committed zero pages excluded.
+type Variant struct {
+	Name      string   `json:"name"`
+	Flags     []string `json:"flags"`
+	ZeroPages bool     `json:"zero_pages"`
+}
+
+// Variants are the restore variants measured beside the core series.
+func Variants() []Variant {
+	return []Variant{
+		{Name: "variant:none", Flags: []string{}},
+		{Name: "variant:-direct", Flags: []string{"-direct"}},
+		{Name: "variant:-background", Flags: []string{"-background"}},
+		{Name: "variant:-direct,-background", Flags: []string{"-direct", "-background"}},
+		{Name: "variant:zero-pages,-direct", Flags: []string{"-direct"}, ZeroPages: true},
+		{Name: "variant:zero-pages,-direct,-background", Flags: []string{"-direct", "-background"}, ZeroPages: true},
+	}
+}
+
+// Set is one checkpoint to measure.
+type Set struct {
+	ID      string   `json:"id"`
+	Imports []string `json:"imports"`
+	Dir     string   `json:"-"`
+	Bytes   int64    `json:"bytes"`
+	// ZeroDir holds the same set captured with committed zero pages excluded ("" if none).
+	ZeroDir   string `json:"-"`
+	ZeroBytes int64  `json:"zero_pages_bytes,omitempty"`
+}
+
+// Trial is one measurement: a set, a series, a round.
+type Trial struct {
+	Round  int
+	Set    int // index into the sets
+	Series string
+}
+
+// Schedule orders the trials round by round: every set and every series once per round
+// (A B C D A B C D ...), never all of one series before the next.
+func Schedule(sets, rounds int, series []string) []Trial {
+	trials := make([]Trial, 0, sets*rounds*len(series))
+	for r := range rounds {
+		for s := range sets {
+			for _, name := range series {
+				trials = append(trials, Trial{Round: r, Set: s, Series: name})
+			}
+		}
+	}
+	return trials
+}
+
+// Runner performs one trial and returns its time in milliseconds.
+type Runner interface {
+	Run(ctx context.Context, set Set, series string) (float64, error)
+}
+
+// SetReport holds one set's figures.
+type SetReport struct {
+	Set
+	Series map[string]manifest.Stats `json:"series"`
+	// Ratios of medians: cold/restore, restore/floor, prestarted/floor.
+	Ratios map[string]float64 `json:"ratios"`
+}
+
+// Fit is the least-squares line of restore median against image size.
+type Fit struct {
+	Series        string  `json:"series"`
+	AlphaMsPerMiB float64 `json:"alpha_ms_per_mib"`
+	InterceptMs   float64 `json:"intercept_ms"`
+	Points        int     `json:"points"`
+}
+
+// Results are the figures of one run of the benchmark.
+type Results struct {
+	Rounds int         `json:"rounds"`
+	Series []string    `json:"series"`
+	Sets   []SetReport `json:"sets"`
+	Fit    Fit         `json:"fit"`
+}
+
+// Execute runs every trial of the schedule with runner; progress, if set, sees each result.
+func Execute(ctx context.Context, sets []Set, series []string, rounds int, runner Runner, progress func(Trial, float64)) (*Results, error) {
+	raw := make([]map[string][]float64, len(sets))
+	for i := range raw {
+		raw[i] = map[string][]float64{}
+	}
+	for _, t := range Schedule(len(sets), rounds, series) {
+		if err := ctx.Err(); err != nil {
+			return nil, context.Cause(ctx)
+		}
+		ms, err := runner.Run(ctx, sets[t.Set], t.Series)
+		if err != nil {
+			return nil, fmt.Errorf("bench: %s, %s, round %d: %w", sets[t.Set].ID, t.Series, t.Round+1, err)
+		}
+		raw[t.Set][t.Series] = append(raw[t.Set][t.Series], ms)
+		if progress != nil {
+			progress(t, ms)
+		}
+	}
+	res := &Results{Rounds: rounds, Series: slices.Clone(series)}
+	var sizes, medians []float64
+	for i, set := range sets {
+		rep := SetReport{Set: set, Series: map[string]manifest.Stats{}, Ratios: map[string]float64{}}
+		for name, runs := range raw[i] {
+			rep.Series[name] = measure.Summarize(runs)
+		}
+		ratio := func(key, num, den string) {
+			n, okN := rep.Series[num]
+			d, okD := rep.Series[den]
+			if okN && okD && d.Median > 0 {
+				rep.Ratios[key] = n.Median / d.Median
+			}
+		}
+		ratio("cold/restore", Cold, Restore)
+		ratio("restore/floor", Restore, Floor)
+		ratio("prestarted/floor", Prestarted, Floor)
+		if st, ok := rep.Series[Measure]; ok {
+			sizes = append(sizes, float64(set.Bytes)/(1<<20))
+			medians = append(medians, st.Median)
+		}
+		res.Sets = append(res.Sets, rep)
+	}
+	line := measure.LeastSquares(sizes, medians)
+	res.Fit = Fit{Series: Measure, AlphaMsPerMiB: line.Slope, InterceptMs: line.Intercept, Points: line.Points}
+	return res, nil
+}
+
+// Fastest returns the variant with the lowest sum of medians over the sets, or false if none
+// was measured.
+func (r *Results) Fastest(variants []Variant) (Variant, bool) {
+	best, bestSum, found := Variant{}, math.Inf(1), false
+	for _, v := range variants {
+		sum := 0.0
+		for _, s := range r.Sets {
+			st, ok := s.Series[v.Name]
+			if !ok {
+				sum = math.Inf(1)
+				break
+			}
+			sum += st.Median
+		}
+		if sum < bestSum {
+			best, bestSum, found = v, sum, true
+		}
+	}
+	return best, found
+}

@@ -1,0 +1,97 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+)
+
+func TestScheduleInterleaves(t *testing.T) {
+	series := []string{"A", "B", "C", "D"}
+	trials := Schedule(2, 3, series)
+	if len(trials) != 2*3*4 {
+		t.Fatalf("%d trials", len(trials))
+	}
+	var got []string
+	for _, tr := range trials[:8] {
+		got = append(got, string(rune('0'+tr.Set))+tr.Series)
+	}
+	if s := strings.Join(got, " "); s != "0A 0B 0C 0D 1A 1B 1C 1D" {
+		t.Fatalf("round 1 order: %s", s)
+	}
+	// Every series appears once per set before any repeats: never all A then all B.
+	for i, tr := range trials {
+		if tr.Round != i/8 {
+			t.Fatalf("trial %d is in round %d", i, tr.Round)
+		}
+	}
+}
+
+type fakeRunner struct {
+	calls []string
+	times map[string]float64
+}
+
+func (f *fakeRunner) Run(ctx context.Context, set Set, series string) (float64, error) {
+	f.calls = append(f.calls, set.ID+"/"+series)
+	ms := f.times[series] + float64(len(f.calls)%3) // a little spread
+	if set.ID == "big" {
+		ms += 50
+	}
+	return ms, nil
+}
+
+func TestExecuteStatisticsAndRatios(t *testing.T) {
+	runner := &fakeRunner{times: map[string]float64{Floor: 250, Cold: 2000, Restore: 400, Prestarted: 150, Measure: 350}}
+	sets := []Set{{ID: "small", Bytes: 8 << 20}, {ID: "big", Bytes: 40 << 20}}
+	res, err := Execute(context.Background(), sets, CoreSeries(), 3, runner, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runner.calls) != 2*3*5 || runner.calls[0] != "small/floor" || runner.calls[5] != "big/floor" || runner.calls[10] != "small/floor" {
+		t.Fatalf("calls %v", runner.calls)
+	}
+	small := res.Sets[0]
+	if st := small.Series[Restore]; len(st.Runs) != 3 || st.Min > st.Median || st.Median > st.P90 || st.P90 > st.Max {
+		t.Fatalf("restore stats %+v", st)
+	}
+	want := small.Series[Cold].Median / small.Series[Restore].Median
+	if math.Abs(small.Ratios["cold/restore"]-want) > 1e-9 || small.Ratios["restore/floor"] <= 1 || small.Ratios["prestarted/floor"] >= 1 {
+		t.Fatalf("ratios %+v", small.Ratios)
+	}
+	// measure medians: small ~351, big ~401 over 8 and 40 MiB: slope ~50/32 ms per MiB.
+	if res.Fit.Points != 2 || math.Abs(res.Fit.AlphaMsPerMiB-(res.Sets[1].Series[Measure].Median-small.Series[Measure].Median)/32) > 1e-9 {
+		t.Fatalf("fit %+v", res.Fit)
+	}
+}
+
+type failingRunner struct{}
+
+func (failingRunner) Run(context.Context, Set, string) (float64, error) {
+	return 0, errors.New("sandbox exploded")
+}
+
+func TestExecuteNamesTheFailedTrial(t *testing.T) {
+	_, err := Execute(context.Background(), []Set{{ID: "pandas"}}, []string{Cold}, 2, failingRunner{}, nil)
+	if err == nil || !strings.Contains(err.Error(), "pandas, cold, round 1: sandbox exploded") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestFastest(t *testing.T) {
+	runner := &fakeRunner{times: map[string]float64{"variant:none": 500, "variant:-direct": 450, "variant:-background": 300}}
+	vs := Variants()[:3]
+	var names []string
+	for _, v := range vs {
+		names = append(names, v.Name)
+	}
+	res, err := Execute(context.Background(), []Set{{ID: "a"}, {ID: "b"}}, names, 2, runner, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := res.Fastest(vs); !ok || v.Name != "variant:-background" {
+		t.Fatalf("fastest = %+v %v", v, ok)
+	}
+}

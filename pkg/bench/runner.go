@@ -1,0 +1,92 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"readie.dev/pipeline/pkg/manifest"
+	"readie.dev/pipeline/pkg/measure"
+)
+
+// SandboxRunner runs trials with real sandboxes.
+type SandboxRunner struct {
+	// Restorer restores with the flags the checkpoints were recorded with.
+	Restorer *measure.Restorer
+	Variants []Variant
+}
+
+// Run implements Runner.
+func (s *SandboxRunner) Run(ctx context.Context, set Set, series string) (float64, error) {
+	r := s.Restorer
+	switch series {
+	case Floor:
+		return r.Floor(ctx)
+	case Cold:
+		return r.ColdCall(ctx, set.ID, set.Imports)
+	case Restore:
+		return r.RestoreCall(ctx, set.ID, set.Dir, set.Imports, false)
+	case Prestarted:
+		return r.RestoreCall(ctx, set.ID, set.Dir, set.Imports, true)
+	case Measure:
+		return r.MeasureOnce(ctx, set.ID, set.Dir)
+	}
+	for _, v := range s.Variants {
+		if v.Name != series {
+			continue
+		}
+		dir := set.Dir
+		if v.ZeroPages {
+			if set.ZeroDir == "" {
+				return 0, fmt.Errorf("no zero-pages image of %s", set.ID)
+			}
+			dir = set.ZeroDir
+		}
+		variant := *r
+		variant.Flags = v.Flags
+		return variant.RestoreCall(ctx, set.ID, dir, set.Imports, false)
+	}
+	return 0, fmt.Errorf("unknown series %q", series)
+}
+
+// Machine describes where the figures were measured.
+type Machine struct {
+	CPUs     int    `json:"cpus"`
+	CPUModel string `json:"cpu_model"`
+	Kernel   string `json:"kernel"`
+}
+
+// ThisMachine reads the CPU count and model and the kernel release.
+func ThisMachine() Machine {
+	m := Machine{CPUs: runtime.NumCPU()}
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if data, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = string(bytes.TrimSpace(data))
+	}
+	return m
+}
+
+// Report is bench.json: every run's raw figure and what they were measured with.
+type Report struct {
+	CreatedAt         time.Time         `json:"created_at"`
+	Machine           Machine           `json:"machine"`
+	Runsc             manifest.Runsc    `json:"runsc"`
+	RunscFlags        []string          `json:"runsc_flags"`
+	RestoreFlags      []string          `json:"restore_flags"`
+	CheckpointOptions map[string]string `json:"checkpoint_options"`
+	Variants          []Variant         `json:"variants"`
+	FastestVariant    *Variant          `json:"fastest_variant,omitempty"`
+	Explain           []Breakdown       `json:"explain,omitempty"`
+	Results
+}
