@@ -18,7 +18,7 @@ GOTEST_FLAGS ?= -race -timeout 30m
 export READIE_RUNSC := $(RUNSC)
 export READIE_ROOTFS := $(abspath $(ROOTFS))
 
-.PHONY: all build runsc image deps test test-go test-python check-golden golden lint capture bench-proto clean
+.PHONY: all build runsc image deps test test-go test-python check-golden golden lint capture bench bench-go bench-proto clean
 
 all: build
 
@@ -71,6 +71,14 @@ test-go: runsc image build
 	go test $(GOTEST_FLAGS) ./...
 
 test: deps lint check-golden test-python test-go
+
+# Restore latency side by side on the default config (captures first).
+bench: deps runsc image build
+	$(PIPELINE) bench --capture --explain --config pipeline.yaml --out out
+
+# The pipeline's own hot paths that are not sandboxes.
+bench-go:
+	go test -run '^$$' -bench . -benchtime 20x -count 6 ./pkg/executorproto ./pkg/sandbox ./pkg/manifest
 
 bench-proto:
 	go test -run '^$$' -bench . -benchtime 20x -count 6 ./pkg/executorproto

@@ -187,3 +187,65 @@ func TestCaptureVerify(t *testing.T) {
 		t.Fatalf("verify after tampering: exit %d\n%s", code, stderr)
 	}
 }
+
+// TestBenchShort runs `pipeline bench` for real: 2 rounds, one set, with the variants and the
+// breakdown, and checks the table, bench.json and bench.svg.
+func TestBenchShort(t *testing.T) {
+	dir := testenv.WorkDir(t)
+	out := filepath.Join(dir, "out")
+	cfg := testConfig{runsc: testenv.RunscPath(t), root: filepath.Join(dir, "root"), rootfs: testenv.Rootfs(t), output: out,
+		sets: "  - id: small\n    imports: [json, email.parser]\n"}.write(t)
+	code, stdout, stderr := runCLI(t, "bench", "--config", cfg, "--capture", "--only", "small", "--rounds", "2", "--explain")
+	if code != exitOK {
+		t.Fatalf("bench: exit %d\n%s", code, stderr)
+	}
+	for _, want := range []string{"floor", "cold", "restore", "prestarted", "measure", "variant:-direct", "cold/restore", "ms/MiB", "spawn"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("the bench table lacks %q:\n%s", want, stdout)
+		}
+	}
+	data, err := os.ReadFile(filepath.Join(out, "bench.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var report struct {
+		Machine struct{ CPUs int } `json:"machine"`
+		Runsc   struct{ Version string }
+		Rounds  int `json:"rounds"`
+		Sets    []struct {
+			ID     string
+			Series map[string]struct{ Runs []float64 }
+			Ratios map[string]float64
+		} `json:"sets"`
+		Fit     struct{ Points int } `json:"fit"`
+		Explain []struct {
+			Total float64 `json:"total_ms"`
+		} `json:"explain"`
+	}
+	if err := json.Unmarshal(data, &report); err != nil {
+		t.Fatal(err)
+	}
+	if report.Machine.CPUs < 1 || report.Runsc.Version == "" || report.Rounds != 2 || len(report.Sets) != 1 || report.Sets[0].ID != "small" {
+		t.Fatalf("bench.json: %+v", report)
+	}
+	for name, s := range report.Sets[0].Series {
+		if len(s.Runs) != 2 {
+			t.Errorf("series %s has %d runs, want 2", name, len(s.Runs))
+		}
+	}
+	if len(report.Sets[0].Series) != 11 || report.Sets[0].Ratios["cold/restore"] <= 0 || len(report.Explain) != 1 || report.Explain[0].Total <= 0 {
+		t.Errorf("bench.json: %d series, ratios %v, explain %+v", len(report.Sets[0].Series), report.Sets[0].Ratios, report.Explain)
+	}
+	svg, err := os.ReadFile(filepath.Join(out, "bench.svg"))
+	if err != nil || !bytes.Contains(svg, []byte("<svg")) || !bytes.Contains(svg, []byte("prestarted")) {
+		t.Fatalf("bench.svg: %v", err)
+	}
+	m, err := manifest.Load(filepath.Join(out, manifest.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The empty set and small: two sizes, so the cost model has a slope.
+	if len(m.RestoreFlags) == 0 || m.AlphaMsPerMiB == 0 {
+		t.Errorf("manifest restore_flags %v, alpha_ms_per_mib %v", m.RestoreFlags, m.AlphaMsPerMiB)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,6 +35,8 @@ type Runsc struct {
 	Overlay      string   `yaml:"overlay"`
 	HostUDS      string   `yaml:"host_uds"`
 	RestoreFlags []string `yaml:"restore_flags"`
+	// GlobalFlags are further runsc global flags for every command, e.g. --ignore-cgroups.
+	GlobalFlags []string `yaml:"global_flags"`
 	// CheckpointOptions are extra gVisor checkpoint annotations for captures, named without
 	// the "dev.gvisor.internal.checkpoint." prefix.
 	CheckpointOptions map[string]string `yaml:"checkpoint_options"`
@@ -141,6 +144,15 @@ func (c *Config) validate() error {
 	for _, f := range c.Runsc.RestoreFlags {
 		if !strings.HasPrefix(f, "-") {
 			add("runsc.restore_flags: %q is not a flag", f)
+		}
+	}
+	for _, f := range c.Runsc.GlobalFlags {
+		name, _, _ := strings.Cut(strings.TrimLeft(f, "-"), "=")
+		switch {
+		case !strings.HasPrefix(f, "--"):
+			add("runsc.global_flags: %q is not a --flag", f)
+		case slices.Contains([]string{"root", "network", "overlay2", "host-uds", "debug", "debug-log"}, name):
+			add("runsc.global_flags: set %q with its own key, not here", f)
 		}
 	}
 	for k := range c.Runsc.CheckpointOptions {

@@ -134,3 +134,18 @@ func TestVerify(t *testing.T) {
 		t.Fatalf("Verify with another protocol = %v", err)
 	}
 }
+
+// BenchmarkWriteManifest is writing manifest.json atomically (fsync included).
+func BenchmarkWriteManifest(b *testing.B) {
+	path := filepath.Join(b.TempDir(), FileName)
+	m := sample()
+	for range 20 {
+		m.Checkpoints = append(m.Checkpoints, m.Checkpoints[0])
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := WriteJSON(path, m); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -53,6 +53,7 @@ func NewEnv(ctx context.Context, cfg *config.Config, log logrus.FieldLogger) (*E
 		Root: cfg.Runsc.Root,
 		Flags: sandbox.Flags{
 			Network: cfg.Runsc.Network, Overlay: cfg.Runsc.Overlay, HostUDS: cfg.Runsc.HostUDS,
+			Extra: slices.Clone(cfg.Runsc.GlobalFlags),
 		},
 		CommandTimeout: cfg.Timeouts.RunscCommand,
 	}

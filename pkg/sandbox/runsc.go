@@ -29,11 +29,13 @@ type Flags struct {
 	// HostUDS is --host-uds: "create" lets the executor's bind() of its socket reach the host;
 	// with runsc's default the gofer refuses it and a dial from the host waits forever.
 	HostUDS string
+	// Extra are further global flags, e.g. "--ignore-cgroups".
+	Extra []string
 }
 
 // Args returns the flags as runsc arguments.
 func (f Flags) Args() []string {
-	return []string{"--network=" + f.Network, "--overlay2=" + f.Overlay, "--host-uds=" + f.HostUDS}
+	return append([]string{"--network=" + f.Network, "--overlay2=" + f.Overlay, "--host-uds=" + f.HostUDS}, f.Extra...)
 }
 
 // Runtime drives one runsc binary with a private state root.

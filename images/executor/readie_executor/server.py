@@ -53,8 +53,11 @@ def serve_connection(conn, chunk_size, resolver):
                 pass
 
 
-def serve(cfg):
-    """Binds the socket (only now, after any checkpoint) and serves one connection at a time."""
+def serve(cfg, since=None):
+    """Binds the socket (only now, after any checkpoint) and serves one connection at a time.
+
+    since is the wall-clock time the process resumed from a checkpoint, for the log (the
+    monotonic clock jumps on restore)."""
     path = cfg.socket_path
     try:
         os.unlink(path)  # a socket left by an earlier run of this sandbox directory
@@ -63,7 +66,10 @@ def serve(cfg):
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(1)
-    log(f"listening on {path}")
+    if since is None:
+        log(f"listening on {path}")
+    else:
+        log(f"listening on {path}, {(time.time() - since) * 1000:.1f} ms after resuming")
     resolver = calls.Resolver(log)
     while True:
         conn, _ = listener.accept()
@@ -96,23 +102,29 @@ def main():
         print(f"{checkpoint.MARKER} imports={','.join(cfg.preimport)}", flush=True)
         try:
             result = checkpoint.trigger()
+            resumed = time.time()
             if result == "restore":
                 checkpoint.replace_environ(checkpoint.read_spec_environ())
         except (checkpoint.CheckpointError, OSError) as e:
             log(f"checkpoint failed: {e}")
             return EXIT_CHECKPOINT
+        environ_done = time.time()
         try:
             cfg = settings_mod.from_environ(os.environ)
         except settings_mod.SettingsError as e:
             log(f"after {result}: {e}")
             return EXIT_SETTINGS
         checkpoint.reseed()
-        log(f"{result}d in {cfg.mode} mode")
+        reseeded = time.time()
+        log(f"{result}d in {cfg.mode} mode (environment {(environ_done - resumed) * 1000:.1f} ms, "
+            f"settings and reseed {(reseeded - environ_done) * 1000:.1f} ms)")
         if cfg.mode == "measure":
             # Interpreter teardown of a large process is not restore time.
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(EXIT_OK)
+        serve(cfg, since=resumed)
+        return EXIT_OK
 
     serve(cfg)
     return EXIT_OK
