@@ -28,24 +28,19 @@ type BenchOptions struct {
 // Bench measures the checkpoints of out side by side and writes bench.json and bench.svg
 // into it.
 func (e *Env) Bench(ctx context.Context, out string, o BenchOptions) (*bench.Report, error) {
-	lock, err := e.begin(ctx, out)
-	if err != nil {
-		return nil, err
-	}
-	defer lock.Unlock()
-	m, picked, err := existing(out, o.Only)
-	if err != nil {
-		return nil, err
-	}
-	work, cleanup, err := workDir()
-	if err != nil {
-		return nil, err
-	}
-	defer cleanup()
+	var report *bench.Report
+	_, err := e.onExisting(ctx, out, o.Only, func(r *existingRun) error {
+		var err error
+		report, err = e.bench(ctx, out, r, o)
+		return err
+	})
+	return report, err
+}
 
+func (e *Env) bench(ctx context.Context, out string, r *existingRun, o BenchOptions) (*bench.Report, error) {
+	m, work := r.manifest, r.work
 	var sets []bench.Set
-	for _, i := range picked {
-		c := m.Checkpoints[i]
+	for _, c := range r.picked {
 		sets = append(sets, bench.Set{ID: c.ID, Imports: c.Imports, Dir: filepath.Join(out, c.Dir), Bytes: c.Bytes})
 	}
 	restorer := e.restorer(work)

@@ -321,80 +321,73 @@ func replaceDir(out, staging string) error {
 	return nil
 }
 
-// existing loads the manifest of out and the checkpoints selected by only (all when empty).
-func existing(out string, only []string) (*manifest.Manifest, []int, error) {
+// existingRun is a run over an output directory that a capture already made.
+type existingRun struct {
+	manifest *manifest.Manifest
+	picked   []*manifest.Checkpoint // the checkpoints selected by --only (all when empty)
+	work     string                 // scratch directory for bundles and sockets
+}
+
+// onExisting takes out's lock, removes orphaned sandboxes, loads the manifest, checks its
+// protocol and the --only selection, and runs f with a scratch directory.
+func (e *Env) onExisting(ctx context.Context, out string, only []string, f func(*existingRun) error) (*manifest.Manifest, error) {
+	lock, err := e.begin(ctx, out)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Unlock()
 	m, err := manifest.Load(filepath.Join(out, manifest.FileName))
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %w (run `pipeline capture` first)", ErrSetup, err)
+		return nil, fmt.Errorf("%w: %w (run `pipeline capture` first)", ErrSetup, err)
 	}
 	if err := m.CheckProtocol(executorproto.Version); err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", ErrSetup, err)
+		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
 	}
-	var picked []int
-	for i, c := range m.Checkpoints {
-		if len(only) == 0 || slices.Contains(only, c.ID) {
-			picked = append(picked, i)
+	r := &existingRun{manifest: m}
+	for i := range m.Checkpoints {
+		if len(only) == 0 || slices.Contains(only, m.Checkpoints[i].ID) {
+			r.picked = append(r.picked, &m.Checkpoints[i])
 		}
 	}
-	if len(picked) == 0 {
-		return nil, nil, fmt.Errorf("%w: no checkpoint of %s matches %v", ErrSetup, out, only)
+	if len(r.picked) == 0 {
+		return nil, fmt.Errorf("%w: no checkpoint of %s matches %v", ErrSetup, out, only)
 	}
-	return m, picked, nil
+	work, cleanup, err := workDir()
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	r.work = work
+	return m, f(r)
 }
 
 // Measure re-times the restores of checkpoints already in out and rewrites the manifest.
 func (e *Env) Measure(ctx context.Context, out string, only []string, runs int) (*manifest.Manifest, error) {
-	lock, err := e.begin(ctx, out)
-	if err != nil {
-		return nil, err
-	}
-	defer lock.Unlock()
-	m, picked, err := existing(out, only)
-	if err != nil {
-		return nil, err
-	}
-	work, cleanup, err := workDir()
-	if err != nil {
-		return nil, err
-	}
-	defer cleanup()
-	for _, i := range picked {
-		c := &m.Checkpoints[i]
-		stats, err := e.restorer(work).MeasureRuns(ctx, c.ID, filepath.Join(out, c.Dir), runs)
-		if err != nil {
-			return nil, err
+	return e.onExisting(ctx, out, only, func(r *existingRun) error {
+		for _, c := range r.picked {
+			stats, err := e.restorer(r.work).MeasureRuns(ctx, c.ID, filepath.Join(out, c.Dir), runs)
+			if err != nil {
+				return err
+			}
+			e.Log.WithFields(logrus.Fields{"set": c.ID, "median_ms": round1(stats.Median), "p90_ms": round1(stats.P90)}).Info("measure: done")
+			c.RestoreMS = stats
 		}
-		e.Log.WithFields(logrus.Fields{"set": c.ID, "median_ms": round1(stats.Median), "p90_ms": round1(stats.P90)}).Info("measure: done")
-		c.RestoreMS = stats
-	}
-	m.AlphaMsPerMiB, m.InterceptMs = CostModel(m.Checkpoints)
-	return m, manifest.WriteJSON(filepath.Join(out, manifest.FileName), m)
+		r.manifest.AlphaMsPerMiB, r.manifest.InterceptMs = CostModel(r.manifest.Checkpoints)
+		return manifest.WriteJSON(filepath.Join(out, manifest.FileName), r.manifest)
+	})
 }
 
 // Smoke smoke-tests checkpoints already in out and rewrites the manifest.
 func (e *Env) Smoke(ctx context.Context, out string, only []string) (*manifest.Manifest, error) {
-	lock, err := e.begin(ctx, out)
-	if err != nil {
-		return nil, err
-	}
-	defer lock.Unlock()
-	m, picked, err := existing(out, only)
-	if err != nil {
-		return nil, err
-	}
-	work, cleanup, err := workDir()
-	if err != nil {
-		return nil, err
-	}
-	defer cleanup()
-	for _, i := range picked {
-		c := &m.Checkpoints[i]
-		smoke, err := e.smoker(work).Smoke(ctx, c.ID, filepath.Join(out, c.Dir), c.Imports)
-		if err != nil {
-			return nil, err
+	return e.onExisting(ctx, out, only, func(r *existingRun) error {
+		for _, c := range r.picked {
+			smoke, err := e.smoker(r.work).Smoke(ctx, c.ID, filepath.Join(out, c.Dir), c.Imports)
+			if err != nil {
+				return err
+			}
+			e.Log.WithFields(logrus.Fields{"set": c.ID, "ready_ms": round1(smoke.ReadyMS)}).Info("smoke: ok")
+			c.Smoke = smoke
 		}
-		e.Log.WithFields(logrus.Fields{"set": c.ID, "ready_ms": round1(smoke.ReadyMS)}).Info("smoke: ok")
-		c.Smoke = smoke
-	}
-	return m, manifest.WriteJSON(filepath.Join(out, manifest.FileName), m)
+		return manifest.WriteJSON(filepath.Join(out, manifest.FileName), r.manifest)
+	})
 }
