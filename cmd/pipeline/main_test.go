@@ -86,7 +86,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"negative runs", []string{"capture", "--runs", "-1", "--config", testConfig{runsc: fakeRunsc, root: dir + "/root", rootfs: emptyRoot, output: dir + "/out"}.write(t)}, "--runs"},
 		{"unknown --only", []string{"capture", "--only", "nope", "--config", testConfig{runsc: fakeRunsc, root: dir + "/root", rootfs: emptyRoot, output: dir + "/out"}.write(t)}, ""},
 		{"verify missing output", []string{"verify", "--config", testConfig{runsc: "/x", root: "/r", rootfs: "/f", output: filepath.Join(dir, "none")}.write(t)}, "does not exist"},
-		{"spec bad mode", []string{"spec", "--mode", "party", "--config", testConfig{runsc: "/x", root: "/r", rootfs: "/f", output: dir}.write(t)}, `unknown mode "party"`},
+		{"spec bad mode", []string{"spec", "--mode", "party", "--config", testConfig{runsc: "/x", root: "/r", rootfs: "/f", output: dir}.write(t)}, `-mode "party": want capture, measure or sandbox`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -161,8 +161,14 @@ func TestCaptureVerify(t *testing.T) {
 	if ids, err := rt.List(ctx); err != nil || len(ids) != 0 {
 		t.Fatalf("sandboxes left: %v %v", ids, err)
 	}
-	if matches, _ := filepath.Glob(out + ".*"); len(matches) != 0 {
-		t.Errorf("staging or old output left: %v", matches)
+	for _, pattern := range []string{".staging-*", ".old-*"} {
+		if matches, _ := filepath.Glob(out + pattern); len(matches) != 0 {
+			t.Errorf("staging or old output left: %v", matches)
+		}
+	}
+	// The lock file stays, released (empty): removing it would race with a starting run.
+	if data, err := os.ReadFile(out + ".lock"); err != nil || len(data) != 0 {
+		t.Errorf("lock file after the run: %q, %v", data, err)
 	}
 
 	if code, stdout, stderr := runCLI(t, "verify", "--config", cfg); code != exitOK || !strings.Contains(stdout, "2 checkpoints verified") {

@@ -25,6 +25,11 @@ func (c *specCmd) Execute(ctx context.Context, g *globals, args []string) error 
 	if err := noArgs(args); err != nil {
 		return err
 	}
+	switch sandbox.Mode(c.mode) {
+	case sandbox.ModeCapture, sandbox.ModeMeasure, sandbox.ModeSandbox:
+	default:
+		return usagef("-mode %q: want capture, measure or sandbox", c.mode)
+	}
 	cfg, err := g.loadConfig()
 	if err != nil {
 		return err
