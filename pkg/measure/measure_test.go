@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -179,8 +180,14 @@ func TestExecutorDiesDuringCall(t *testing.T) {
 	if err := sb.Create(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if state, err := sb.State(ctx); err != nil || state != "created" {
+		t.Fatalf("state after create = %q, %v", state, err)
+	}
 	if err := sb.Start(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if state, err := sb.State(ctx); err != nil || state != "running" {
+		t.Fatalf("state after start = %q, %v", state, err)
 	}
 	conn, err := executorproto.Dial(ctx, sb.SocketPath())
 	if err != nil {
@@ -197,5 +204,46 @@ func TestExecutorDiesDuringCall(t *testing.T) {
 	_, err = executorproto.Call(ctx, conn, request.Bytes())
 	if !errors.Is(err, executorproto.ErrTruncated) {
 		t.Fatalf("Call to an executor that died = %v, want ErrTruncated", err)
+	}
+}
+
+// TestKillStopsSandbox: `runsc kill` reaches the executor; runsc then reports it stopped.
+func TestKillStopsSandbox(t *testing.T) {
+	rt := testenv.Runtime(t)
+	work := testenv.WorkDir(t)
+	host := filepath.Join(work, "host")
+	os.MkdirAll(host, 0o755)
+	spec, err := sandbox.Spec(sandbox.SpecOptions{Mode: sandbox.ModeSandbox, Rootfs: testenv.Rootfs(t), HostDir: host})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := rt.NewSandbox(capture.SandboxID("kill", "test"), work, host, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	defer sb.Delete(ctx)
+	if err := sb.Create(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Kill(ctx, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		state, err := sb.State(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if state == "stopped" {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("still %q after SIGKILL", state)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -60,6 +60,13 @@ func (r *Runtime) commandTimeout() time.Duration {
 	return 30 * time.Second
 }
 
+// commandContext bounds a runsc command that should return at once; on expiry the error
+// names the command and the limit.
+func (r *Runtime) commandContext(ctx context.Context, command string) (context.Context, context.CancelFunc) {
+	limit := r.commandTimeout()
+	return context.WithTimeoutCause(ctx, limit, fmt.Errorf("runsc %s exceeded its timeout of %s", command, limit))
+}
+
 // GlobalArgs are the global flags every runsc command of this runtime gets.
 func (r *Runtime) GlobalArgs() []string {
 	args := r.Flags.Args()
@@ -90,7 +97,7 @@ func (r *Runtime) Check(ctx context.Context) error {
 // Version returns the first line of `runsc --version`, e.g. "runsc version readie-...".
 // go-runc's Version does not parse runsc's output, so it is read here.
 func (r *Runtime) Version(ctx context.Context) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.commandTimeout())
+	ctx, cancel := r.commandContext(ctx, "--version")
 	defer cancel()
 	out, err := exec.CommandContext(ctx, r.Path, "--version").Output()
 	if err != nil {
@@ -111,7 +118,7 @@ func (r *Runtime) Module() (path, version string, err error) {
 
 // List returns the IDs of the sandboxes under this runtime's root.
 func (r *Runtime) List(ctx context.Context) ([]string, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.commandTimeout())
+	ctx, cancel := r.commandContext(ctx, "list")
 	defer cancel()
 	if _, err := os.Stat(r.Root); errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -183,7 +190,7 @@ func (s *Sandbox) Create(ctx context.Context) error {
 	if err := s.begin(); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.rt.commandTimeout())
+	ctx, cancel := s.rt.commandContext(ctx, "create")
 	defer cancel()
 	err := s.rt.client().Create(ctx, s.ID, s.Bundle, &runc.CreateOpts{IO: s.stdio})
 	s.stdio.closeChildEnds()
@@ -261,11 +268,11 @@ func (s *Sandbox) Delete(ctx context.Context) error {
 	s.deleted = true
 	var errs []error
 	if s.started {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.rt.commandTimeout())
+		ctx, cancel := s.rt.commandContext(context.WithoutCancel(ctx), "delete")
 		defer cancel()
 		c := s.rt.client()
 		if err := c.Delete(ctx, s.ID, &runc.DeleteOpts{Force: true}); err != nil && !isNotExist(err) {
-			errs = append(errs, fmt.Errorf("%w: delete %s: %w", ErrRunsc, s.ID, err))
+			errs = append(errs, s.wrap("delete", ctx, err))
 		}
 	}
 	if s.stdio != nil {
@@ -388,9 +395,27 @@ func DefaultFlags() Flags {
 
 // Start starts the process of a sandbox made by Create.
 func (s *Sandbox) Start(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, s.rt.commandTimeout())
+	ctx, cancel := s.rt.commandContext(ctx, "start")
 	defer cancel()
 	return s.wrap("start", ctx, s.rt.client().Start(ctx, s.ID))
+}
+
+// Kill sends sig to the sandbox's process (`runsc kill`).
+func (s *Sandbox) Kill(ctx context.Context, sig syscall.Signal) error {
+	ctx, cancel := s.rt.commandContext(ctx, "kill")
+	defer cancel()
+	return s.wrap("kill", ctx, s.rt.client().Kill(ctx, s.ID, int(sig), nil))
+}
+
+// State returns the sandbox's status as runsc reports it ("created", "running", "stopped").
+func (s *Sandbox) State(ctx context.Context) (string, error) {
+	ctx, cancel := s.rt.commandContext(ctx, "state")
+	defer cancel()
+	c, err := s.rt.client().State(ctx, s.ID)
+	if err != nil {
+		return "", s.wrap("state", ctx, err)
+	}
+	return c.Status, nil
 }
 
 // OwnerPID returns the pid that a pipeline sandbox ID ("readie-...-PID-RAND") carries.
@@ -430,7 +455,7 @@ func (r *Runtime) RemoveOrphans(ctx context.Context) ([]string, error) {
 		if !ok || processAlive(pid) {
 			continue
 		}
-		dctx, cancel := context.WithTimeout(ctx, r.commandTimeout())
+		dctx, cancel := r.commandContext(ctx, "delete")
 		err := r.client().Delete(dctx, id, &runc.DeleteOpts{Force: true})
 		cancel()
 		if err != nil && !isNotExist(err) {
