@@ -37,11 +37,11 @@ deps:
 	fi
 
 runsc: $(RUNSC)
+# CGO_ENABLED=0: a dynamically linked runsc cannot re-exec itself inside its empty chroot
+# (the ELF interpreter is missing there) and every sandbox fails to start.
 $(RUNSC):
 	@echo "installing runsc $(RUNSC_VERSION) as $(RUNSC_LABEL) (about 2 minutes)"
 	mkdir -p $(dir $@)
-	# CGO_ENABLED=0: a dynamically linked runsc cannot re-exec itself inside its empty chroot
-	# (the ELF interpreter is missing there) and every sandbox fails to start.
 	CGO_ENABLED=0 GOBIN=$(abspath $(dir $@)) go install -ldflags "-X gvisor.dev/gvisor/runsc/version.version=$(RUNSC_LABEL)" $(RUNSC_MODULE)@$(RUNSC_VERSION)
 	$@ --version
 

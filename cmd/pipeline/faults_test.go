@@ -274,7 +274,8 @@ func TestFaultSIGKILLLeftovers(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("the next run: exit %d\n%s", code, stderr)
 	}
-	for _, want := range []string{"removed a sandbox left by a run that died", left[0], "took over the lock of a run that died"} {
+	for _, want := range []string{"removed a sandbox left by a run that died", left[0], "took over the lock of a run that died",
+		fmt.Sprintf("removed the scratch directory of a run that died\" dir=%s/rd-%d-", strings.TrimSuffix(os.TempDir(), "/"), p.cmd.Process.Pid)} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("the next run does not say %q:\n%s", want, stderr)
 		}

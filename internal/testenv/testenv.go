@@ -74,7 +74,7 @@ func Runtime(t testing.TB) *sandbox.Runtime {
 // WorkDir returns a short temporary directory: a Unix socket path must fit in 108 bytes.
 func WorkDir(t testing.TB) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "rd-")
+	dir, err := os.MkdirTemp("", "rdt-") // not rd-PID-*: the pipeline sweeps those of dead pids
 	if err != nil {
 		t.Fatal(err)
 	}

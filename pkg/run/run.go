@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -103,6 +104,10 @@ func (e *Env) begin(ctx context.Context, out string) (*Lock, error) {
 		lock.Unlock()
 		return nil, err
 	}
+	// Only now: an orphan's bind mount may have pointed into its scratch directory.
+	for _, dir := range removeDeadWorkDirs() {
+		e.Log.WithField("dir", dir).Warn("removed the scratch directory of a run that died")
+	}
 	return lock, nil
 }
 
@@ -119,13 +124,30 @@ func (e *Env) smoker(workDir string) *measure.Restorer {
 	return r
 }
 
-// workDir is a short scratch directory for bundles and sockets (108-byte socket paths).
+// workDir is a short scratch directory for bundles and sockets (108-byte socket paths), named
+// after this process so that a later run can remove it if this one is killed.
 func workDir() (string, func(), error) {
-	dir, err := os.MkdirTemp("", "rd-")
+	dir, err := os.MkdirTemp("", fmt.Sprintf("rd-%d-", os.Getpid()))
 	if err != nil {
 		return "", nil, err
 	}
 	return dir, func() { os.RemoveAll(dir) }, nil
+}
+
+// removeDeadWorkDirs removes the scratch directories of runs whose process is gone.
+func removeDeadWorkDirs() []string {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "rd-*-*"))
+	var removed []string
+	for _, dir := range dirs {
+		pid, err := strconv.Atoi(strings.Split(filepath.Base(dir), "-")[1])
+		if err != nil || pid <= 0 || sandbox.ProcessAlive(pid) {
+			continue
+		}
+		if os.RemoveAll(dir) == nil {
+			removed = append(removed, dir)
+		}
+	}
+	return removed
 }
 
 // checkOutput refuses an output path that exists and is not a directory.

@@ -434,8 +434,8 @@ func OwnerPID(id string) (int, bool) {
 	return pid, true
 }
 
-// processAlive reports whether pid names a live process.
-func processAlive(pid int) bool {
+// ProcessAlive reports whether pid names a live process.
+func ProcessAlive(pid int) bool {
 	err := syscall.Kill(pid, 0)
 	return err == nil || errors.Is(err, syscall.EPERM)
 }
@@ -452,7 +452,7 @@ func (r *Runtime) RemoveOrphans(ctx context.Context) ([]string, error) {
 	var errs []error
 	for _, id := range ids {
 		pid, ok := OwnerPID(id)
-		if !ok || processAlive(pid) {
+		if !ok || ProcessAlive(pid) {
 			continue
 		}
 		dctx, cancel := r.commandContext(ctx, "delete")
