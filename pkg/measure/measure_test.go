@@ -159,9 +159,10 @@ func TestCaptureMeasureSmoke(t *testing.T) {
 	t.Logf("cold %.0f ms, restore %.0f ms, prestarted %.0f ms, floor %.0f ms", cold, restored, prestarted, floor)
 }
 
-// TestExecutorDiesDuringCall: a function that kills the executor (os._exit) leaves the
-// worker with a response that never ends; Call reports it as a truncated response.
-func TestExecutorDiesDuringCall(t *testing.T) {
+// startColdExecutor creates and starts an executor in sandbox mode without a checkpoint,
+// checking runsc's state after each step; the sandbox is deleted when the test ends.
+func startColdExecutor(t *testing.T, name string) (context.Context, *sandbox.Sandbox) {
+	t.Helper()
 	rt := testenv.Runtime(t)
 	work := testenv.WorkDir(t)
 	host := filepath.Join(work, "host")
@@ -170,13 +171,15 @@ func TestExecutorDiesDuringCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb, err := rt.NewSandbox(capture.SandboxID("dies", "call"), work, host, spec)
+	sb, err := rt.NewSandbox(capture.SandboxID(name, "test"), work, host, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	defer sb.Delete(ctx)
+	t.Cleanup(func() {
+		sb.Delete(ctx)
+		cancel()
+	})
 	if err := sb.Create(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -189,6 +192,13 @@ func TestExecutorDiesDuringCall(t *testing.T) {
 	if state, err := sb.State(ctx); err != nil || state != "running" {
 		t.Fatalf("state after start = %q, %v", state, err)
 	}
+	return ctx, sb
+}
+
+// TestExecutorDiesDuringCall: a function that kills the executor (os._exit) leaves the
+// worker with a response that never ends; Call reports it as a truncated response.
+func TestExecutorDiesDuringCall(t *testing.T) {
+	ctx, sb := startColdExecutor(t, "dies")
 	conn, err := executorproto.Dial(ctx, sb.SocketPath())
 	if err != nil {
 		t.Fatal(err)
@@ -209,27 +219,7 @@ func TestExecutorDiesDuringCall(t *testing.T) {
 
 // TestKillStopsSandbox: `runsc kill` reaches the executor; runsc then reports it stopped.
 func TestKillStopsSandbox(t *testing.T) {
-	rt := testenv.Runtime(t)
-	work := testenv.WorkDir(t)
-	host := filepath.Join(work, "host")
-	os.MkdirAll(host, 0o755)
-	spec, err := sandbox.Spec(sandbox.SpecOptions{Mode: sandbox.ModeSandbox, Rootfs: testenv.Rootfs(t), HostDir: host})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb, err := rt.NewSandbox(capture.SandboxID("kill", "test"), work, host, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	defer sb.Delete(ctx)
-	if err := sb.Create(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := sb.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx, sb := startColdExecutor(t, "kill")
 	if err := sb.Kill(ctx, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

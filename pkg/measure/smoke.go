@@ -24,11 +24,7 @@ const SmokeTokenVar = "READIE_SMOKE_TOKEN"
 // expression that reports which of imports were not yet in sys.modules (before the call ran
 // any import) and the value of SmokeTokenVar.
 func SmokeRequest(imports []string) ([]byte, error) {
-	if imports == nil {
-		imports = []string{}
-	}
-	// Module names are validated dotted identifiers; JSON strings are Python string literals.
-	list, err := json.Marshal(imports)
+	list, err := pyList(imports)
 	if err != nil {
 		return nil, err
 	}
@@ -64,14 +60,20 @@ func newToken() string {
 // ImportRequest builds a request that imports every module of imports and returns how many
 // it imported: the first call of a cold executor, and the same call on a restored one.
 func ImportRequest(imports []string) ([]byte, error) {
-	if imports == nil {
-		imports = []string{}
-	}
-	list, err := json.Marshal(imports)
+	list, err := pyList(imports)
 	if err != nil {
 		return nil, err
 	}
 	return pickleEval(fmt.Sprintf(`len([__import__(m) for m in %s])`, list))
+}
+
+// pyList renders module names as a Python list literal. They are validated dotted identifiers,
+// and JSON strings are Python string literals.
+func pyList(imports []string) ([]byte, error) {
+	if imports == nil {
+		imports = []string{}
+	}
+	return json.Marshal(imports)
 }
 
 func pickleEval(expr string) ([]byte, error) {
