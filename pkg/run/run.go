@@ -259,6 +259,13 @@ func (e *Env) captureSet(ctx context.Context, set config.Set, staging, work, ver
 	}, nil
 }
 
+// checkpointOptions are the capture annotations a manifest records: {} rather than null.
+func checkpointOptions(cfg *config.Config) map[string]string {
+	opts := map[string]string{}
+	maps.Copy(opts, cfg.Runsc.CheckpointOptions)
+	return opts
+}
+
 // CostModel fits restore median against image size over the checkpoints (ms per MiB, ms).
 func CostModel(cs []manifest.Checkpoint) (alpha, intercept float64) {
 	var sizes, medians []float64
@@ -294,7 +301,7 @@ func (e *Env) newManifest(ctx context.Context, version string) (*manifest.Manife
 		Runsc:             manifest.Runsc{Version: version, Module: module + "@" + moduleVersion, SHA256: binary.SHA256},
 		RunscFlags:        e.Runtime.Flags.Args(),
 		RestoreFlags:      slices.Clone(e.Config.Runsc.RestoreFlags),
-		CheckpointOptions: maps.Clone(e.Config.Runsc.CheckpointOptions),
+		CheckpointOptions: checkpointOptions(e.Config),
 		SpecFingerprint:   fingerprint,
 		ExecutorArgv:      sandbox.ExecutorArgs(),
 		PythonPath:        sandbox.PythonPath,
