@@ -40,7 +40,12 @@ func newFaultEnv(t *testing.T) *faultEnv {
 	t.Helper()
 	dir := testenv.WorkDir(t)
 	e := &faultEnv{dir: dir, root: filepath.Join(dir, "root"), out: filepath.Join(dir, "out"), rootfs: testenv.Rootfs(t), runsc: testenv.RunscPath(t)}
-	t.Cleanup(func() { e.checkNoSandboxes(t) })
+	t.Cleanup(func() {
+		e.checkNoSandboxes(t)
+		if err := testenv.RemoveRunscRoot(e.root); err != nil {
+			t.Error(err)
+		}
+	})
 	return e
 }
 

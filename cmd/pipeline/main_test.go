@@ -59,6 +59,18 @@ checkpoints:
 	return path
 }
 
+// runscRoot is a private runsc root inside dir, removed (with runsc's mount in it) after the test.
+func runscRoot(t *testing.T, dir string) string {
+	t.Helper()
+	root := filepath.Join(dir, "root")
+	t.Cleanup(func() {
+		if err := testenv.RemoveRunscRoot(root); err != nil {
+			t.Error(err)
+		}
+	})
+	return root
+}
+
 func TestUsageErrorsExit2(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "a-file")
@@ -112,7 +124,7 @@ func TestOutputIsAFileExit2(t *testing.T) {
 	dir := testenv.WorkDir(t)
 	out := filepath.Join(dir, "out")
 	os.WriteFile(out, []byte("not a directory"), 0o644)
-	cfg := testConfig{runsc: testenv.RunscPath(t), root: filepath.Join(dir, "root"), rootfs: testenv.Rootfs(t), output: out}.write(t)
+	cfg := testConfig{runsc: testenv.RunscPath(t), root: runscRoot(t, dir), rootfs: testenv.Rootfs(t), output: out}.write(t)
 	code, _, stderr := runCLI(t, "capture", "--config", cfg)
 	if code != exitUsage || !strings.Contains(stderr, "not a directory") {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
@@ -126,7 +138,7 @@ func TestOutputIsAFileExit2(t *testing.T) {
 // empty set), verify, then catch a changed byte in pages.img.
 func TestCaptureVerify(t *testing.T) {
 	dir := testenv.WorkDir(t)
-	root := filepath.Join(dir, "root")
+	root := runscRoot(t, dir)
 	out := filepath.Join(dir, "out")
 	cfg := testConfig{runsc: testenv.RunscPath(t), root: root, rootfs: testenv.Rootfs(t), output: out}.write(t)
 
@@ -199,7 +211,7 @@ func TestCaptureVerify(t *testing.T) {
 func TestBenchShort(t *testing.T) {
 	dir := testenv.WorkDir(t)
 	out := filepath.Join(dir, "out")
-	cfg := testConfig{runsc: testenv.RunscPath(t), root: filepath.Join(dir, "root"), rootfs: testenv.Rootfs(t), output: out,
+	cfg := testConfig{runsc: testenv.RunscPath(t), root: runscRoot(t, dir), rootfs: testenv.Rootfs(t), output: out,
 		sets: "  - id: small\n    imports: [json, email.parser]\n"}.write(t)
 	code, stdout, stderr := runCLI(t, "bench", "--config", cfg, "--capture", "--only", "small", "--rounds", "2", "--explain")
 	if code != exitOK {

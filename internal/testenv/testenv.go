@@ -5,8 +5,11 @@ package testenv
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -66,9 +69,21 @@ func Runtime(t testing.TB) *sandbox.Runtime {
 		if len(ids) > 0 {
 			t.Errorf("sandboxes left behind under %s: %v", root, ids)
 		}
-		os.RemoveAll(root)
+		if err := RemoveRunscRoot(root); err != nil {
+			t.Error(err)
+		}
 	})
 	return rt
+}
+
+// RemoveRunscRoot removes a runsc state root. runsc bind-mounts a null-netns file into its
+// root and leaves it mounted, so the directory cannot be removed until that is unmounted.
+func RemoveRunscRoot(root string) error {
+	netns := filepath.Join(root, "null-netns")
+	if err := syscall.Unmount(netns, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
+		return fmt.Errorf("unmount %s: %w", netns, err)
+	}
+	return os.RemoveAll(root)
 }
 
 // WorkDir returns a short temporary directory: a Unix socket path must fit in 108 bytes.
@@ -78,6 +93,10 @@ func WorkDir(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("remove %s: %v", dir, err)
+		}
+	})
 	return dir
 }
