@@ -38,6 +38,11 @@ func (f Flags) Args() []string {
 	return append([]string{"--network=" + f.Network, "--overlay2=" + f.Overlay, "--host-uds=" + f.HostUDS}, f.Extra...)
 }
 
+// DefaultFlags are the global flags the pipeline uses unless its config says otherwise.
+func DefaultFlags() Flags {
+	return Flags{Network: "none", Overlay: "none", HostUDS: "create"}
+}
+
 // Runtime drives one runsc binary with a private state root.
 type Runtime struct {
 	Path  string // the runsc binary
@@ -152,8 +157,8 @@ type Sandbox struct {
 // SocketPath is the executor's socket as seen from the host.
 func (s *Sandbox) SocketPath() string { return filepath.Join(s.HostDir, SocketName) }
 
-// NewSandbox writes spec into a fresh bundle under workDir/id and opens the log files. The
-// spec's bind mount source must already be hostDir.
+// NewSandbox writes spec into a fresh bundle under workDir/id; the process's stdout and
+// stderr will be logged there. The spec's bind mount source must already be hostDir.
 func (r *Runtime) NewSandbox(id, workDir, hostDir string, spec *specs.Spec) (*Sandbox, error) {
 	bundle := filepath.Join(workDir, id)
 	if err := os.MkdirAll(bundle, 0o700); err != nil {
@@ -181,7 +186,7 @@ func (s *Sandbox) Run(ctx context.Context) (int, error) {
 	}
 	status, err := s.rt.client().Run(ctx, s.ID, s.Bundle, &runc.CreateOpts{IO: s.stdio})
 	s.stdio.closeChildEnds()
-	return status, s.wrap("run", ctx, err)
+	return status, s.wrap(ctx, "run", err)
 }
 
 // Create creates the sandbox without starting its process (`runsc create`), so a later
@@ -194,7 +199,14 @@ func (s *Sandbox) Create(ctx context.Context) error {
 	defer cancel()
 	err := s.rt.client().Create(ctx, s.ID, s.Bundle, &runc.CreateOpts{IO: s.stdio})
 	s.stdio.closeChildEnds()
-	return s.wrap("create", ctx, err)
+	return s.wrap(ctx, "create", err)
+}
+
+// Start starts the process of a sandbox made by Create.
+func (s *Sandbox) Start(ctx context.Context) error {
+	ctx, cancel := s.rt.commandContext(ctx, "start")
+	defer cancel()
+	return s.wrap(ctx, "start", s.rt.client().Start(ctx, s.ID))
 }
 
 // RestoreOptions are the per-restore flags.
@@ -225,7 +237,25 @@ func (s *Sandbox) Restore(ctx context.Context, o RestoreOptions) (int, error) {
 	}
 	status, err := s.rt.client().Restore(ctx, s.ID, s.Bundle, opts)
 	s.stdio.closeChildEnds()
-	return status, s.wrap("restore", ctx, err)
+	return status, s.wrap(ctx, "restore", err)
+}
+
+// Kill sends sig to the sandbox's process (`runsc kill`).
+func (s *Sandbox) Kill(ctx context.Context, sig syscall.Signal) error {
+	ctx, cancel := s.rt.commandContext(ctx, "kill")
+	defer cancel()
+	return s.wrap(ctx, "kill", s.rt.client().Kill(ctx, s.ID, int(sig), nil))
+}
+
+// State returns the sandbox's status as runsc reports it ("created", "running", "stopped").
+func (s *Sandbox) State(ctx context.Context) (string, error) {
+	ctx, cancel := s.rt.commandContext(ctx, "state")
+	defer cancel()
+	c, err := s.rt.client().State(ctx, s.ID)
+	if err != nil {
+		return "", s.wrap(ctx, "state", err)
+	}
+	return c.Status, nil
 }
 
 // begin opens the stdio pipes once, before the first runsc command that starts a process.
@@ -247,7 +277,7 @@ func (s *Sandbox) begin() error {
 	return nil
 }
 
-func (s *Sandbox) wrap(command string, ctx context.Context, err error) error {
+func (s *Sandbox) wrap(ctx context.Context, command string, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -257,8 +287,9 @@ func (s *Sandbox) wrap(command string, ctx context.Context, err error) error {
 	return fmt.Errorf("%w: %s %s: %w", ErrRunsc, command, s.ID, err)
 }
 
-// Delete kills and deletes the sandbox and waits for its output to be written. It runs even
-// when ctx is already cancelled (Ctrl-C must still clean up) and is safe to call again.
+// Delete deletes the sandbox (`runsc delete --force`, which kills what still runs) and waits
+// until its output is in the log files. It runs even when ctx is already cancelled (Ctrl-C
+// must still clean up) and is safe to call again.
 func (s *Sandbox) Delete(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -272,7 +303,7 @@ func (s *Sandbox) Delete(ctx context.Context) error {
 		defer cancel()
 		c := s.rt.client()
 		if err := c.Delete(ctx, s.ID, &runc.DeleteOpts{Force: true}); err != nil && !isNotExist(err) {
-			errs = append(errs, s.wrap("delete", ctx, err))
+			errs = append(errs, s.wrap(ctx, "delete", err))
 		}
 	}
 	if s.stdio != nil {
@@ -286,7 +317,8 @@ func isNotExist(err error) bool {
 	return strings.Contains(msg, "does not exist") || strings.Contains(msg, "not found")
 }
 
-// Tail returns the last n lines of the process's stderr, for error messages.
+// Tail returns the last n lines of the process's stderr, for error messages. The log is only
+// complete after Delete.
 func (s *Sandbox) Tail(n int) string { return tailFile(s.Stderr, n) }
 
 func tailFile(path string, n int) string {
@@ -386,36 +418,6 @@ func (s *stdio) wait(limit time.Duration) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// DefaultFlags are the global flags the pipeline uses unless its config says otherwise.
-func DefaultFlags() Flags {
-	return Flags{Network: "none", Overlay: "none", HostUDS: "create"}
-}
-
-// Start starts the process of a sandbox made by Create.
-func (s *Sandbox) Start(ctx context.Context) error {
-	ctx, cancel := s.rt.commandContext(ctx, "start")
-	defer cancel()
-	return s.wrap("start", ctx, s.rt.client().Start(ctx, s.ID))
-}
-
-// Kill sends sig to the sandbox's process (`runsc kill`).
-func (s *Sandbox) Kill(ctx context.Context, sig syscall.Signal) error {
-	ctx, cancel := s.rt.commandContext(ctx, "kill")
-	defer cancel()
-	return s.wrap("kill", ctx, s.rt.client().Kill(ctx, s.ID, int(sig), nil))
-}
-
-// State returns the sandbox's status as runsc reports it ("created", "running", "stopped").
-func (s *Sandbox) State(ctx context.Context) (string, error) {
-	ctx, cancel := s.rt.commandContext(ctx, "state")
-	defer cancel()
-	c, err := s.rt.client().State(ctx, s.ID)
-	if err != nil {
-		return "", s.wrap("state", ctx, err)
-	}
-	return c.Status, nil
 }
 
 // OwnerPID returns the pid that a pipeline sandbox ID ("readie-...-PID-RAND") carries.
