@@ -84,10 +84,7 @@ func (r *Restorer) MeasureOnce(ctx context.Context, setID, imageDir string) (flo
 		err = fmt.Errorf("restored executor exited with status %d", status)
 	}
 	if err != nil {
-		if tail := sb.Tail(10); tail != "" {
-			err = fmt.Errorf("%w\nexecutor stderr:\n%s", err, tail)
-		}
-		return 0, err
+		return 0, withStderr(ctx, sb, err)
 	}
-	return float64(elapsed.Microseconds()) / 1000, nil
+	return ms(elapsed), nil
 }

@@ -42,7 +42,11 @@ func CheckSmokeResponse(response []byte, token string) error {
 	if !ok {
 		return fmt.Errorf("smoke value is %T, not a dict", v)
 	}
-	if missing, _ := value["missing"].([]any); len(missing) > 0 {
+	missing, ok := value["missing"].([]any)
+	if !ok {
+		return fmt.Errorf("smoke value has no list of missing modules: %v", value)
+	}
+	if len(missing) > 0 {
 		return fmt.Errorf("modules not loaded before the call: %v", missing)
 	}
 	if got := value["token"]; got != token {
@@ -196,6 +200,16 @@ func (r *Restorer) Floor(ctx context.Context) (float64, error) {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
+// withStderr deletes the sandbox, so that its log holds everything the executor wrote, and
+// adds the log's last lines to err.
+func withStderr(ctx context.Context, sb *sandbox.Sandbox, err error) error {
+	sb.Delete(ctx)
+	if tail := sb.Tail(10); tail != "" {
+		return fmt.Errorf("%w\nexecutor stderr:\n%s", err, tail)
+	}
+	return err
+}
+
 func (r *Restorer) restore(imageDir string) func(context.Context, *sandbox.Sandbox) error {
 	return func(ctx context.Context, sb *sandbox.Sandbox) error {
 		_, err := sb.Restore(ctx, sandbox.RestoreOptions{ImageDir: imageDir, Flags: r.Flags, Detach: true})
@@ -224,12 +238,7 @@ func (r *Restorer) timedCall(ctx context.Context, setID, step string, env []stri
 	ctx, cancel := context.WithTimeoutCause(ctx, r.Timeout,
 		fmt.Errorf("%s of %s exceeded its timeout of %s", step, setID, r.Timeout))
 	defer cancel()
-	withTail := func(err error) error {
-		if tail := sb.Tail(10); tail != "" {
-			return fmt.Errorf("%w\nexecutor stderr:\n%s", err, tail)
-		}
-		return err
-	}
+	withTail := func(err error) error { return withStderr(ctx, sb, err) }
 	if prepare != nil {
 		if err := prepare(ctx, sb); err != nil {
 			return marks, withTail(err)
