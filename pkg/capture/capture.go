@@ -45,30 +45,29 @@ type Request struct {
 // Run captures req and returns the checkpoint's meta.json contents, already written to Dir.
 // The sandbox is deleted on every path: success, failure, timeout and cancellation.
 func Run(ctx context.Context, rt *sandbox.Runtime, req Request) (*manifest.Meta, error) {
-	fail := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s: %s", ErrCapture, req.ID, fmt.Sprintf(format, args...))
-	}
+	// fail keeps the cause's chain: a caller can still match a timeout or a runsc error.
+	fail := func(cause error) error { return fmt.Errorf("%w: %s: %w", ErrCapture, req.ID, cause) }
 	if err := freshDir(req.Dir); err != nil {
-		return nil, fail("%v", err)
+		return nil, fail(err)
 	}
 	hostDir := filepath.Join(req.WorkDir, req.ID+"-cap")
 	if err := os.MkdirAll(hostDir, 0o755); err != nil {
-		return nil, fail("%v", err)
+		return nil, fail(err)
 	}
 	spec, err := sandbox.Spec(sandbox.SpecOptions{
 		Mode: sandbox.ModeCapture, Rootfs: req.Rootfs, HostDir: hostDir,
 		ImageDir: req.Dir, Imports: req.Imports, Env: req.Env, CheckpointOptions: req.CheckpointOptions,
 	})
 	if err != nil {
-		return nil, fail("%v", err)
+		return nil, fail(err)
 	}
 	fingerprint, err := sandbox.Fingerprint(spec, rt.Flags)
 	if err != nil {
-		return nil, fail("%v", err)
+		return nil, fail(err)
 	}
 	sb, err := rt.NewSandbox(SandboxID(req.ID, "capture"), req.WorkDir, hostDir, spec)
 	if err != nil {
-		return nil, fail("%v", err)
+		return nil, fail(err)
 	}
 
 	runCtx, cancel := context.WithTimeoutCause(ctx, req.Timeout,
@@ -84,18 +83,18 @@ func Run(ctx context.Context, rt *sandbox.Runtime, req Request) (*manifest.Meta,
 		return fmt.Errorf("%w\nexecutor stderr (last lines):\n%s", err, indent(stderrTail))
 	}
 	if runErr != nil {
-		return nil, withTail(fail("%v", runErr))
+		return nil, withTail(fail(runErr))
 	}
 	if deleteErr != nil {
-		return nil, fail("%v", deleteErr)
+		return nil, fail(deleteErr)
 	}
 	if status != 0 {
-		return nil, withTail(fail("sandbox exited with status %d", status))
+		return nil, withTail(fail(fmt.Errorf("sandbox exited with status %d", status)))
 	}
 	// Exit 0 proves nothing: runsc exits 0 after a save whether it succeeded or not.
 	stdout, _ := os.ReadFile(sb.Stdout)
 	if !strings.Contains(string(stdout), Marker) {
-		return nil, withTail(fail("the executor never reached the checkpoint (no %q on its stdout)", Marker))
+		return nil, withTail(fail(fmt.Errorf("the executor never reached the checkpoint (no %q on its stdout)", Marker)))
 	}
 	meta := &manifest.Meta{
 		ID: req.ID, Imports: append([]string{}, req.Imports...), RunscVersion: req.RunscVersion,
@@ -104,15 +103,15 @@ func Run(ctx context.Context, rt *sandbox.Runtime, req Request) (*manifest.Meta,
 	for _, name := range manifest.ImageFiles() {
 		f, err := manifest.HashFile(filepath.Join(req.Dir, name))
 		if err != nil {
-			return nil, withTail(fail("%v", err))
+			return nil, withTail(fail(err))
 		}
 		if f.Bytes == 0 {
-			return nil, withTail(fail("%s is empty: gVisor did not save the checkpoint", name))
+			return nil, withTail(fail(fmt.Errorf("%s is empty: gVisor did not save the checkpoint", name)))
 		}
 		meta.Files[name] = f
 	}
 	if err := manifest.WriteJSON(filepath.Join(req.Dir, manifest.MetaFileName), meta); err != nil {
-		return nil, fail("write meta.json: %v", err)
+		return nil, fail(fmt.Errorf("write meta.json: %w", err))
 	}
 	return meta, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/capture"
+	"readie.dev/pipeline/pkg/sandbox"
 )
 
 // TestFailedImport: the error names the set and the module, quotes the executor's stderr,
@@ -35,6 +36,23 @@ func TestFailedImport(t *testing.T) {
 	}
 	if _, statErr := os.Stat(filepath.Join(dir, "meta.json")); !errors.Is(statErr, os.ErrNotExist) {
 		t.Errorf("meta.json written for a failed capture: %v", statErr)
+	}
+}
+
+// TestTimeoutKeepsItsCause: a capture that runs out of time fails with an error that still
+// matches context.DeadlineExceeded and names the limit, and leaves no sandbox.
+func TestTimeoutKeepsItsCause(t *testing.T) {
+	rt := testenv.Runtime(t)
+	work := testenv.WorkDir(t)
+	_, err := capture.Run(context.Background(), rt, capture.Request{
+		ID: "slow", Imports: []string{"pandas"}, Rootfs: testenv.Rootfs(t),
+		Dir: filepath.Join(work, "img"), WorkDir: work, Timeout: 300 * time.Millisecond,
+	})
+	if !errors.Is(err, capture.ErrCapture) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, sandbox.ErrRunsc) {
+		t.Fatalf("err = %v; want ErrCapture wrapping runsc's deadline", err)
+	}
+	if !strings.Contains(err.Error(), "capture of slow exceeded its timeout of 300ms") {
+		t.Errorf("the error does not name the step and the limit: %v", err)
 	}
 }
 

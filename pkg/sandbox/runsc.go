@@ -282,7 +282,12 @@ func (s *Sandbox) wrap(ctx context.Context, command string, err error) error {
 		return nil
 	}
 	if ctx.Err() != nil {
-		return fmt.Errorf("%w: %s %s: %w", ErrRunsc, command, s.ID, context.Cause(ctx))
+		// The cause says which step ran out of time and its limit; ctx.Err() keeps the error
+		// matchable with errors.Is(err, context.DeadlineExceeded) or context.Canceled.
+		if cause := context.Cause(ctx); cause != ctx.Err() {
+			return fmt.Errorf("%w: %s %s: %w: %w", ErrRunsc, command, s.ID, cause, ctx.Err())
+		}
+		return fmt.Errorf("%w: %s %s: %w", ErrRunsc, command, s.ID, ctx.Err())
 	}
 	return fmt.Errorf("%w: %s %s: %w", ErrRunsc, command, s.ID, err)
 }
