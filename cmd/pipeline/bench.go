@@ -48,7 +48,7 @@ func (c *benchCmd) Execute(ctx context.Context, g *globals, args []string) error
 		if err != nil {
 			return usageError{err}
 		}
-		if _, err := env.Capture(ctx, out, sets, env.Config.RestoreRuns); err != nil {
+		if _, err := env.Capture(ctx, out, sets); err != nil {
 			return usageIfSetup(err)
 		}
 	}

@@ -32,7 +32,7 @@ func (c *captureCmd) Execute(ctx context.Context, g *globals, args []string) err
 		return usageError{err}
 	}
 	start := time.Now()
-	m, err := env.Capture(ctx, env.Config.Output, sets, env.Config.RestoreRuns)
+	m, err := env.Capture(ctx, env.Config.Output, sets)
 	if err != nil {
 		return usageIfSetup(err)
 	}

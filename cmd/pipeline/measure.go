@@ -19,7 +19,7 @@ func (*measureCmd) Execute(ctx context.Context, g *globals, args []string) error
 	if err != nil {
 		return err
 	}
-	m, err := env.Measure(ctx, env.Config.Output, g.onlyIDs(), env.Config.RestoreRuns)
+	m, err := env.Measure(ctx, env.Config.Output, g.onlyIDs())
 	if err != nil {
 		return usageIfSetup(err)
 	}

@@ -165,7 +165,7 @@ func checkOutput(out string) error {
 // Capture runs every set into a staging directory beside out, writes the manifest there, and
 // replaces out with it only when every set passed. On failure the staging directory is left
 // for inspection and the error names it; out is untouched.
-func (e *Env) Capture(ctx context.Context, out string, sets []config.Set, runs int) (*manifest.Manifest, error) {
+func (e *Env) Capture(ctx context.Context, out string, sets []config.Set) (*manifest.Manifest, error) {
 	if err := checkOutput(out); err != nil {
 		return nil, err
 	}
@@ -178,11 +178,8 @@ func (e *Env) Capture(ctx context.Context, out string, sets []config.Set, runs i
 	if err != nil {
 		return nil, err
 	}
-	staging := fmt.Sprintf("%s.staging-%d", strings.TrimSuffix(out, "/"), os.Getpid())
-	if err := os.RemoveAll(staging); err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(staging, 0o755); err != nil {
+	m, err := e.newManifest(ctx, version)
+	if err != nil {
 		return nil, err
 	}
 	work, cleanup, err := workDir()
@@ -190,12 +187,15 @@ func (e *Env) Capture(ctx context.Context, out string, sets []config.Set, runs i
 		return nil, err
 	}
 	defer cleanup()
-
-	m, err := e.newManifest(ctx, version)
-	if err != nil {
+	// Made last, so that every failure from here on can name it or remove it.
+	staging := fmt.Sprintf("%s.staging-%d", strings.TrimSuffix(out, "/"), os.Getpid())
+	if err := os.RemoveAll(staging); err != nil {
 		return nil, err
 	}
-	if err := e.captureInto(ctx, m, staging, work, version, sets, runs); err != nil {
+	if err := os.MkdirAll(staging, 0o755); err != nil {
+		return nil, err
+	}
+	if err := e.captureInto(ctx, m, staging, work, version, sets); err != nil {
 		if e.CleanFailed {
 			os.RemoveAll(staging)
 			return nil, fmt.Errorf("%w\n(%s left as it was; staging directory removed)", err, out)
@@ -208,9 +208,9 @@ func (e *Env) Capture(ctx context.Context, out string, sets []config.Set, runs i
 	return m, nil
 }
 
-func (e *Env) captureInto(ctx context.Context, m *manifest.Manifest, staging, work, version string, sets []config.Set, runs int) error {
+func (e *Env) captureInto(ctx context.Context, m *manifest.Manifest, staging, work, version string, sets []config.Set) error {
 	for _, set := range sets {
-		c, err := e.captureSet(ctx, set, staging, work, version, runs)
+		c, err := e.captureSet(ctx, set, staging, work, version)
 		if err != nil {
 			return err
 		}
@@ -226,7 +226,7 @@ func (e *Env) captureInto(ctx context.Context, m *manifest.Manifest, staging, wo
 	return nil
 }
 
-func (e *Env) captureSet(ctx context.Context, set config.Set, staging, work, version string, runs int) (manifest.Checkpoint, error) {
+func (e *Env) captureSet(ctx context.Context, set config.Set, staging, work, version string) (manifest.Checkpoint, error) {
 	log := e.Log.WithField("set", set.ID)
 	dir := filepath.Join(staging, set.ID)
 	start := time.Now()
@@ -242,11 +242,11 @@ func (e *Env) captureSet(ctx context.Context, set config.Set, staging, work, ver
 	log.WithFields(logrus.Fields{"bytes": meta.Bytes(), "took": time.Since(start).Round(time.Millisecond)}).Info("capture: done")
 
 	start = time.Now()
-	stats, err := e.restorer(work).MeasureRuns(ctx, set.ID, dir, runs)
+	stats, err := e.restorer(work).MeasureRuns(ctx, set.ID, dir, e.Config.RestoreRuns)
 	if err != nil {
 		return manifest.Checkpoint{}, err
 	}
-	log.WithFields(logrus.Fields{"median_ms": round1(stats.Median), "p90_ms": round1(stats.P90), "runs": runs, "took": time.Since(start).Round(time.Millisecond)}).Info("measure: done")
+	log.WithFields(logrus.Fields{"median_ms": round1(stats.Median), "p90_ms": round1(stats.P90), "runs": e.Config.RestoreRuns, "took": time.Since(start).Round(time.Millisecond)}).Info("measure: done")
 
 	smoke, err := e.smoker(work).Smoke(ctx, set.ID, dir, set.Imports)
 	if err != nil {
@@ -391,10 +391,10 @@ func (e *Env) onExisting(ctx context.Context, out string, only []string, f func(
 }
 
 // Measure re-times the restores of checkpoints already in out and rewrites the manifest.
-func (e *Env) Measure(ctx context.Context, out string, only []string, runs int) (*manifest.Manifest, error) {
+func (e *Env) Measure(ctx context.Context, out string, only []string) (*manifest.Manifest, error) {
 	return e.onExisting(ctx, out, only, func(r *existingRun) error {
 		for _, c := range r.picked {
-			stats, err := e.restorer(r.work).MeasureRuns(ctx, c.ID, filepath.Join(out, c.Dir), runs)
+			stats, err := e.restorer(r.work).MeasureRuns(ctx, c.ID, filepath.Join(out, c.Dir), e.Config.RestoreRuns)
 			if err != nil {
 				return err
 			}
