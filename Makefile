@@ -28,7 +28,7 @@ build:
 # Host packages the tests and the image build need; installed only when missing.
 deps:
 	@missing=""; \
-	for p in mmdebstrap python3-cloudpickle; do \
+	for p in mmdebstrap python3-cloudpickle tzdata; do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
@@ -52,8 +52,9 @@ capture: deps runsc image build
 	$(PIPELINE) capture --config pipeline.yaml --out out
 
 lint:
-	@test -z "$$(gofmt -l cmd pkg)" || { echo "gofmt needed:"; gofmt -l cmd pkg; exit 1; }
+	@test -z "$$(gofmt -l cmd pkg internal)" || { echo "gofmt needed:"; gofmt -l cmd pkg internal; exit 1; }
 	go vet ./...
+	go mod tidy -diff
 
 check-golden:
 	tmp=$$(mktemp); trap 'rm -f $$tmp' EXIT; \
@@ -67,8 +68,10 @@ golden:
 test-python: deps image
 	cd images/executor && $(PYTHON) -m unittest discover -s tests -t .
 
+# Twice: in UTC and in a zone that is not, so nothing can depend on the machine's time zone.
 test-go: runsc image build
-	go test $(GOTEST_FLAGS) ./...
+	TZ=UTC go test $(GOTEST_FLAGS) ./...
+	TZ=America/New_York go test $(GOTEST_FLAGS) -count=1 ./...
 
 test: deps lint check-golden test-python test-go
 

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"readie.dev/pipeline/pkg/bench"
-	"readie.dev/pipeline/pkg/run"
+	"readie.dev/pipeline/internal/bench"
+	"readie.dev/pipeline/internal/config"
 )
 
 type benchCmd struct {
@@ -18,6 +18,8 @@ type benchCmd struct {
 	capture  bool
 	variants bool
 	explain  bool
+	// cleanFailed is capture's --clean-failed, for --capture.
+	cleanFailed bool
 }
 
 func (*benchCmd) Name() string { return "bench" }
@@ -27,6 +29,7 @@ func (*benchCmd) Synopsis() string {
 func (c *benchCmd) SetFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.rounds, "rounds", 7, "rounds; every set and series runs once per round, interleaved")
 	fs.BoolVar(&c.capture, "capture", false, "capture first (as `pipeline capture`), then bench")
+	fs.BoolVar(&c.cleanFailed, "clean-failed", false, "with --capture: remove the staging directory of a failed capture instead of leaving it for inspection")
 	fs.BoolVar(&c.variants, "variants", true, "also measure restore variants: -direct, -background, zero-pages images")
 	fs.BoolVar(&c.explain, "explain", false, "break one restore per set down from runsc's debug log")
 }
@@ -38,21 +41,28 @@ func (c *benchCmd) Execute(ctx context.Context, g *globals, args []string) error
 	if c.rounds < 1 {
 		return usagef("--rounds %d: want at least 1", c.rounds)
 	}
-	env, err := g.env(ctx)
+	cfg, err := g.loadConfig()
 	if err != nil {
 		return err
 	}
-	out := env.Config.Output
+	var sets []config.Set
 	if c.capture {
-		sets, err := env.Config.Sets(g.onlyIDs())
-		if err != nil {
+		if sets, err = cfg.Sets(g.onlyIDs()); err != nil {
 			return usageError{err}
 		}
+	}
+	env, err := g.env(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	env.CleanFailed = c.cleanFailed
+	out := cfg.Output
+	if c.capture {
 		if _, err := env.Capture(ctx, out, sets); err != nil {
 			return usageIfSetup(err)
 		}
 	}
-	report, err := env.Bench(ctx, out, run.BenchOptions{Only: g.onlyIDs(), Rounds: c.rounds, Variants: c.variants, Explain: c.explain})
+	report, err := bench.Run(ctx, env, out, bench.Options{Only: g.onlyIDs(), Rounds: c.rounds, Variants: c.variants, Explain: c.explain})
 	if err != nil {
 		return usageIfSetup(err)
 	}

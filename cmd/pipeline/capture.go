@@ -22,15 +22,19 @@ func (c *captureCmd) Execute(ctx context.Context, g *globals, args []string) err
 	if err := noArgs(args); err != nil {
 		return err
 	}
-	env, err := g.env(ctx)
+	cfg, err := g.loadConfig()
+	if err != nil {
+		return err
+	}
+	sets, err := cfg.Sets(g.onlyIDs())
+	if err != nil {
+		return usageError{err}
+	}
+	env, err := g.env(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	env.CleanFailed = c.cleanFailed
-	sets, err := env.Config.Sets(g.onlyIDs())
-	if err != nil {
-		return usageError{err}
-	}
 	start := time.Now()
 	m, err := env.Capture(ctx, env.Config.Output, sets)
 	if err != nil {

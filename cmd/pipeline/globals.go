@@ -12,8 +12,8 @@ import (
 	"github.com/sirupsen/logrus"
 
 	pipeline "readie.dev/pipeline"
-	"readie.dev/pipeline/pkg/config"
-	"readie.dev/pipeline/pkg/run"
+	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/run"
 )
 
 // globals are the flags every subcommand takes.
@@ -81,12 +81,8 @@ func (g *globals) onlyIDs() []string {
 	return ids
 }
 
-// env loads the config and checks runsc and the rootfs.
-func (g *globals) env(ctx context.Context) (*run.Env, error) {
-	cfg, err := g.loadConfig()
-	if err != nil {
-		return nil, err
-	}
+// env checks the runsc that cfg names and prepares a run.
+func (g *globals) env(ctx context.Context, cfg *config.Config) (*run.Env, error) {
 	env, err := run.NewEnv(ctx, cfg, g.log)
 	if err != nil {
 		return nil, usageIfSetup(err)

@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"sync"
 	"syscall"
 
 	"github.com/sirupsen/logrus"
@@ -54,10 +55,14 @@ func commands() []command {
 }
 
 func main() {
-	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr, signals))
 }
 
-func dispatch(args []string, stdout, stderr io.Writer) int {
+// dispatch runs one command line. A signal on signals stops the command: its context is
+// cancelled, it deletes its sandboxes, and the exit code says which signal it was.
+func dispatch(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int {
 	cmds := commands()
 	usage := func() {
 		fmt.Fprintln(stderr, "usage: pipeline <command> [flags]\n\ncommands:")
@@ -102,21 +107,28 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
-	signals := make(chan os.Signal, 1)
-	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(signals)
-	var caught os.Signal
-	go func() {
-		if s, ok := <-signals; ok {
-			caught = s
+	caught := make(chan os.Signal, 1) // the signal that stopped the command, if one did
+	done := make(chan struct{})
+	var watcher sync.WaitGroup
+	watcher.Go(func() {
+		select {
+		case s := <-signals:
+			caught <- s
 			log.WithField("signal", s.String()).Warn("interrupted: deleting sandboxes and stopping")
 			cancel(fmt.Errorf("interrupted by %s", s))
+		case <-done:
 		}
-	}()
-
+	})
 	err = cmd.Execute(ctx, g, fs.Args())
+	close(done)
+	watcher.Wait()
+	var stoppedBy os.Signal
+	select {
+	case stoppedBy = <-caught:
+	default:
+	}
 	if err == nil {
-		return exitOK
+		return exitOK // finished before the signal could stop it
 	}
 	// Errors quote the executor's stderr over several lines: in text mode print them as they
 	// are rather than as one escaped log field.
@@ -126,9 +138,9 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pipeline %s: %v\n", cmd.Name(), err)
 	}
 	switch {
-	case caught == syscall.SIGINT:
+	case stoppedBy == syscall.SIGINT:
 		return exitSIGINT
-	case caught == syscall.SIGTERM:
+	case stoppedBy == syscall.SIGTERM:
 		return exitSIGTERM
 	case isUsage(err):
 		return exitUsage

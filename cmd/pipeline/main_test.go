@@ -20,7 +20,7 @@ import (
 func runCLI(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	code := dispatch(args, &stdout, &stderr)
+	code := dispatch(args, &stdout, &stderr, nil)
 	return code, stdout.String(), stderr.String()
 }
 
@@ -96,7 +96,9 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"missing runsc", []string{"capture", "--config", testConfig{runsc: filepath.Join(dir, "nope"), root: dir + "/root", rootfs: emptyRoot, output: dir + "/out"}.write(t)}, "make runsc"},
 		{"missing rootfs", []string{"capture", "--config", testConfig{runsc: fakeRunsc, root: dir + "/root", rootfs: emptyRoot, output: dir + "/out"}.write(t)}, "make image"},
 		{"negative runs", []string{"capture", "--runs", "-1", "--config", testConfig{runsc: fakeRunsc, root: dir + "/root", rootfs: emptyRoot, output: dir + "/out"}.write(t)}, "--runs"},
-		{"unknown --only", []string{"capture", "--only", "nope", "--config", testConfig{runsc: fakeRunsc, root: dir + "/root", rootfs: emptyRoot, output: dir + "/out"}.write(t)}, ""},
+		// The rootfs is missing too: --only is checked first, before anything outside the config.
+		{"unknown --only", []string{"capture", "--only", "nope", "--config", testConfig{runsc: fakeRunsc, root: dir + "/root", rootfs: emptyRoot, output: dir + "/out"}.write(t)}, "--only names unknown package sets: nope"},
+		{"unknown --only, bench --capture", []string{"bench", "--capture", "--only", "nope", "--config", testConfig{runsc: fakeRunsc, root: dir + "/root", rootfs: emptyRoot, output: dir + "/out"}.write(t)}, "--only names unknown package sets: nope"},
 		{"verify missing output", []string{"verify", "--config", testConfig{runsc: "/x", root: "/r", rootfs: "/f", output: filepath.Join(dir, "none")}.write(t)}, "does not exist"},
 		{"spec bad mode", []string{"spec", "--mode", "party", "--config", testConfig{runsc: "/x", root: "/r", rootfs: "/f", output: dir}.write(t)}, `-mode "party": want capture, measure or sandbox`},
 	}

@@ -15,7 +15,11 @@ func (*measureCmd) Execute(ctx context.Context, g *globals, args []string) error
 	if err := noArgs(args); err != nil {
 		return err
 	}
-	env, err := g.env(ctx)
+	cfg, err := g.loadConfig()
+	if err != nil {
+		return err
+	}
+	env, err := g.env(ctx, cfg)
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,11 @@ func (*smokeCmd) Execute(ctx context.Context, g *globals, args []string) error {
 	if err := noArgs(args); err != nil {
 		return err
 	}
-	env, err := g.env(ctx)
+	cfg, err := g.loadConfig()
+	if err != nil {
+		return err
+	}
+	env, err := g.env(ctx, cfg)
 	if err != nil {
 		return err
 	}

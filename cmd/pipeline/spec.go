@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"readie.dev/pipeline/pkg/run"
+	"readie.dev/pipeline/internal/run"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 

@@ -9,11 +9,22 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"readie.dev/pipeline/pkg/sandbox"
+)
+
+const (
+	// BlockingModule never finishes importing (images/executor/testing): a capture of a set
+	// that imports it is still running whenever a test times it out, signals or kills it, on
+	// any machine, however fast.
+	BlockingModule = "readie_test_block"
+	// TestingPythonPath is where the image installs BlockingModule; it is on no interpreter's
+	// path unless PYTHONPATH names it.
+	TestingPythonPath = "/usr/lib/readie/testing"
 )
 
 // Rootfs returns the executor image's root filesystem.
@@ -30,7 +41,34 @@ func Rootfs(t testing.TB) string {
 	if _, err := os.Stat(filepath.Join(resolved, "usr/lib/python3/dist-packages/readie_executor/__main__.py")); err != nil {
 		t.Fatalf("READIE_ROOTFS=%s holds no executor: %v (run `make image`)", path, err)
 	}
+	if _, err := os.Stat(filepath.Join(resolved, TestingPythonPath, BlockingModule+".py")); err != nil {
+		t.Fatalf("READIE_ROOTFS=%s holds no %s: %v (run `make image`)", path, BlockingModule, err)
+	}
 	return resolved
+}
+
+// WaitForSandbox waits until a sandbox whose ID contains part runs under rt's root, and
+// returns its ID: the state a test needs before it times out, signals or kills a run.
+func WaitForSandbox(t testing.TB, rt *sandbox.Runtime, part string, limit time.Duration) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	for {
+		states, err := rt.States(ctx)
+		if err != nil && ctx.Err() == nil {
+			t.Fatal(err)
+		}
+		for id, state := range states {
+			if strings.Contains(id, part) && state == "running" {
+				return id
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no running sandbox named *%s* under %s within %s (last seen: %v)", part, rt.Root, limit, states)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // RunscPath returns the pinned runsc binary.

@@ -5,8 +5,6 @@ package capture
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +12,9 @@ import (
 	"strings"
 	"time"
 
+	runc "github.com/containerd/go-runc"
+
+	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/sandbox"
 )
@@ -65,14 +66,15 @@ func Run(ctx context.Context, rt *sandbox.Runtime, req Request) (*manifest.Meta,
 	if err != nil {
 		return nil, fail(err)
 	}
-	sb, err := rt.NewSandbox(SandboxID(req.ID, "capture"), req.WorkDir, hostDir, spec)
+	sb, err := rt.NewSandbox(sandbox.NewID(req.ID, "capture"), req.WorkDir, hostDir, spec)
 	if err != nil {
 		return nil, fail(err)
 	}
 
 	runCtx, cancel := context.WithTimeoutCause(ctx, req.Timeout,
 		fmt.Errorf("capture of %s exceeded its timeout of %s", req.ID, req.Timeout))
-	status, runErr := sb.Run(runCtx)
+	_, runErr := sb.Run(runCtx) // a non-zero status comes as a *runc.ExitError
+	timedOut := runCtx.Err() != nil
 	cancel()
 	deleteErr := sb.Delete(ctx)
 	stderrTail := sb.Tail(15)
@@ -82,14 +84,15 @@ func Run(ctx context.Context, rt *sandbox.Runtime, req Request) (*manifest.Meta,
 		}
 		return fmt.Errorf("%w\nexecutor stderr (last lines):\n%s", err, indent(stderrTail))
 	}
-	if runErr != nil {
+	var exit *runc.ExitError
+	switch {
+	case runErr != nil && !timedOut && errors.As(runErr, &exit):
+		// runsc run exits with the executor's own status: say what it means.
+		return nil, withTail(fail(fmt.Errorf("the executor exited with status %d%s: %w", exit.Status, exitMeaning(exit.Status), runErr)))
+	case runErr != nil:
 		return nil, withTail(fail(runErr))
-	}
-	if deleteErr != nil {
+	case deleteErr != nil:
 		return nil, fail(deleteErr)
-	}
-	if status != 0 {
-		return nil, withTail(fail(fmt.Errorf("sandbox exited with status %d", status)))
 	}
 	// Exit 0 proves nothing: runsc exits 0 after a save whether it succeeded or not.
 	stdout, _ := os.ReadFile(sb.Stdout)
@@ -110,7 +113,7 @@ func Run(ctx context.Context, rt *sandbox.Runtime, req Request) (*manifest.Meta,
 		}
 		meta.Files[name] = f
 	}
-	if err := manifest.WriteJSON(filepath.Join(req.Dir, manifest.MetaFileName), meta); err != nil {
+	if err := atomicfile.WriteJSON(filepath.Join(req.Dir, manifest.MetaFileName), meta); err != nil {
 		return nil, fail(fmt.Errorf("write meta.json: %w", err))
 	}
 	return meta, nil
@@ -130,13 +133,19 @@ func freshDir(dir string) error {
 	return nil
 }
 
-// SandboxID names a sandbox after its package set, its step and the pipeline's pid, unique per
-// call, so `runsc list` says what each sandbox is for and a later run can tell the leftovers of
-// a run that died from the sandboxes of a run still going (sandbox.OwnerPID).
-func SandboxID(setID, step string) string {
-	var b [4]byte
-	rand.Read(b[:])
-	return fmt.Sprintf("readie-%s-%s-%d-%s", setID, step, os.Getpid(), hex.EncodeToString(b[:]))
+// exitMeaning explains the executor's exit codes (images/executor, README).
+func exitMeaning(status int) string {
+	switch status {
+	case 2:
+		return " (bad executor settings)"
+	case 3:
+		return " (an import of the package set failed)"
+	case 4:
+		return " (the checkpoint could not be triggered or gVisor reported an error)"
+	case 5:
+		return " (the restore-time environment could not be applied)"
+	}
+	return ""
 }
 
 func indent(s string) string { return "  " + strings.ReplaceAll(s, "\n", "\n  ") }

@@ -29,7 +29,7 @@ func TestFailedImport(t *testing.T) {
 	if !errors.Is(err, capture.ErrCapture) {
 		t.Fatalf("err = %v, want ErrCapture", err)
 	}
-	for _, want := range []string{"broken", "no_such_module_readie", "ModuleNotFoundError"} {
+	for _, want := range []string{"broken", "no_such_module_readie", "ModuleNotFoundError", "exited with status 3 (an import of the package set failed)"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %q:\n%v", want, err)
 		}
@@ -39,19 +39,21 @@ func TestFailedImport(t *testing.T) {
 	}
 }
 
-// TestTimeoutKeepsItsCause: a capture that runs out of time fails with an error that still
-// matches context.DeadlineExceeded and names the limit, and leaves no sandbox.
+// TestTimeoutKeepsItsCause: a capture that runs out of time (its import never returns, so on
+// any machine) fails with an error that still matches context.DeadlineExceeded and names the
+// limit, and leaves no sandbox.
 func TestTimeoutKeepsItsCause(t *testing.T) {
 	rt := testenv.Runtime(t)
 	work := testenv.WorkDir(t)
 	_, err := capture.Run(context.Background(), rt, capture.Request{
-		ID: "slow", Imports: []string{"pandas"}, Rootfs: testenv.Rootfs(t),
-		Dir: filepath.Join(work, "img"), WorkDir: work, Timeout: 300 * time.Millisecond,
+		ID: "slow", Imports: []string{"json", testenv.BlockingModule}, Rootfs: testenv.Rootfs(t),
+		Env: []string{"PYTHONPATH=" + testenv.TestingPythonPath},
+		Dir: filepath.Join(work, "img"), WorkDir: work, Timeout: 2 * time.Second,
 	})
 	if !errors.Is(err, capture.ErrCapture) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, sandbox.ErrRunsc) {
 		t.Fatalf("err = %v; want ErrCapture wrapping runsc's deadline", err)
 	}
-	if !strings.Contains(err.Error(), "capture of slow exceeded its timeout of 300ms") {
+	if !strings.Contains(err.Error(), "capture of slow exceeded its timeout of 2s") {
 		t.Errorf("the error does not name the step and the limit: %v", err)
 	}
 }

@@ -39,7 +39,7 @@ func (d *Dialer) Dial(ctx context.Context, socketPath string) (net.Conn, error) 
 	if interval <= 0 {
 		interval = 2 * time.Millisecond
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("%w: the dial's own limit of %s", context.DeadlineExceeded, timeout))
 	defer cancel()
 	var nd net.Dialer
 	start := time.Now()
@@ -51,33 +51,52 @@ func (d *Dialer) Dial(ctx context.Context, socketPath string) (net.Conn, error) 
 		if err == nil {
 			return conn, nil
 		}
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("executorproto: dial %s: no executor after %s: %w (last error: %v)",
-				socketPath, time.Since(start).Round(time.Millisecond), ctx.Err(), err)
+		if ctx.Err() == nil {
+			timer.Reset(interval)
+			select {
+			case <-ctx.Done():
+			case <-timer.C:
+				continue
+			}
 		}
-		timer.Reset(interval)
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("executorproto: dial %s: no executor after %s: %w (last error: %v)",
-				socketPath, time.Since(start).Round(time.Millisecond), ctx.Err(), err)
-		case <-timer.C:
-		}
+		// The cause says which limit ran out (the caller's step, or the dial's own); ctx.Err()
+		// keeps the error matchable with errors.Is.
+		return nil, fmt.Errorf("executorproto: dial %s: no executor after %s: %w (last error: %v)",
+			socketPath, time.Since(start).Round(time.Millisecond), causeOf(ctx), err)
 	}
+}
+
+// causeOf is ctx's cause, still matching ctx.Err() with errors.Is.
+func causeOf(ctx context.Context) error {
+	cause := context.Cause(ctx)
+	if errors.Is(cause, ctx.Err()) {
+		return cause
+	}
+	return fmt.Errorf("%w: %w", cause, ctx.Err())
 }
 
 // Call sends request as one message on conn and returns the payload of the one response
 // message. It honours ctx's deadline and cancellation; a connection the executor closes before
 // the response's terminator gives an error matching ErrTruncated.
 func Call(ctx context.Context, conn net.Conn, request []byte) ([]byte, error) {
-	if deadline, ok := ctx.Deadline(); ok {
-		if err := conn.SetDeadline(deadline); err != nil {
-			return nil, fmt.Errorf("executorproto: call: %w", err)
-		}
-		defer conn.SetDeadline(time.Time{})
+	deadline, _ := ctx.Deadline() // zero, no deadline, when ctx has none
+	if err := conn.SetDeadline(deadline); err != nil {
+		return nil, fmt.Errorf("executorproto: call: %w", err)
 	}
-	// Cancellation without a deadline unblocks the I/O by moving the deadline to now.
-	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
+	// Cancellation unblocks the I/O by moving the deadline to now. The callback may already be
+	// running when the call returns: wait for it before clearing the deadline, or it would set
+	// a past deadline afterwards and break the next call on this connection.
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(fired)
+		conn.SetDeadline(time.Unix(1, 0))
+	})
+	defer func() {
+		if !stop() {
+			<-fired
+		}
+		conn.SetDeadline(time.Time{})
+	}()
 
 	if err := WriteMessage(conn, request, DefaultChunkSize); err != nil {
 		return nil, callError(ctx, "send request", err)
@@ -94,7 +113,7 @@ func callError(ctx context.Context, step string, err error) error {
 		if _, hasDeadline := ctx.Deadline(); hasDeadline || ctx.Err() != nil {
 			// The connection's deadline is ctx's, so ctx is done now or a moment from now.
 			<-ctx.Done()
-			return fmt.Errorf("executorproto: call: %s: %w", step, context.Cause(ctx))
+			return fmt.Errorf("executorproto: call: %s: %w", step, causeOf(ctx))
 		}
 	}
 	return fmt.Errorf("executorproto: call: %s: %w", step, err)

@@ -133,3 +133,76 @@ func TestCallHonoursDeadlineAndCancel(t *testing.T) {
 		})
 	}
 }
+
+// TestCallCancelledAsItAnswers: the context is cancelled just as the response arrives (the
+// server cancels it after writing). When that call succeeds, the next call on the same
+// connection works: a late cancellation callback must not leave a past deadline behind.
+func TestCallCancelledAsItAnswers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "executor.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	cancels := make(chan context.CancelFunc, 1)
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				for {
+					req, err := ReadMessage(conn)
+					if err != nil {
+						return
+					}
+					if err := WriteMessage(conn, req, DefaultChunkSize); err != nil {
+						return
+					}
+					select {
+					case cancel := <-cancels:
+						cancel()
+					default:
+					}
+				}
+			}()
+		}
+	}()
+	succeeded := 0
+	for i := 0; succeeded < 200 && i < 5000; i++ {
+		conn, err := Dial(context.Background(), path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancels <- cancel
+		_, err = Call(ctx, conn, []byte("cancelled as it answers"))
+		cancel()
+		if err == nil { // a call cut short leaves the stream mid-message: only a good one counts
+			succeeded++
+			if resp, err := Call(context.Background(), conn, []byte("next")); err != nil || string(resp) != "next" {
+				t.Fatalf("the call after a cancelled one that succeeded = %q, %v", resp, err)
+			}
+		}
+		conn.Close()
+		select {
+		case <-cancels:
+		default:
+		}
+	}
+	if succeeded == 0 {
+		t.Fatal("no call succeeded: the test checked nothing")
+	}
+}
+
+// TestDialTimeoutNamesTheStep: a dial bounded by its caller's step says which step ran out.
+func TestDialTimeoutNamesTheStep(t *testing.T) {
+	ctx, cancel := context.WithTimeoutCause(context.Background(), 50*time.Millisecond, errors.New("smoke of pandas exceeded its timeout of 50ms"))
+	defer cancel()
+	_, err := Dial(ctx, filepath.Join(t.TempDir(), "never.sock"))
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "smoke of pandas exceeded its timeout of 50ms") {
+		t.Fatalf("Dial = %v; want the caller's cause, still matching DeadlineExceeded", err)
+	}
+}

@@ -132,13 +132,36 @@ func (m *Manifest) CheckProtocol(implemented int) error {
 	return nil
 }
 
-// Load reads a manifest.
+// ErrInvalid reports a manifest that names files outside its own output directory.
+var ErrInvalid = errors.New("invalid manifest")
+
+// Load reads a manifest and refuses one whose restore spec or checkpoint directories are not
+// local paths inside the output directory: workers and the pipeline open what it names.
 func Load(path string) (*Manifest, error) {
 	var m Manifest
 	if err := readJSON(path, &m); err != nil {
 		return nil, err
 	}
+	if err := m.checkPaths(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
 	return &m, nil
+}
+
+// local reports whether p names something strictly inside the output directory.
+func local(p string) bool { return filepath.IsLocal(p) && filepath.Clean(p) != "." }
+
+func (m *Manifest) checkPaths() error {
+	var problems []error
+	if m.Spec != "" && !local(m.Spec) {
+		problems = append(problems, fmt.Errorf("%w: spec %q is not a path inside the output", ErrInvalid, m.Spec))
+	}
+	for _, c := range m.Checkpoints {
+		if !local(c.Dir) {
+			problems = append(problems, fmt.Errorf("%w: checkpoint %s: dir %q is not a path inside the output", ErrInvalid, c.ID, c.Dir))
+		}
+	}
+	return errors.Join(problems...)
 }
 
 // LoadMeta reads a checkpoint's meta.json.
@@ -159,52 +182,6 @@ func readJSON(path string, v any) error {
 		return fmt.Errorf("parse %s: %w", path, err)
 	}
 	return nil
-}
-
-// WriteJSON writes v as indented JSON to path atomically: a temporary file in the same
-// directory, fsync, rename, fsync of the directory. A reader sees the old file or the new one.
-func WriteJSON(path string, v any) error {
-	data, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	return WriteFileAtomic(path, append(data, '\n'), 0o644)
-}
-
-// WriteFileAtomic writes data to path atomically (see WriteJSON).
-func WriteFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err = tmp.Write(data); err != nil {
-		return err
-	}
-	if err = tmp.Chmod(perm); err != nil {
-		return err
-	}
-	if err = tmp.Sync(); err != nil {
-		return err
-	}
-	if err = tmp.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // HashFile returns a file's size and "sha256:" digest.

@@ -1,6 +1,7 @@
 package manifest
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -8,6 +9,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"readie.dev/pipeline/internal/atomicfile"
+	"readie.dev/pipeline/pkg/sandbox"
 )
 
 func sample() *Manifest {
@@ -36,7 +40,7 @@ func sample() *Manifest {
 func TestRoundTrip(t *testing.T) {
 	path := filepath.Join(t.TempDir(), FileName)
 	want := sample()
-	if err := WriteJSON(path, want); err != nil {
+	if err := atomicfile.WriteJSON(path, want); err != nil {
 		t.Fatal(err)
 	}
 	got, err := Load(path)
@@ -55,22 +59,6 @@ func TestRoundTrip(t *testing.T) {
 	entries, _ := os.ReadDir(filepath.Dir(path))
 	if len(entries) != 1 {
 		t.Errorf("temporary files left: %v", entries)
-	}
-}
-
-func TestWriteAtomicKeepsOldFileOnFailure(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, FileName)
-	if err := WriteJSON(path, sample()); err != nil {
-		t.Fatal(err)
-	}
-	before, _ := os.ReadFile(path)
-	if err := WriteJSON(path, map[string]any{"bad": func() {}}); err == nil {
-		t.Fatal("unencodable value written")
-	}
-	after, _ := os.ReadFile(path)
-	if string(before) != string(after) {
-		t.Fatal("a failed write changed the file")
 	}
 }
 
@@ -102,28 +90,48 @@ func TestCheckProtocol(t *testing.T) {
 	}
 }
 
-func TestVerify(t *testing.T) {
+// verifiedOutput writes an output that Verify accepts: a real restore spec and its fingerprint,
+// and a checkpoint.img that starts with gVisor's header.
+func verifiedOutput(t *testing.T) (string, *Manifest) {
+	t.Helper()
 	out := t.TempDir()
 	m := sample()
+	m.RunscFlags = sandbox.DefaultFlags().Args()
+	spec, err := sandbox.Spec(sandbox.SpecOptions{Mode: sandbox.ModeSandbox, Rootfs: "/r", HostDir: "/run/readie/sandboxes/SANDBOX_ID"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.SpecFingerprint, err = sandbox.Fingerprint(spec, sandbox.DefaultFlags()); err != nil {
+		t.Fatal(err)
+	}
 	dir := filepath.Join(out, "numpy")
 	os.MkdirAll(dir, 0o755)
-	meta := &Meta{ID: "numpy", Imports: []string{"numpy"}, SpecFingerprint: m.SpecFingerprint, Files: map[string]File{}}
+	meta := &Meta{ID: "numpy", Imports: []string{"numpy"}, RunscVersion: m.Runsc.Version, SpecFingerprint: m.SpecFingerprint, Files: map[string]File{}}
 	for _, name := range ImageFiles() {
-		os.WriteFile(filepath.Join(dir, name), []byte("content of "+name), 0o644)
+		content := []byte("content of " + name)
+		if name == "checkpoint.img" {
+			content = header(`{"runsc_version":"` + m.Runsc.Version + `","compression":"none"}`)
+		}
+		os.WriteFile(filepath.Join(dir, name), content, 0o644)
 		f, err := HashFile(filepath.Join(dir, name))
 		if err != nil {
 			t.Fatal(err)
 		}
 		meta.Files[name] = f
 	}
-	WriteJSON(filepath.Join(dir, MetaFileName), meta)
-	WriteJSON(filepath.Join(out, RestoreSpecFileName), map[string]any{"ociVersion": "1.2.1"})
-	WriteJSON(filepath.Join(out, FileName), m)
+	atomicfile.WriteJSON(filepath.Join(dir, MetaFileName), meta)
+	atomicfile.WriteJSON(filepath.Join(out, RestoreSpecFileName), spec)
+	atomicfile.WriteJSON(filepath.Join(out, FileName), m)
 	if _, err := Verify(out, 2); err != nil {
 		t.Fatal(err)
 	}
+	return out, m
+}
+
+func TestVerify(t *testing.T) {
+	out, _ := verifiedOutput(t)
 	// One changed byte in pages.img is caught and the file named.
-	pages := filepath.Join(dir, "pages.img")
+	pages := filepath.Join(out, "numpy", "pages.img")
 	data, _ := os.ReadFile(pages)
 	data[0] ^= 1
 	os.WriteFile(pages, data, 0o644)
@@ -132,6 +140,70 @@ func TestVerify(t *testing.T) {
 	}
 	if _, err := Verify(out, 3); !errors.Is(err, ErrProtocol) {
 		t.Fatalf("Verify with another protocol = %v", err)
+	}
+}
+
+// TestVerifyCatches changes one thing at a time in a good output; Verify must name it.
+func TestVerifyCatches(t *testing.T) {
+	edit := func(path string, f func(map[string]any)) {
+		var v map[string]any
+		data, _ := os.ReadFile(path)
+		json.Unmarshal(data, &v)
+		f(v)
+		atomicfile.WriteJSON(path, v)
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(out string)
+		want   string
+	}{
+		{"restore spec edited", func(out string) {
+			edit(filepath.Join(out, RestoreSpecFileName), func(v map[string]any) {
+				v["process"].(map[string]any)["cwd"] = "/tmp"
+			})
+		}, "restore-spec.json: fingerprint sha256:"},
+		{"meta.json from another runsc", func(out string) {
+			edit(filepath.Join(out, "numpy", MetaFileName), func(v map[string]any) { v["runsc_version"] = "other" })
+		}, `meta.json runsc version "other" differs from the manifest's "v"`},
+		{"image saved by another runsc", func(out string) {
+			image := filepath.Join(out, "numpy", "checkpoint.img")
+			os.WriteFile(image, header(`{"runsc_version":"other"}`), 0o644)
+		}, `checkpoint.img: saved by runsc "other", the manifest records "v"`},
+		{"image without gVisor's header", func(out string) {
+			os.WriteFile(filepath.Join(out, "numpy", "checkpoint.img"), []byte("not an image"), 0o644)
+		}, "bad checkpoint image header"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, _ := verifiedOutput(t)
+			tc.change(out)
+			if _, err := Verify(out, 2); !errors.Is(err, ErrVerify) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Verify = %v\nwant it to say %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestLoadRefusesPathsOutside: a manifest whose checkpoint dir or spec leaves the output is
+// refused by Load itself, so no caller restores from elsewhere.
+func TestLoadRefusesPathsOutside(t *testing.T) {
+	for _, tc := range []struct{ dir, spec string }{
+		{"../../etc", RestoreSpecFileName}, {"/etc", RestoreSpecFileName}, {"", RestoreSpecFileName},
+		{".", RestoreSpecFileName}, {"a/../..", RestoreSpecFileName}, {"numpy", "../spec.json"},
+	} {
+		m := sample()
+		m.Checkpoints[0].Dir, m.Spec = tc.dir, tc.spec
+		path := filepath.Join(t.TempDir(), FileName)
+		atomicfile.WriteJSON(path, m)
+		if _, err := Load(path); !errors.Is(err, ErrInvalid) {
+			t.Errorf("dir %q spec %q: Load = %v, want ErrInvalid", tc.dir, tc.spec, err)
+		}
+	}
+	m := sample()
+	m.Checkpoints[0].Dir = "sets/numpy" // nested but inside: fine
+	path := filepath.Join(t.TempDir(), FileName)
+	atomicfile.WriteJSON(path, m)
+	if _, err := Load(path); err != nil {
+		t.Errorf("a nested local dir: %v", err)
 	}
 }
 
@@ -144,7 +216,7 @@ func BenchmarkWriteManifest(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := WriteJSON(path, m); err != nil {
+		if err := atomicfile.WriteJSON(path, m); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,18 +1,24 @@
 package manifest
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
-	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"readie.dev/pipeline/pkg/sandbox"
 )
 
 // ErrVerify reports an output directory whose files do not match its manifest.
 var ErrVerify = errors.New("verify failed")
 
-// Verify checks an output directory: the manifest's protocol version, and for every checkpoint
-// its meta.json and the size and sha256 of each image file. Every problem is reported, each
-// naming the file.
+// Verify checks an output directory: the manifest's protocol version and paths; that the
+// restore spec has the fingerprint the manifest records; and for every checkpoint its
+// meta.json (fingerprint and runsc version), the runsc version in checkpoint.img's own header,
+// and the size and sha256 of each image file. Every problem is reported, each naming the file.
 func Verify(outDir string, implementedProtocol int) (*Manifest, error) {
 	m, err := Load(filepath.Join(outDir, FileName))
 	if err != nil {
@@ -24,41 +30,11 @@ func Verify(outDir string, implementedProtocol int) (*Manifest, error) {
 	var problems []error
 	if m.Spec == "" {
 		problems = append(problems, fmt.Errorf("manifest names no restore spec"))
-	} else if _, err := readSpec(filepath.Join(outDir, m.Spec)); err != nil {
+	} else if err := checkSpec(filepath.Join(outDir, m.Spec), m); err != nil {
 		problems = append(problems, err)
 	}
 	for _, c := range m.Checkpoints {
-		if c.Dir == "" || filepath.IsAbs(c.Dir) || strings.Contains(c.Dir, "..") {
-			problems = append(problems, fmt.Errorf("checkpoint %s: bad dir %q", c.ID, c.Dir))
-			continue
-		}
-		dir := filepath.Join(outDir, c.Dir)
-		meta, err := LoadMeta(filepath.Join(dir, MetaFileName))
-		if err != nil {
-			problems = append(problems, fmt.Errorf("checkpoint %s: %w", c.ID, err))
-			continue
-		}
-		if meta.SpecFingerprint != m.SpecFingerprint {
-			problems = append(problems, fmt.Errorf("checkpoint %s: spec fingerprint %s differs from the manifest's %s", c.ID, meta.SpecFingerprint, m.SpecFingerprint))
-		}
-		for _, name := range ImageFiles() {
-			want, ok := meta.Files[name]
-			path := filepath.Join(dir, name)
-			if !ok {
-				problems = append(problems, fmt.Errorf("%s: not listed in meta.json", path))
-				continue
-			}
-			got, err := HashFile(path)
-			switch {
-			case err != nil:
-				problems = append(problems, err)
-			case got != want:
-				problems = append(problems, fmt.Errorf("%s: %d bytes %s, meta.json says %d bytes %s", path, got.Bytes, got.SHA256, want.Bytes, want.SHA256))
-			}
-		}
-		if !c.Smoke.OK {
-			problems = append(problems, fmt.Errorf("checkpoint %s: smoke test did not pass", c.ID))
-		}
+		problems = append(problems, verifyCheckpoint(filepath.Join(outDir, c.Dir), c, m)...)
 	}
 	if len(problems) > 0 {
 		return m, fmt.Errorf("%w: %w", ErrVerify, errors.Join(problems...))
@@ -66,10 +42,66 @@ func Verify(outDir string, implementedProtocol int) (*Manifest, error) {
 	return m, nil
 }
 
-func readSpec(path string) (map[string]any, error) {
-	var v map[string]any
-	if err := readJSON(path, &v); err != nil {
-		return nil, err
+// checkSpec recomputes the fingerprint of the restore spec at path with the manifest's runsc
+// flags: a spec edited after the capture would be refused by runsc at restore time.
+func checkSpec(path string, m *Manifest) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
 	}
-	return v, nil
+	var spec specs.Spec
+	if err := json.Unmarshal(data, &spec); err != nil {
+		return fmt.Errorf("parse %s: %w", path, err)
+	}
+	flags, err := sandbox.ParseFlags(m.RunscFlags)
+	if err != nil {
+		return fmt.Errorf("manifest runsc_flags: %w", err)
+	}
+	fingerprint, err := sandbox.Fingerprint(&spec, flags)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if fingerprint != m.SpecFingerprint {
+		return fmt.Errorf("%s: fingerprint %s, the manifest records %s", path, fingerprint, m.SpecFingerprint)
+	}
+	return nil
+}
+
+func verifyCheckpoint(dir string, c Checkpoint, m *Manifest) []error {
+	meta, err := LoadMeta(filepath.Join(dir, MetaFileName))
+	if err != nil {
+		return []error{fmt.Errorf("checkpoint %s: %w", c.ID, err)}
+	}
+	var problems []error
+	if meta.SpecFingerprint != m.SpecFingerprint {
+		problems = append(problems, fmt.Errorf("checkpoint %s: spec fingerprint %s differs from the manifest's %s", c.ID, meta.SpecFingerprint, m.SpecFingerprint))
+	}
+	if meta.RunscVersion != m.Runsc.Version {
+		problems = append(problems, fmt.Errorf("checkpoint %s: meta.json runsc version %q differs from the manifest's %q", c.ID, meta.RunscVersion, m.Runsc.Version))
+	}
+	image := filepath.Join(dir, "checkpoint.img")
+	if header, err := ReadImageHeader(image); err != nil {
+		problems = append(problems, err)
+	} else if header.RunscVersion() != m.Runsc.Version {
+		problems = append(problems, fmt.Errorf("%s: saved by runsc %q, the manifest records %q", image, header.RunscVersion(), m.Runsc.Version))
+	}
+	for _, name := range ImageFiles() {
+		want, ok := meta.Files[name]
+		path := filepath.Join(dir, name)
+		if !ok {
+			problems = append(problems, fmt.Errorf("%s: not listed in meta.json", path))
+			continue
+		}
+		got, err := HashFile(path)
+		switch {
+		case err != nil:
+			problems = append(problems, err)
+		case got != want:
+			problems = append(problems, fmt.Errorf("%s: %d bytes %s, meta.json says %d bytes %s", path, got.Bytes, got.SHA256, want.Bytes, want.SHA256))
+		}
+	}
+	if !c.Smoke.OK {
+		problems = append(problems, fmt.Errorf("checkpoint %s: smoke test did not pass", c.ID))
+	}
+	return problems
 }

@@ -103,7 +103,7 @@ func TestCheckSmokeResponse(t *testing.T) {
 }
 
 // TestCaptureMeasureSmoke runs the real executor under real gVisor: capture a small set,
-// time restores, smoke-test a restore, and call a cold-started executor.
+// time restores, smoke-test a restore, and see runsc refuse a spec of another shape.
 func TestCaptureMeasureSmoke(t *testing.T) {
 	rt := testenv.Runtime(t)
 	rootfs := testenv.Rootfs(t)
@@ -126,7 +126,7 @@ func TestCaptureMeasureSmoke(t *testing.T) {
 	if meta.Bytes() == 0 || !strings.HasPrefix(meta.SpecFingerprint, "sha256:") {
 		t.Fatalf("meta = %+v", meta)
 	}
-	r := &measure.Restorer{Runtime: rt, Rootfs: rootfs, WorkDir: work, Flags: []string{"-direct"}, Timeout: time.Minute}
+	r := &measure.Restorer{Launcher: measure.Launcher{Runtime: rt, Rootfs: rootfs, WorkDir: work, Timeout: time.Minute}, Flags: []string{"-direct"}}
 	st, err := r.MeasureRuns(ctx, "small", dir, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +153,7 @@ func TestCaptureMeasureSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec.Process.Args = append(spec.Process.Args, "--tampered")
-	sb, err := rt.NewSandbox(capture.SandboxID("small", "tampered"), work, host, spec)
+	sb, err := rt.NewSandbox(sandbox.NewID("small", "tampered"), work, host, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,23 +168,6 @@ func TestCaptureMeasureSmoke(t *testing.T) {
 		t.Errorf("runsc's message does not mention the args:\n%s", stderr)
 	}
 
-	cold, err := r.ColdCall(ctx, "cold", imports)
-	if err != nil || cold <= 0 {
-		t.Fatalf("cold call = %v, %v", cold, err)
-	}
-	restored, err := r.RestoreCall(ctx, "small", dir, imports, false)
-	if err != nil || restored <= 0 {
-		t.Fatalf("restore call = %v, %v", restored, err)
-	}
-	prestarted, err := r.RestoreCall(ctx, "small", dir, imports, true)
-	if err != nil || prestarted <= 0 {
-		t.Fatalf("prestarted restore call = %v, %v", prestarted, err)
-	}
-	floor, err := r.Floor(ctx)
-	if err != nil || floor <= 0 {
-		t.Fatalf("floor = %v, %v", floor, err)
-	}
-	t.Logf("cold %.0f ms, restore %.0f ms, prestarted %.0f ms, floor %.0f ms", cold, restored, prestarted, floor)
 }
 
 // startColdExecutor creates and starts an executor in sandbox mode without a checkpoint,
@@ -199,7 +182,7 @@ func startColdExecutor(t *testing.T, name string) (context.Context, *sandbox.San
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb, err := rt.NewSandbox(capture.SandboxID(name, "test"), work, host, spec)
+	sb, err := rt.NewSandbox(sandbox.NewID(name, "test"), work, host, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,5 +246,17 @@ func TestKillStopsSandbox(t *testing.T) {
 			t.Fatalf("still %q after SIGKILL", state)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestFailedDeleteIsReported (with a stand-in runsc whose delete fails): a restore that worked
+// but whose sandbox could not be deleted is an error that says so.
+func TestFailedDeleteIsReported(t *testing.T) {
+	path, _ := testenv.FakeRunsc(t, "[]")
+	rt := &sandbox.Runtime{Path: path, Root: t.TempDir(), Flags: sandbox.DefaultFlags()}
+	r := &measure.Restorer{Launcher: measure.Launcher{Runtime: rt, Rootfs: "/rootfs", WorkDir: t.TempDir(), Timeout: time.Minute}}
+	_, err := r.MeasureOnce(context.Background(), "fail", t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), "delete") || !strings.Contains(err.Error(), "device or resource busy") {
+		t.Fatalf("MeasureOnce with a failed delete = %v", err)
 	}
 }

@@ -67,3 +67,13 @@ func LeastSquares(xs, ys []float64) Line {
 	l.Intercept = (sy - l.Slope*sx) / n
 	return l
 }
+
+// CostModel fits restore medians (ms) against image sizes (bytes, fitted in MiB): the
+// manifest's and the benchmark's cost model, one computation.
+func CostModel(sizes []int64, medians []float64) Line {
+	mib := make([]float64, len(sizes))
+	for i, b := range sizes {
+		mib[i] = float64(b) / (1 << 20)
+	}
+	return LeastSquares(mib, medians)
+}

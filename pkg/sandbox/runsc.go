@@ -10,7 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -81,6 +81,10 @@ func (r *Runtime) GlobalArgs() []string {
 	return args
 }
 
+// utcLogs runs runsc with TZ=UTC: its debug logs stamp lines with the local wall clock and no
+// zone, and the restore breakdown reads them as UTC, whatever the host's zone.
+func utcLogs(ctx context.Context) context.Context { return runc.WithExtraEnv(ctx, "TZ=UTC") }
+
 func (r *Runtime) client() *runc.Runc {
 	return &runc.Runc{
 		Command:   r.Path,
@@ -123,20 +127,35 @@ func (r *Runtime) Module() (path, version string, err error) {
 
 // List returns the IDs of the sandboxes under this runtime's root.
 func (r *Runtime) List(ctx context.Context) ([]string, error) {
+	states, err := r.States(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, 0, len(states))
+	for id := range states {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// States returns the status of every sandbox under this runtime's root, by ID ("created",
+// "running", "stopped").
+func (r *Runtime) States(ctx context.Context) (map[string]string, error) {
 	ctx, cancel := r.commandContext(ctx, "list")
 	defer cancel()
 	if _, err := os.Stat(r.Root); errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+		return map[string]string{}, nil
 	}
 	cs, err := r.client().List(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%w: list: %w", ErrRunsc, err)
 	}
-	ids := make([]string, 0, len(cs))
+	states := make(map[string]string, len(cs))
 	for _, c := range cs {
-		ids = append(ids, c.ID)
+		states[c.ID] = c.Status
 	}
-	return ids, nil
+	return states, nil
 }
 
 // Sandbox is one runsc container: its bundle, its host directory and its stdio logs.
@@ -184,7 +203,7 @@ func (s *Sandbox) Run(ctx context.Context) (int, error) {
 	if err := s.begin(); err != nil {
 		return -1, err
 	}
-	status, err := s.rt.client().Run(ctx, s.ID, s.Bundle, &runc.CreateOpts{IO: s.stdio})
+	status, err := s.rt.client().Run(utcLogs(ctx), s.ID, s.Bundle, &runc.CreateOpts{IO: s.stdio})
 	s.stdio.closeChildEnds()
 	return status, s.wrap(ctx, "run", err)
 }
@@ -197,7 +216,7 @@ func (s *Sandbox) Create(ctx context.Context) error {
 	}
 	ctx, cancel := s.rt.commandContext(ctx, "create")
 	defer cancel()
-	err := s.rt.client().Create(ctx, s.ID, s.Bundle, &runc.CreateOpts{IO: s.stdio})
+	err := s.rt.client().Create(utcLogs(ctx), s.ID, s.Bundle, &runc.CreateOpts{IO: s.stdio})
 	s.stdio.closeChildEnds()
 	return s.wrap(ctx, "create", err)
 }
@@ -206,7 +225,7 @@ func (s *Sandbox) Create(ctx context.Context) error {
 func (s *Sandbox) Start(ctx context.Context) error {
 	ctx, cancel := s.rt.commandContext(ctx, "start")
 	defer cancel()
-	return s.wrap(ctx, "start", s.rt.client().Start(ctx, s.ID))
+	return s.wrap(ctx, "start", s.rt.client().Start(utcLogs(ctx), s.ID))
 }
 
 // RestoreOptions are the per-restore flags.
@@ -228,30 +247,72 @@ func (s *Sandbox) Restore(ctx context.Context, o RestoreOptions) (int, error) {
 		CheckpointOpts: runc.CheckpointOpts{ImagePath: o.ImageDir},
 		ExtraArgs:      o.Flags,
 	}
-	if !s.stdio.attached() {
-		// A sandbox made by Create already has its stdio; otherwise restore brings it.
+	// A sandbox made by Create already has its stdio, and runsc restore then says why it
+	// failed on a stderr of its own: keep it for the error.
+	var runscStderr *commandStderr
+	if s.stdio.attached() {
+		var err error
+		if runscStderr, err = newCommandStderr(filepath.Join(s.Bundle, "restore-stderr.log")); err != nil {
+			return -1, err
+		}
+		defer runscStderr.Close()
+		opts.IO = runscStderr
+	} else {
 		opts.IO = s.stdio
 	}
 	if o.Detach {
 		opts.ExtraArgs = append([]string{"-detach"}, o.Flags...)
 	}
-	status, err := s.rt.client().Restore(ctx, s.ID, s.Bundle, opts)
+	status, err := s.rt.client().Restore(utcLogs(ctx), s.ID, s.Bundle, opts)
 	s.stdio.closeChildEnds()
+	if err != nil && runscStderr != nil {
+		if words := runscStderr.words(); words != "" {
+			err = fmt.Errorf("%w: %s", err, words)
+		}
+	}
 	return status, s.wrap(ctx, "restore", err)
 }
+
+// commandStderr gives one runsc command a stderr of its own and no other stdio. It is a file,
+// not a pipe: a process runsc leaves behind may hold it open, and a pipe would keep the
+// command from being waited for.
+type commandStderr struct{ file *os.File }
+
+var _ runc.IO = (*commandStderr)(nil)
+
+func newCommandStderr(path string) (*commandStderr, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	return &commandStderr{file: f}, nil
+}
+
+// words returns what the command wrote, trimmed.
+func (c *commandStderr) words() string {
+	data, _ := os.ReadFile(c.file.Name())
+	return strings.TrimSpace(string(data))
+}
+
+func (c *commandStderr) Stdin() io.WriteCloser  { return nil }
+func (c *commandStderr) Stdout() io.ReadCloser  { return nil }
+func (c *commandStderr) Stderr() io.ReadCloser  { return nil }
+func (c *commandStderr) Close() error           { return c.file.Close() }
+func (c *commandStderr) CloseAfterStart() error { return nil }
+func (c *commandStderr) Set(cmd *exec.Cmd)      { cmd.Stderr = c.file }
 
 // Kill sends sig to the sandbox's process (`runsc kill`).
 func (s *Sandbox) Kill(ctx context.Context, sig syscall.Signal) error {
 	ctx, cancel := s.rt.commandContext(ctx, "kill")
 	defer cancel()
-	return s.wrap(ctx, "kill", s.rt.client().Kill(ctx, s.ID, int(sig), nil))
+	return s.wrap(ctx, "kill", s.rt.client().Kill(utcLogs(ctx), s.ID, int(sig), nil))
 }
 
 // State returns the sandbox's status as runsc reports it ("created", "running", "stopped").
 func (s *Sandbox) State(ctx context.Context) (string, error) {
 	ctx, cancel := s.rt.commandContext(ctx, "state")
 	defer cancel()
-	c, err := s.rt.client().State(ctx, s.ID)
+	c, err := s.rt.client().State(utcLogs(ctx), s.ID)
 	if err != nil {
 		return "", s.wrap(ctx, "state", err)
 	}
@@ -307,7 +368,8 @@ func (s *Sandbox) Delete(ctx context.Context) error {
 		ctx, cancel := s.rt.commandContext(context.WithoutCancel(ctx), "delete")
 		defer cancel()
 		c := s.rt.client()
-		if err := c.Delete(ctx, s.ID, &runc.DeleteOpts{Force: true}); err != nil && !isNotExist(err) {
+		// --force also makes runsc succeed for a sandbox that is already gone.
+		if err := c.Delete(ctx, s.ID, &runc.DeleteOpts{Force: true}); err != nil {
 			errs = append(errs, s.wrap(ctx, "delete", err))
 		}
 	}
@@ -315,11 +377,6 @@ func (s *Sandbox) Delete(ctx context.Context) error {
 		errs = append(errs, s.stdio.wait(5*time.Second))
 	}
 	return errors.Join(errs...)
-}
-
-func isNotExist(err error) bool {
-	msg := err.Error()
-	return strings.Contains(msg, "does not exist") || strings.Contains(msg, "not found")
 }
 
 // Tail returns the last n lines of the process's stderr, for error messages. The log is only
@@ -425,28 +482,6 @@ func (s *stdio) wait(limit time.Duration) error {
 	return errors.Join(errs...)
 }
 
-// OwnerPID returns the pid that a pipeline sandbox ID ("readie-...-PID-RAND") carries.
-func OwnerPID(id string) (int, bool) {
-	if !strings.HasPrefix(id, "readie-") {
-		return 0, false
-	}
-	parts := strings.Split(id, "-")
-	if len(parts) < 4 {
-		return 0, false
-	}
-	pid, err := strconv.Atoi(parts[len(parts)-2])
-	if err != nil || pid <= 0 {
-		return 0, false
-	}
-	return pid, true
-}
-
-// ProcessAlive reports whether pid names a live process.
-func ProcessAlive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
-}
-
 // RemoveOrphans deletes the pipeline sandboxes under this root whose owning process is gone
 // (a run killed with SIGKILL cannot clean up after itself) and returns their IDs. Sandboxes of
 // live runs and sandboxes that are not the pipeline's are left alone.
@@ -463,13 +498,39 @@ func (r *Runtime) RemoveOrphans(ctx context.Context) ([]string, error) {
 			continue
 		}
 		dctx, cancel := r.commandContext(ctx, "delete")
-		err := r.client().Delete(dctx, id, &runc.DeleteOpts{Force: true})
+		err := r.client().Delete(utcLogs(dctx), id, &runc.DeleteOpts{Force: true})
 		cancel()
-		if err != nil && !isNotExist(err) {
+		if err != nil {
 			errs = append(errs, fmt.Errorf("%w: delete %s: %w", ErrRunsc, id, err))
 			continue
 		}
 		removed = append(removed, id)
 	}
 	return removed, errors.Join(errs...)
+}
+
+// ParseFlags reads back the global flags that Flags.Args wrote (a manifest's runsc_flags), so
+// an existing output is restored with the flags it was captured with.
+func ParseFlags(args []string) (Flags, error) {
+	var f Flags
+	for _, arg := range args {
+		name, value, _ := strings.Cut(arg, "=")
+		switch name {
+		case "--network":
+			f.Network = value
+		case "--overlay2":
+			f.Overlay = value
+		case "--host-uds":
+			f.HostUDS = value
+		default:
+			if !strings.HasPrefix(arg, "--") {
+				return Flags{}, fmt.Errorf("runsc flag %q is not a --flag", arg)
+			}
+			f.Extra = append(f.Extra, arg)
+		}
+	}
+	if f.Network == "" || f.Overlay == "" || f.HostUDS == "" {
+		return Flags{}, fmt.Errorf("runsc flags %q lack --network, --overlay2 or --host-uds", args)
+	}
+	return f, nil
 }

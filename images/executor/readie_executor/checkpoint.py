@@ -16,6 +16,10 @@ class CheckpointError(Exception):
     """gVisor reported an error, or the checkpoint could not be triggered."""
 
 
+class SpecEnvironError(Exception):
+    """The restore-time environment holds an entry os.environ cannot take (exit code 5)."""
+
+
 def trigger(path=CHECKPOINT_PATH):
     """Ask gVisor to checkpoint this sandbox; returns "restore" or "resume".
 
@@ -41,14 +45,22 @@ def trigger(path=CHECKPOINT_PATH):
 def read_spec_environ(path=SPEC_ENVIRON_PATH):
     """The environment of the sandbox this process was restored into."""
     with open(path, "rb") as f:
-        raw = f.read()
+        return parse_spec_environ(f.read())
+
+
+def parse_spec_environ(raw):
+    """NUL-separated KEY=VALUE entries; an entry without "=" is skipped, and a name that
+    os.environ would refuse raises SpecEnvironError naming it."""
     env = {}
     for entry in raw.split(b"\0"):
         if not entry:
             continue
         key, sep, value = entry.decode("utf-8", "surrogateescape").partition("=")
-        if sep:
-            env[key] = value
+        if not sep:
+            continue
+        if not key:
+            raise SpecEnvironError(f"restore-time environment entry {entry[:64]!r} has an empty name")
+        env[key] = value
     return env
 
 

@@ -83,6 +83,40 @@ class ExitCodeTest(unittest.TestCase):
         self.assertIn("/proc/gvisor/checkpoint", result.stderr)
 
 
+def run_restored(spec_environ, **env):
+    """Runs the executor's capture path with the checkpoint answered "restore" and the given
+    bytes as /proc/gvisor/spec_environ: what a restored executor does next, without gVisor."""
+    with tempfile.NamedTemporaryFile() as f:
+        f.write(spec_environ)
+        f.flush()
+        code = (
+            "import sys\n"
+            "from readie_executor import checkpoint, server\n"
+            "checkpoint.trigger = lambda: 'restore'\n"
+            f"checkpoint.read_spec_environ = lambda: checkpoint.parse_spec_environ(open({f.name!r}, 'rb').read())\n"
+            "sys.exit(server.main())\n")
+        return subprocess.run([sys.executable, "-u", "-c", code], env=executor_env(**env),
+                              capture_output=True, text=True, timeout=60)
+
+
+class RestorePathTest(unittest.TestCase):
+    def test_measure_mode_exits_first_thing(self):
+        with tempfile.TemporaryDirectory() as d:
+            result = run_restored(f"EXECUTOR_DIR={d}\0EXECUTOR_MODE=measure\0".encode(),
+                                  EXECUTOR_DIR=d, EXECUTOR_MODE="capture", READIE_PREIMPORT="json")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        # Nothing runs between the restore and the exit: no reseed, no log line.
+        self.assertNotIn("restored", result.stderr)
+
+    def test_malformed_spec_environ_exits_5(self):
+        with tempfile.TemporaryDirectory() as d:
+            result = run_restored(f"EXECUTOR_DIR={d}\0=no-name\0".encode(),
+                                  EXECUTOR_DIR=d, EXECUTOR_MODE="capture", READIE_PREIMPORT="json")
+        self.assertEqual(result.returncode, 5, result.stderr)
+        self.assertIn("empty name", result.stderr)
+        self.assertIn("=no-name", result.stderr)
+
+
 class RestoreHelpersTest(unittest.TestCase):
     def test_spec_environ_replaces_environment(self):
         with tempfile.NamedTemporaryFile() as f:
@@ -118,6 +152,21 @@ class RestoreHelpersTest(unittest.TestCase):
             resolver.ensure()  # configured: left alone
             with open(conf) as f:
                 self.assertEqual(f.read(), "nameserver 10.0.0.1\n")
+
+    def test_resolver_through_the_images_symlink(self):
+        # The image's /etc/resolv.conf is a link into the sandbox's /tmp: missing until the
+        # executor writes the shipped file through it.
+        with tempfile.TemporaryDirectory() as d:
+            os.mkdir(os.path.join(d, "etc"))
+            os.mkdir(os.path.join(d, "tmp"))
+            conf, shipped = os.path.join(d, "etc/resolv.conf"), os.path.join(d, "etc/readie-resolv.conf")
+            os.symlink("../tmp/resolv.conf", conf)
+            with open(shipped, "w") as f:
+                f.write("nameserver 1.1.1.1\n")
+            calls.Resolver(lambda m: None, conf=conf, shipped=shipped).ensure()
+            with open(os.path.join(d, "tmp/resolv.conf")) as f:
+                self.assertEqual(f.read(), "nameserver 1.1.1.1\n")
+            self.assertTrue(os.path.islink(conf))
 
 
 class RunCallTest(unittest.TestCase):

@@ -19,6 +19,16 @@ def rootfs():
     return os.path.realpath(path)
 
 
+def snapshot(root):
+    """Every path under root with its modification time and size."""
+    seen = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            st = os.lstat(os.path.join(dirpath, name))
+            seen[os.path.join(dirpath, name)] = (st.st_mtime_ns, st.st_size)
+    return seen
+
+
 class ImageTest(unittest.TestCase):
     def test_imports_in_chroot(self):
         result = subprocess.run(
@@ -35,15 +45,23 @@ class ImageTest(unittest.TestCase):
         self.assertIn("python3-pandas", image["packages"])
         with open(os.path.join(root, "etc/readie-resolv.conf")) as f:
             self.assertIn("nameserver", f.read())
+        # The root is read-only in a sandbox: the resolver file lives in its /tmp.
+        self.assertEqual(os.readlink(os.path.join(root, "etc/resolv.conf")), "../tmp/resolv.conf")
+        self.assertTrue(os.path.isfile(os.path.join(root, "usr/lib/readie/testing/readie_test_block.py")))
+        # Named by its digest: a manifest's path names one content forever.
+        self.assertEqual(os.path.basename(os.path.dirname(root)), image["digest"].replace(":", "-"))
 
-    def test_rebuild_reuses_package_layer_and_refreshes_executor(self):
+    def test_rebuild_reuses_both_layers_and_holds_the_current_executor(self):
+        before = snapshot(rootfs())
         result = subprocess.run([BUILD], capture_output=True, text=True, timeout=600)
         self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertIn("package layer", result.stderr)
-        self.assertIn("reused", result.stderr)
+        self.assertRegex(result.stderr, r"package layer \S+ reused")
+        self.assertRegex(result.stderr, r"rootfs sha256:[0-9a-f]{64} reused")
         self.assertNotIn("building package layer", result.stderr)
         built = result.stdout.strip().splitlines()[-1]
         self.assertEqual(os.path.realpath(built), rootfs())
+        # A rebuild writes nothing into a rootfs that manifests may name.
+        self.assertEqual(snapshot(rootfs()), before)
         installed = os.path.join(built, "usr/lib/python3/dist-packages/readie_executor")
         source = os.path.join(EXECUTOR, "readie_executor")
         names = sorted(n for n in os.listdir(source) if n.endswith(".py"))

@@ -127,7 +127,8 @@ func Execute(ctx context.Context, sets []Set, series []string, rounds int, runne
 		}
 	}
 	res := &Results{Rounds: rounds, Series: slices.Clone(series)}
-	var sizes, medians []float64
+	var sizes []int64
+	var medians []float64
 	for i, set := range sets {
 		rep := SetReport{Set: set, Series: map[string]manifest.Stats{}, Ratios: map[string]float64{}}
 		for name, runs := range raw[i] {
@@ -144,12 +145,12 @@ func Execute(ctx context.Context, sets []Set, series []string, rounds int, runne
 		ratio("restore/floor", Restore, Floor)
 		ratio("prestarted/floor", Prestarted, Floor)
 		if st, ok := rep.Series[Measure]; ok {
-			sizes = append(sizes, float64(set.Bytes)/(1<<20))
+			sizes = append(sizes, set.Bytes)
 			medians = append(medians, st.Median)
 		}
 		res.Sets = append(res.Sets, rep)
 	}
-	line := measure.LeastSquares(sizes, medians)
+	line := measure.CostModel(sizes, medians)
 	res.Fit = Fit{Series: Measure, AlphaMsPerMiB: line.Slope, InterceptMs: line.Intercept, Points: line.Points}
 	return res, nil
 }

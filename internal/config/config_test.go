@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -110,5 +111,36 @@ func TestCacheDir(t *testing.T) {
 	t.Setenv("HOME", "/home/u")
 	if got := CacheDir(); got != "/home/u/.cache/readie" {
 		t.Errorf("CacheDir = %q", got)
+	}
+}
+
+// TestOnlyCheckpoints: a config that names nothing but its package sets takes every other key
+// from the documented defaults.
+func TestOnlyCheckpoints(t *testing.T) {
+	c, err := Parse([]byte("checkpoints:\n  - id: torch\n    imports: [json]\n"), "mine.yaml", "/work", "/cache/readie")
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, err := Parse(pipeline.DefaultConfig(), "default", "/work", "/cache/readie")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Checkpoints) != 1 || c.Checkpoints[0].ID != "torch" {
+		t.Fatalf("checkpoints %+v: the config's list must replace the default's", c.Checkpoints)
+	}
+	c.Checkpoints = def.Checkpoints
+	if !reflect.DeepEqual(c, def) {
+		t.Fatalf("a config of only checkpoints:\n%+v\nthe defaults:\n%+v", c, def)
+	}
+	if c.Runsc.Path != "/cache/readie/runsc/readie-20260905-160fafc42237/runsc" || c.RestoreRuns != 5 || c.Timeouts.Capture != 5*time.Minute {
+		t.Errorf("defaults: %+v", c)
+	}
+	// A key it does give wins; a map it gives is its own.
+	c, err = Parse([]byte("restore_runs: 9\nrunsc:\n  checkpoint_options: {compression: none}\n"), "mine.yaml", "/work", "/cache")
+	if err != nil || c.RestoreRuns != 9 || c.Runsc.Network != "none" || c.Runsc.CheckpointOptions["compression"] != "none" {
+		t.Fatalf("%+v %v", c, err)
+	}
+	if _, err := Parse(nil, "empty.yaml", "/work", "/cache"); err != nil {
+		t.Errorf("an empty config file: %v", err)
 	}
 }

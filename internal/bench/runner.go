@@ -25,13 +25,12 @@ func (s *SandboxRunner) Run(ctx context.Context, set Set, series string) (float6
 	r := s.Restorer
 	switch series {
 	case Floor:
-		return r.Floor(ctx)
+		return TimeFloor(ctx, &r.Launcher)
 	case Cold:
-		return r.ColdCall(ctx, set.ID, set.Imports)
-	case Restore:
-		return r.RestoreCall(ctx, set.ID, set.Dir, set.Imports, false)
-	case Prestarted:
-		return r.RestoreCall(ctx, set.ID, set.Dir, set.Imports, true)
+		return TimeColdCall(ctx, &r.Launcher, set.ID, set.Imports)
+	case Restore, Prestarted:
+		marks, err := TimeRestoreCall(ctx, r, set.ID, set.Dir, set.Imports, series == Prestarted)
+		return marks.TotalMS(), err
 	case Measure:
 		return r.MeasureOnce(ctx, set.ID, set.Dir)
 	}
@@ -48,7 +47,8 @@ func (s *SandboxRunner) Run(ctx context.Context, set Set, series string) (float6
 		}
 		variant := *r
 		variant.Flags = v.Flags
-		return variant.RestoreCall(ctx, set.ID, dir, set.Imports, false)
+		marks, err := TimeRestoreCall(ctx, &variant, set.ID, dir, set.Imports, false)
+		return marks.TotalMS(), err
 	}
 	return 0, fmt.Errorf("unknown series %q", series)
 }

@@ -57,7 +57,9 @@ type restoreTimeline struct {
 	kernelStart, kernelEnd, restoreEnd int64
 }
 
-// parseRestoreLogs reads the restore command's and the sandbox's debug logs in dir.
+// parseRestoreLogs reads the restore command's and the sandbox's debug logs in dir. The
+// restore command's lines carry a wall-clock time without a zone: the pipeline runs runsc with
+// TZ=UTC (sandbox.Runtime), so they are read as UTC, in year.
 func parseRestoreLogs(dir string, year int) (restoreTimeline, error) {
 	var tl restoreTimeline
 	restoreLogs, _ := filepath.Glob(filepath.Join(dir, "*.restore.txt"))
@@ -70,7 +72,7 @@ func parseRestoreLogs(dir string, year int) (restoreTimeline, error) {
 		if m == nil {
 			return true
 		}
-		t, err := time.ParseInLocation("2006 0102 15:04:05.000000", fmt.Sprintf("%d %s %s", year, m[1], m[2]), time.Local)
+		t, err := time.ParseInLocation("2006 0102 15:04:05.000000", fmt.Sprintf("%d %s %s", year, m[1], m[2]), time.UTC)
 		if err == nil {
 			tl.processStart = t.UnixNano()
 		}
@@ -175,7 +177,7 @@ func WriteBreakdowns(w io.Writer, bs []Breakdown) error {
 // Explain breaks down a restore-to-answer whose runsc debug logs are in logDir (one restore:
 // the restore command's log and the sandbox's boot log; the delete command's log is ignored).
 func Explain(set, logDir string, marks measure.CallMarks) (Breakdown, error) {
-	tl, err := parseRestoreLogs(logDir, marks.Began.Year())
+	tl, err := parseRestoreLogs(logDir, marks.Began.UTC().Year())
 	if err != nil {
 		return Breakdown{}, err
 	}

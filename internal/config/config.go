@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	pipeline "readie.dev/pipeline"
 )
 
 // EmptySetID is the package set with no imports that every run captures first.
@@ -69,13 +72,16 @@ var (
 	modulePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
 )
 
-// Parse reads a config from data; baseDir resolves its relative paths and cacheDir replaces
-// "{cache}". Unknown keys, bad values and duplicate ids are errors that name the problem.
+// Parse reads a config from data over the defaults (the embedded pipeline.yaml): a key the
+// config leaves out keeps its default, a list it gives replaces the default's. baseDir
+// resolves relative paths and cacheDir replaces "{cache}". Unknown keys, bad values and
+// duplicate ids are errors that name the problem.
 func Parse(data []byte, name, baseDir, cacheDir string) (*Config, error) {
 	var c Config
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil {
+	if err := decode(pipeline.DefaultConfig(), &c); err != nil {
+		return nil, fmt.Errorf("%w: the embedded default config: %w", ErrInvalid, err)
+	}
+	if err := decode(data, &c); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, name, err)
 	}
 	if err := c.validate(); err != nil {
@@ -92,6 +98,16 @@ func Parse(data []byte, name, baseDir, cacheDir string) (*Config, error) {
 	c.Rootfs = resolve(c.Rootfs)
 	c.Output = resolve(c.Output)
 	return &c, nil
+}
+
+func decode(data []byte, c *Config) error {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	err := dec.Decode(c)
+	if errors.Is(err, io.EOF) {
+		return nil // an empty document: nothing to change
+	}
+	return err
 }
 
 // Load reads the config file at path.

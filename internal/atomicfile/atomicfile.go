@@ -1,0 +1,55 @@
+// Package atomicfile writes files that others read (manifest.json, meta.json, bench results)
+// so that a reader sees the old file or the new one, never a part.
+package atomicfile
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+)
+
+// WriteJSON writes v as indented JSON to path atomically: a temporary file in the same
+// directory, fsync, rename, fsync of the directory. A reader sees the old file or the new one.
+func WriteJSON(path string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return Write(path, append(data, '\n'), 0o644)
+}
+
+// Write writes data to path atomically (see WriteJSON).
+func Write(path string, data []byte, perm os.FileMode) (err error) {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err = tmp.Write(data); err != nil {
+		return err
+	}
+	if err = tmp.Chmod(perm); err != nil {
+		return err
+	}
+	if err = tmp.Sync(); err != nil {
+		return err
+	}
+	if err = tmp.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

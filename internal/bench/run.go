@@ -1,0 +1,137 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"readie.dev/pipeline/internal/atomicfile"
+	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/run"
+	"readie.dev/pipeline/pkg/capture"
+	"readie.dev/pipeline/pkg/measure"
+)
+
+// Options select what `pipeline bench` measures.
+type Options struct {
+	Only     []string
+	Rounds   int
+	Variants bool // also the restore variants (flags, zero-pages images)
+	Explain  bool // also break one restore per set down from runsc's debug log
+}
+
+// Run measures the checkpoints of out side by side, restoring them exactly as their manifest
+// records, and writes bench.json and bench.svg into out.
+func Run(ctx context.Context, env *run.Env, out string, o Options) (*Report, error) {
+	var report *Report
+	_, err := env.OnExisting(ctx, out, o.Only, func(x *run.Existing) error {
+		var err error
+		report, err = runOn(ctx, x, o)
+		return err
+	})
+	return report, err
+}
+
+func runOn(ctx context.Context, x *run.Existing, o Options) (*Report, error) {
+	env, m, work := x.Env, x.Manifest, x.Work
+	var sets []Set
+	for _, c := range x.Picked {
+		sets = append(sets, Set{ID: c.ID, Imports: c.Imports, Dir: x.Dir(c), Bytes: c.Bytes})
+	}
+	restorer := env.Restorer(work)
+	series := CoreSeries()
+	var variants []Variant
+	if o.Variants {
+		variants = Variants()
+		if err := captureZeroPages(ctx, env, sets, work); err != nil {
+			return nil, err
+		}
+		for _, v := range variants {
+			series = append(series, v.Name)
+		}
+	}
+	env.Log.WithFields(logrus.Fields{"sets": len(sets), "series": len(series), "rounds": o.Rounds}).Info("bench: start")
+	start := time.Now()
+	results, err := Execute(ctx, sets, series, o.Rounds, &SandboxRunner{Restorer: restorer, Variants: variants},
+		func(t Trial, ms float64) {
+			env.Log.WithFields(logrus.Fields{"round": t.Round + 1, "set": sets[t.Set].ID, "series": t.Series, "ms": ms}).Debug("bench: trial")
+		})
+	if err != nil {
+		return nil, err
+	}
+	env.Log.WithField("took", time.Since(start).Round(time.Second)).Info("bench: done")
+	report := &Report{
+		CreatedAt: time.Now().UTC(), Machine: ThisMachine(), Runsc: m.Runsc,
+		RunscFlags: env.Runtime.Flags.Args(), RestoreFlags: slices.Clone(m.RestoreFlags),
+		CheckpointOptions: maps.Clone(m.CheckpointOptions), Variants: variants, Results: *results,
+	}
+	if v, ok := results.Fastest(variants); ok {
+		report.FastestVariant = &v
+	}
+	if o.Explain {
+		for _, set := range sets {
+			b, err := explainOne(ctx, restorer, set, work)
+			if err != nil {
+				return nil, fmt.Errorf("bench --explain: %s: %w", set.ID, err)
+			}
+			report.Explain = append(report.Explain, b)
+		}
+	}
+	if err := atomicfile.WriteJSON(filepath.Join(x.Out, "bench.json"), report); err != nil {
+		return nil, err
+	}
+	var svg bytes.Buffer
+	if err := WriteChart(&svg, results); err != nil {
+		return nil, fmt.Errorf("draw bench.svg: %w", err)
+	}
+	if err := atomicfile.Write(filepath.Join(x.Out, "bench.svg"), svg.Bytes(), 0o644); err != nil {
+		return nil, err
+	}
+	return report, nil
+}
+
+// captureZeroPages captures every set again with committed zero pages excluded, for the
+// variants; the images live in work and go with it.
+func captureZeroPages(ctx context.Context, env *run.Env, sets []Set, work string) error {
+	version, err := env.Runtime.Version(ctx)
+	if err != nil {
+		return err
+	}
+	for i := range sets {
+		set := &sets[i]
+		dir := filepath.Join(work, "zero-"+set.ID)
+		meta, err := capture.Run(ctx, env.Runtime, env.CaptureRequest(config.Set{ID: set.ID, Imports: set.Imports}, dir, work, version,
+			map[string]string{"exclude-committed-zero-pages": "true"}))
+		if err != nil {
+			return fmt.Errorf("bench: zero-pages image: %w", err)
+		}
+		set.ZeroDir, set.ZeroBytes = dir, meta.Bytes()
+		env.Log.WithFields(logrus.Fields{"set": set.ID, "bytes": set.ZeroBytes, "default_bytes": set.Bytes}).Info("bench: captured zero-pages image")
+	}
+	return nil
+}
+
+// explainOne restores set once with runsc's debug log on and breaks the time down.
+func explainOne(ctx context.Context, restorer *measure.Restorer, set Set, work string) (Breakdown, error) {
+	logDir, err := os.MkdirTemp(work, "debug-")
+	if err != nil {
+		return Breakdown{}, err
+	}
+	defer os.RemoveAll(logDir)
+	rt := *restorer.Runtime
+	rt.DebugLogDir = logDir
+	debug := *restorer
+	debug.Runtime = &rt
+	marks, err := TimeRestoreCall(ctx, &debug, set.ID, set.Dir, set.Imports, false)
+	if err != nil {
+		return Breakdown{}, err
+	}
+	return Explain(set.ID, logDir, marks)
+}

@@ -1,0 +1,52 @@
+package bench
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/capture"
+	"readie.dev/pipeline/pkg/measure"
+)
+
+// TestTrials runs every kind of trial once under real gVisor: a cold call, a restore to the
+// answer, the same into a pre-created sandbox, and the floor.
+func TestTrials(t *testing.T) {
+	rt := testenv.Runtime(t)
+	rootfs := testenv.Rootfs(t)
+	work := testenv.WorkDir(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	imports := []string{"json", "email.parser"}
+	dir := filepath.Join(work, "img")
+	if _, err := capture.Run(ctx, rt, capture.Request{
+		ID: "small", Imports: imports, Rootfs: rootfs, Dir: dir, WorkDir: work, Timeout: 2 * time.Minute,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r := &measure.Restorer{Launcher: measure.Launcher{Runtime: rt, Rootfs: rootfs, WorkDir: work, Timeout: time.Minute}, Flags: []string{"-direct"}}
+	cold, err := TimeColdCall(ctx, &r.Launcher, "cold", imports)
+	if err != nil || cold <= 0 {
+		t.Fatalf("cold call = %v, %v", cold, err)
+	}
+	restored, err := TimeRestoreCall(ctx, r, "small", dir, imports, false)
+	if err != nil || restored.TotalMS() <= 0 || !restored.Began.Before(restored.Started) || restored.Answered.Before(restored.Connected) {
+		t.Fatalf("restore call = %+v, %v", restored, err)
+	}
+	prestarted, err := TimeRestoreCall(ctx, r, "small", dir, imports, true)
+	if err != nil || prestarted.TotalMS() <= 0 {
+		t.Fatalf("prestarted restore call = %+v, %v", prestarted, err)
+	}
+	floor, err := TimeFloor(ctx, &r.Launcher)
+	if err != nil || floor <= 0 {
+		t.Fatalf("floor = %v, %v", floor, err)
+	}
+	// A restore to the answer fails when the answer is wrong: the call imports a module the
+	// image does not have.
+	if _, err := TimeRestoreCall(ctx, r, "small", dir, []string{"no_such_module_readie"}, false); err == nil {
+		t.Fatal("a call importing a missing module passed")
+	}
+	t.Logf("cold %.0f ms, restore %.0f ms, prestarted %.0f ms, floor %.0f ms", cold, restored.TotalMS(), prestarted.TotalMS(), floor)
+}

@@ -1,0 +1,144 @@
+package run
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+
+	"github.com/sirupsen/logrus"
+
+	"readie.dev/pipeline/internal/atomicfile"
+	"readie.dev/pipeline/pkg/executorproto"
+	"readie.dev/pipeline/pkg/manifest"
+	"readie.dev/pipeline/pkg/sandbox"
+)
+
+// Existing is a run over an output directory that a capture already made.
+type Existing struct {
+	// Env restores exactly as the manifest records: its runsc flags, restore flags and rootfs.
+	Env      *Env
+	Out      string
+	Manifest *manifest.Manifest
+	Picked   []*manifest.Checkpoint // the checkpoints selected by --only (all when empty)
+	Work     string                 // scratch directory for bundles and sockets
+}
+
+// Dir is the checkpoint directory of c.
+func (x *Existing) Dir(c *manifest.Checkpoint) string { return filepath.Join(x.Out, c.Dir) }
+
+// OnExisting takes out's lock, cleans up after runs that died, loads the manifest, checks its
+// protocol, that this runsc, the manifest's rootfs and the spec they make are the ones it
+// records, and the --only selection, and runs f with a scratch directory.
+func (e *Env) OnExisting(ctx context.Context, out string, only []string, f func(*Existing) error) (*manifest.Manifest, error) {
+	lock, err := e.begin(ctx, out)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Unlock()
+	m, err := manifest.Load(filepath.Join(out, manifest.FileName))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w (run `pipeline capture` first)", ErrSetup, err)
+	}
+	if err := m.CheckProtocol(executorproto.Version); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	env, err := e.forManifest(m)
+	if err != nil {
+		return nil, err
+	}
+	x := &Existing{Env: env, Out: out, Manifest: m}
+	for i := range m.Checkpoints {
+		if len(only) == 0 || slices.Contains(only, m.Checkpoints[i].ID) {
+			x.Picked = append(x.Picked, &m.Checkpoints[i])
+		}
+	}
+	if len(x.Picked) == 0 {
+		return nil, fmt.Errorf("%w: no checkpoint of %s matches %v", ErrSetup, out, only)
+	}
+	work, cleanup, err := workDir()
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	x.Work = work
+	return m, f(x)
+}
+
+// mismatch names a field whose value on hand differs from the manifest's.
+func mismatch(field, onHand, recorded string) error {
+	return fmt.Errorf("%w: %s differs: %s on hand, %s in the manifest (capture again, or use the runsc and rootfs the output was made with)", ErrSetup, field, onHand, recorded)
+}
+
+// forManifest is a copy of e that restores the way m's checkpoints were made: m's runsc and
+// restore flags and m's rootfs. It refuses a runsc binary, a rootfs or a spec shape that
+// differs from what m records.
+func (e *Env) forManifest(m *manifest.Manifest) (*Env, error) {
+	binary, err := manifest.HashFile(e.Runtime.Path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	if binary.SHA256 != m.Runsc.SHA256 {
+		return nil, mismatch("runsc.sha256 ("+e.Runtime.Path+")", binary.SHA256, m.Runsc.SHA256)
+	}
+	flags, err := sandbox.ParseFlags(m.RunscFlags)
+	if err != nil {
+		return nil, fmt.Errorf("%w: manifest runsc_flags: %w", ErrSetup, err)
+	}
+	rootfs, err := OpenRootfs(m.Rootfs.Path)
+	if err != nil {
+		return nil, err
+	}
+	if rootfs.Digest != m.Rootfs.Digest {
+		return nil, mismatch("rootfs.digest ("+m.Rootfs.Path+")", rootfs.Digest, m.Rootfs.Digest)
+	}
+	rt := *e.Runtime
+	rt.Flags = flags
+	x := *e
+	x.Runtime = &rt
+	x.Rootfs = rootfs
+	x.RestoreFlags = slices.Clone(m.RestoreFlags)
+	spec, err := x.restoreSpec()
+	if err != nil {
+		return nil, err
+	}
+	fingerprint, err := sandbox.Fingerprint(spec, flags)
+	if err != nil {
+		return nil, err
+	}
+	if fingerprint != m.SpecFingerprint {
+		return nil, mismatch("spec_fingerprint", fingerprint, m.SpecFingerprint)
+	}
+	return &x, nil
+}
+
+// Measure re-times the restores of checkpoints already in out and rewrites the manifest.
+func (e *Env) Measure(ctx context.Context, out string, only []string) (*manifest.Manifest, error) {
+	return e.OnExisting(ctx, out, only, func(x *Existing) error {
+		for _, c := range x.Picked {
+			stats, err := x.Env.Restorer(x.Work).MeasureRuns(ctx, c.ID, x.Dir(c), e.Config.RestoreRuns)
+			if err != nil {
+				return err
+			}
+			e.Log.WithFields(logrus.Fields{"set": c.ID, "median_ms": round1(stats.Median), "p90_ms": round1(stats.P90)}).Info("measure: done")
+			c.RestoreMS = stats
+		}
+		x.Manifest.AlphaMsPerMiB, x.Manifest.InterceptMs = costModel(x.Manifest.Checkpoints)
+		return atomicfile.WriteJSON(filepath.Join(out, manifest.FileName), x.Manifest)
+	})
+}
+
+// Smoke smoke-tests checkpoints already in out and rewrites the manifest.
+func (e *Env) Smoke(ctx context.Context, out string, only []string) (*manifest.Manifest, error) {
+	return e.OnExisting(ctx, out, only, func(x *Existing) error {
+		for _, c := range x.Picked {
+			smoke, err := x.Env.Smoker(x.Work).Smoke(ctx, c.ID, x.Dir(c), c.Imports)
+			if err != nil {
+				return err
+			}
+			e.Log.WithFields(logrus.Fields{"set": c.ID, "ready_ms": round1(smoke.ReadyMS)}).Info("smoke: ok")
+			c.Smoke = smoke
+		}
+		return atomicfile.WriteJSON(filepath.Join(out, manifest.FileName), x.Manifest)
+	})
+}

@@ -1,0 +1,156 @@
+package run
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// deadPID returns the pid of a process that has exited (and been reaped).
+func deadPID(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd.Process.Pid
+}
+
+func TestLockOutput(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	first, err := LockOutput(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := os.ReadFile(out + ".lock"); strings.TrimSpace(string(data)) != strconv.Itoa(os.Getpid()) {
+		t.Errorf("lock file holds %q, want this pid", data)
+	}
+	// flock is per open file: a second open in this process conflicts like another process.
+	if _, err := LockOutput(out); !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), "pid "+strconv.Itoa(os.Getpid())) {
+		t.Fatalf("second lock = %v, want ErrLocked naming the holder", err)
+	}
+	if err := first.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := os.ReadFile(out + ".lock"); len(data) != 0 {
+		t.Errorf("released lock file holds %q", data)
+	}
+	again, err := LockOutput(out)
+	if err != nil || again.Stale != 0 {
+		t.Fatalf("lock after release = %+v, %v", again, err)
+	}
+	again.Unlock()
+}
+
+func TestLockTakesOverFromADeadRun(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	dead := deadPID(t)
+	os.WriteFile(out+".lock", []byte(fmt.Sprintf("%d\n", dead)), 0o644) // a run killed with SIGKILL
+	l, err := LockOutput(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock()
+	if l.Stale != dead {
+		t.Fatalf("Stale = %d, want %d", l.Stale, dead)
+	}
+}
+
+func TestReplaceDir(t *testing.T) {
+	dir := t.TempDir()
+	out, staging := filepath.Join(dir, "out"), filepath.Join(dir, "out.staging-1")
+	// First output: nothing to move aside.
+	os.MkdirAll(staging, 0o755)
+	os.WriteFile(filepath.Join(staging, "manifest.json"), []byte("one"), 0o644)
+	if err := replaceDir(out, staging); err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(staging, 0o755)
+	os.WriteFile(filepath.Join(staging, "manifest.json"), []byte("two"), 0o644)
+	if err := replaceDir(out, staging); err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := os.ReadFile(filepath.Join(out, "manifest.json")); string(data) != "two" {
+		t.Fatalf("output holds %q", data)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Fatalf("left beside the output: %v", entries)
+	}
+	// A staging directory that cannot be put in place leaves the old output where it was.
+	if err := replaceDir(out, filepath.Join(dir, "missing")); err == nil {
+		t.Fatal("replaceDir from a missing staging directory succeeded")
+	}
+	if data, _ := os.ReadFile(filepath.Join(out, "manifest.json")); string(data) != "two" {
+		t.Fatalf("after a failed swap the output holds %q", data)
+	}
+}
+
+func TestSweepOutput(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	dead, live := deadPID(t), os.Getpid()
+	mk := func(name string) string {
+		p := filepath.Join(dir, name)
+		os.MkdirAll(p, 0o755)
+		os.WriteFile(filepath.Join(p, "manifest.json"), []byte(name), 0o644)
+		return p
+	}
+	deadStaging := mk(fmt.Sprintf("out.staging-%d", dead))
+	liveStaging := mk(fmt.Sprintf("out.staging-%d", live))
+	otherOutput := mk(fmt.Sprintf("out2.staging-%d", dead)) // another output's: not ours
+	// A run killed between moving the old output aside and putting the new one in place.
+	oldOutput := mk(fmt.Sprintf("out.old-%d", dead))
+	did, err := sweepOutput(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(deadStaging); !os.IsNotExist(err) {
+		t.Error("the dead run's staging directory is still there")
+	}
+	for _, keep := range []string{liveStaging, otherOutput} {
+		if _, err := os.Stat(keep); err != nil {
+			t.Errorf("%s was removed: %v", keep, err)
+		}
+	}
+	if data, _ := os.ReadFile(filepath.Join(out, "manifest.json")); string(data) != filepath.Base(oldOutput) {
+		t.Errorf("the previous output was not put back: %q", data)
+	}
+	if len(did) != 2 {
+		t.Errorf("sweep said %q", did)
+	}
+	// With the output in place, a dead run's old copy is only removed.
+	oldAgain := mk(fmt.Sprintf("out.old-%d", dead))
+	if _, err := sweepOutput(out); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(oldAgain); !os.IsNotExist(err) {
+		t.Error("a dead run's old output beside a present output was kept")
+	}
+	if data, _ := os.ReadFile(filepath.Join(out, "manifest.json")); string(data) != filepath.Base(oldOutput) {
+		t.Errorf("the output changed: %q", data)
+	}
+}
+
+func TestRemoveDeadWorkDirs(t *testing.T) {
+	tmp := t.TempDir()
+	dead := filepath.Join(tmp, fmt.Sprintf("rd-%d-abc", deadPID(t)))
+	live := filepath.Join(tmp, fmt.Sprintf("rd-%d-abc", os.Getpid()))
+	other := filepath.Join(tmp, "rdt-123")
+	for _, d := range []string{dead, live, other} {
+		os.MkdirAll(d, 0o755)
+	}
+	removed := removeDeadWorkDirs(tmp)
+	if len(removed) != 1 || removed[0] != dead {
+		t.Fatalf("removed %v, want only %s", removed, dead)
+	}
+	for _, keep := range []string{live, other} {
+		if _, err := os.Stat(keep); err != nil {
+			t.Errorf("%s was removed", keep)
+		}
+	}
+}

@@ -1,0 +1,41 @@
+package testenv
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// FakeRunsc writes a stand-in for runsc, for unit tests of the logic around it (never the only
+// test of a behaviour): `list` prints listJSON, `delete` of an ID containing "fail" fails with
+// runsc-like words, every other command succeeds. It returns the binary and a function that
+// reads the command lines it was called with.
+func FakeRunsc(t testing.TB, listJSON string) (string, func() []string) {
+	t.Helper()
+	dir := t.TempDir()
+	script := `#!/bin/sh
+echo "$*" >> "` + dir + `/calls.log"
+for last; do :; done
+for a in "$@"; do
+  case "$a" in
+    --version) echo "runsc version fake"; exit 0 ;;
+    list) cat "` + dir + `/list.json"; exit 0 ;;
+    delete) case "$last" in *fail*) echo "destroying container: device or resource busy" >&2; exit 128 ;; esac; exit 0 ;;
+    run|create|start|restore|kill|state) exit 0 ;;
+  esac
+done
+exit 0
+`
+	if err := os.WriteFile(filepath.Join(dir, "list.json"), []byte(listJSON), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "runsc")
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path, func() []string {
+		data, _ := os.ReadFile(filepath.Join(dir, "calls.log"))
+		return strings.Split(strings.TrimSpace(string(data)), "\n")
+	}
+}
