@@ -29,13 +29,37 @@ type globals struct {
 	log            *logrus.Logger
 }
 
+// register adds the global flags to fs, with the values already set as defaults, so that a
+// subcommand's action can take them again after its own name (`pipeline cache ACTION --config
+// ...`).
 func (g *globals) register(fs *flag.FlagSet) {
-	fs.StringVar(&g.configPath, "config", "pipeline.yaml", "config file; the embedded default when it is pipeline.yaml and absent")
-	fs.StringVar(&g.out, "out", "", "output directory (default: the config's output)")
-	fs.StringVar(&g.only, "only", "", "comma-separated package set ids to work on (the empty set is always captured)")
-	fs.IntVar(&g.runs, "runs", 0, "timed restores per checkpoint (default: the config's restore_runs)")
-	fs.StringVar(&g.logFormat, "log-format", "text", "log format on stderr: text or json")
-	fs.BoolVar(&g.verbose, "v", false, "debug logging")
+	if g.configPath == "" {
+		g.configPath = "pipeline.yaml"
+	}
+	if g.logFormat == "" {
+		g.logFormat = "text"
+	}
+	fs.StringVar(&g.configPath, "config", g.configPath, "config file; the embedded default when it is pipeline.yaml and absent")
+	fs.StringVar(&g.out, "out", g.out, "output directory (default: the config's output)")
+	fs.StringVar(&g.only, "only", g.only, "comma-separated package set ids to work on (the empty set is always captured)")
+	fs.IntVar(&g.runs, "runs", g.runs, "timed restores per checkpoint (default: the config's restore_runs)")
+	fs.StringVar(&g.logFormat, "log-format", g.logFormat, "log format on stderr: text or json")
+	fs.BoolVar(&g.verbose, "v", g.verbose, "debug logging")
+}
+
+// parseAction parses the flags of a subcommand's action (fs) together with the global flags.
+func (g *globals) parseAction(fs *flag.FlagSet, args []string) error {
+	fs.SetOutput(g.stderr)
+	g.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return usageError{err}
+	}
+	log, err := g.logger()
+	if err != nil {
+		return usageError{err}
+	}
+	g.log = log
+	return nil
 }
 
 func (g *globals) logger() (*logrus.Logger, error) {

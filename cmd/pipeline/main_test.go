@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/sandbox"
@@ -267,5 +268,95 @@ func TestBenchShort(t *testing.T) {
 	// The empty set and small: two sizes, so the cost model has a slope.
 	if len(m.RestoreFlags) == 0 || m.AlphaMsPerMiB == 0 {
 		t.Errorf("manifest restore_flags %v, alpha_ms_per_mib %v", m.RestoreFlags, m.AlphaMsPerMiB)
+	}
+}
+
+// TestExistingOutputRestoresAsRecorded: measure and smoke on an existing output restore with
+// what its manifest records, whatever the config says now, and refuse (exit 2, naming the
+// field and both values) a runsc, rootfs or spec shape that differs from the manifest's.
+func TestExistingOutputRestoresAsRecorded(t *testing.T) {
+	dir := testenv.WorkDir(t)
+	out := filepath.Join(dir, "out")
+	tc := testConfig{runsc: testenv.RunscPath(t), root: runscRoot(t, dir), rootfs: testenv.Rootfs(t), output: out,
+		sets: "  - id: small\n    imports: [json]\n"}
+	cfg := tc.write(t)
+	if code, _, stderr := runCLI(t, "capture", "--config", cfg); code != exitOK {
+		t.Fatalf("capture: exit %d\n%s", code, stderr)
+	}
+	// The config changes afterwards: a restore flag runsc does not know, another network, and
+	// a rootfs that does not exist. Restoring with any of them would fail.
+	data, _ := os.ReadFile(cfg)
+	edited := strings.NewReplacer(`restore_flags: ["-direct"]`, `restore_flags: ["-no-such-restore-flag"]`,
+		"network: none", "network: sandbox", "rootfs: "+tc.rootfs, "rootfs: "+filepath.Join(dir, "gone")).Replace(string(data))
+	os.WriteFile(cfg, []byte(edited), 0o644)
+	for _, command := range []string{"measure", "smoke"} {
+		if code, _, stderr := runCLI(t, command, "--config", cfg, "--runs", "1"); code != exitOK {
+			t.Fatalf("%s after a config edit: exit %d\n%s", command, code, stderr)
+		}
+	}
+	m, err := manifest.Load(filepath.Join(out, manifest.FileName))
+	if err != nil || strings.Join(m.RestoreFlags, " ") != "-direct" || m.Network != "none" {
+		t.Fatalf("the manifest no longer says how its checkpoints were made: %+v %v", m, err)
+	}
+
+	// Each recorded value that differs from what is on hand stops the run, names the field.
+	manifestPath := filepath.Join(out, manifest.FileName)
+	original, _ := os.ReadFile(manifestPath)
+	for _, tt := range []struct {
+		field, onHand string
+		change        func(m *manifest.Manifest)
+	}{
+		{"runsc.sha256", m.Runsc.SHA256, func(m *manifest.Manifest) { m.Runsc.SHA256 = "sha256:recorded" }},
+		{"rootfs.digest", m.Rootfs.Digest, func(m *manifest.Manifest) { m.Rootfs.Digest = "sha256:recorded" }},
+		{"spec_fingerprint", m.SpecFingerprint, func(m *manifest.Manifest) { m.SpecFingerprint = "sha256:recorded" }},
+	} {
+		changed, _ := manifest.Load(manifestPath)
+		tt.change(changed)
+		atomicfile.WriteJSON(manifestPath, changed)
+		code, _, stderr := runCLI(t, "measure", "--config", cfg, "--runs", "1")
+		if code != exitUsage || !strings.Contains(stderr, tt.field) || !strings.Contains(stderr, tt.onHand+" on hand, sha256:recorded in the manifest") {
+			t.Errorf("%s changed: exit %d, want 2 naming it and both values\n%s", tt.field, code, stderr)
+		}
+		os.WriteFile(manifestPath, original, 0o644)
+	}
+}
+
+// TestCachePruneRootfs: only rootfs directories that neither the config nor a named output
+// uses are removed, and --dry-run removes nothing.
+func TestCachePruneRootfs(t *testing.T) {
+	cacheHome := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", cacheHome)
+	rootfsDir := filepath.Join(cacheHome, "readie", "rootfs")
+	used := filepath.Join(rootfsDir, "sha256-aaaa", "rootfs")
+	unused := filepath.Join(rootfsDir, "sha256-bbbb", "rootfs")
+	configs := filepath.Join(rootfsDir, "sha256-cccc", "rootfs")
+	for _, d := range []string{used, unused, configs} {
+		os.MkdirAll(d, 0o755)
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	os.MkdirAll(out, 0o755)
+	atomicfile.WriteJSON(filepath.Join(out, manifest.FileName), &manifest.Manifest{ExecutorProtocol: 2, Rootfs: manifest.Rootfs{Path: used}})
+	cfg := testConfig{runsc: "/x", root: "/r", rootfs: configs, output: out}.write(t)
+
+	code, stdout, stderr := runCLI(t, "cache", "prune-rootfs", "--dry-run", "--config", cfg, out)
+	if code != exitOK || strings.TrimSpace(stdout) != "would remove "+filepath.Dir(unused) {
+		t.Fatalf("dry run: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if _, err := os.Stat(unused); err != nil {
+		t.Fatal("the dry run removed a directory")
+	}
+	if code, _, stderr := runCLI(t, "cache", "prune-rootfs", "--config", cfg, filepath.Join(t.TempDir(), "no-output")); code != exitUsage {
+		t.Fatalf("an output that cannot be read: exit %d, want 2\n%s", code, stderr)
+	}
+	if _, err := os.Stat(unused); err != nil {
+		t.Fatal("a failed prune removed a directory")
+	}
+	if code, stdout, stderr := runCLI(t, "cache", "prune-rootfs", "--config", cfg, out); code != exitOK {
+		t.Fatalf("prune: exit %d\n%s%s", code, stdout, stderr)
+	}
+	for path, want := range map[string]bool{used: true, configs: true, unused: false} {
+		if _, err := os.Stat(path); (err == nil) != want {
+			t.Errorf("%s present = %v, want %v", path, err == nil, want)
+		}
 	}
 }

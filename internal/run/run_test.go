@@ -154,3 +154,45 @@ func TestRemoveDeadWorkDirs(t *testing.T) {
 		}
 	}
 }
+
+func TestPruneRootfs(t *testing.T) {
+	cache := t.TempDir()
+	mk := func(p string) string {
+		full := filepath.Join(cache, p)
+		os.MkdirAll(full, 0o755)
+		return full
+	}
+	named := mk("sha256-aaaa/rootfs")
+	unnamed := mk("sha256-bbbb/rootfs")
+	legacy := mk("0123456789abcdef/rootfs")
+	layer := mk("layers/0123456789abcdef/rootfs")
+	building := mk(".tmp-cccc-123/rootfs")
+	keep := []string{named, "/elsewhere/rootfs"}
+
+	would, err := PruneRootfs(cache, keep, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{filepath.Dir(legacy), filepath.Dir(unnamed)}
+	if strings.Join(would, ",") != strings.Join(want, ",") {
+		t.Fatalf("dry run would remove %v, want %v", would, want)
+	}
+	for _, p := range []string{named, unnamed, legacy, layer, building} {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("the dry run removed %s", p)
+		}
+	}
+	if _, err := PruneRootfs(cache, keep, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{named, layer, building} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s was removed", p)
+		}
+	}
+	for _, p := range []string{unnamed, legacy} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s is still there", p)
+		}
+	}
+}

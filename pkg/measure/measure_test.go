@@ -168,6 +168,24 @@ func TestCaptureMeasureSmoke(t *testing.T) {
 		t.Errorf("runsc's message does not mention the args:\n%s", stderr)
 	}
 
+	// A restore onto a sandbox made by `runsc create` fails with runsc's own words, not only
+	// an exit status: here the image directory holds no image.
+	created, err := r.NewSandbox("small", "prestarted", sandbox.ModeSandbox, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := created.Create(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err = created.Restore(ctx, sandbox.RestoreOptions{ImageDir: t.TempDir(), Detach: true})
+	if deleteErr := created.Delete(ctx); deleteErr != nil {
+		t.Error(deleteErr)
+	}
+	t.Logf("restore onto a created sandbox from an empty directory: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "checkpoint.img") {
+		t.Errorf("the error does not say what runsc said: %v", err)
+	}
+
 }
 
 // startColdExecutor creates and starts an executor in sandbox mode without a checkpoint,

@@ -1,0 +1,51 @@
+package run
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// PruneRootfs removes the rootfs directories under dir (a cache's rootfs/) that none of keep
+// lies in: a manifest names its rootfs by path, so only a directory no output names may go.
+// Package layers (layers/) and builds in progress (.tmp-*) are not rootfs directories and stay.
+// With dryRun it removes nothing. It returns the directories it removed (or would remove).
+func PruneRootfs(dir string, keep []string, dryRun bool) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var pruned []string
+	for _, e := range entries {
+		name := e.Name()
+		if !e.IsDir() || name == "layers" || name == "oci" || strings.HasPrefix(name, ".") {
+			continue
+		}
+		candidate := filepath.Join(dir, name)
+		if named(candidate, keep) {
+			continue
+		}
+		pruned = append(pruned, candidate)
+		if dryRun {
+			continue
+		}
+		if err := os.RemoveAll(candidate); err != nil {
+			return pruned, fmt.Errorf("remove %s: %w", candidate, err)
+		}
+	}
+	return pruned, nil
+}
+
+// named reports whether any path in keep is dir or lies inside it.
+func named(dir string, keep []string) bool {
+	for _, k := range keep {
+		if rel, err := filepath.Rel(dir, k); err == nil && filepath.IsLocal(rel) || k == dir {
+			return true
+		}
+	}
+	return false
+}

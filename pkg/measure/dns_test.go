@@ -1,0 +1,53 @@
+package measure_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/measure"
+	"readie.dev/pipeline/pkg/sandbox"
+)
+
+// TestDNSInSandboxNetwork: in a sandbox with a network (runsc --network=sandbox), the image
+// has no resolver configured, so before the first call the executor writes the shipped one
+// (through /etc/resolv.conf, a link into the writable /tmp on a read-only root), and the call
+// sees it; /etc/hosts resolves localhost without a resolver.
+func TestDNSInSandboxNetwork(t *testing.T) {
+	rt := testenv.Runtime(t)
+	rt.Flags.Network = "sandbox"
+	l := &measure.Launcher{Runtime: rt, Rootfs: testenv.Rootfs(t), WorkDir: testenv.WorkDir(t), Timeout: time.Minute}
+	request, err := measure.EvalRequest(`[open("/etc/resolv.conf").read(), __import__("socket").gethostbyname("localhost")]`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var answer []any
+	start := func(ctx context.Context, sb *sandbox.Sandbox) error {
+		if err := sb.Create(ctx); err != nil {
+			return err
+		}
+		return sb.Start(ctx)
+	}
+	_, err = l.TimedCall(context.Background(), "dns", "cold", nil, nil, start, request, func(resp []byte) error {
+		v, err := measure.DecodeEnvelope(resp)
+		if err != nil {
+			return err
+		}
+		answer, _ = v.([]any)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(answer) != 2 {
+		t.Fatalf("answer %v", answer)
+	}
+	if conf, _ := answer[0].(string); !strings.Contains(conf, "nameserver 1.1.1.1") {
+		t.Errorf("the call saw /etc/resolv.conf = %q, want the shipped resolver", conf)
+	}
+	if answer[1] != "127.0.0.1" {
+		t.Errorf("localhost resolved to %v", answer[1])
+	}
+}
