@@ -10,7 +10,7 @@ import (
 	"text/tabwriter"
 
 	"readie.dev/pipeline/internal/bench"
-	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/run"
 )
 
 type benchCmd struct {
@@ -45,11 +45,13 @@ func (c *benchCmd) Execute(ctx context.Context, g *globals, args []string) error
 	if err != nil {
 		return err
 	}
-	var sets []config.Set
+	var opts run.CaptureOptions
 	if c.capture {
-		if sets, err = cfg.Sets(g.onlyIDs()); err != nil {
+		sel, err := cfg.Select(g.onlyIDs(), nil)
+		if err != nil {
 			return usageError{err}
 		}
+		opts.Selection = sel
 	}
 	env, err := g.env(ctx, cfg)
 	if err != nil {
@@ -58,7 +60,11 @@ func (c *benchCmd) Execute(ctx context.Context, g *globals, args []string) error
 	env.CleanFailed = c.cleanFailed
 	out := cfg.Output
 	if c.capture {
-		if _, err := env.Capture(ctx, out, sets); err != nil {
+		res, err := env.Capture(ctx, out, opts)
+		if res != nil {
+			printSummary(g.stderr, res)
+		}
+		if err != nil {
 			return usageIfSetup(err)
 		}
 	}

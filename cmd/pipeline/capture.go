@@ -3,18 +3,53 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"time"
+
+	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/run"
 )
 
+// setFlags are the flags that choose what a capture works on: `capture` and `plan` share them.
+type setFlags struct {
+	sets      []config.Set
+	recapture bool
+	remeasure bool
+}
+
+func (f *setFlags) register(fs *flag.FlagSet) {
+	fs.Func("set", "a package set ID=MODULE,MODULE (repeatable): added to the config's (replacing one with the same id) and selected as --only would", func(arg string) error {
+		s, err := config.ParseSet(arg)
+		if err != nil {
+			return err
+		}
+		f.sets = append(f.sets, s)
+		return nil
+	})
+	fs.BoolVar(&f.recapture, "recapture", false, "capture every selected set again, ignoring the output's and the store's checkpoints")
+	fs.BoolVar(&f.remeasure, "remeasure", false, "time the restores of reused checkpoints again instead of keeping their timings")
+}
+
+// options turns the flags and the config into the capture's options (exit 2 on a bad --only).
+func (f *setFlags) options(g *globals, cfg *config.Config) (run.CaptureOptions, error) {
+	sel, err := cfg.Select(g.onlyIDs(), f.sets)
+	if err != nil {
+		return run.CaptureOptions{}, usageError{err}
+	}
+	return run.CaptureOptions{Selection: sel, Recapture: f.recapture, Remeasure: f.remeasure}, nil
+}
+
 type captureCmd struct {
+	setFlags
 	cleanFailed bool
 }
 
 func (*captureCmd) Name() string { return "capture" }
 func (*captureCmd) Synopsis() string {
-	return "capture, measure and smoke-test every package set; write manifest.json"
+	return "capture (or reuse), measure and smoke-test the package sets; write manifest.json"
 }
 func (c *captureCmd) SetFlags(fs *flag.FlagSet) {
+	c.setFlags.register(fs)
 	fs.BoolVar(&c.cleanFailed, "clean-failed", false, "remove the staging directory of a failed run instead of leaving it for inspection")
 }
 
@@ -26,9 +61,9 @@ func (c *captureCmd) Execute(ctx context.Context, g *globals, args []string) err
 	if err != nil {
 		return err
 	}
-	sets, err := cfg.Sets(g.onlyIDs())
+	opts, err := c.options(g, cfg)
 	if err != nil {
-		return usageError{err}
+		return err
 	}
 	env, err := g.env(ctx, cfg)
 	if err != nil {
@@ -36,11 +71,63 @@ func (c *captureCmd) Execute(ctx context.Context, g *globals, args []string) err
 	}
 	env.CleanFailed = c.cleanFailed
 	start := time.Now()
-	m, err := env.Capture(ctx, env.Config.Output, sets)
+	res, err := env.Capture(ctx, cfg.Output, opts)
+	if res != nil {
+		printSummary(g.stdout, res)
+	}
 	if err != nil {
 		return usageIfSetup(err)
 	}
-	g.log.WithField("took", time.Since(start).Round(time.Second)).Infof("wrote %s", env.Config.Output)
-	printSummary(g.stdout, m)
+	g.log.WithField("took", time.Since(start).Round(time.Millisecond)).Infof("wrote %s", cfg.Output)
+	return nil
+}
+
+type planCmd struct{ setFlags }
+
+func (*planCmd) Name() string { return "plan" }
+func (*planCmd) Synopsis() string {
+	return "print what capture would do with each set (reuse, capture, keep, drop) and why; change nothing"
+}
+func (c *planCmd) SetFlags(fs *flag.FlagSet) { c.setFlags.register(fs) }
+
+func (c *planCmd) Execute(ctx context.Context, g *globals, args []string) error {
+	if err := noArgs(args); err != nil {
+		return err
+	}
+	cfg, err := g.loadConfig()
+	if err != nil {
+		return err
+	}
+	opts, err := c.options(g, cfg)
+	if err != nil {
+		return err
+	}
+	env, err := g.env(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if env.Rootfs, err = run.OpenRootfs(cfg.Rootfs); err != nil {
+		return usageIfSetup(err)
+	}
+	plan, err := env.Plan(ctx, cfg.Output, opts)
+	if err != nil {
+		return usageIfSetup(err)
+	}
+	if g.logFormat == "json" {
+		return writeJSON(g.stdout, plan)
+	}
+	tw := newTable(g.stdout)
+	fmt.Fprintln(tw, "set\taction\tfrom\treason\t")
+	for _, s := range plan.Sets {
+		from := s.From
+		if from == "" {
+			from = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", s.ID, s.Action, from, s.Reason)
+	}
+	for _, d := range plan.Dropped {
+		fmt.Fprintf(tw, "%s\tdrop\t-\t%s\t\n", d.ID, d.Reason)
+	}
+	tw.Flush()
 	return nil
 }

@@ -51,7 +51,7 @@ type command interface {
 }
 
 func commands() []command {
-	return []command{&captureCmd{}, &measureCmd{}, &smokeCmd{}, &verifyCmd{}, &benchCmd{}, &cacheCmd{}, &specCmd{}, &versionCmd{}}
+	return []command{&captureCmd{}, &planCmd{}, &measureCmd{}, &smokeCmd{}, &verifyCmd{}, &benchCmd{}, &cacheCmd{}, &specCmd{}, &versionCmd{}}
 }
 
 func main() {

@@ -28,6 +28,8 @@ func runCLI(t *testing.T, args ...string) (int, string, string) {
 type testConfig struct {
 	runsc, root, rootfs, output string
 	sets                        string
+	// store is the checkpoint store; default: "store" beside the output.
+	store string
 }
 
 func (c testConfig) write(t *testing.T) string {
@@ -35,6 +37,9 @@ func (c testConfig) write(t *testing.T) string {
 	sets := c.sets
 	if sets == "" {
 		sets = "  - id: pandas\n    imports: [pandas]\n"
+	}
+	if c.store == "" {
+		c.store = filepath.Join(filepath.Dir(c.output), "store")
 	}
 	text := fmt.Sprintf(`runsc:
   path: %s
@@ -45,6 +50,7 @@ func (c testConfig) write(t *testing.T) string {
   restore_flags: ["-direct"]
 rootfs: %s
 output: %s
+checkpoint_cache: %s
 restore_runs: 2
 timeouts:
   capture: 3m
@@ -52,7 +58,7 @@ timeouts:
   smoke: 1m
   runsc_command: 30s
 checkpoints:
-%s`, c.runsc, c.root, c.rootfs, c.output, sets)
+%s`, c.runsc, c.root, c.rootfs, c.output, c.store, sets)
 	path := filepath.Join(t.TempDir(), "pipeline.yaml")
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)

@@ -27,6 +27,6 @@ func (*measureCmd) Execute(ctx context.Context, g *globals, args []string) error
 	if err != nil {
 		return usageIfSetup(err)
 	}
-	printSummary(g.stdout, m)
+	printCheckpoints(g.stdout, m)
 	return nil
 }

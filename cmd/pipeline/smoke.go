@@ -29,6 +29,6 @@ func (*smokeCmd) Execute(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return usageIfSetup(err)
 	}
-	printSummary(g.stdout, m)
+	printCheckpoints(g.stdout, m)
 	return nil
 }

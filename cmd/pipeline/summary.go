@@ -1,28 +1,55 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 
+	"readie.dev/pipeline/internal/run"
 	"readie.dev/pipeline/pkg/manifest"
 )
 
-func printSummary(w io.Writer, m *manifest.Manifest) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "set\timports\timage MiB\trestore min ms\tmedian ms\tp90 ms\tmax ms\tsmoke\tready ms\t")
-	for _, c := range m.Checkpoints {
-		smoke := "FAIL"
-		if c.Smoke.OK {
-			smoke = "ok"
-		}
-		imports := strings.Join(c.Imports, ",")
-		if imports == "" {
-			imports = "-"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%.0f\t\n", c.ID, imports,
-			float64(c.Bytes)/(1<<20), c.RestoreMS.Min, c.RestoreMS.Median, c.RestoreMS.P90, c.RestoreMS.Max, smoke, c.Smoke.ReadyMS)
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// printSummary prints one row per set of a capture: how it ended, its image and timings.
+func printSummary(w io.Writer, res *run.Result) {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "set\tstatus\timports\timage MiB\trestore min ms\tmedian ms\tp90 ms\tmax ms\tsmoke\tready ms\t")
+	for _, r := range res.Sets {
+		printRow(tw, r.Checkpoint, string(r.Status))
 	}
 	tw.Flush()
+}
+
+// printCheckpoints prints the checkpoints of a manifest (measure, smoke).
+func printCheckpoints(w io.Writer, m *manifest.Manifest) {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "set\tstatus\timports\timage MiB\trestore min ms\tmedian ms\tp90 ms\tmax ms\tsmoke\tready ms\t")
+	for _, c := range m.Checkpoints {
+		printRow(tw, c, "-")
+	}
+	tw.Flush()
+}
+
+func printRow(tw *tabwriter.Writer, c manifest.Checkpoint, status string) {
+	smoke := "FAIL"
+	if c.Smoke.OK {
+		smoke = "ok"
+	}
+	imports := strings.Join(c.Imports, ",")
+	if imports == "" {
+		imports = "-"
+	}
+	fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%.0f\t\n", c.ID, status, imports,
+		float64(c.Bytes)/(1<<20), c.RestoreMS.Min, c.RestoreMS.Median, c.RestoreMS.P90, c.RestoreMS.Max, smoke, c.Smoke.ReadyMS)
 }

@@ -55,11 +55,13 @@ type Timeouts struct {
 
 // Config is pipeline.yaml.
 type Config struct {
-	Runsc       Runsc    `yaml:"runsc"`
-	Rootfs      string   `yaml:"rootfs"`
-	Output      string   `yaml:"output"`
-	RestoreRuns int      `yaml:"restore_runs"`
-	Timeouts    Timeouts `yaml:"timeouts"`
+	Runsc  Runsc  `yaml:"runsc"`
+	Rootfs string `yaml:"rootfs"`
+	// CheckpointCache is the content-addressed checkpoint store.
+	CheckpointCache string   `yaml:"checkpoint_cache"`
+	Output          string   `yaml:"output"`
+	RestoreRuns     int      `yaml:"restore_runs"`
+	Timeouts        Timeouts `yaml:"timeouts"`
 	// PassEnv names variables of the pipeline's environment to pass into every sandbox. Nothing
 	// else of it is passed: a checkpoint ships to every sandbox, with whatever it holds.
 	PassEnv     []string `yaml:"pass_env"`
@@ -96,6 +98,7 @@ func Parse(data []byte, name, baseDir, cacheDir string) (*Config, error) {
 	}
 	c.Runsc.Path = resolve(c.Runsc.Path)
 	c.Rootfs = resolve(c.Rootfs)
+	c.CheckpointCache = resolve(c.CheckpointCache)
 	c.Output = resolve(c.Output)
 	return &c, nil
 }
@@ -181,6 +184,9 @@ func (c *Config) validate() error {
 	if c.Rootfs == "" {
 		add("rootfs is empty")
 	}
+	if c.CheckpointCache == "" {
+		add("checkpoint_cache is empty")
+	}
 	if c.Output == "" {
 		add("output is empty")
 	}
@@ -205,48 +211,101 @@ func (c *Config) validate() error {
 	}
 	seen := map[string]bool{}
 	for i, s := range c.Checkpoints {
-		switch {
-		case !idPattern.MatchString(s.ID):
-			add("checkpoints[%d]: id %q: use 1-64 letters, digits, - and _", i, s.ID)
-		case s.ID == EmptySetID:
-			add("checkpoints[%d]: id %q is reserved for the set every run captures first", i, s.ID)
-		case seen[s.ID]:
+		if err := s.validate(); err != nil {
+			add("checkpoints[%d]: %w", i, err)
+		} else if seen[s.ID] {
 			add("checkpoints[%d]: duplicate id %q", i, s.ID)
 		}
 		seen[s.ID] = true
-		if len(s.Imports) == 0 {
-			add("checkpoints[%d] (%s): imports is empty", i, s.ID)
-		}
-		for _, m := range s.Imports {
-			if !modulePattern.MatchString(m) {
-				add("checkpoints[%d] (%s): import %q is not a dotted Python module name", i, s.ID, m)
-			}
+	}
+	return errors.Join(problems...)
+}
+
+// validate checks one package set: its id and its imports.
+func (s Set) validate() error {
+	var problems []error
+	switch {
+	case !idPattern.MatchString(s.ID):
+		problems = append(problems, fmt.Errorf("id %q: use 1-64 letters, digits, - and _", s.ID))
+	case s.ID == EmptySetID:
+		problems = append(problems, fmt.Errorf("id %q is reserved for the set every run captures first", s.ID))
+	}
+	if len(s.Imports) == 0 {
+		problems = append(problems, fmt.Errorf("%s: imports is empty", s.ID))
+	}
+	for _, m := range s.Imports {
+		if !modulePattern.MatchString(m) {
+			problems = append(problems, fmt.Errorf("%s: import %q is not a dotted Python module name", s.ID, m))
 		}
 	}
 	return errors.Join(problems...)
 }
 
-// Sets returns the package sets of a run: "empty" first, then the configured ones, limited
-// to only when it is not empty (the empty set is always kept).
-func (c *Config) Sets(only []string) ([]Set, error) {
-	sets := []Set{{ID: EmptySetID, Imports: []string{}}}
-	want := map[string]bool{}
-	for _, id := range only {
-		want[id] = true
+// ParseSet reads a package set given on the command line as ID=MOD,MOD (`--set`), with the
+// same rules as the config's.
+func ParseSet(arg string) (Set, error) {
+	id, mods, ok := strings.Cut(arg, "=")
+	if !ok {
+		return Set{}, fmt.Errorf("%w: --set %q: want ID=MODULE,MODULE", ErrInvalid, arg)
 	}
-	for _, s := range c.Checkpoints {
-		if len(only) == 0 || want[s.ID] {
-			sets = append(sets, s)
-			delete(want, s.ID)
+	s := Set{ID: strings.TrimSpace(id)}
+	for _, m := range strings.Split(mods, ",") {
+		if m = strings.TrimSpace(m); m != "" {
+			s.Imports = append(s.Imports, m)
 		}
 	}
-	delete(want, EmptySetID)
-	if len(want) > 0 {
-		var unknown []string
-		for id := range want {
+	if err := s.validate(); err != nil {
+		return Set{}, fmt.Errorf("%w: --set %q: %w", ErrInvalid, arg, err)
+	}
+	return s, nil
+}
+
+// Selection is the package sets of a run and which of them it works on.
+type Selection struct {
+	// Sets are "empty" first, then the config's, with the --set ones replacing those of the
+	// same id or added after them.
+	Sets []Set
+	// Picked names the sets that --only and --set select ("empty" always); nil when neither
+	// was given and the run works on every set.
+	Picked map[string]bool
+}
+
+// Select returns the sets of a run with --only ids and --set sets. An --only id must name a
+// set of the config or of --set.
+func (c *Config) Select(only []string, extra []Set) (*Selection, error) {
+	sel := &Selection{Sets: []Set{{ID: EmptySetID, Imports: []string{}}}}
+	byID := map[string]int{}
+	for _, s := range c.Checkpoints {
+		byID[s.ID] = len(sel.Sets)
+		sel.Sets = append(sel.Sets, s)
+	}
+	for _, s := range extra {
+		if i, ok := byID[s.ID]; ok {
+			sel.Sets[i] = s
+			continue
+		}
+		byID[s.ID] = len(sel.Sets)
+		sel.Sets = append(sel.Sets, s)
+	}
+	if len(only) == 0 && len(extra) == 0 {
+		return sel, nil
+	}
+	sel.Picked = map[string]bool{EmptySetID: true}
+	var unknown []string
+	for _, id := range only {
+		if _, ok := byID[id]; !ok && id != EmptySetID {
 			unknown = append(unknown, id)
 		}
+		sel.Picked[id] = true
+	}
+	for _, s := range extra {
+		sel.Picked[s.ID] = true
+	}
+	if len(unknown) > 0 {
 		return nil, fmt.Errorf("%w: --only names unknown package sets: %s", ErrInvalid, strings.Join(unknown, ", "))
 	}
-	return sets, nil
+	return sel, nil
 }
+
+// Picks reports whether the run works on the set id.
+func (s *Selection) Picks(id string) bool { return s.Picked == nil || s.Picked[id] }

@@ -26,22 +26,60 @@ func TestDefaultConfig(t *testing.T) {
 	if c.Timeouts.Capture != 5*time.Minute || c.RestoreRuns != 5 {
 		t.Errorf("timeouts %+v runs %d", c.Timeouts, c.RestoreRuns)
 	}
-	sets, err := c.Sets(nil)
+	sel, err := c.Select(nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var ids []string
-	for _, s := range sets {
+	for _, s := range sel.Sets {
 		ids = append(ids, s.ID)
 	}
-	if strings.Join(ids, ",") != "empty,numpy,pandas" {
-		t.Errorf("sets %v", ids)
+	if strings.Join(ids, ",") != "empty,numpy,pandas" || sel.Picked != nil || !sel.Picks("numpy") {
+		t.Errorf("sets %v, picked %v", ids, sel.Picked)
 	}
-	if sets, _ := c.Sets([]string{"pandas"}); len(sets) != 2 || sets[0].ID != EmptySetID || sets[1].ID != "pandas" {
-		t.Errorf("--only pandas: %+v", sets)
+	if c.CheckpointCache != "/cache/readie/checkpoints" {
+		t.Errorf("checkpoint_cache %q", c.CheckpointCache)
 	}
-	if _, err := c.Sets([]string{"nope"}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "nope") {
+}
+
+func TestSelect(t *testing.T) {
+	c, err := Parse(pipeline.DefaultConfig(), "default", "/repo", "/cache/readie")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sel, err := c.Select([]string{"pandas"}, nil)
+	if err != nil || len(sel.Sets) != 3 || !sel.Picks("pandas") || !sel.Picks(EmptySetID) || sel.Picks("numpy") {
+		t.Errorf("--only pandas: %+v %v", sel, err)
+	}
+	if _, err := c.Select([]string{"nope"}, nil); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "nope") {
 		t.Errorf("--only nope: %v", err)
+	}
+	torch, err := ParseSet("torch=torch, numpy")
+	if err != nil || torch.ID != "torch" || strings.Join(torch.Imports, ",") != "torch,numpy" {
+		t.Fatalf("ParseSet = %+v, %v", torch, err)
+	}
+	numpy2, _ := ParseSet("numpy=numpy,json")
+	sel, err = c.Select(nil, []Set{torch, numpy2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range sel.Sets {
+		got = append(got, s.ID+"="+strings.Join(s.Imports, ","))
+	}
+	if strings.Join(got, " ") != "empty= numpy=numpy,json pandas=pandas torch=torch,numpy" {
+		t.Errorf("--set: %v", got)
+	}
+	if !sel.Picks("torch") || !sel.Picks("numpy") || sel.Picks("pandas") {
+		t.Errorf("--set picks %v", sel.Picked)
+	}
+	if sel, err := c.Select([]string{"torch"}, []Set{torch}); err != nil || !sel.Picks("torch") {
+		t.Errorf("--only naming a --set id: %v", err)
+	}
+	for _, bad := range []string{"torch", "=numpy", "empty=json", "a/b=json", "torch=", "torch=scikit-learn", "torch=os;rm"} {
+		if _, err := ParseSet(bad); !errors.Is(err, ErrInvalid) {
+			t.Errorf("ParseSet(%q) = %v, want ErrInvalid", bad, err)
+		}
 	}
 }
 
@@ -83,7 +121,7 @@ func TestParseErrors(t *testing.T) {
 		{"empty imports", replace("imports: [pandas]", "imports: []"), "imports is empty"},
 		{"no sets", strings.Split(valid, "checkpoints:")[0] + "checkpoints: []\n", "no package set"},
 		{"zero runs", replace("restore_runs: 5", "restore_runs: 0"), "restore_runs"},
-		{"bad timeout", replace("capture: 5m", "capture: soon"), "line 19: cannot unmarshal !!str `soon`"},
+		{"bad timeout", replace("capture: 5m", "capture: soon"), "line 21: cannot unmarshal !!str `soon`"},
 		{"negative timeout", replace("smoke: 2m", "smoke: -1s"), "timeouts.smoke"},
 		{"bad network", replace("network: none", "network: wifi"), "runsc.network"},
 		{"host uds off", replace("host_uds: create", "host_uds: none"), "host_uds"},

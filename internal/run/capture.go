@@ -14,7 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"readie.dev/pipeline/internal/atomicfile"
-	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/pkg/capture"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/manifest"
@@ -70,10 +70,36 @@ func checkOutput(out string) error {
 	return nil
 }
 
-// Capture runs every set into a staging directory beside out, writes the manifest there, and
-// replaces out with it only when every set passed. On failure the staging directory is left
-// for inspection and the error names it; out is untouched.
-func (e *Env) Capture(ctx context.Context, out string, sets []config.Set) (*manifest.Manifest, error) {
+// Status is how one set of a capture ended.
+type Status string
+
+const (
+	Captured Status = "captured"
+	Reused   Status = "reused"
+	Kept     Status = "kept"
+	Failed   Status = "failed"
+)
+
+// SetResult is one set of a capture: its checkpoint (as the manifest has it) and how it ended.
+type SetResult struct {
+	Checkpoint manifest.Checkpoint
+	Status     Status
+	Err        error
+}
+
+// Result is what a capture did, set by set; Manifest is nil when a set failed.
+type Result struct {
+	Manifest *manifest.Manifest
+	Sets     []SetResult
+}
+
+// Capture carries out the plan of a capture into out: each selected set is reused from the
+// output or the store when its key is there (and smoke-tested again), or captured, measured
+// and smoke-tested and put into the store; sets not selected are kept while their key
+// matches. It all goes into a staging directory beside out, which replaces out only when every
+// set passed. A failed set does not stop the others; the run then fails naming them, leaves
+// out as it was, and keeps the staging directory for inspection (or removes it).
+func (e *Env) Capture(ctx context.Context, out string, o CaptureOptions) (*Result, error) {
 	if err := checkOutput(out); err != nil {
 		return nil, err
 	}
@@ -87,6 +113,13 @@ func (e *Env) Capture(ctx context.Context, out string, sets []config.Set) (*mani
 		return nil, err
 	}
 	defer lock.Unlock()
+	plan, err := e.Plan(ctx, out, o)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range plan.Dropped {
+		e.Log.WithFields(logrus.Fields{"set": d.ID, "reason": d.Reason}).Warn("dropped from the output")
+	}
 	version, err := e.Runtime.Version(ctx)
 	if err != nil {
 		return nil, err
@@ -108,64 +141,223 @@ func (e *Env) Capture(ctx context.Context, out string, sets []config.Set) (*mani
 	if err := os.MkdirAll(staging, 0o755); err != nil {
 		return nil, err
 	}
-	if err := e.captureInto(ctx, m, staging, work, version, sets); err != nil {
+	res, err := e.carryOut(ctx, plan, m, staging, work, version, o)
+	if err != nil {
 		if e.CleanFailed {
 			os.RemoveAll(staging)
-			return nil, fmt.Errorf("%w\n(%s left as it was; staging directory removed)", err, out)
+			return res, fmt.Errorf("%w\n(%s left as it was; staging directory removed)", err, out)
 		}
-		return nil, fmt.Errorf("%w\n(%s left as it was; staging directory kept for inspection: %s)", err, out, staging)
+		return res, fmt.Errorf("%w\n(%s left as it was; staging directory kept for inspection: %s)", err, out, staging)
 	}
 	if err := replaceDir(out, staging); err != nil {
-		return nil, err
+		return res, err
 	}
-	return m, nil
+	res.Manifest = m
+	return res, nil
 }
 
-func (e *Env) captureInto(ctx context.Context, m *manifest.Manifest, staging, work, version string, sets []config.Set) error {
-	for _, set := range sets {
-		c, err := e.captureSet(ctx, set, staging, work, version)
-		if err != nil {
-			return err
+func (e *Env) carryOut(ctx context.Context, plan *Plan, m *manifest.Manifest, staging, work, version string, o CaptureOptions) (*Result, error) {
+	res := &Result{}
+	var failed []string
+	for _, sp := range plan.Sets {
+		if err := context.Cause(ctx); ctx.Err() != nil {
+			return res, err
 		}
+		c, status, err := e.doSet(ctx, plan, sp, staging, work, version, o)
+		if err != nil {
+			e.Log.WithField("set", sp.ID).WithError(err).Error("failed")
+			res.Sets = append(res.Sets, SetResult{Checkpoint: c, Status: Failed, Err: err})
+			failed = append(failed, sp.ID)
+			if ctx.Err() != nil {
+				return res, err
+			}
+			continue
+		}
+		e.Log.WithFields(logrus.Fields{"set": sp.ID, "status": status}).Info(string(status))
+		res.Sets = append(res.Sets, SetResult{Checkpoint: c, Status: status})
 		m.Checkpoints = append(m.Checkpoints, c)
+	}
+	if len(failed) > 0 {
+		var errs []error
+		for _, r := range res.Sets {
+			if r.Err != nil {
+				errs = append(errs, r.Err)
+			}
+		}
+		return res, fmt.Errorf("%w: %s\n%w", errFailedSets, strings.Join(failed, ", "), errors.Join(errs...))
 	}
 	m.AlphaMsPerMiB, m.InterceptMs = costModel(m.Checkpoints)
 	if err := e.writeRestoreSpec(filepath.Join(staging, manifest.RestoreSpecFileName)); err != nil {
-		return fmt.Errorf("write restore spec: %w", err)
+		return res, fmt.Errorf("write restore spec: %w", err)
 	}
 	if err := atomicfile.WriteJSON(filepath.Join(staging, manifest.FileName), m); err != nil {
-		return fmt.Errorf("write manifest: %w", err)
+		return res, fmt.Errorf("write manifest: %w", err)
 	}
-	return nil
+	return res, nil
 }
 
-func (e *Env) captureSet(ctx context.Context, set config.Set, staging, work, version string) (manifest.Checkpoint, error) {
-	log := e.Log.WithField("set", set.ID)
-	dir := filepath.Join(staging, set.ID)
-	start := time.Now()
-	log.WithField("imports", strings.Join(set.Imports, ",")).Info("capture: start")
-	meta, err := capture.Run(ctx, e.Runtime, e.CaptureRequest(set, dir, work, version, e.Config.Runsc.CheckpointOptions))
+// doSet carries out one set's plan into staging/ID.
+func (e *Env) doSet(ctx context.Context, plan *Plan, sp SetPlan, staging, work, version string, o CaptureOptions) (manifest.Checkpoint, Status, error) {
+	log := e.Log.WithField("set", sp.ID)
+	dir := filepath.Join(staging, sp.ID)
+	c := manifest.Checkpoint{ID: sp.ID, Imports: slices.Clone(sp.Imports), Dir: sp.ID, Key: sp.Key, KeyParts: sp.KeyParts}
+	st := e.Store()
+	switch sp.Action {
+	case Keep, Reuse:
+		var src string
+		var meta *manifest.Meta
+		var stats *manifest.Stats
+		if sp.From == FromOutput {
+			src = filepath.Join(plan.Out, sp.existing.Dir)
+			var err error
+			if meta, err = manifest.LoadMeta(filepath.Join(src, manifest.MetaFileName)); err != nil {
+				return c, Failed, err
+			}
+			stats = &sp.existing.RestoreMS
+			c.Smoke = sp.existing.Smoke
+		} else {
+			var err error
+			if src, err = st.Path(sp.Key); err != nil {
+				return c, Failed, err
+			}
+			meta, stats = sp.stored, sp.stored.RestoreMS
+		}
+		if err := store.LinkFiles(src, dir); err != nil {
+			return c, Failed, fmt.Errorf("%s: take the checkpoint from the %s: %w", sp.ID, sp.From, err)
+		}
+		if err := e.writeMeta(dir, sp, meta); err != nil {
+			return c, Failed, err
+		}
+		c.Bytes, c.CapturedAt = meta.Bytes(), meta.CapturedAt
+		if sp.From == FromOutput {
+			e.keepInStore(sp, src, meta) // so other outputs find it too
+		}
+		if err := st.Use(sp.Key, sp.ID); err != nil {
+			log.WithError(err).Warn("could not record the store entry's use")
+		}
+		if sp.Action == Keep {
+			c.RestoreMS = *stats
+			return c, Kept, nil
+		}
+		if stats == nil || o.Remeasure {
+			measured, err := e.Restorer(work).MeasureRuns(ctx, sp.ID, dir, e.Config.RestoreRuns)
+			if err != nil {
+				return c, Failed, err
+			}
+			stats = &measured
+		}
+		c.RestoreMS = *stats
+		smoke, err := e.Smoker(work).Smoke(ctx, sp.ID, dir, sp.Imports)
+		c.Smoke = smoke
+		if err != nil {
+			return c, Failed, err
+		}
+		log.WithFields(logrus.Fields{"from": sp.From, "ready_ms": round1(smoke.ReadyMS)}).Info("smoke: ok")
+		return c, Reused, nil
+	}
+
+	if sp.corrupt != nil {
+		log.WithError(sp.corrupt).Warn("removed a corrupt store entry; capturing again")
+		if err := st.Remove(sp.Key); err != nil {
+			return c, Failed, err
+		}
+	}
+	meta, stats, smoke, err := e.captureSet(ctx, sp, work, version)
+	c.Smoke = smoke
 	if err != nil {
-		return manifest.Checkpoint{}, err
+		return c, Failed, err
+	}
+	entry, err := st.Path(sp.Key)
+	if err != nil {
+		return c, Failed, err
+	}
+	if err := store.LinkFiles(entry, dir); err != nil {
+		return c, Failed, err
+	}
+	if err := e.writeMeta(dir, sp, meta); err != nil {
+		return c, Failed, err
+	}
+	if err := st.Use(sp.Key, sp.ID); err != nil {
+		log.WithError(err).Warn("could not record the store entry's use")
+	}
+	c.Bytes, c.CapturedAt, c.RestoreMS = meta.Bytes(), meta.CapturedAt, stats
+	return c, Captured, nil
+}
+
+// writeMeta writes the output's own meta.json for a set: the stored one, under the set's id.
+func (e *Env) writeMeta(dir string, sp SetPlan, stored *manifest.Meta) error {
+	meta := *stored
+	meta.ID, meta.Imports = sp.ID, slices.Clone(sp.Imports)
+	meta.Key, meta.KeyParts = sp.Key, sp.KeyParts
+	meta.RestoreMS = nil
+	return atomicfile.WriteJSON(filepath.Join(dir, manifest.MetaFileName), &meta)
+}
+
+// keepInStore puts a checkpoint reused from the output into the store when the store lacks
+// it; a failure only costs a later capture, so it is logged, not fatal.
+func (e *Env) keepInStore(sp SetPlan, src string, meta *manifest.Meta) {
+	st := e.Store()
+	if found, err := st.Lookup(sp.Key); found != nil || err != nil {
+		return
+	}
+	pending, err := st.Begin(sp.Key)
+	if err == nil {
+		err = store.LinkFiles(src, pending.Dir)
+		if err == nil {
+			stored := *meta
+			stored.KeyParts, stored.RestoreMS = sp.KeyParts, &sp.existing.RestoreMS
+			_, err = pending.Commit(&stored)
+		}
+		if err != nil {
+			pending.Abort()
+		}
+	}
+	if err != nil {
+		e.Log.WithField("set", sp.ID).WithError(err).Warn("could not add the output's checkpoint to the store")
+	}
+}
+
+// captureSet captures one set into a pending store entry, measures and smoke-tests it there,
+// and commits it to the store only when all of that passed.
+func (e *Env) captureSet(ctx context.Context, sp SetPlan, work, version string) (*manifest.Meta, manifest.Stats, manifest.Smoke, error) {
+	log := e.Log.WithField("set", sp.ID)
+	pending, err := e.Store().Begin(sp.Key)
+	if err != nil {
+		return nil, manifest.Stats{}, manifest.Smoke{}, err
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			pending.Abort()
+		}
+	}()
+	start := time.Now()
+	log.WithField("imports", strings.Join(sp.Imports, ",")).Info("capture: start")
+	meta, err := capture.Run(ctx, e.Runtime, e.CaptureRequest(sp.Set, pending.Dir, work, version, e.Config.Runsc.CheckpointOptions))
+	if err != nil {
+		return nil, manifest.Stats{}, manifest.Smoke{}, err
 	}
 	log.WithFields(logrus.Fields{"bytes": meta.Bytes(), "took": time.Since(start).Round(time.Millisecond)}).Info("capture: done")
 
 	start = time.Now()
-	stats, err := e.Restorer(work).MeasureRuns(ctx, set.ID, dir, e.Config.RestoreRuns)
+	stats, err := e.Restorer(work).MeasureRuns(ctx, sp.ID, pending.Dir, e.Config.RestoreRuns)
 	if err != nil {
-		return manifest.Checkpoint{}, err
+		return nil, manifest.Stats{}, manifest.Smoke{}, err
 	}
 	log.WithFields(logrus.Fields{"median_ms": round1(stats.Median), "p90_ms": round1(stats.P90), "runs": e.Config.RestoreRuns, "took": time.Since(start).Round(time.Millisecond)}).Info("measure: done")
 
-	smoke, err := e.Smoker(work).Smoke(ctx, set.ID, dir, set.Imports)
+	smoke, err := e.Smoker(work).Smoke(ctx, sp.ID, pending.Dir, sp.Imports)
 	if err != nil {
-		return manifest.Checkpoint{}, err
+		return nil, stats, smoke, err
 	}
 	log.WithField("ready_ms", round1(smoke.ReadyMS)).Info("smoke: ok")
-	return manifest.Checkpoint{
-		ID: set.ID, Imports: slices.Clone(meta.Imports), Dir: set.ID, Bytes: meta.Bytes(),
-		RestoreMS: stats, Smoke: smoke,
-	}, nil
+	meta.KeyParts, meta.RestoreMS = sp.KeyParts, &stats
+	stored, err := pending.Commit(meta)
+	if err != nil {
+		return nil, stats, smoke, fmt.Errorf("%s: put the checkpoint into the store: %w", sp.ID, err)
+	}
+	committed = true
+	return stored, stats, smoke, nil
 }
 
 // costModel is the manifest's cost model: restore median against image size.

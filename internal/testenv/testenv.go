@@ -115,13 +115,20 @@ func Runtime(t testing.TB) *sandbox.Runtime {
 }
 
 // RemoveRunscRoot removes a runsc state root. runsc bind-mounts a null-netns file into its
-// root and leaves it mounted, so the directory cannot be removed until that is unmounted.
+// root and leaves it mounted (runs that share a root at once may stack one mount each), so the
+// directory cannot be removed until every one is unmounted.
 func RemoveRunscRoot(root string) error {
 	netns := filepath.Join(root, "null-netns")
-	if err := syscall.Unmount(netns, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
-		return fmt.Errorf("unmount %s: %w", netns, err)
+	for range 64 {
+		err := syscall.Unmount(netns, syscall.MNT_DETACH)
+		if errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOENT) {
+			return os.RemoveAll(root)
+		}
+		if err != nil {
+			return fmt.Errorf("unmount %s: %w", netns, err)
+		}
 	}
-	return os.RemoveAll(root)
+	return fmt.Errorf("unmount %s: still mounted after 64 unmounts", netns)
 }
 
 // WorkDir returns a short temporary directory: a Unix socket path must fit in 108 bytes.

@@ -101,7 +101,7 @@ func Run(ctx context.Context, rt *sandbox.Runtime, req Request) (*manifest.Meta,
 	}
 	meta := &manifest.Meta{
 		ID: req.ID, Imports: append([]string{}, req.Imports...), RunscVersion: req.RunscVersion,
-		SpecFingerprint: fingerprint, CreatedAt: time.Now().UTC(), Files: map[string]manifest.File{},
+		SpecFingerprint: fingerprint, CapturedAt: time.Now().UTC(), Files: map[string]manifest.File{},
 	}
 	for _, name := range manifest.ImageFiles() {
 		f, err := manifest.HashFile(filepath.Join(req.Dir, name))

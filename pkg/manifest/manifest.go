@@ -59,12 +59,17 @@ type Smoke struct {
 
 // Checkpoint is one package set's entry in the manifest.
 type Checkpoint struct {
-	ID        string   `json:"id"`
-	Imports   []string `json:"imports"`
-	Dir       string   `json:"dir"` // relative to the manifest
-	Bytes     int64    `json:"bytes"`
-	RestoreMS Stats    `json:"restore_ms"`
-	Smoke     Smoke    `json:"smoke"`
+	ID      string   `json:"id"`
+	Imports []string `json:"imports"`
+	Dir     string   `json:"dir"` // relative to the manifest
+	Bytes   int64    `json:"bytes"`
+	// Key is the checkpoint's cache key: a digest of every input that shapes it; KeyParts
+	// digests each input alone, so a changed key can say which input changed.
+	Key        string            `json:"key"`
+	KeyParts   map[string]string `json:"key_parts"`
+	CapturedAt time.Time         `json:"captured_at"`
+	RestoreMS  Stats             `json:"restore_ms"`
+	Smoke      Smoke             `json:"smoke"`
 }
 
 // Manifest describes a whole output directory.
@@ -97,14 +102,19 @@ type File struct {
 	SHA256 string `json:"sha256"`
 }
 
-// Meta describes one checkpoint directory.
+// Meta describes one checkpoint directory (in an output, or an entry of the checkpoint store).
 type Meta struct {
-	ID              string          `json:"id"`
-	Imports         []string        `json:"imports"`
-	RunscVersion    string          `json:"runsc_version"`
-	SpecFingerprint string          `json:"spec_fingerprint"`
-	CreatedAt       time.Time       `json:"created_at"`
-	Files           map[string]File `json:"files"`
+	ID              string            `json:"id"`
+	Imports         []string          `json:"imports"`
+	RunscVersion    string            `json:"runsc_version"`
+	SpecFingerprint string            `json:"spec_fingerprint"`
+	Key             string            `json:"key"`
+	KeyParts        map[string]string `json:"key_parts"`
+	CapturedAt      time.Time         `json:"captured_at"`
+	Files           map[string]File   `json:"files"`
+	// RestoreMS are the timings measured when it was captured, kept with a stored entry so a
+	// reuse can keep them.
+	RestoreMS *Stats `json:"restore_ms,omitempty"`
 }
 
 // Bytes is the total size of the checkpoint's image files.

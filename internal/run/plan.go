@@ -1,0 +1,240 @@
+package run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/store"
+	"readie.dev/pipeline/pkg/executorproto"
+	"readie.dev/pipeline/pkg/manifest"
+	"readie.dev/pipeline/pkg/sandbox"
+)
+
+// Action is what a run does with one package set.
+type Action string
+
+const (
+	// Capture captures the set: no checkpoint with its key is in the output or the store.
+	Capture Action = "capture"
+	// Reuse takes the checkpoint with the set's key from the output or the store, and
+	// smoke-tests it again.
+	Reuse Action = "reuse"
+	// Keep carries a set that the run does not work on (--only, --set) over from the output,
+	// its key unchanged.
+	Keep Action = "keep"
+)
+
+// Where a reused or kept checkpoint comes from.
+const (
+	FromOutput = "output"
+	FromStore  = "store"
+)
+
+// SetPlan is what a run will do with one package set, and why.
+type SetPlan struct {
+	Set      config.Set        `json:"-"`
+	ID       string            `json:"id"`
+	Imports  []string          `json:"imports"`
+	Key      string            `json:"key"`
+	KeyParts map[string]string `json:"-"`
+	Action   Action            `json:"action"`
+	From     string            `json:"from,omitempty"`
+	Reason   string            `json:"reason"`
+
+	existing *manifest.Checkpoint // the output's checkpoint (Reuse or Keep from the output)
+	stored   *manifest.Meta       // the store's entry (Reuse from the store)
+	corrupt  error                // a stored entry with this key that must be removed first
+}
+
+// Dropped is a set of the existing output that the new output will not hold.
+type Dropped struct {
+	ID     string `json:"id"`
+	Reason string `json:"reason"`
+}
+
+// Plan is what a capture will do, decided before any work: `pipeline plan` prints it and
+// `pipeline capture` carries it out, so the two always agree.
+type Plan struct {
+	Out     string    `json:"output"`
+	Sets    []SetPlan `json:"sets"`
+	Dropped []Dropped `json:"dropped"`
+
+	old *manifest.Manifest // the existing output's manifest, if it has a usable one
+}
+
+// CaptureOptions are the choices of a capture beyond the config.
+type CaptureOptions struct {
+	Selection *config.Selection
+	// Recapture ignores the output's and the store's checkpoints.
+	Recapture bool
+	// Remeasure times the restores of reused checkpoints again.
+	Remeasure bool
+}
+
+// keyBase holds the key inputs every set of a run shares.
+func (e *Env) keyBase(ctx context.Context) (store.KeyInputs, error) {
+	binary, err := manifest.HashFile(e.Runtime.Path)
+	if err != nil {
+		return store.KeyInputs{}, fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	spec, err := e.restoreSpec()
+	if err != nil {
+		return store.KeyInputs{}, err
+	}
+	fingerprint, err := sandbox.Fingerprint(spec, e.Runtime.Flags)
+	if err != nil {
+		return store.KeyInputs{}, err
+	}
+	cpu, err := store.HostCPU(ctx, e.Runtime.Path)
+	if err != nil {
+		return store.KeyInputs{}, err
+	}
+	return store.KeyInputs{
+		Schema:            store.KeySchema,
+		RunscSHA256:       binary.SHA256,
+		RunscFlags:        e.Runtime.Flags.Args(),
+		CheckpointOptions: e.Config.Runsc.CheckpointOptions,
+		SpecFingerprint:   fingerprint,
+		RootfsDigest:      e.Rootfs.Digest,
+		ExecutorProtocol:  executorproto.Version,
+		PassEnv:           store.PassEnvValues(e.Config.PassEnv, os.LookupEnv),
+		CPU:               cpu,
+	}, nil
+}
+
+// Store is the checkpoint store the config names.
+func (e *Env) Store() *store.Store { return &store.Store{Dir: e.Config.CheckpointCache} }
+
+// loadOld reads the existing output's manifest; an output without one, or with one this
+// pipeline cannot use, gives nil (its sets are then all captured or dropped).
+func loadOld(out string) *manifest.Manifest {
+	m, err := manifest.Load(filepath.Join(out, manifest.FileName))
+	if err != nil || m.CheckProtocol(executorproto.Version) != nil {
+		return nil
+	}
+	return m
+}
+
+// Plan decides what a capture into out does with each set; it changes nothing on disk. The
+// rootfs must be open (OpenRootfs) in e.
+func (e *Env) Plan(ctx context.Context, out string, o CaptureOptions) (*Plan, error) {
+	base, err := e.keyBase(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p := &Plan{Out: out, Sets: []SetPlan{}, Dropped: []Dropped{}, old: loadOld(out)}
+	old := map[string]*manifest.Checkpoint{}
+	if p.old != nil {
+		for i := range p.old.Checkpoints {
+			old[p.old.Checkpoints[i].ID] = &p.old.Checkpoints[i]
+		}
+	}
+	keyOf := func(s config.Set) (string, map[string]string) {
+		in := base
+		in.Imports = slices.Clone(s.Imports)
+		return in.Key(), in.Parts()
+	}
+	st := e.Store()
+	inPlan := map[string]bool{}
+	for _, set := range o.Selection.Sets {
+		key, parts := keyOf(set)
+		sp := SetPlan{Set: set, ID: set.ID, Imports: set.Imports, Key: key, KeyParts: parts}
+		prev := old[set.ID]
+		if !o.Selection.Picks(set.ID) {
+			if prev == nil {
+				continue // never captured, and not asked for now
+			}
+			if prev.Key != key {
+				p.Dropped = append(p.Dropped, Dropped{ID: set.ID, Reason: changedReason(prev, parts)})
+				inPlan[set.ID] = true
+				continue
+			}
+			sp.Action, sp.From, sp.existing, sp.Reason = Keep, FromOutput, prev, "not selected; its key still matches"
+			p.Sets = append(p.Sets, sp)
+			inPlan[set.ID] = true
+			continue
+		}
+		e.decide(&sp, out, prev, st, o.Recapture)
+		p.Sets = append(p.Sets, sp)
+		inPlan[set.ID] = true
+	}
+	if p.old != nil {
+		for i := range p.old.Checkpoints {
+			prev := &p.old.Checkpoints[i]
+			if inPlan[prev.ID] {
+				continue
+			}
+			if o.Selection.Picked == nil {
+				p.Dropped = append(p.Dropped, Dropped{ID: prev.ID, Reason: "not in the config"})
+				continue
+			}
+			// A set an earlier run added (--set): kept while its key matches.
+			set := config.Set{ID: prev.ID, Imports: slices.Clone(prev.Imports)}
+			key, parts := keyOf(set)
+			if prev.Key != key {
+				p.Dropped = append(p.Dropped, Dropped{ID: prev.ID, Reason: changedReason(prev, parts)})
+				continue
+			}
+			p.Sets = append(p.Sets, SetPlan{Set: set, ID: set.ID, Imports: set.Imports, Key: key, KeyParts: parts,
+				Action: Keep, From: FromOutput, existing: prev, Reason: "not selected; its key still matches"})
+		}
+	}
+	return p, nil
+}
+
+// decide picks reuse from the output, reuse from the store, or capture, for a selected set.
+func (e *Env) decide(sp *SetPlan, out string, prev *manifest.Checkpoint, st *store.Store, recapture bool) {
+	sp.Action = Capture
+	if recapture {
+		sp.Reason = "--recapture"
+		return
+	}
+	if prev != nil && prev.Key == sp.Key {
+		dir := filepath.Join(out, prev.Dir)
+		meta, err := manifest.LoadMeta(filepath.Join(dir, manifest.MetaFileName))
+		if err == nil {
+			err = store.VerifyFiles(dir, meta)
+		}
+		if err == nil {
+			sp.Action, sp.From, sp.existing, sp.Reason = Reuse, FromOutput, prev, "same key in the output"
+			return
+		}
+		sp.Reason = fmt.Sprintf("the output's copy does not verify (%v)", err)
+	}
+	stored, err := st.Lookup(sp.Key)
+	switch {
+	case err != nil:
+		sp.corrupt = err
+		sp.Reason = joinReason(sp.Reason, fmt.Sprintf("the store's entry is corrupt and will be removed (%v)", err))
+	case stored != nil:
+		sp.Action, sp.From, sp.stored, sp.Reason = Reuse, FromStore, stored, "same key in the store"
+	case prev != nil && prev.Key != sp.Key:
+		sp.Reason = joinReason(sp.Reason, changedReason(prev, sp.KeyParts)+"; not in the store")
+	default:
+		sp.Reason = joinReason(sp.Reason, "not in the store")
+	}
+}
+
+func joinReason(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
+
+// changedReason names the parts of the key that changed since prev was captured.
+func changedReason(prev *manifest.Checkpoint, parts map[string]string) string {
+	if len(prev.KeyParts) == 0 {
+		return "its key changed (the output predates key parts)"
+	}
+	return "changed since the output: " + strings.Join(store.Diff(prev.KeyParts, parts), ", ")
+}
+
+// errFailedSets reports a run in which some sets failed; the summary says which and why.
+var errFailedSets = errors.New("package sets failed")

@@ -1,0 +1,348 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"readie.dev/pipeline/internal/atomicfile"
+	"readie.dev/pipeline/pkg/manifest"
+)
+
+// Store is a directory of entries, one per key: the three image files and meta.json. Entries
+// hold process memory: directories 0700, files 0600.
+type Store struct {
+	Dir string
+}
+
+// ErrCorrupt reports an entry whose files do not match its meta.json.
+var ErrCorrupt = errors.New("corrupt store entry")
+
+// usesFile lists, a line each, the package sets that used an entry; its modification time is
+// the entry's last use.
+const usesFile = "uses"
+
+func keyHex(key string) (string, error) {
+	hex, ok := strings.CutPrefix(key, "sha256:")
+	if !ok || len(hex) != 64 || strings.Trim(hex, "0123456789abcdef") != "" {
+		return "", fmt.Errorf("store: %q is not a sha256 key", key)
+	}
+	return hex, nil
+}
+
+// Path is the directory of key's entry.
+func (s *Store) Path(key string) (string, error) {
+	hex, err := keyHex(key)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(s.Dir, hex), nil
+}
+
+// Lookup returns the entry of key, verified: its meta.json names key and every image file
+// has the size and sha256 meta.json records. It returns (nil, nil) when there is none, and an
+// error matching ErrCorrupt when there is one that must not be served.
+func (s *Store) Lookup(key string) (*manifest.Meta, error) {
+	dir, err := s.Path(key)
+	if err != nil {
+		return nil, err
+	}
+	meta, err := manifest.LoadMeta(filepath.Join(dir, manifest.MetaFileName))
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, statErr := os.Stat(dir); errors.Is(statErr, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("%w: %s: %w", ErrCorrupt, dir, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrCorrupt, dir, err)
+	}
+	if meta.Key != key {
+		return nil, fmt.Errorf("%w: %s: meta.json names key %s", ErrCorrupt, dir, meta.Key)
+	}
+	if err := VerifyFiles(dir, meta); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	return meta, nil
+}
+
+// VerifyFiles checks that every image file in dir has the size and sha256 meta records.
+func VerifyFiles(dir string, meta *manifest.Meta) error {
+	for _, name := range manifest.ImageFiles() {
+		want, ok := meta.Files[name]
+		if !ok {
+			return fmt.Errorf("%s: %s not listed in meta.json", dir, name)
+		}
+		path := filepath.Join(dir, name)
+		fi, err := os.Stat(path)
+		if err != nil {
+			return err
+		}
+		if fi.Size() != want.Bytes { // cheap first: a half-written file is caught before hashing
+			return fmt.Errorf("%s: %d bytes, meta.json says %d", path, fi.Size(), want.Bytes)
+		}
+		got, err := manifest.HashFile(path)
+		if err != nil {
+			return err
+		}
+		if got != want {
+			return fmt.Errorf("%s: sha256 %s, meta.json says %s", path, got.SHA256, want.SHA256)
+		}
+	}
+	return nil
+}
+
+// Remove removes key's entry.
+func (s *Store) Remove(key string) error {
+	dir, err := s.Path(key)
+	if err != nil {
+		return err
+	}
+	return os.RemoveAll(dir)
+}
+
+// Pending is an entry being written: a private directory in the store, on the same file
+// system as the entry it becomes.
+type Pending struct {
+	Dir   string
+	store *Store
+	key   string
+}
+
+// Begin makes a private directory for a capture of key.
+func (s *Store) Begin(key string) (*Pending, error) {
+	hex, err := keyHex(key)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp(s.Dir, fmt.Sprintf(".tmp-%s-%d-", hex[:12], os.Getpid()))
+	if err != nil {
+		return nil, err
+	}
+	return &Pending{Dir: dir, store: s, key: key}, nil
+}
+
+// pendingOwnerDead reports whether a pending directory (.tmp-KEY-PID-RAND) belongs to a
+// process that is gone.
+func pendingOwnerDead(name string) bool {
+	parts := strings.Split(name, "-")
+	if len(parts) < 4 {
+		return false
+	}
+	pid, err := strconv.Atoi(parts[2])
+	if err != nil || pid <= 0 {
+		return false
+	}
+	err = syscall.Kill(pid, 0)
+	return errors.Is(err, syscall.ESRCH)
+}
+
+// Abort removes the pending directory.
+func (p *Pending) Abort() error { return os.RemoveAll(p.Dir) }
+
+// Commit makes the pending directory key's entry: meta.json written, every file made 0600 and
+// synced, the directory renamed into place. When another run committed the same key first,
+// its entry is kept if it verifies (and this one dropped), or replaced if it does not. It
+// returns the entry's meta.json as it is in the store.
+func (p *Pending) Commit(meta *manifest.Meta) (*manifest.Meta, error) {
+	meta.Key = p.key
+	if err := atomicfile.WriteJSON(filepath.Join(p.Dir, manifest.MetaFileName), meta); err != nil {
+		return nil, err
+	}
+	for _, name := range append(manifest.ImageFiles(), manifest.MetaFileName) {
+		if err := syncPrivate(filepath.Join(p.Dir, name)); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.Chmod(p.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	final, err := p.store.Path(p.key)
+	if err != nil {
+		return nil, err
+	}
+	for range 2 {
+		err = os.Rename(p.Dir, final)
+		if err == nil {
+			return meta, syncDir(p.store.Dir)
+		}
+		if !errors.Is(err, fs.ErrExist) && !errors.Is(err, errNotEmpty) {
+			return nil, err
+		}
+		// Another run got there first.
+		if theirs, lookupErr := p.store.Lookup(p.key); lookupErr == nil && theirs != nil {
+			p.Abort()
+			return theirs, nil
+		}
+		if err := os.RemoveAll(final); err != nil {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("store: commit %s: %w", final, err)
+}
+
+func syncPrivate(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Chmod(0o600); err != nil {
+		return err
+	}
+	return f.Sync()
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// Use records that set used key's entry now (its last use, for prune and list).
+func (s *Store) Use(key, set string) error {
+	dir, err := s.Path(key)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, usesFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(set + "\n") // one short append: atomic beside a concurrent run's
+	return errors.Join(err, f.Close())
+}
+
+// LinkFiles puts the image files of the entry in dir into dst by hard link, or by copy when
+// the two are on different file systems.
+func LinkFiles(dir, dst string) error {
+	if err := os.MkdirAll(dst, 0o700); err != nil {
+		return err
+	}
+	for _, name := range manifest.ImageFiles() {
+		src, target := filepath.Join(dir, name), filepath.Join(dst, name)
+		err := os.Link(src, target)
+		if err == nil {
+			continue
+		}
+		if !isCrossDevice(err) {
+			return err
+		}
+		if err := copyFile(src, target); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// Entry is one entry as `pipeline cache list` shows it.
+type Entry struct {
+	Key     string    `json:"key"`
+	Imports []string  `json:"imports"`
+	Sets    []string  `json:"sets"`
+	Bytes   int64     `json:"bytes"`
+	LastUse time.Time `json:"last_use"`
+	Dir     string    `json:"dir"`
+}
+
+// List returns the store's entries, most recently used first. Pending and unreadable
+// directories are left out (Lookup finds the latter corrupt).
+func (s *Store) List() ([]Entry, error) {
+	dirs, err := os.ReadDir(s.Dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var entries []Entry
+	for _, d := range dirs {
+		if !d.IsDir() || strings.HasPrefix(d.Name(), ".") {
+			continue
+		}
+		dir := filepath.Join(s.Dir, d.Name())
+		meta, err := manifest.LoadMeta(filepath.Join(dir, manifest.MetaFileName))
+		if err != nil {
+			continue
+		}
+		e := Entry{Key: meta.Key, Imports: meta.Imports, Bytes: meta.Bytes(), LastUse: meta.CapturedAt, Dir: dir}
+		if fi, err := os.Stat(filepath.Join(dir, usesFile)); err == nil {
+			e.LastUse = fi.ModTime()
+			data, _ := os.ReadFile(filepath.Join(dir, usesFile))
+			for _, set := range strings.Fields(string(data)) {
+				if !slices.Contains(e.Sets, set) {
+					e.Sets = append(e.Sets, set)
+				}
+			}
+		}
+		entries = append(entries, e)
+	}
+	slices.SortFunc(entries, func(a, b Entry) int { return b.LastUse.Compare(a.LastUse) })
+	return entries, nil
+}
+
+// Prune removes the entries last used before cutoff whose key is not in keep, and the pending
+// directories of runs that died; with dryRun it removes nothing. It returns the entries it
+// removed (or would remove).
+func (s *Store) Prune(cutoff time.Time, keep map[string]bool, dryRun bool) ([]Entry, error) {
+	entries, err := s.List()
+	if err != nil {
+		return nil, err
+	}
+	if !dryRun {
+		pending, _ := filepath.Glob(filepath.Join(s.Dir, ".tmp-*"))
+		for _, dir := range pending {
+			if pendingOwnerDead(filepath.Base(dir)) {
+				os.RemoveAll(dir)
+			}
+		}
+	}
+	var pruned []Entry
+	for _, e := range entries {
+		if keep[e.Key] || !e.LastUse.Before(cutoff) {
+			continue
+		}
+		pruned = append(pruned, e)
+		if !dryRun {
+			if err := os.RemoveAll(e.Dir); err != nil {
+				return pruned, err
+			}
+		}
+	}
+	return pruned, nil
+}

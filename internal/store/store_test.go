@@ -1,0 +1,239 @@
+package store
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"readie.dev/pipeline/pkg/manifest"
+)
+
+// baseInputs are key inputs with every part set.
+func baseInputs() KeyInputs {
+	return KeyInputs{
+		Schema: KeySchema, RunscSHA256: "sha256:runsc", RunscFlags: []string{"--network=none"},
+		CheckpointOptions: map[string]string{}, SpecFingerprint: "sha256:spec", RootfsDigest: "sha256:rootfs",
+		Imports: []string{"numpy", "pandas"}, ExecutorProtocol: 2,
+		PassEnv: PassEnvValues([]string{"A"}, func(string) (string, bool) { return "1", true }),
+		CPU:     CPU{Features: "sse,avx", CacheLine: 64},
+	}
+}
+
+// TestKeyParts changes one part at a time: the key changes, and Diff names exactly that part.
+func TestKeyParts(t *testing.T) {
+	base := baseInputs()
+	for _, tc := range []struct {
+		part   string
+		change func(*KeyInputs)
+	}{
+		{"schema", func(in *KeyInputs) { in.Schema++ }},
+		{"runsc_sha256", func(in *KeyInputs) { in.RunscSHA256 = "sha256:other" }},
+		{"runsc_flags", func(in *KeyInputs) { in.RunscFlags = append(in.RunscFlags, "--ignore-cgroups") }},
+		{"checkpoint_options", func(in *KeyInputs) { in.CheckpointOptions = map[string]string{"compression": "none"} }},
+		{"spec_fingerprint", func(in *KeyInputs) { in.SpecFingerprint = "sha256:other" }},
+		{"rootfs_digest", func(in *KeyInputs) { in.RootfsDigest = "sha256:other" }},
+		{"imports", func(in *KeyInputs) { in.Imports = []string{"pandas", "numpy"} }}, // order counts
+		{"executor_protocol", func(in *KeyInputs) { in.ExecutorProtocol = 3 }},
+		{"pass_env", func(in *KeyInputs) {
+			in.PassEnv = PassEnvValues([]string{"A"}, func(string) (string, bool) { return "2", true })
+		}},
+		{"cpu", func(in *KeyInputs) { in.CPU.Features = "sse" }},
+		{"cpu", func(in *KeyInputs) { in.CPU.CacheLine = 128 }},
+	} {
+		in := baseInputs()
+		tc.change(&in)
+		if in.Key() == base.Key() {
+			t.Errorf("%s changed, the key did not", tc.part)
+		}
+		if diff := Diff(base.Parts(), in.Parts()); len(diff) != 1 || diff[0] != tc.part {
+			t.Errorf("%s changed, Diff says %v", tc.part, diff)
+		}
+	}
+	if baseInputs().Key() != base.Key() || !strings.HasPrefix(base.Key(), "sha256:") || len(base.Key()) != 71 {
+		t.Errorf("key %q is not a stable sha256", base.Key())
+	}
+	// Empty and nil encode alike: a manifest round trip cannot change a key.
+	a, b := baseInputs(), baseInputs()
+	a.CheckpointOptions, a.RunscFlags = nil, nil
+	b.CheckpointOptions, b.RunscFlags = map[string]string{}, []string{}
+	if a.Key() != b.Key() {
+		t.Error("nil and empty give different keys")
+	}
+}
+
+func TestPassEnvValuesHideValues(t *testing.T) {
+	env := map[string]string{"TOKEN": "s3cret-value"}
+	values := PassEnvValues([]string{"TOKEN", "MISSING", "TOKEN"}, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if len(values) != 2 || values[0].Name != "MISSING" || values[0].SHA256 != "unset" || values[1].Name != "TOKEN" {
+		t.Fatalf("%+v", values)
+	}
+	in := baseInputs()
+	in.PassEnv = values
+	if strings.Contains(string(canonical(in)), "s3cret") {
+		t.Fatal("a pass_env value is in the key's encoding")
+	}
+}
+
+func TestClflushSize(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cpuinfo")
+	os.WriteFile(path, []byte("processor\t: 0\nmodel name\t: Some CPU\nclflush size\t: 64\ncache_alignment\t: 64\n"), 0o644)
+	if n, err := clflushSize(path); err != nil || n != 64 {
+		t.Fatalf("%d %v", n, err)
+	}
+	os.WriteFile(path, []byte("processor\t: 0\n"), 0o644)
+	if _, err := clflushSize(path); err == nil {
+		t.Fatal("no error without a clflush size")
+	}
+}
+
+// pendingWith makes a pending entry holding image files with the given contents.
+func pendingWith(t *testing.T, s *Store, key, content string) (*Pending, *manifest.Meta) {
+	t.Helper()
+	p, err := s.Begin(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta := &manifest.Meta{ID: "numpy", Files: map[string]manifest.File{}, CapturedAt: time.Now().UTC()}
+	for _, name := range manifest.ImageFiles() {
+		path := filepath.Join(p.Dir, name)
+		os.WriteFile(path, []byte(content+name), 0o644)
+		f, err := manifest.HashFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		meta.Files[name] = f
+	}
+	return p, meta
+}
+
+func TestCommitLookupAndCorruption(t *testing.T) {
+	s := &Store{Dir: filepath.Join(t.TempDir(), "store")}
+	key := baseInputs().Key()
+	if m, err := s.Lookup(key); m != nil || err != nil {
+		t.Fatalf("empty store: %v %v", m, err)
+	}
+	p, meta := pendingWith(t, s, key, "one ")
+	if _, err := p.Commit(meta); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Lookup(key)
+	if err != nil || got == nil || got.Key != key {
+		t.Fatalf("Lookup = %+v, %v", got, err)
+	}
+	dir, _ := s.Path(key)
+	for _, name := range append(manifest.ImageFiles(), manifest.MetaFileName) {
+		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v %v, want 0600", name, fi.Mode(), err)
+		}
+	}
+	if fi, _ := os.Stat(dir); fi.Mode().Perm() != 0o700 {
+		t.Errorf("entry directory %v, want 0700", fi.Mode())
+	}
+	// One changed byte, a half-written file, a missing meta.json: corrupt, never served.
+	pages := filepath.Join(dir, "pages.img")
+	data, _ := os.ReadFile(pages)
+	for name, damage := range map[string]func(){
+		"flipped byte": func() { b := append([]byte{}, data...); b[0] ^= 1; os.WriteFile(pages, b, 0o600) },
+		"short file":   func() { os.WriteFile(pages, data[:len(data)/2], 0o600) },
+		"no meta.json": func() { os.Rename(filepath.Join(dir, manifest.MetaFileName), filepath.Join(dir, "x")) },
+	} {
+		damage()
+		if m, err := s.Lookup(key); m != nil || !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: Lookup = %v, %v; want ErrCorrupt", name, m, err)
+		}
+		os.WriteFile(pages, data, 0o600)
+		os.Rename(filepath.Join(dir, "x"), filepath.Join(dir, manifest.MetaFileName))
+	}
+	if m, err := s.Lookup(key); m == nil || err != nil {
+		t.Fatalf("repaired entry: %v %v", m, err)
+	}
+}
+
+// TestConcurrentCommits: runs that capture the same key at once all end with the one valid
+// entry, and no pending directory is left.
+func TestConcurrentCommits(t *testing.T) {
+	s := &Store{Dir: filepath.Join(t.TempDir(), "store")}
+	key := baseInputs().Key()
+	var wg sync.WaitGroup
+	results := make([]*manifest.Meta, 8)
+	errs := make([]error, 8)
+	for i := range results {
+		p, meta := pendingWith(t, s, key, strings.Repeat("x", i+1))
+		wg.Go(func() { results[i], errs[i] = p.Commit(meta) })
+	}
+	wg.Wait()
+	stored, err := s.Lookup(key)
+	if err != nil || stored == nil {
+		t.Fatalf("after concurrent commits: %v %v", stored, err)
+	}
+	for i := range results {
+		if errs[i] != nil || results[i] == nil || results[i].Files["pages.img"] != stored.Files["pages.img"] {
+			t.Errorf("commit %d: %+v, %v; the store holds %+v", i, results[i], errs[i], stored.Files)
+		}
+	}
+	if entries, _ := os.ReadDir(s.Dir); len(entries) != 1 {
+		t.Errorf("store holds %d directories, want the one entry", len(entries))
+	}
+}
+
+func TestLinkListPrune(t *testing.T) {
+	s := &Store{Dir: filepath.Join(t.TempDir(), "store")}
+	old, recent := baseInputs(), baseInputs()
+	recent.Imports = []string{"json"}
+	for _, in := range []KeyInputs{old, recent} {
+		p, meta := pendingWith(t, s, in.Key(), in.Imports[0])
+		meta.Imports = in.Imports
+		if _, err := p.Commit(meta); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Use(old.Key(), "np")
+	s.Use(recent.Key(), "js")
+	s.Use(recent.Key(), "js2")
+	oldDir, _ := s.Path(old.Key())
+	past := time.Now().Add(-48 * time.Hour)
+	os.Chtimes(filepath.Join(oldDir, usesFile), past, past)
+
+	out := filepath.Join(t.TempDir(), "out", "np")
+	if err := LinkFiles(oldDir, out); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := os.Stat(filepath.Join(oldDir, "pages.img"))
+	b, _ := os.Stat(filepath.Join(out, "pages.img"))
+	if !os.SameFile(a, b) {
+		t.Error("the output's pages.img is not a hard link of the store's")
+	}
+
+	entries, err := s.List()
+	if err != nil || len(entries) != 2 || entries[0].Key != recent.Key() || strings.Join(entries[0].Sets, ",") != "js,js2" {
+		t.Fatalf("List = %+v, %v", entries, err)
+	}
+	// A pending directory of a run that died goes too.
+	os.MkdirAll(filepath.Join(s.Dir, ".tmp-abc-999999999-x"), 0o700)
+	cutoff := time.Now().Add(-24 * time.Hour)
+	if pruned, _ := s.Prune(cutoff, map[string]bool{old.Key(): true}, false); len(pruned) != 0 {
+		t.Fatalf("pruned an entry an output uses: %+v", pruned)
+	}
+	if pruned, _ := s.Prune(cutoff, nil, true); len(pruned) != 1 || pruned[0].Key != old.Key() {
+		t.Fatalf("dry run: %+v", pruned)
+	}
+	if m, _ := s.Lookup(old.Key()); m == nil {
+		t.Fatal("the dry run removed the entry")
+	}
+	if pruned, err := s.Prune(cutoff, nil, false); err != nil || len(pruned) != 1 {
+		t.Fatalf("prune: %+v %v", pruned, err)
+	}
+	if m, _ := s.Lookup(old.Key()); m != nil {
+		t.Fatal("the old entry is still there")
+	}
+	if m, _ := s.Lookup(recent.Key()); m == nil {
+		t.Fatal("the recent entry was removed")
+	}
+	if _, err := os.Stat(filepath.Join(s.Dir, ".tmp-abc-999999999-x")); !os.IsNotExist(err) {
+		t.Error("a dead run's pending directory was kept")
+	}
+}
