@@ -113,10 +113,12 @@ func (e *Env) Capture(ctx context.Context, out string, o CaptureOptions) (*Resul
 		return nil, err
 	}
 	defer lock.Unlock()
+	start := time.Now()
 	plan, err := e.Plan(ctx, out, o)
 	if err != nil {
 		return nil, err
 	}
+	e.Log.WithField("took", time.Since(start).Round(time.Millisecond)).Debug("plan: done")
 	for _, d := range plan.Dropped {
 		e.Log.WithFields(logrus.Fields{"set": d.ID, "reason": d.Reason}).Warn("dropped from the output")
 	}
@@ -387,15 +389,11 @@ func (e *Env) newManifest(version string) (*manifest.Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	binary, err := manifest.HashFile(e.Runtime.Path)
-	if err != nil {
-		return nil, err
-	}
 	options := map[string]string{} // {} rather than null
 	maps.Copy(options, e.Config.Runsc.CheckpointOptions)
 	return &manifest.Manifest{
 		ExecutorProtocol:  executorproto.Version,
-		Runsc:             manifest.Runsc{Version: version, Module: module + "@" + moduleVersion, SHA256: binary.SHA256},
+		Runsc:             manifest.Runsc{Version: version, Module: module + "@" + moduleVersion, SHA256: e.RunscSHA256},
 		RunscFlags:        e.Runtime.Flags.Args(),
 		RestoreFlags:      slices.Clone(e.RestoreFlags),
 		CheckpointOptions: options,

@@ -40,6 +40,8 @@ const ImageInfoPath = "usr/lib/readie/image.json"
 type Env struct {
 	Config  *config.Config
 	Runtime *sandbox.Runtime
+	// RunscSHA256 is the digest of the runsc binary, hashed once per run (it is 100 MB).
+	RunscSHA256 string
 	// Rootfs is the image sandboxes run; set by Capture from the config, or from the manifest
 	// for a run over an existing output.
 	Rootfs manifest.Rootfs
@@ -68,13 +70,17 @@ func NewEnv(ctx context.Context, cfg *config.Config, log logrus.FieldLogger) (*E
 	if err := rt.Check(ctx); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
 	}
+	binary, err := manifest.HashFile(rt.Path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+	}
 	var env []string
 	for _, name := range cfg.PassEnv {
 		if value, ok := os.LookupEnv(name); ok {
 			env = append(env, name+"="+value)
 		}
 	}
-	return &Env{Config: cfg, Runtime: rt, RestoreFlags: slices.Clone(cfg.Runsc.RestoreFlags), Log: log, sandboxEnv: env}, nil
+	return &Env{Config: cfg, Runtime: rt, RunscSHA256: binary.SHA256, RestoreFlags: slices.Clone(cfg.Runsc.RestoreFlags), Log: log, sandboxEnv: env}, nil
 }
 
 // OpenRootfs resolves a rootfs directory (runsc refuses a symlinked root) and reads the digest

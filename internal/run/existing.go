@@ -74,12 +74,8 @@ func mismatch(field, onHand, recorded string) error {
 // restore flags and m's rootfs. It refuses a runsc binary, a rootfs or a spec shape that
 // differs from what m records.
 func (e *Env) forManifest(m *manifest.Manifest) (*Env, error) {
-	binary, err := manifest.HashFile(e.Runtime.Path)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
-	}
-	if binary.SHA256 != m.Runsc.SHA256 {
-		return nil, mismatch("runsc.sha256 ("+e.Runtime.Path+")", binary.SHA256, m.Runsc.SHA256)
+	if e.RunscSHA256 != m.Runsc.SHA256 {
+		return nil, mismatch("runsc.sha256 ("+e.Runtime.Path+")", e.RunscSHA256, m.Runsc.SHA256)
 	}
 	flags, err := sandbox.ParseFlags(m.RunscFlags)
 	if err != nil {

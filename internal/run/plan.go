@@ -79,10 +79,6 @@ type CaptureOptions struct {
 
 // keyBase holds the key inputs every set of a run shares.
 func (e *Env) keyBase(ctx context.Context) (store.KeyInputs, error) {
-	binary, err := manifest.HashFile(e.Runtime.Path)
-	if err != nil {
-		return store.KeyInputs{}, fmt.Errorf("%w: %w", ErrSetup, err)
-	}
 	spec, err := e.restoreSpec()
 	if err != nil {
 		return store.KeyInputs{}, err
@@ -97,7 +93,7 @@ func (e *Env) keyBase(ctx context.Context) (store.KeyInputs, error) {
 	}
 	return store.KeyInputs{
 		Schema:            store.KeySchema,
-		RunscSHA256:       binary.SHA256,
+		RunscSHA256:       e.RunscSHA256,
 		RunscFlags:        e.Runtime.Flags.Args(),
 		CheckpointOptions: e.Config.Runsc.CheckpointOptions,
 		SpecFingerprint:   fingerprint,
