@@ -20,10 +20,15 @@ seconds() { # seconds CONFIG LOG: wall time of one capture into $work/out, in se
   end=$(date +%s.%N)
   echo "$end - $start" | bc
 }
-# set_seconds LOG SET: from the log, the time one set took (its first line to its status line)
+# set_seconds LOG SET: what one set cost in a run, from the log: its capture, its timed
+# restores and its smoke test (with --jobs > 1 other sets run beside them, so wall-clock spans
+# would overlap)
 set_seconds() {
-  awk -v set="set=$2" '$0 ~ set { gsub(/time="|"/, "", $1); split($1, t, ":"); s = t[1]*3600 + t[2]*60 + t[3];
-    if (first == "") first = s; last = s } END { printf "%.3f\n", last - first }' "$1"
+  grep "set=$2" "$1" | awk '
+    function secs(v) { return v ~ /ms$/ ? substr(v, 1, length(v) - 2) / 1000 : substr(v, 1, length(v) - 1) }
+    /capture: done|measure: done/ { for (i = 1; i <= NF; i++) if ($i ~ /^took=/) total += secs(substr($i, 6)) }
+    /smoke: ok/ { for (i = 1; i <= NF; i++) if ($i ~ /^ready_ms=/) total += substr($i, 10) / 1000 }
+    END { printf "%.3f\n", total }'
 }
 
 { printf 'round first_s second_s changed_s numpy_in_first_s second/first changed/(numpy+0.2*rest)\n'

@@ -13,6 +13,8 @@ import (
 // setFlags are the flags that choose what a capture works on: `capture` and `plan` share them.
 type setFlags struct {
 	sets      []config.Set
+	shard     string
+	jobs      int
 	recapture bool
 	remeasure bool
 }
@@ -26,6 +28,8 @@ func (f *setFlags) register(fs *flag.FlagSet) {
 		f.sets = append(f.sets, s)
 		return nil
 	})
+	fs.StringVar(&f.shard, "shard", "", "I/N: work on shard I (from 0, like JOB_COMPLETION_INDEX) of N; the output holds that shard's sets and empty")
+	fs.IntVar(&f.jobs, "jobs", 0, "sets captured and smoke-tested at a time (default: the config's jobs)")
 	fs.BoolVar(&f.recapture, "recapture", false, "capture every selected set again, ignoring the output's and the store's checkpoints")
 	fs.BoolVar(&f.remeasure, "remeasure", false, "time the restores of reused checkpoints again instead of keeping their timings")
 }
@@ -35,6 +39,19 @@ func (f *setFlags) options(g *globals, cfg *config.Config) (run.CaptureOptions, 
 	sel, err := cfg.Select(g.onlyIDs(), f.sets)
 	if err != nil {
 		return run.CaptureOptions{}, usageError{err}
+	}
+	if f.shard != "" {
+		index, count, err := config.ParseShard(f.shard)
+		if err != nil {
+			return run.CaptureOptions{}, usageError{err}
+		}
+		sel.Shard(index, count)
+	}
+	switch {
+	case f.jobs < 0:
+		return run.CaptureOptions{}, usagef("--jobs %d: want a positive number", f.jobs)
+	case f.jobs > 0:
+		cfg.Jobs = f.jobs
 	}
 	return run.CaptureOptions{Selection: sel, Recapture: f.recapture, Remeasure: f.remeasure}, nil
 }
@@ -53,10 +70,16 @@ func (c *captureCmd) SetFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.cleanFailed, "clean-failed", false, "remove the staging directory of a failed run instead of leaving it for inspection")
 }
 
-func (c *captureCmd) Execute(ctx context.Context, g *globals, args []string) error {
-	if err := noArgs(args); err != nil {
-		return err
+func (f *setFlags) CheckArgs(_ *globals, args []string) error {
+	if f.shard != "" {
+		if _, _, err := config.ParseShard(f.shard); err != nil {
+			return usageError{err}
+		}
 	}
+	return noArgs(args)
+}
+
+func (c *captureCmd) Execute(ctx context.Context, g *globals, args []string) error {
 	cfg, err := g.loadConfig()
 	if err != nil {
 		return err
@@ -91,9 +114,6 @@ func (*planCmd) Synopsis() string {
 func (c *planCmd) SetFlags(fs *flag.FlagSet) { c.setFlags.register(fs) }
 
 func (c *planCmd) Execute(ctx context.Context, g *globals, args []string) error {
-	if err := noArgs(args); err != nil {
-		return err
-	}
 	cfg, err := g.loadConfig()
 	if err != nil {
 		return err

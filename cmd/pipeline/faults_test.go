@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -80,10 +81,13 @@ func (e *faultEnv) runtime() *sandbox.Runtime {
 	return &sandbox.Runtime{Path: e.runsc, Root: e.root, Flags: sandbox.DefaultFlags()}
 }
 
-// waitForBlockedCapture waits until the blocking set's capture sandbox runs.
-func (e *faultEnv) waitForBlockedCapture(t *testing.T) string {
+// waitForBlockedCapture waits until the blocking set's capture sandbox of the pipeline process
+// pid runs and its executor is blocked in the import.
+func (e *faultEnv) waitForBlockedCapture(t *testing.T, pid int) string {
 	t.Helper()
-	return testenv.WaitForSandbox(t, e.runtime(), "-block-capture-", 2*time.Minute)
+	id := testenv.WaitForSandbox(t, e.runtime(), "-block-capture-", 2*time.Minute)
+	testenv.WaitForBlocked(t, pid, id, 2*time.Minute)
+	return id
 }
 
 func (e *faultEnv) checkNoSandboxes(t *testing.T) {
@@ -273,7 +277,7 @@ func TestFaultSIGINTDuringCapture(t *testing.T) {
 	good := e.goodOutput(t)
 	p := startPipelineEnv(t, blockingEnv, "capture", "--config", e.blockingConfig(t))
 	p.drain()
-	e.waitForBlockedCapture(t)
+	e.waitForBlockedCapture(t, p.cmd.Process.Pid)
 	p.cmd.Process.Signal(syscall.SIGINT)
 	if code := p.wait(t, time.Minute); code != exitSIGINT {
 		t.Fatalf("exit %d after SIGINT, want 130\n%s", code, p.all.String())
@@ -293,7 +297,7 @@ func TestSignalInProcess(t *testing.T) {
 	exited := make(chan int, 1)
 	cfg := e.blockingConfig(t)
 	go func() { exited <- dispatch([]string{"capture", "--config", cfg}, io.Discard, &stderr, signals) }()
-	e.waitForBlockedCapture(t)
+	e.waitForBlockedCapture(t, os.Getpid())
 	signals <- syscall.SIGTERM
 	select {
 	case code := <-exited:
@@ -330,9 +334,14 @@ func TestFaultSIGKILLLeftovers(t *testing.T) {
 	good := e.goodOutput(t)
 	p := startPipelineEnv(t, blockingEnv, "capture", "--config", e.blockingConfig(t))
 	p.drain()
-	left := e.waitForBlockedCapture(t)
+	left := e.waitForBlockedCapture(t, p.cmd.Process.Pid)
 	p.cmd.Process.Kill()
 	p.wait(t, time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if ids, err := e.runtime().List(ctx); err != nil || !slices.Contains(ids, left) {
+		t.Fatalf("the killed run's sandbox %s is not under the root: %v %v", left, ids, err)
+	}
 	staging := fmt.Sprintf("%s.staging-%d", e.out, p.cmd.Process.Pid)
 	if _, err := os.Stat(staging); err != nil {
 		t.Fatalf("the killed run left no staging directory: %v", err)

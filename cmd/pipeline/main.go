@@ -42,6 +42,12 @@ func (u usageError) Unwrap() error { return u.err }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
+// argsChecker is a command that says, before it runs, whether its positional arguments are
+// right (dispatch and the deploy files' test call it).
+type argsChecker interface {
+	CheckArgs(g *globals, args []string) error
+}
+
 // command is one subcommand: its flags and what it does.
 type command interface {
 	Name() string
@@ -51,13 +57,45 @@ type command interface {
 }
 
 func commands() []command {
-	return []command{&captureCmd{}, &planCmd{}, &measureCmd{}, &smokeCmd{}, &verifyCmd{}, &benchCmd{}, &cacheCmd{}, &specCmd{}, &versionCmd{}}
+	return []command{&captureCmd{}, &planCmd{}, &mergeCmd{}, &pushCmd{}, &pullCmd{}, &measureCmd{}, &smokeCmd{}, &verifyCmd{}, &benchCmd{}, &cacheCmd{}, &specCmd{}, &versionCmd{}}
 }
 
 func main() {
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
 	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr, signals))
+}
+
+var errUnknownCommand = errors.New("unknown command")
+
+// parseCommandLine finds the command of args and parses its flags and the global ones; it
+// runs nothing. Its complaints go to stderr.
+func parseCommandLine(args []string, stdout, stderr io.Writer) (command, *globals, *flag.FlagSet, error) {
+	var cmd command
+	for _, c := range commands() {
+		if c.Name() == args[0] {
+			cmd = c
+		}
+	}
+	if cmd == nil {
+		fmt.Fprintf(stderr, "pipeline: unknown command %q\n", args[0])
+		return nil, nil, nil, fmt.Errorf("%w %q", errUnknownCommand, args[0])
+	}
+	g := &globals{stdout: stdout, stderr: stderr}
+	fs := flag.NewFlagSet("pipeline "+cmd.Name(), flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	g.register(fs)
+	cmd.SetFlags(fs)
+	if err := fs.Parse(args[1:]); err != nil {
+		return nil, nil, nil, err
+	}
+	if c, ok := cmd.(argsChecker); ok {
+		if err := c.CheckArgs(g, fs.Args()); err != nil {
+			fmt.Fprintf(stderr, "pipeline %s: %v\n", cmd.Name(), err)
+			return nil, nil, nil, err
+		}
+	}
+	return cmd, g, fs, nil
 }
 
 // dispatch runs one command line. A signal on signals stops the command: its context is
@@ -76,25 +114,13 @@ func dispatch(args []string, stdout, stderr io.Writer, signals <-chan os.Signal)
 		usage()
 		return exitUsage
 	}
-	var cmd command
-	for _, c := range cmds {
-		if c.Name() == args[0] {
-			cmd = c
-		}
-	}
-	if cmd == nil {
-		fmt.Fprintf(stderr, "pipeline: unknown command %q\n", args[0])
-		usage()
-		return exitUsage
-	}
-	g := &globals{stdout: stdout, stderr: stderr}
-	fs := flag.NewFlagSet("pipeline "+cmd.Name(), flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	g.register(fs)
-	cmd.SetFlags(fs)
-	if err := fs.Parse(args[1:]); err != nil {
+	cmd, g, fs, err := parseCommandLine(args, stdout, stderr)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
+		}
+		if errors.Is(err, errUnknownCommand) {
+			usage()
 		}
 		return exitUsage
 	}

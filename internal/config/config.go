@@ -5,11 +5,14 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,6 +54,8 @@ type Timeouts struct {
 	Restore      time.Duration `yaml:"restore"`
 	Smoke        time.Duration `yaml:"smoke"`
 	RunscCommand time.Duration `yaml:"runsc_command"`
+	// Registry bounds one push or pull, retries included.
+	Registry time.Duration `yaml:"registry"`
 }
 
 // Config is pipeline.yaml.
@@ -58,14 +63,20 @@ type Config struct {
 	Runsc  Runsc  `yaml:"runsc"`
 	Rootfs string `yaml:"rootfs"`
 	// CheckpointCache is the content-addressed checkpoint store.
-	CheckpointCache string   `yaml:"checkpoint_cache"`
-	Output          string   `yaml:"output"`
-	RestoreRuns     int      `yaml:"restore_runs"`
-	Timeouts        Timeouts `yaml:"timeouts"`
+	CheckpointCache string `yaml:"checkpoint_cache"`
+	Output          string `yaml:"output"`
+	RestoreRuns     int    `yaml:"restore_runs"`
+	// Jobs is how many sets are captured and smoke-tested at a time (0 before defaults: the
+	// number of CPUs, at most 4).
+	Jobs     int      `yaml:"jobs"`
+	Timeouts Timeouts `yaml:"timeouts"`
 	// PassEnv names variables of the pipeline's environment to pass into every sandbox. Nothing
 	// else of it is passed: a checkpoint ships to every sandbox, with whatever it holds.
-	PassEnv     []string `yaml:"pass_env"`
-	Checkpoints []Set    `yaml:"checkpoints"`
+	PassEnv []string `yaml:"pass_env"`
+	// InsecureRegistries are registry hosts spoken to over plain HTTP (localhost and
+	// 127.0.0.1 always are).
+	InsecureRegistries []string `yaml:"insecure_registries"`
+	Checkpoints        []Set    `yaml:"checkpoints"`
 }
 
 var (
@@ -95,6 +106,9 @@ func Parse(data []byte, name, baseDir, cacheDir string) (*Config, error) {
 			p = filepath.Join(baseDir, p)
 		}
 		return p
+	}
+	if c.Jobs == 0 {
+		c.Jobs = min(runtime.NumCPU(), 4)
 	}
 	c.Runsc.Path = resolve(c.Runsc.Path)
 	c.Rootfs = resolve(c.Rootfs)
@@ -190,12 +204,15 @@ func (c *Config) validate() error {
 	if c.Output == "" {
 		add("output is empty")
 	}
+	if c.Jobs < 0 || c.Jobs > 64 {
+		add("jobs %d: want 0 (the number of CPUs, at most 4) to 64", c.Jobs)
+	}
 	if c.RestoreRuns < 1 || c.RestoreRuns > 1000 {
 		add("restore_runs %d: want 1..1000", c.RestoreRuns)
 	}
 	for name, d := range map[string]time.Duration{
 		"capture": c.Timeouts.Capture, "restore": c.Timeouts.Restore,
-		"smoke": c.Timeouts.Smoke, "runsc_command": c.Timeouts.RunscCommand,
+		"smoke": c.Timeouts.Smoke, "runsc_command": c.Timeouts.RunscCommand, "registry": c.Timeouts.Registry,
 	} {
 		if d <= 0 {
 			add("timeouts.%s must be a positive duration such as 90s", name)
@@ -309,3 +326,29 @@ func (c *Config) Select(only []string, extra []Set) (*Selection, error) {
 
 // Picks reports whether the run works on the set id.
 func (s *Selection) Picks(id string) bool { return s.Picked == nil || s.Picked[id] }
+
+// ShardOf is the shard, of n, that the set id belongs to: a hash of the id alone, so a set's
+// shard never changes when other sets are added or removed.
+func ShardOf(id string, n int) int {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return int(h.Sum64() % uint64(n))
+}
+
+// ParseShard reads --shard I/N: shard I (from 0, like JOB_COMPLETION_INDEX) of N.
+func ParseShard(arg string) (index, count int, err error) {
+	i, n, ok := strings.Cut(arg, "/")
+	index, errI := strconv.Atoi(strings.TrimSpace(i))
+	count, errN := strconv.Atoi(strings.TrimSpace(n))
+	if !ok || errI != nil || errN != nil || count < 1 || index < 0 || index >= count {
+		return 0, 0, fmt.Errorf("%w: --shard %q: want I/N with 0 <= I < N, e.g. 0/3", ErrInvalid, arg)
+	}
+	return index, count, nil
+}
+
+// Shard keeps the sets of shard index of count, and "empty", which every output holds.
+func (s *Selection) Shard(index, count int) {
+	s.Sets = slices.DeleteFunc(s.Sets, func(set Set) bool {
+		return set.ID != EmptySetID && ShardOf(set.ID, count) != index
+	})
+}

@@ -121,7 +121,7 @@ func TestParseErrors(t *testing.T) {
 		{"empty imports", replace("imports: [pandas]", "imports: []"), "imports is empty"},
 		{"no sets", strings.Split(valid, "checkpoints:")[0] + "checkpoints: []\n", "no package set"},
 		{"zero runs", replace("restore_runs: 5", "restore_runs: 0"), "restore_runs"},
-		{"bad timeout", replace("capture: 5m", "capture: soon"), "line 21: cannot unmarshal !!str `soon`"},
+		{"bad timeout", replace("capture: 5m", "capture: soon"), "line 24: cannot unmarshal !!str `soon`"},
 		{"negative timeout", replace("smoke: 2m", "smoke: -1s"), "timeouts.smoke"},
 		{"bad network", replace("network: none", "network: wifi"), "runsc.network"},
 		{"host uds off", replace("host_uds: create", "host_uds: none"), "host_uds"},
@@ -180,5 +180,56 @@ func TestOnlyCheckpoints(t *testing.T) {
 	}
 	if _, err := Parse(nil, "empty.yaml", "/work", "/cache"); err != nil {
 		t.Errorf("an empty config file: %v", err)
+	}
+}
+
+// TestShards: every set in exactly one shard, a set's shard independent of the other sets,
+// and "empty" in every shard.
+func TestShards(t *testing.T) {
+	ids := []string{"json", "csv", "sqlite3", "email", "numpy", "pandas", "torch", "scipy"}
+	var sets []Set
+	for _, id := range ids {
+		sets = append(sets, Set{ID: id, Imports: []string{id}})
+	}
+	c, err := Parse([]byte("checkpoints: []\n"), "x", "/w", "/c")
+	if err == nil {
+		t.Fatal("an empty checkpoints list was accepted")
+	}
+	c, _ = Parse(pipeline.DefaultConfig(), "x", "/w", "/c")
+	c.Checkpoints = sets
+	seen := map[string]int{}
+	for i := range 3 {
+		sel, _ := c.Select(nil, nil)
+		sel.Shard(i, 3)
+		if sel.Sets[0].ID != EmptySetID {
+			t.Errorf("shard %d lacks empty", i)
+		}
+		for _, s := range sel.Sets[1:] {
+			seen[s.ID]++
+			if ShardOf(s.ID, 3) != i {
+				t.Errorf("%s in shard %d", s.ID, i)
+			}
+		}
+	}
+	for _, id := range ids {
+		if seen[id] != 1 {
+			t.Errorf("%s is in %d shards", id, seen[id])
+		}
+	}
+	// Stable: removing or adding other sets moves nobody.
+	before := ShardOf("numpy", 3)
+	c.Checkpoints = sets[4:5]
+	sel, _ := c.Select(nil, nil)
+	sel.Shard(before, 3)
+	if len(sel.Sets) != 2 || sel.Sets[1].ID != "numpy" {
+		t.Errorf("numpy alone: %v", sel.Sets)
+	}
+	for _, bad := range []string{"3/3", "-1/3", "1", "a/3", "0/0", "1/b"} {
+		if _, _, err := ParseShard(bad); !errors.Is(err, ErrInvalid) {
+			t.Errorf("ParseShard(%q) = %v", bad, err)
+		}
+	}
+	if i, n, err := ParseShard("2/5"); i != 2 || n != 5 || err != nil {
+		t.Errorf("ParseShard(2/5) = %d %d %v", i, n, err)
 	}
 }

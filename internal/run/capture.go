@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -158,34 +159,74 @@ func (e *Env) Capture(ctx context.Context, out string, o CaptureOptions) (*Resul
 	return res, nil
 }
 
+// setWork is one set's way through a capture's phases.
+type setWork struct {
+	sp      SetPlan
+	c       manifest.Checkpoint
+	status  Status
+	err     error
+	meta    *manifest.Meta // the checkpoint's meta.json as the store or the output has it
+	pending *store.Pending // a capture not yet in the store
+	images  string         // where its image files are now
+	measure bool           // its restores are to be timed
+}
+
+// carryOut carries out the plan in three phases: captures and smoke tests, Config.Jobs sets
+// at a time; then the timed restores, one at a time with no other sandbox of the run alive,
+// so restore_ms means the same whatever --jobs is; then the new checkpoints go into the store
+// and every set into staging.
 func (e *Env) carryOut(ctx context.Context, plan *Plan, m *manifest.Manifest, staging, work, version string, o CaptureOptions) (*Result, error) {
-	res := &Result{}
-	var failed []string
-	for _, sp := range plan.Sets {
-		if err := context.Cause(ctx); ctx.Err() != nil {
-			return res, err
-		}
-		c, status, err := e.doSet(ctx, plan, sp, staging, work, version, o)
-		if err != nil {
-			e.Log.WithField("set", sp.ID).WithError(err).Error("failed")
-			res.Sets = append(res.Sets, SetResult{Checkpoint: c, Status: Failed, Err: err})
-			failed = append(failed, sp.ID)
-			if ctx.Err() != nil {
-				return res, err
+	works := make([]*setWork, len(plan.Sets))
+	for i, sp := range plan.Sets {
+		works[i] = &setWork{sp: sp, c: manifest.Checkpoint{ID: sp.ID, Imports: slices.Clone(sp.Imports), Dir: sp.ID, Key: sp.Key, KeyParts: sp.KeyParts}}
+	}
+	defer func() {
+		for _, w := range works {
+			if w.pending != nil {
+				w.pending.Abort()
 			}
+		}
+	}()
+	e.inParallel(ctx, works, func(w *setWork) error { return e.prepare(ctx, plan, w, staging, work, version, o) })
+	for _, w := range works {
+		if w.err != nil || !w.measure || ctx.Err() != nil {
 			continue
 		}
-		e.Log.WithFields(logrus.Fields{"set": sp.ID, "status": status}).Info(string(status))
-		res.Sets = append(res.Sets, SetResult{Checkpoint: c, Status: status})
-		m.Checkpoints = append(m.Checkpoints, c)
+		start := time.Now()
+		stats, err := e.Restorer(work).MeasureRuns(ctx, w.sp.ID, w.images, e.Config.RestoreRuns)
+		if err != nil {
+			e.fail(w, err)
+			continue
+		}
+		w.c.RestoreMS = stats
+		e.Log.WithFields(logrus.Fields{"set": w.sp.ID, "median_ms": round1(stats.Median), "p90_ms": round1(stats.P90), "runs": e.Config.RestoreRuns, "took": time.Since(start).Round(time.Millisecond)}).Info("measure: done")
 	}
-	if len(failed) > 0 {
-		var errs []error
-		for _, r := range res.Sets {
-			if r.Err != nil {
-				errs = append(errs, r.Err)
+	for _, w := range works {
+		if w.err == nil && ctx.Err() == nil {
+			if err := e.finish(w, staging); err != nil {
+				e.fail(w, err)
 			}
 		}
+	}
+	res := &Result{}
+	var failed []string
+	var errs []error
+	for _, w := range works {
+		if w.status == "" {
+			continue // never started: the run was stopped
+		}
+		res.Sets = append(res.Sets, SetResult{Checkpoint: w.c, Status: w.status, Err: w.err})
+		if w.err != nil {
+			failed, errs = append(failed, w.sp.ID), append(errs, w.err)
+			continue
+		}
+		e.Log.WithFields(logrus.Fields{"set": w.sp.ID, "status": w.status}).Info(string(w.status))
+		m.Checkpoints = append(m.Checkpoints, w.c)
+	}
+	if ctx.Err() != nil {
+		return res, context.Cause(ctx)
+	}
+	if len(failed) > 0 {
 		return res, fmt.Errorf("%w: %s\n%w", errFailedSets, strings.Join(failed, ", "), errors.Join(errs...))
 	}
 	m.AlphaMsPerMiB, m.InterceptMs = costModel(m.Checkpoints)
@@ -198,92 +239,141 @@ func (e *Env) carryOut(ctx context.Context, plan *Plan, m *manifest.Manifest, st
 	return res, nil
 }
 
-// doSet carries out one set's plan into staging/ID.
-func (e *Env) doSet(ctx context.Context, plan *Plan, sp SetPlan, staging, work, version string, o CaptureOptions) (manifest.Checkpoint, Status, error) {
+func (e *Env) fail(w *setWork, err error) {
+	w.status, w.err = Failed, err
+	e.Log.WithField("set", w.sp.ID).WithError(err).Error("failed")
+}
+
+// inParallel runs f on every set, Config.Jobs at a time, in plan order; a set whose f fails
+// is marked failed and the others go on. Once ctx ends no set starts.
+func (e *Env) inParallel(ctx context.Context, works []*setWork, f func(*setWork) error) {
+	slots := make(chan struct{}, max(e.Config.Jobs, 1))
+	var wg sync.WaitGroup
+	for _, w := range works {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			if err := f(w); err != nil {
+				e.fail(w, err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// prepare is a set's first phase: a capture into a pending store entry and its smoke test, or
+// the files of a reused or kept checkpoint put into staging and a reused one's smoke test.
+func (e *Env) prepare(ctx context.Context, plan *Plan, w *setWork, staging, work, version string, o CaptureOptions) error {
+	sp := w.sp
 	log := e.Log.WithField("set", sp.ID)
-	dir := filepath.Join(staging, sp.ID)
-	c := manifest.Checkpoint{ID: sp.ID, Imports: slices.Clone(sp.Imports), Dir: sp.ID, Key: sp.Key, KeyParts: sp.KeyParts}
 	st := e.Store()
-	switch sp.Action {
-	case Keep, Reuse:
-		var src string
-		var meta *manifest.Meta
-		var stats *manifest.Stats
-		if sp.From == FromOutput {
-			src = filepath.Join(plan.Out, sp.existing.Dir)
-			var err error
-			if meta, err = manifest.LoadMeta(filepath.Join(src, manifest.MetaFileName)); err != nil {
-				return c, Failed, err
+	if sp.Action == Capture {
+		w.status = Captured
+		if sp.corrupt != nil {
+			log.WithError(sp.corrupt).Warn("removed a corrupt store entry; capturing again")
+			if err := st.Remove(sp.Key); err != nil {
+				return err
 			}
-			stats = &sp.existing.RestoreMS
-			c.Smoke = sp.existing.Smoke
-		} else {
-			var err error
-			if src, err = st.Path(sp.Key); err != nil {
-				return c, Failed, err
-			}
-			meta, stats = sp.stored, sp.stored.RestoreMS
 		}
-		if err := store.LinkFiles(src, dir); err != nil {
-			return c, Failed, fmt.Errorf("%s: take the checkpoint from the %s: %w", sp.ID, sp.From, err)
-		}
-		if err := e.writeMeta(dir, sp, meta); err != nil {
-			return c, Failed, err
-		}
-		c.Bytes, c.CapturedAt = meta.Bytes(), meta.CapturedAt
-		if sp.From == FromOutput {
-			e.keepInStore(sp, src, meta) // so other outputs find it too
-		}
-		if err := st.Use(sp.Key, sp.ID); err != nil {
-			log.WithError(err).Warn("could not record the store entry's use")
-		}
-		if sp.Action == Keep {
-			c.RestoreMS = *stats
-			return c, Kept, nil
-		}
-		if stats == nil || o.Remeasure {
-			measured, err := e.Restorer(work).MeasureRuns(ctx, sp.ID, dir, e.Config.RestoreRuns)
-			if err != nil {
-				return c, Failed, err
-			}
-			stats = &measured
-		}
-		c.RestoreMS = *stats
-		smoke, err := e.Smoker(work).Smoke(ctx, sp.ID, dir, sp.Imports)
-		c.Smoke = smoke
+		pending, err := st.Begin(sp.Key)
 		if err != nil {
-			return c, Failed, err
+			return err
 		}
-		log.WithFields(logrus.Fields{"from": sp.From, "ready_ms": round1(smoke.ReadyMS)}).Info("smoke: ok")
-		return c, Reused, nil
+		w.pending, w.images, w.measure = pending, pending.Dir, true
+		start := time.Now()
+		log.WithField("imports", strings.Join(sp.Imports, ",")).Info("capture: start")
+		if w.meta, err = capture.Run(ctx, e.Runtime, e.CaptureRequest(sp.Set, pending.Dir, work, version, e.Config.Runsc.CheckpointOptions)); err != nil {
+			return err
+		}
+		log.WithFields(logrus.Fields{"bytes": w.meta.Bytes(), "took": time.Since(start).Round(time.Millisecond)}).Info("capture: done")
+		return e.smoke(ctx, w, work)
 	}
 
-	if sp.corrupt != nil {
-		log.WithError(sp.corrupt).Warn("removed a corrupt store entry; capturing again")
-		if err := st.Remove(sp.Key); err != nil {
-			return c, Failed, err
+	w.status = Kept
+	if sp.Action == Reuse {
+		w.status = Reused
+	}
+	var src string
+	var stats *manifest.Stats
+	if sp.From == FromOutput {
+		src = filepath.Join(plan.Out, sp.existing.Dir)
+		meta, err := manifest.LoadMeta(filepath.Join(src, manifest.MetaFileName))
+		if err != nil {
+			return err
+		}
+		w.meta, stats, w.c.Smoke = meta, &sp.existing.RestoreMS, sp.existing.Smoke
+	} else {
+		var err error
+		if src, err = st.Path(sp.Key); err != nil {
+			return err
+		}
+		w.meta, stats = sp.stored, sp.stored.RestoreMS
+	}
+	w.images = filepath.Join(staging, sp.ID)
+	if err := store.LinkFiles(src, w.images); err != nil {
+		return fmt.Errorf("%s: take the checkpoint from the %s: %w", sp.ID, sp.From, err)
+	}
+	if sp.From == FromOutput {
+		e.keepInStore(sp, src, w.meta) // so other outputs find it too
+	}
+	if stats != nil {
+		w.c.RestoreMS = *stats
+	}
+	if sp.Action == Keep {
+		return nil
+	}
+	w.measure = stats == nil || o.Remeasure
+	return e.smoke(ctx, w, work)
+}
+
+func (e *Env) smoke(ctx context.Context, w *setWork, work string) error {
+	smoke, err := e.Smoker(work).Smoke(ctx, w.sp.ID, w.images, w.sp.Imports)
+	w.c.Smoke = smoke
+	if err != nil {
+		return err
+	}
+	fields := logrus.Fields{"set": w.sp.ID, "ready_ms": round1(smoke.ReadyMS)}
+	if w.sp.From != "" {
+		fields["from"] = w.sp.From
+	}
+	e.Log.WithFields(fields).Info("smoke: ok")
+	return nil
+}
+
+// finish is a set's last phase: a new checkpoint goes into the store (with its timings) and
+// from there into staging; every set gets its meta.json and its use recorded.
+func (e *Env) finish(w *setWork, staging string) error {
+	st := e.Store()
+	dir := filepath.Join(staging, w.sp.ID)
+	if w.pending != nil {
+		w.meta.KeyParts, w.meta.RestoreMS = w.sp.KeyParts, &w.c.RestoreMS
+		stored, err := w.pending.Commit(w.meta)
+		if err != nil {
+			return fmt.Errorf("%s: put the checkpoint into the store: %w", w.sp.ID, err)
+		}
+		w.pending, w.meta = nil, stored
+		entry, err := st.Path(w.sp.Key)
+		if err != nil {
+			return err
+		}
+		if err := store.LinkFiles(entry, dir); err != nil {
+			return err
 		}
 	}
-	meta, stats, smoke, err := e.captureSet(ctx, sp, work, version)
-	c.Smoke = smoke
-	if err != nil {
-		return c, Failed, err
+	if err := e.writeMeta(dir, w.sp, w.meta); err != nil {
+		return err
 	}
-	entry, err := st.Path(sp.Key)
-	if err != nil {
-		return c, Failed, err
+	if err := st.Use(w.sp.Key, w.sp.ID); err != nil {
+		e.Log.WithField("set", w.sp.ID).WithError(err).Warn("could not record the store entry's use")
 	}
-	if err := store.LinkFiles(entry, dir); err != nil {
-		return c, Failed, err
-	}
-	if err := e.writeMeta(dir, sp, meta); err != nil {
-		return c, Failed, err
-	}
-	if err := st.Use(sp.Key, sp.ID); err != nil {
-		log.WithError(err).Warn("could not record the store entry's use")
-	}
-	c.Bytes, c.CapturedAt, c.RestoreMS = meta.Bytes(), meta.CapturedAt, stats
-	return c, Captured, nil
+	w.c.Bytes, w.c.CapturedAt = w.meta.Bytes(), w.meta.CapturedAt
+	return nil
 }
 
 // writeMeta writes the output's own meta.json for a set: the stored one, under the set's id.
@@ -317,49 +407,6 @@ func (e *Env) keepInStore(sp SetPlan, src string, meta *manifest.Meta) {
 	if err != nil {
 		e.Log.WithField("set", sp.ID).WithError(err).Warn("could not add the output's checkpoint to the store")
 	}
-}
-
-// captureSet captures one set into a pending store entry, measures and smoke-tests it there,
-// and commits it to the store only when all of that passed.
-func (e *Env) captureSet(ctx context.Context, sp SetPlan, work, version string) (*manifest.Meta, manifest.Stats, manifest.Smoke, error) {
-	log := e.Log.WithField("set", sp.ID)
-	pending, err := e.Store().Begin(sp.Key)
-	if err != nil {
-		return nil, manifest.Stats{}, manifest.Smoke{}, err
-	}
-	committed := false
-	defer func() {
-		if !committed {
-			pending.Abort()
-		}
-	}()
-	start := time.Now()
-	log.WithField("imports", strings.Join(sp.Imports, ",")).Info("capture: start")
-	meta, err := capture.Run(ctx, e.Runtime, e.CaptureRequest(sp.Set, pending.Dir, work, version, e.Config.Runsc.CheckpointOptions))
-	if err != nil {
-		return nil, manifest.Stats{}, manifest.Smoke{}, err
-	}
-	log.WithFields(logrus.Fields{"bytes": meta.Bytes(), "took": time.Since(start).Round(time.Millisecond)}).Info("capture: done")
-
-	start = time.Now()
-	stats, err := e.Restorer(work).MeasureRuns(ctx, sp.ID, pending.Dir, e.Config.RestoreRuns)
-	if err != nil {
-		return nil, manifest.Stats{}, manifest.Smoke{}, err
-	}
-	log.WithFields(logrus.Fields{"median_ms": round1(stats.Median), "p90_ms": round1(stats.P90), "runs": e.Config.RestoreRuns, "took": time.Since(start).Round(time.Millisecond)}).Info("measure: done")
-
-	smoke, err := e.Smoker(work).Smoke(ctx, sp.ID, pending.Dir, sp.Imports)
-	if err != nil {
-		return nil, stats, smoke, err
-	}
-	log.WithField("ready_ms", round1(smoke.ReadyMS)).Info("smoke: ok")
-	meta.KeyParts, meta.RestoreMS = sp.KeyParts, &stats
-	stored, err := pending.Commit(meta)
-	if err != nil {
-		return nil, stats, smoke, fmt.Errorf("%s: put the checkpoint into the store: %w", sp.ID, err)
-	}
-	committed = true
-	return stored, stats, smoke, nil
 }
 
 // costModel is the manifest's cost model: restore median against image size.

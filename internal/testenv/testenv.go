@@ -47,6 +47,30 @@ func Rootfs(t testing.TB) string {
 	return resolved
 }
 
+// BlockedLine is what BlockingModule writes to the executor's stderr before it blocks.
+const BlockedLine = "readie_test_block: blocking forever"
+
+// WaitForBlocked waits until the capture sandbox id of the pipeline process pid has imported
+// BlockingModule (its stderr log, in the run's scratch directory, holds BlockedLine): from then
+// on the executor writes nothing, so even a pipeline killed outright leaves it running.
+func WaitForBlocked(t testing.TB, pid int, id string, limit time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	pattern := filepath.Join(os.TempDir(), fmt.Sprintf("rd-%d-*", pid), id, "stderr.log")
+	for {
+		logs, _ := filepath.Glob(pattern)
+		for _, log := range logs {
+			if data, _ := os.ReadFile(log); strings.Contains(string(data), BlockedLine) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox %s did not reach %s within %s (%s)", id, BlockingModule, limit, pattern)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // WaitForSandbox waits until a sandbox whose ID contains part runs under rt's root, and
 // returns its ID: the state a test needs before it times out, signals or kills a run.
 func WaitForSandbox(t testing.TB, rt *sandbox.Runtime, part string, limit time.Duration) string {

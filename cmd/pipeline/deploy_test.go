@@ -1,0 +1,178 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+	batchv1 "k8s.io/api/batch/v1"
+	k8syaml "sigs.k8s.io/yaml"
+)
+
+// pipelineCommands finds every `pipeline` command line in a shell script: a command whose
+// program is named pipeline (bin/pipeline, /usr/local/bin/pipeline), split on && ; | and lines.
+func pipelineCommands(script string) [][]string {
+	var found [][]string
+	for _, part := range regexp.MustCompile(`&&|;|\|\||\n`).Split(strings.ReplaceAll(script, "\\\n", " "), -1) {
+		fields := strings.Fields(part)
+		for i, f := range fields {
+			if filepath.Base(f) == "pipeline" {
+				found = append(found, fields[i+1:])
+				break
+			}
+		}
+	}
+	return found
+}
+
+// checkCommandLine parses one command line with the pipeline's own parsing (nothing runs).
+func checkCommandLine(t *testing.T, where string, args []string) {
+	t.Helper()
+	var stderr bytes.Buffer
+	if len(args) == 0 {
+		t.Errorf("%s: `pipeline` without a command", where)
+		return
+	}
+	if _, _, _, err := parseCommandLine(args, io.Discard, &stderr); err != nil {
+		t.Errorf("%s: pipeline %s: %v\n%s", where, strings.Join(args, " "), err, stderr.String())
+	}
+}
+
+// shardCount returns N of every --shard I/N in the command lines.
+func shardCounts(lines [][]string) []string {
+	var counts []string
+	for _, args := range lines {
+		for i, a := range args {
+			if a == "--shard" && i+1 < len(args) {
+				_, n, _ := strings.Cut(args[i+1], "/")
+				counts = append(counts, n)
+			}
+		}
+	}
+	return counts
+}
+
+// TestKubernetesManifests: the files under deploy/kubernetes decode strictly (an unknown
+// field fails) into the Kubernetes API's own Job type; the capture job is an Indexed Job
+// whose shard count equals its completions; every pipeline command line parses.
+func TestKubernetesManifests(t *testing.T) {
+	files, _ := filepath.Glob("../../deploy/kubernetes/*.yaml")
+	if len(files) < 2 {
+		t.Fatalf("deploy/kubernetes holds %v", files)
+	}
+	var indexed int
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		js, err := k8syaml.YAMLToJSON(data)
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		var job batchv1.Job
+		dec := json.NewDecoder(bytes.NewReader(js))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&job); err != nil {
+			t.Fatalf("%s: not a Job of the Kubernetes API: %v", file, err)
+		}
+		if job.Kind != "Job" || job.APIVersion != "batch/v1" || job.Spec.Template.Spec.RestartPolicy == "" {
+			t.Errorf("%s: %s %s, restartPolicy %q", file, job.APIVersion, job.Kind, job.Spec.Template.Spec.RestartPolicy)
+		}
+		var lines [][]string
+		for _, c := range job.Spec.Template.Spec.Containers {
+			script := strings.Join(append(append([]string{}, c.Command...), c.Args...), "\n")
+			// Kubernetes expands $(VAR) in command and args before the shell sees them.
+			script = strings.ReplaceAll(script, "$(JOB_COMPLETION_INDEX)", "0")
+			lines = append(lines, pipelineCommands(script)...)
+		}
+		if len(lines) == 0 {
+			t.Errorf("%s runs no pipeline command", file)
+		}
+		for _, args := range lines {
+			checkCommandLine(t, file, args)
+		}
+		if counts := shardCounts(lines); len(counts) > 0 {
+			indexed++
+			if job.Spec.CompletionMode == nil || *job.Spec.CompletionMode != batchv1.IndexedCompletion || job.Spec.Completions == nil {
+				t.Errorf("%s shards but is not an Indexed Job with completions", file)
+				continue
+			}
+			for _, n := range counts {
+				if n != strconv.Itoa(int(*job.Spec.Completions)) {
+					t.Errorf("%s: --shard .../%s but completions %d", file, n, *job.Spec.Completions)
+				}
+			}
+			if c := job.Spec.Template.Spec.Containers[0]; c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
+				t.Errorf("%s: the capture container is not privileged: runsc cannot start", file)
+			}
+		}
+	}
+	if indexed != 1 {
+		t.Errorf("%d capture jobs with --shard, want 1", indexed)
+	}
+}
+
+// TestGitHubActionsWorkflow: every pipeline command line of the workflow parses, and the
+// capture job's matrix has as many shards as --shard says.
+func TestGitHubActionsWorkflow(t *testing.T) {
+	data, err := os.ReadFile("../../deploy/github-actions/checkpoints.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wf struct {
+		Jobs map[string]struct {
+			Strategy struct {
+				Matrix struct {
+					Shard []int `yaml:"shard"`
+				} `yaml:"matrix"`
+			} `yaml:"strategy"`
+			Steps []struct {
+				Run string `yaml:"run"`
+			} `yaml:"steps"`
+		} `yaml:"jobs"`
+	}
+	if err := yaml.Unmarshal(data, &wf); err != nil {
+		t.Fatal(err)
+	}
+	expand := strings.NewReplacer("${{ matrix.shard }}", "0", "${{ env.IMAGE }}", "ghcr.io/owner/repo/checkpoints", "$shard", "0")
+	var total int
+	for name, job := range wf.Jobs {
+		var lines [][]string
+		for _, step := range job.Steps {
+			lines = append(lines, pipelineCommands(expand.Replace(step.Run))...)
+		}
+		for _, args := range lines {
+			checkCommandLine(t, "job "+name, args)
+		}
+		total += len(lines)
+		for _, n := range shardCounts(lines) {
+			if n != strconv.Itoa(len(job.Strategy.Matrix.Shard)) {
+				t.Errorf("job %s: --shard .../%s but a matrix of %d shards", name, n, len(job.Strategy.Matrix.Shard))
+			}
+		}
+	}
+	if total < 4 {
+		t.Errorf("the workflow runs %d pipeline commands", total)
+	}
+}
+
+// TestPipelineCommandsCatchErrors: the check above fails on a bad command line.
+func TestPipelineCommandsCatchErrors(t *testing.T) {
+	for _, script := range []string{"pipeline capture --shard 3/3", "pipeline frobnicate", "bin/pipeline push", "pipeline merge a b", "pipeline capture --bogus"} {
+		lines := pipelineCommands(script)
+		if len(lines) != 1 {
+			t.Fatalf("%q: %v", script, lines)
+		}
+		if _, _, _, err := parseCommandLine(lines[0], io.Discard, io.Discard); err == nil {
+			t.Errorf("%q parses", script)
+		}
+	}
+}

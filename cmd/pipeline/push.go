@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"readie.dev/pipeline/internal/oci"
+	"readie.dev/pipeline/internal/run"
+)
+
+// progress reports a transfer on stderr, throttled, in the log's format.
+func (g *globals) progress(what string) *oci.Progress {
+	return &oci.Progress{What: what, Every: time.Second, Report: func(what string, done, total int64) {
+		g.log.WithFields(logrus.Fields{"done_mib": fmt.Sprintf("%.1f", float64(done)/(1<<20)), "total_mib": fmt.Sprintf("%.1f", float64(total)/(1<<20))}).Info(what)
+	}}
+}
+
+type pushCmd struct{}
+
+func (*pushCmd) Name() string { return "push" }
+func (*pushCmd) Synopsis() string {
+	return "push the output as an OCI image to REF (HOST/REPO[:TAG] or oci-layout:DIR[:TAG]); print REF@sha256:..."
+}
+func (*pushCmd) SetFlags(*flag.FlagSet) {}
+
+func (*pushCmd) CheckArgs(_ *globals, args []string) error {
+	if len(args) != 1 {
+		return usagef("push: want one image reference, e.g. registry.example.com/readie/checkpoints:v1")
+	}
+	if _, err := oci.ParseRef(args[0], nil); err != nil {
+		return usageError{err}
+	}
+	return nil
+}
+
+func (*pushCmd) Execute(ctx context.Context, g *globals, args []string) error {
+	cfg, err := g.loadConfig()
+	if err != nil {
+		return err
+	}
+	ref, err := oci.ParseRef(args[0], cfg.InsecureRegistries)
+	if err != nil {
+		return usageError{err}
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, cfg.Timeouts.Registry, fmt.Errorf("push exceeded its timeout of %s (timeouts.registry)", cfg.Timeouts.Registry))
+	defer cancel()
+	pushed, err := oci.Push(ctx, cfg.Output, ref, g.progress("push"))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(g.stdout, pushed)
+	return nil
+}
+
+type pullCmd struct{}
+
+func (*pullCmd) Name() string { return "pull" }
+func (*pullCmd) Synopsis() string {
+	return "pull REF OUT: write the output an image of `pipeline push` holds into OUT, verified"
+}
+func (*pullCmd) SetFlags(*flag.FlagSet) {}
+
+func (*pullCmd) CheckArgs(_ *globals, args []string) error {
+	if len(args) != 2 {
+		return usagef("pull: want an image reference and an output directory")
+	}
+	if _, err := oci.ParseRef(args[0], nil); err != nil {
+		return usageError{err}
+	}
+	return nil
+}
+
+func (*pullCmd) Execute(ctx context.Context, g *globals, args []string) error {
+	cfg, err := g.loadConfig()
+	if err != nil {
+		return err
+	}
+	ref, err := oci.ParseRef(args[0], cfg.InsecureRegistries)
+	if err != nil {
+		return usageError{err}
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, cfg.Timeouts.Registry, fmt.Errorf("pull exceeded its timeout of %s (timeouts.registry)", cfg.Timeouts.Registry))
+	defer cancel()
+	img, err := oci.Fetch(ctx, ref, g.progress("pull"))
+	if err != nil {
+		return err
+	}
+	m, err := run.Pull(img, args[1])
+	if err != nil {
+		return usageIfSetup(err)
+	}
+	fmt.Fprintf(g.stdout, "%s: %d checkpoints verified (executor protocol %d, runsc %s)\n", args[1], len(m.Checkpoints), m.ExecutorProtocol, m.Runsc.Version)
+	return nil
+}

@@ -1,0 +1,51 @@
+package oci
+
+import (
+	"sync"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+)
+
+// Progress reports bytes done of total on a transfer, at most once per Every, and once at the
+// end, through Report (a log line on stderr, in text or JSON).
+type Progress struct {
+	What   string
+	Every  time.Duration
+	Report func(what string, done, total int64)
+
+	once sync.Once
+	ch   chan v1.Update
+	wg   sync.WaitGroup
+	last int64
+}
+
+// updates is the channel go-containerregistry reports to; nil on a nil Progress.
+func (p *Progress) updates() chan<- v1.Update {
+	if p == nil {
+		return nil
+	}
+	p.once.Do(func() {
+		p.ch = make(chan v1.Update, 16)
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			var next time.Time
+			for u := range p.ch {
+				p.last = u.Total
+				if now := time.Now(); now.After(next) || u.Complete == u.Total {
+					next = now.Add(p.Every)
+					p.Report(p.What, u.Complete, u.Total)
+				}
+			}
+		}()
+	})
+	return p.ch
+}
+
+// done waits for the last report (go-containerregistry closes the channel when it is done).
+func (p *Progress) done() {
+	if p != nil && p.ch != nil {
+		p.wg.Wait()
+	}
+}

@@ -1,0 +1,173 @@
+package run
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"readie.dev/pipeline/internal/atomicfile"
+	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/store"
+	"readie.dev/pipeline/pkg/executorproto"
+	"readie.dev/pipeline/pkg/manifest"
+)
+
+// ErrMerge reports sources that cannot be merged into one output.
+var ErrMerge = errors.New("merge refused")
+
+// agreement are the manifest fields every source of a merge must share: one worker restores
+// every checkpoint of the result with the same runsc, flags, spec and rootfs.
+func agreement(m *manifest.Manifest) []struct{ field, value string } {
+	join := func(v []string) string { return "[" + strings.Join(v, " ") + "]" }
+	var options []string
+	for _, k := range slices.Sorted(maps.Keys(m.CheckpointOptions)) {
+		options = append(options, k+"="+m.CheckpointOptions[k])
+	}
+	return []struct{ field, value string }{
+		{"executor_protocol", fmt.Sprint(m.ExecutorProtocol)},
+		{"runsc.sha256", m.Runsc.SHA256},
+		{"runsc.version", m.Runsc.Version},
+		{"runsc_flags", join(m.RunscFlags)},
+		{"restore_flags", join(m.RestoreFlags)},
+		{"checkpoint_options", join(options)},
+		{"spec_fingerprint", m.SpecFingerprint},
+		{"rootfs.digest", m.Rootfs.Digest},
+	}
+}
+
+type mergeSource struct {
+	dir string
+	m   *manifest.Manifest
+}
+
+// Merge writes into out the union of the outputs srcs (shards of one catalogue): every source
+// must verify and agree on what agreement lists; a set in several sources is kept once when
+// its key is the same everywhere and refused when it differs. out is written as a capture's
+// (lock, staging, swap), its files hard-linked from the sources when the file system allows.
+// The same sources in any order give the same manifest.json, byte for byte.
+func Merge(out string, srcs []string) (*manifest.Manifest, error) {
+	if err := checkOutput(out); err != nil {
+		return nil, err
+	}
+	var sources []mergeSource
+	seen := map[string]bool{}
+	for _, src := range srcs {
+		abs, err := filepath.Abs(src)
+		if err != nil {
+			return nil, err
+		}
+		if seen[abs] {
+			continue
+		}
+		seen[abs] = true
+		m, err := manifest.Load(filepath.Join(abs, manifest.FileName))
+		if err != nil {
+			return nil, fmt.Errorf("%w: source %s: %w", ErrMerge, src, err)
+		}
+		sources = append(sources, mergeSource{dir: abs, m: m})
+	}
+	if len(sources) == 0 {
+		return nil, fmt.Errorf("%w: %w: no sources", ErrSetup, ErrMerge)
+	}
+	// Any order of the same sources gives the same output.
+	slices.SortFunc(sources, func(a, b mergeSource) int { return cmp.Compare(a.dir, b.dir) })
+	first := sources[0]
+	want := agreement(first.m)
+	for _, s := range sources[1:] {
+		for i, have := range agreement(s.m) {
+			if have.value != want[i].value {
+				return nil, fmt.Errorf("%w: the sources disagree on %s: %s has %s, %s has %s", ErrMerge, have.field, first.dir, want[i].value, s.dir, have.value)
+			}
+		}
+	}
+	for _, s := range sources {
+		if _, err := manifest.Verify(s.dir, executorproto.Version); err != nil {
+			return nil, fmt.Errorf("%w: source %s: %w", ErrMerge, s.dir, err)
+		}
+	}
+	type picked struct {
+		c   manifest.Checkpoint
+		src string
+	}
+	byID := map[string]picked{}
+	for _, s := range sources {
+		for _, c := range s.m.Checkpoints {
+			if p, ok := byID[c.ID]; ok {
+				if p.c.Key != c.Key {
+					return nil, fmt.Errorf("%w: set %s has key %s in %s and %s in %s", ErrMerge, c.ID, p.c.Key, p.src, c.Key, s.dir)
+				}
+				continue
+			}
+			byID[c.ID] = picked{c, s.dir}
+		}
+	}
+	ids := slices.Sorted(maps.Keys(byID))
+	if i := slices.Index(ids, config.EmptySetID); i > 0 {
+		ids = append([]string{config.EmptySetID}, slices.Delete(ids, i, i+1)...)
+	}
+
+	lock, err := LockOutput(out)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Unlock()
+	if _, err := sweepOutput(out); err != nil {
+		return nil, err
+	}
+	staging := fmt.Sprintf("%s.staging-%d", strings.TrimSuffix(out, "/"), os.Getpid())
+	if err := os.RemoveAll(staging); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(staging, 0o755); err != nil {
+		return nil, err
+	}
+	m := *first.m
+	m.Checkpoints = []manifest.Checkpoint{}
+	for _, s := range sources[1:] {
+		if s.m.CreatedAt.After(m.CreatedAt) {
+			m.CreatedAt = s.m.CreatedAt
+		}
+	}
+	err = func() error {
+		for _, id := range ids {
+			p := byID[id]
+			src, dst := filepath.Join(p.src, p.c.Dir), filepath.Join(staging, id)
+			if err := store.LinkFiles(src, dst); err != nil {
+				return err
+			}
+			meta, err := os.ReadFile(filepath.Join(src, manifest.MetaFileName))
+			if err != nil {
+				return err
+			}
+			if err := atomicfile.Write(filepath.Join(dst, manifest.MetaFileName), meta, 0o644); err != nil {
+				return err
+			}
+			c := p.c
+			c.Dir = id
+			m.Checkpoints = append(m.Checkpoints, c)
+		}
+		spec, err := os.ReadFile(filepath.Join(first.dir, first.m.Spec))
+		if err != nil {
+			return err
+		}
+		m.Spec = manifest.RestoreSpecFileName
+		if err := atomicfile.Write(filepath.Join(staging, m.Spec), spec, 0o644); err != nil {
+			return err
+		}
+		m.AlphaMsPerMiB, m.InterceptMs = costModel(m.Checkpoints)
+		return atomicfile.WriteJSON(filepath.Join(staging, manifest.FileName), &m)
+	}()
+	if err != nil {
+		os.RemoveAll(staging)
+		return nil, fmt.Errorf("merge into %s: %w (%s left as it was)", out, err, out)
+	}
+	if err := replaceDir(out, staging); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
