@@ -18,7 +18,7 @@ GOTEST_FLAGS ?= -race -timeout 30m
 export READIE_RUNSC := $(RUNSC)
 export READIE_ROOTFS := $(abspath $(ROOTFS))
 
-.PHONY: all build runsc image deps test test-go test-python check-golden golden lint capture bench bench-go bench-proto clean
+.PHONY: all build runsc image deps test test-go test-python check-golden golden lint capture bench bench-incremental bench-jobs bench-go bench-proto clean
 
 all: build
 
@@ -28,7 +28,7 @@ build:
 # Host packages the tests and the image build need; installed only when missing.
 deps:
 	@missing=""; \
-	for p in mmdebstrap python3-cloudpickle tzdata; do \
+	for p in mmdebstrap python3-cloudpickle tzdata docker-registry skopeo bc; do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
@@ -78,6 +78,14 @@ test: deps lint check-golden test-python test-go
 # Restore latency side by side on the default config (captures first).
 bench: deps runsc image build
 	$(PIPELINE) bench --capture --explain --config pipeline.yaml --out out
+
+# Incremental capture (first, unchanged, one set changed) and parallel capture (--jobs 1 and 2),
+# side by side; ROUNDS=5 by default.
+bench-incremental: deps runsc image build
+	bench/incremental.sh
+
+bench-jobs: deps runsc image build
+	bench/jobs.sh
 
 # The pipeline's own hot paths that are not sandboxes.
 bench-go:
