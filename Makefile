@@ -18,7 +18,7 @@ GOTEST_FLAGS ?= -race -timeout 30m
 export READIE_RUNSC := $(RUNSC)
 export READIE_ROOTFS := $(abspath $(ROOTFS))
 
-.PHONY: all build runsc image deps test test-go test-python check-golden golden lint capture bench bench-incremental bench-jobs bench-go bench-proto clean
+.PHONY: all build runsc image deps test test-go test-python check-golden golden lint capture bench bench-incremental bench-jobs bench-oci bench-go bench-proto clean
 
 all: build
 
@@ -28,7 +28,7 @@ build:
 # Host packages the tests and the image build need; installed only when missing.
 deps:
 	@missing=""; \
-	for p in mmdebstrap python3-cloudpickle tzdata docker-registry skopeo bc; do \
+	for p in mmdebstrap python3-cloudpickle tzdata docker-registry skopeo bc curl; do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
@@ -45,7 +45,7 @@ $(RUNSC):
 	CGO_ENABLED=0 GOBIN=$(abspath $(dir $@)) go install -ldflags "-X gvisor.dev/gvisor/runsc/version.version=$(RUNSC_LABEL)" $(RUNSC_MODULE)@$(RUNSC_VERSION)
 	$@ --version
 
-image: deps
+image: deps build
 	./images/executor/build-image.sh
 
 capture: deps runsc image build
@@ -68,10 +68,11 @@ golden:
 test-python: deps image
 	cd images/executor && $(PYTHON) -m unittest discover -s tests -t .
 
-# Twice: in UTC and in a zone that is not, so nothing can depend on the machine's time zone.
+# Twice: in a zone that is not UTC (with the race detector) and in UTC, so nothing can depend
+# on the machine's time zone.
 test-go: runsc image build
-	TZ=UTC go test $(GOTEST_FLAGS) ./...
-	TZ=America/New_York go test $(GOTEST_FLAGS) -count=1 ./...
+	TZ=America/New_York go test $(GOTEST_FLAGS) ./...
+	TZ=UTC go test -timeout 30m -count=1 ./...
 
 test: deps lint check-golden test-python test-go
 
@@ -86,6 +87,12 @@ bench-incremental: deps runsc image build
 
 bench-jobs: deps runsc image build
 	bench/jobs.sh
+
+# Unpacking an image (ours beside tar -x) and push/pull of the default output to a local
+# registry (it captures first).
+bench-oci: capture
+	go test -run '^$$' -bench Unpack -benchtime 3x -count 5 ./internal/oci
+	bench/oci.sh
 
 # The pipeline's own hot paths that are not sandboxes.
 bench-go:

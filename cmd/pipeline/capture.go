@@ -12,6 +12,7 @@ import (
 
 // setFlags are the flags that choose what a capture works on: `capture` and `plan` share them.
 type setFlags struct {
+	image     string
 	sets      []config.Set
 	shard     string
 	jobs      int
@@ -28,6 +29,7 @@ func (f *setFlags) register(fs *flag.FlagSet) {
 		f.sets = append(f.sets, s)
 		return nil
 	})
+	fs.StringVar(&f.image, "image", "", "the sandbox root: an OCI image (oci-layout:DIR[:TAG|@DIGEST], docker-archive:FILE, HOST/REPO[:TAG|@DIGEST]) with the executor layered on top (default: the config's image, else its rootfs)")
 	fs.StringVar(&f.shard, "shard", "", "I/N: work on shard I (from 0, like JOB_COMPLETION_INDEX) of N; the output holds that shard's sets and empty")
 	fs.IntVar(&f.jobs, "jobs", 0, "sets captured and smoke-tested at a time (default: the config's jobs)")
 	fs.BoolVar(&f.recapture, "recapture", false, "capture every selected set again, ignoring the output's and the store's checkpoints")
@@ -46,6 +48,9 @@ func (f *setFlags) options(g *globals, cfg *config.Config) (run.CaptureOptions, 
 			return run.CaptureOptions{}, usageError{err}
 		}
 		sel.Shard(index, count)
+	}
+	if f.image != "" {
+		cfg.Image = f.image
 	}
 	switch {
 	case f.jobs < 0:
@@ -126,7 +131,7 @@ func (c *planCmd) Execute(ctx context.Context, g *globals, args []string) error 
 	if err != nil {
 		return err
 	}
-	if env.Rootfs, err = run.OpenRootfs(cfg.Rootfs); err != nil {
+	if err := env.PrepareRootfs(ctx); err != nil {
 		return usageIfSetup(err)
 	}
 	plan, err := env.Plan(ctx, cfg.Output, opts)

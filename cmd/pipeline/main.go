@@ -57,7 +57,7 @@ type command interface {
 }
 
 func commands() []command {
-	return []command{&captureCmd{}, &planCmd{}, &mergeCmd{}, &pushCmd{}, &pullCmd{}, &measureCmd{}, &smokeCmd{}, &verifyCmd{}, &benchCmd{}, &cacheCmd{}, &specCmd{}, &versionCmd{}}
+	return []command{&captureCmd{}, &planCmd{}, &mergeCmd{}, &pushCmd{}, &pullCmd{}, &measureCmd{}, &smokeCmd{}, &verifyCmd{}, &benchCmd{}, &cacheCmd{}, &rootfsCmd{}, &specCmd{}, &versionCmd{}}
 }
 
 func main() {

@@ -2,8 +2,8 @@
 # Builds the executor's root filesystem from two layers:
 #   1. the package layer (mmdebstrap, Debian bookworm, minbase + packages.txt), cached under
 #      $READIE_CACHE/rootfs/layers/<hash of its inputs>, reused when present;
-#   2. the executor layer (readie_executor, the test-only module, resolver files), staged apart
-#      and hashed.
+#   2. the executor layer (readie_executor, the test-only module, resolver files), put on by
+#      `pipeline rootfs`.
 # The rootfs is the two together, in $READIE_CACHE/rootfs/sha256-<digest>/rootfs, named by the
 # digest of both layers and never changed afterwards: manifests name it by path, so a changed
 # executor makes a new directory and old ones stay until `pipeline cache prune-rootfs`.
@@ -48,56 +48,14 @@ else
 fi
 # end package layer
 
-# executor layer, staged apart so that its digest covers exactly what it adds
-stage=$(mktemp -d)
-trap 'rm -rf "$stage"' EXIT
-site="$stage/usr/lib/python3/dist-packages/readie_executor"
-mkdir -p "$site" "$stage/usr/lib/readie/testing" "$stage/etc"
-cp "$here"/readie_executor/*.py "$site/"
-cp "$here"/testing/*.py "$stage/usr/lib/readie/testing/"
-# The root is read-only: /etc/resolv.conf points into the sandbox's /tmp, where the executor
-# writes /etc/readie-resolv.conf before a call when no resolver is configured (the spec).
-ln -s ../tmp/resolv.conf "$stage/etc/resolv.conf"
-printf 'nameserver 1.1.1.1\nnameserver 8.8.8.8\noptions edns0\n' > "$stage/etc/readie-resolv.conf"
-printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\treadie\n' > "$stage/etc/hosts"
-executor_digest=$(cd "$stage" && find . \( -type f -o -type l \) -print0 | LC_ALL=C sort -z |
-  while IFS= read -r -d '' f; do
-    if [ -L "$f" ]; then printf 'link %s %s\n' "$f" "$(readlink "$f")"; else printf 'file %s %s\n' "$f" "$(sha256sum < "$f" | cut -d' ' -f1)"; fi
-  done | sha256sum | cut -d' ' -f1)
-digest=$(printf '%s %s\n' "$(cat "$layer/digest")" "$executor_digest" | sha256sum | cut -d' ' -f1)
-
-dir="$cache/rootfs/sha256-$digest"
-rootfs="$dir/rootfs"
-if [ -f "$dir/complete" ]; then
-  echo "build-image: rootfs sha256:$digest reused ($dir)" >&2
-else
-  echo "build-image: assembling rootfs sha256:$digest" >&2
-  tmp="$cache/rootfs/.tmp-$digest-$$"
-  rm -rf "$tmp"
-  mkdir -p "$tmp"
-  # Hard links share the package layer's files: neither copy is ever written again.
-  cp -al "$layer/rootfs" "$tmp/rootfs"
-  cp -a "$stage"/. "$tmp/rootfs/"
-  chroot "$tmp/rootfs" python3 -m compileall -q /usr/lib/python3/dist-packages/readie_executor >/dev/null
-  cat > "$tmp/rootfs/usr/lib/readie/image.json" <<JSON
-{
-  "digest": "sha256:$digest",
-  "package_layer": "$layer_hash",
-  "package_layer_digest": "sha256:$(cat "$layer/digest")",
-  "executor_digest": "sha256:$executor_digest",
-  "packages": "$packages",
-  "suite": "$suite"
-}
-JSON
-  touch "$tmp/complete"
-  # Atomic: another build of the same digest may have won; its rootfs is the same.
-  if ! mv -T "$tmp" "$dir" 2>/dev/null; then
-    rm -rf "$tmp"
-    [ -f "$dir/complete" ] || { echo "build-image: cannot put $dir in place" >&2; exit 1; }
-  fi
-fi
+# The executor layer, by the pipeline itself (the same code puts it onto a user's image):
+# readie_executor on python3's path, the test-only module, the resolver files; the rootfs is
+# named by the digest of both layers and never written again.
+pipeline=${READIE_PIPELINE:-$top/bin/pipeline}
+[ -x "$pipeline" ] || { echo "build-image: $pipeline is missing: run \`make build\` first" >&2; exit 2; }
+rootfs=$("$pipeline" rootfs --cache "$cache" --base "$layer/rootfs" --base-digest "sha256:$(cat "$layer/digest")")
 
 mkdir -p "$top/build"
 ln -sfn "$rootfs" "$top/build/rootfs"
-echo "build-image: rootfs sha256:$digest" >&2
+echo "build-image: rootfs $rootfs" >&2
 echo "$rootfs"

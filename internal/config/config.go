@@ -62,6 +62,9 @@ type Timeouts struct {
 type Config struct {
 	Runsc  Runsc  `yaml:"runsc"`
 	Rootfs string `yaml:"rootfs"`
+	// Image, when set, is the sandbox root instead of Rootfs: an OCI image (oci-layout:DIR,
+	// docker-archive:FILE or a registry reference) with the executor layered on top.
+	Image string `yaml:"image"`
 	// CheckpointCache is the content-addressed checkpoint store.
 	CheckpointCache string `yaml:"checkpoint_cache"`
 	Output          string `yaml:"output"`

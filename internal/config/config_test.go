@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -99,6 +100,11 @@ func TestRunscLabelMatchesMakefile(t *testing.T) {
 	}
 }
 
+// lineOf is the 1-based line of text that holds part.
+func lineOf(text, part string) int {
+	return strings.Count(text[:strings.Index(text, part)], "\n") + 1
+}
+
 func TestParseErrors(t *testing.T) {
 	valid := string(pipeline.DefaultConfig())
 	replace := func(old, new string) string {
@@ -121,7 +127,7 @@ func TestParseErrors(t *testing.T) {
 		{"empty imports", replace("imports: [pandas]", "imports: []"), "imports is empty"},
 		{"no sets", strings.Split(valid, "checkpoints:")[0] + "checkpoints: []\n", "no package set"},
 		{"zero runs", replace("restore_runs: 5", "restore_runs: 0"), "restore_runs"},
-		{"bad timeout", replace("capture: 5m", "capture: soon"), "line 24: cannot unmarshal !!str `soon`"},
+		{"bad timeout", replace("capture: 5m", "capture: soon"), fmt.Sprintf("line %d: cannot unmarshal !!str `soon`", lineOf(valid, "capture: 5m"))},
 		{"negative timeout", replace("smoke: 2m", "smoke: -1s"), "timeouts.smoke"},
 		{"bad network", replace("network: none", "network: wifi"), "runsc.network"},
 		{"host uds off", replace("host_uds: create", "host_uds: none"), "host_uds"},

@@ -79,7 +79,7 @@ func CheckProtocol(img v1.Image, implemented int) error {
 // Extract writes the output held in img into dir (which must be empty): the files under Root,
 // nothing else. An entry that would leave dir, or that is not a plain file or directory, is
 // refused with its name.
-func Extract(img v1.Image, dir string) error {
+func Extract(img v1.Image, dir string, progress func(layer, layers int, bytes int64)) error {
 	layers, err := img.Layers()
 	if err != nil {
 		return err
@@ -89,10 +89,14 @@ func Extract(img v1.Image, dir string) error {
 		if err != nil {
 			return fmt.Errorf("layer %d: %w", i, err)
 		}
-		err = extractLayer(tar.NewReader(rc), dir)
+		counted := &countingReader{r: rc}
+		err = extractLayer(tar.NewReader(counted), dir)
 		rc.Close()
 		if err != nil {
 			return fmt.Errorf("layer %d: %w", i, err)
+		}
+		if progress != nil {
+			progress(i+1, len(layers), counted.n)
 		}
 	}
 	return nil

@@ -104,11 +104,9 @@ func (e *Env) Capture(ctx context.Context, out string, o CaptureOptions) (*Resul
 	if err := checkOutput(out); err != nil {
 		return nil, err
 	}
-	rootfs, err := OpenRootfs(e.Config.Rootfs)
-	if err != nil {
+	if err := e.PrepareRootfs(ctx); err != nil {
 		return nil, err
 	}
-	e.Rootfs = rootfs
 	lock, err := e.begin(ctx, out)
 	if err != nil {
 		return nil, err
@@ -451,6 +449,7 @@ func (e *Env) newManifest(version string) (*manifest.Manifest, error) {
 		Network:           e.Runtime.Flags.Network,
 		RootReadonly:      spec.Root.Readonly,
 		Rootfs:            e.Rootfs,
+		Image:             e.Image,
 		CreatedAt:         time.Now().UTC(),
 		Spec:              manifest.RestoreSpecFileName,
 		Checkpoints:       []manifest.Checkpoint{},

@@ -17,6 +17,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
 
+	"readie.dev/pipeline/internal/oci"
+
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/pkg/capture"
 	"readie.dev/pipeline/pkg/manifest"
@@ -45,6 +47,8 @@ type Env struct {
 	// Rootfs is the image sandboxes run; set by Capture from the config, or from the manifest
 	// for a run over an existing output.
 	Rootfs manifest.Rootfs
+	// Image names the user's image Rootfs was made from, if it was.
+	Image *manifest.Image
 	// RestoreFlags are passed to every `runsc restore`.
 	RestoreFlags []string
 	Log          logrus.FieldLogger
@@ -81,6 +85,52 @@ func NewEnv(ctx context.Context, cfg *config.Config, log logrus.FieldLogger) (*E
 		}
 	}
 	return &Env{Config: cfg, Runtime: rt, RunscSHA256: binary.SHA256, RestoreFlags: slices.Clone(cfg.Runsc.RestoreFlags), Log: log, sandboxEnv: env}, nil
+}
+
+// PrepareRootfs sets e.Rootfs to the sandbox root the config names: its rootfs, or its image
+// (unpacked once into the cache, with the executor layered on top).
+func (e *Env) PrepareRootfs(ctx context.Context) error {
+	if e.Config.Image == "" {
+		rootfs, err := OpenRootfs(e.Config.Rootfs)
+		e.Rootfs = rootfs
+		return err
+	}
+	img, err := oci.OpenImage(ctx, e.Config.Image, e.Config.InsecureRegistries)
+	if err != nil {
+		return fmt.Errorf("%w: image %s: %w", ErrSetup, e.Config.Image, err)
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	base, unpacked, err := oci.UnpackOnce(img, config.CacheDir(), func(layer, layers int, bytes int64) {
+		e.Log.WithFields(logrus.Fields{"layer": fmt.Sprintf("%d/%d", layer, layers), "mib": fmt.Sprintf("%.1f", float64(bytes)/(1<<20))}).Info("unpack")
+	})
+	if err != nil {
+		return fmt.Errorf("%w: image %s: %w", ErrSetup, e.Config.Image, err)
+	}
+	if unpacked {
+		e.Log.WithFields(logrus.Fields{"image": digest.String(), "took": time.Since(start).Round(time.Millisecond)}).Info("unpack: done")
+	}
+	content, err := oci.ContentDigest(img)
+	if err != nil {
+		return err
+	}
+	ref := &oci.ImageRef{Ref: e.Config.Image, Digest: digest.String()}
+	path, _, err := oci.Assemble(ctx, config.CacheDir(), base, content, ref)
+	if err != nil {
+		if errors.Is(err, oci.ErrPython) {
+			return fmt.Errorf("%w: %w", ErrSetup, err)
+		}
+		return err
+	}
+	rootfs, err := OpenRootfs(path)
+	if err != nil {
+		return err
+	}
+	e.Rootfs, e.Image = rootfs, &manifest.Image{Ref: ref.Ref, Digest: ref.Digest}
+	return nil
 }
 
 // OpenRootfs resolves a rootfs directory (runsc refuses a symlinked root) and reads the digest

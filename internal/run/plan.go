@@ -61,9 +61,10 @@ type Dropped struct {
 // Plan is what a capture will do, decided before any work: `pipeline plan` prints it and
 // `pipeline capture` carries it out, so the two always agree.
 type Plan struct {
-	Out     string    `json:"output"`
-	Sets    []SetPlan `json:"sets"`
-	Dropped []Dropped `json:"dropped"`
+	Out     string          `json:"output"`
+	Rootfs  manifest.Rootfs `json:"rootfs"`
+	Sets    []SetPlan       `json:"sets"`
+	Dropped []Dropped       `json:"dropped"`
 
 	old *manifest.Manifest // the existing output's manifest, if it has a usable one
 }
@@ -124,7 +125,7 @@ func (e *Env) Plan(ctx context.Context, out string, o CaptureOptions) (*Plan, er
 	if err != nil {
 		return nil, err
 	}
-	p := &Plan{Out: out, Sets: []SetPlan{}, Dropped: []Dropped{}, old: loadOld(out)}
+	p := &Plan{Out: out, Rootfs: e.Rootfs, Sets: []SetPlan{}, Dropped: []Dropped{}, old: loadOld(out)}
 	old := map[string]*manifest.Checkpoint{}
 	if p.old != nil {
 		for i := range p.old.Checkpoints {

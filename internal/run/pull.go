@@ -15,7 +15,7 @@ import (
 // Pull writes the output that img holds into out as a capture would (lock, staging, verify,
 // swap): out changes only when the pulled output verifies. An image of another executor
 // protocol is refused before any layer is read.
-func Pull(img v1.Image, out string) (*manifest.Manifest, error) {
+func Pull(img v1.Image, out string, progress func(layer, layers int, bytes int64)) (*manifest.Manifest, error) {
 	if err := oci.CheckProtocol(img, executorproto.Version); err != nil {
 		return nil, err
 	}
@@ -38,7 +38,7 @@ func Pull(img v1.Image, out string) (*manifest.Manifest, error) {
 		return nil, err
 	}
 	m, err := func() (*manifest.Manifest, error) {
-		if err := oci.Extract(img, staging); err != nil {
+		if err := oci.Extract(img, staging, progress); err != nil {
 			return nil, err
 		}
 		return manifest.Verify(staging, executorproto.Version)

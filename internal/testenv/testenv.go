@@ -5,6 +5,7 @@ package testenv
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -38,7 +39,17 @@ func Rootfs(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("READIE_ROOTFS=%s: %v (run `make image`)", path, err)
 	}
-	if _, err := os.Stat(filepath.Join(resolved, "usr/lib/python3/dist-packages/readie_executor/__main__.py")); err != nil {
+	var info struct {
+		SitePackages string `json:"site_packages"`
+	}
+	data, err := os.ReadFile(filepath.Join(resolved, "usr/lib/readie/image.json"))
+	if err == nil {
+		err = json.Unmarshal(data, &info)
+	}
+	if err == nil {
+		_, err = os.Stat(filepath.Join(resolved, info.SitePackages, "readie_executor/__main__.py"))
+	}
+	if err != nil {
 		t.Fatalf("READIE_ROOTFS=%s holds no executor: %v (run `make image`)", path, err)
 	}
 	if _, err := os.Stat(filepath.Join(resolved, TestingPythonPath, BlockingModule+".py")); err != nil {

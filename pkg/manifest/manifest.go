@@ -41,6 +41,12 @@ type Rootfs struct {
 	Digest string `json:"digest"`
 }
 
+// Image names the OCI image a rootfs was made from: the reference given, the manifest digest.
+type Image struct {
+	Ref    string `json:"ref"`
+	Digest string `json:"digest"`
+}
+
 // Stats are restore times in milliseconds.
 type Stats struct {
 	Runs   []float64 `json:"runs"`
@@ -82,18 +88,20 @@ type Manifest struct {
 	CheckpointOptions map[string]string `json:"checkpoint_options"`
 	// AlphaMsPerMiB and InterceptMs are the least-squares line of restore median against image
 	// size: a cost model for a router.
-	AlphaMsPerMiB   float64      `json:"alpha_ms_per_mib"`
-	InterceptMs     float64      `json:"intercept_ms"`
-	SpecFingerprint string       `json:"spec_fingerprint"`
-	ExecutorArgv    []string     `json:"executor_argv"`
-	PythonPath      string       `json:"python_path"`
-	Overlay         string       `json:"overlay"`
-	Network         string       `json:"network"`
-	RootReadonly    bool         `json:"root_readonly"`
-	Rootfs          Rootfs       `json:"rootfs"`
-	CreatedAt       time.Time    `json:"created_at"`
-	Spec            string       `json:"spec"`
-	Checkpoints     []Checkpoint `json:"checkpoints"`
+	AlphaMsPerMiB   float64  `json:"alpha_ms_per_mib"`
+	InterceptMs     float64  `json:"intercept_ms"`
+	SpecFingerprint string   `json:"spec_fingerprint"`
+	ExecutorArgv    []string `json:"executor_argv"`
+	PythonPath      string   `json:"python_path"`
+	Overlay         string   `json:"overlay"`
+	Network         string   `json:"network"`
+	RootReadonly    bool     `json:"root_readonly"`
+	Rootfs          Rootfs   `json:"rootfs"`
+	// Image is the user's image the rootfs was made from (config image, --image), if any.
+	Image       *Image       `json:"image,omitempty"`
+	CreatedAt   time.Time    `json:"created_at"`
+	Spec        string       `json:"spec"`
+	Checkpoints []Checkpoint `json:"checkpoints"`
 }
 
 // File is one image file's size and digest.

@@ -42,7 +42,8 @@ class ImageTest(unittest.TestCase):
         with open(os.path.join(root, "usr/lib/readie/image.json")) as f:
             image = json.load(f)
         self.assertRegex(image["digest"], r"^sha256:[0-9a-f]{64}$")
-        self.assertIn("python3-pandas", image["packages"])
+        self.assertRegex(image["base_digest"], r"^sha256:[0-9a-f]{64}$")
+        self.assertRegex(image["executor_digest"], r"^sha256:[0-9a-f]{64}$")
         with open(os.path.join(root, "etc/readie-resolv.conf")) as f:
             self.assertIn("nameserver", f.read())
         # The root is read-only in a sandbox: the resolver file lives in its /tmp.
@@ -56,13 +57,15 @@ class ImageTest(unittest.TestCase):
         result = subprocess.run([BUILD], capture_output=True, text=True, timeout=600)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertRegex(result.stderr, r"package layer \S+ reused")
-        self.assertRegex(result.stderr, r"rootfs sha256:[0-9a-f]{64} reused")
+        self.assertRegex(result.stderr, r'msg="rootfs reused" digest="sha256:[0-9a-f]{64}"')
         self.assertNotIn("building package layer", result.stderr)
         built = result.stdout.strip().splitlines()[-1]
         self.assertEqual(os.path.realpath(built), rootfs())
         # A rebuild writes nothing into a rootfs that manifests may name.
         self.assertEqual(snapshot(rootfs()), before)
-        installed = os.path.join(built, "usr/lib/python3/dist-packages/readie_executor")
+        with open(os.path.join(built, "usr/lib/readie/image.json")) as f:
+            site = json.load(f)["site_packages"].lstrip("/")
+        installed = os.path.join(built, site, "readie_executor")
         source = os.path.join(EXECUTOR, "readie_executor")
         names = sorted(n for n in os.listdir(source) if n.endswith(".py"))
         match, mismatch, errors = filecmp.cmpfiles(source, installed, names, shallow=False)

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+
+	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/oci"
+)
+
+// rootfsCmd puts the executor layer on a base root filesystem (`make image` runs it on its
+// Debian package layer): the same code that layers the executor onto a user's image.
+type rootfsCmd struct {
+	base, baseDigest, cache string
+}
+
+func (*rootfsCmd) Name() string { return "rootfs" }
+func (*rootfsCmd) Synopsis() string {
+	return "put the executor layer on --base (a directory that never changes); print the rootfs path"
+}
+func (c *rootfsCmd) SetFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.base, "base", "", "the base root filesystem")
+	fs.StringVar(&c.baseDigest, "base-digest", "", "the base's content digest (sha256:...)")
+	fs.StringVar(&c.cache, "cache", config.CacheDir(), "the cache the rootfs goes under (CACHE/rootfs/sha256-DIGEST)")
+}
+
+func (c *rootfsCmd) CheckArgs(_ *globals, args []string) error {
+	if c.base == "" || !strings.HasPrefix(c.baseDigest, "sha256:") {
+		return usagef("rootfs: --base DIR and --base-digest sha256:... are required")
+	}
+	return noArgs(args)
+}
+
+func (c *rootfsCmd) Execute(ctx context.Context, g *globals, _ []string) error {
+	path, info, err := oci.Assemble(ctx, c.cache, c.base, c.baseDigest, nil)
+	if err != nil {
+		return usageError{err}
+	}
+	if info.Reused {
+		g.log.WithField("digest", info.Digest).Info("rootfs reused")
+	} else {
+		g.log.WithField("digest", info.Digest).Info("rootfs assembled")
+	}
+	fmt.Fprintln(g.stdout, path)
+	return nil
+}

@@ -1,0 +1,5 @@
+package oci
+
+import "syscall"
+
+type syscallStat = syscall.Stat_t
