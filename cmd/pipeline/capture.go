@@ -36,6 +36,20 @@ func (f *setFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.remeasure, "remeasure", false, "time the restores of reused checkpoints again instead of keeping their timings")
 }
 
+// setup loads the config, applies the flags and checks runsc: what capture and plan share.
+func (f *setFlags) setup(ctx context.Context, g *globals) (*config.Config, run.CaptureOptions, *run.Env, error) {
+	cfg, err := g.loadConfig()
+	if err != nil {
+		return nil, run.CaptureOptions{}, nil, err
+	}
+	opts, err := f.options(g, cfg)
+	if err != nil {
+		return nil, run.CaptureOptions{}, nil, err
+	}
+	env, err := g.env(ctx, cfg)
+	return cfg, opts, env, err
+}
+
 // options turns the flags and the config into the capture's options (exit 2 on a bad --only).
 func (f *setFlags) options(g *globals, cfg *config.Config) (run.CaptureOptions, error) {
 	sel, err := cfg.Select(g.onlyIDs(), f.sets)
@@ -85,15 +99,7 @@ func (f *setFlags) CheckArgs(_ *globals, args []string) error {
 }
 
 func (c *captureCmd) Execute(ctx context.Context, g *globals, args []string) error {
-	cfg, err := g.loadConfig()
-	if err != nil {
-		return err
-	}
-	opts, err := c.options(g, cfg)
-	if err != nil {
-		return err
-	}
-	env, err := g.env(ctx, cfg)
+	cfg, opts, env, err := c.setup(ctx, g)
 	if err != nil {
 		return err
 	}
@@ -119,15 +125,7 @@ func (*planCmd) Synopsis() string {
 func (c *planCmd) SetFlags(fs *flag.FlagSet) { c.setFlags.register(fs) }
 
 func (c *planCmd) Execute(ctx context.Context, g *globals, args []string) error {
-	cfg, err := g.loadConfig()
-	if err != nil {
-		return err
-	}
-	opts, err := c.options(g, cfg)
-	if err != nil {
-		return err
-	}
-	env, err := g.env(ctx, cfg)
+	cfg, opts, env, err := c.setup(ctx, g)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/oci"
 	"readie.dev/pipeline/internal/run"
 )
@@ -45,15 +46,10 @@ func (*pushCmd) CheckArgs(_ *globals, args []string) error {
 }
 
 func (*pushCmd) Execute(ctx context.Context, g *globals, args []string) error {
-	cfg, err := g.loadConfig()
+	cfg, ref, ctx, cancel, err := g.registryStep(ctx, "push", args[0])
 	if err != nil {
 		return err
 	}
-	ref, err := oci.ParseRef(args[0], cfg.InsecureRegistries)
-	if err != nil {
-		return usageError{err}
-	}
-	ctx, cancel := context.WithTimeoutCause(ctx, cfg.Timeouts.Registry, fmt.Errorf("push exceeded its timeout of %s (timeouts.registry)", cfg.Timeouts.Registry))
 	defer cancel()
 	pushed, err := oci.Push(ctx, cfg.Output, ref, g.progress("push"))
 	if err != nil {
@@ -61,6 +57,21 @@ func (*pushCmd) Execute(ctx context.Context, g *globals, args []string) error {
 	}
 	fmt.Fprintln(g.stdout, pushed)
 	return nil
+}
+
+// registryStep loads the config and parses ref for a push or pull, bounded by
+// timeouts.registry.
+func (g *globals) registryStep(ctx context.Context, what, arg string) (*config.Config, oci.Ref, context.Context, context.CancelFunc, error) {
+	cfg, err := g.loadConfig()
+	if err != nil {
+		return nil, oci.Ref{}, nil, nil, err
+	}
+	ref, err := oci.ParseRef(arg, cfg.InsecureRegistries)
+	if err != nil {
+		return nil, oci.Ref{}, nil, nil, usageError{err}
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, cfg.Timeouts.Registry, fmt.Errorf("%s exceeded its timeout of %s (timeouts.registry)", what, cfg.Timeouts.Registry))
+	return cfg, ref, ctx, cancel, nil
 }
 
 type pullCmd struct{}
@@ -82,15 +93,10 @@ func (*pullCmd) CheckArgs(_ *globals, args []string) error {
 }
 
 func (*pullCmd) Execute(ctx context.Context, g *globals, args []string) error {
-	cfg, err := g.loadConfig()
+	_, ref, ctx, cancel, err := g.registryStep(ctx, "pull", args[0])
 	if err != nil {
 		return err
 	}
-	ref, err := oci.ParseRef(args[0], cfg.InsecureRegistries)
-	if err != nil {
-		return usageError{err}
-	}
-	ctx, cancel := context.WithTimeoutCause(ctx, cfg.Timeouts.Registry, fmt.Errorf("pull exceeded its timeout of %s (timeouts.registry)", cfg.Timeouts.Registry))
 	defer cancel()
 	img, err := oci.Fetch(ctx, ref, nil)
 	if err != nil {

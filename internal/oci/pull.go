@@ -80,26 +80,7 @@ func CheckProtocol(img v1.Image, implemented int) error {
 // nothing else. An entry that would leave dir, or that is not a plain file or directory, is
 // refused with its name.
 func Extract(img v1.Image, dir string, progress func(layer, layers int, bytes int64)) error {
-	layers, err := img.Layers()
-	if err != nil {
-		return err
-	}
-	for i, l := range layers {
-		rc, err := l.Uncompressed()
-		if err != nil {
-			return fmt.Errorf("layer %d: %w", i, err)
-		}
-		counted := &countingReader{r: rc}
-		err = extractLayer(tar.NewReader(counted), dir)
-		rc.Close()
-		if err != nil {
-			return fmt.Errorf("layer %d: %w", i, err)
-		}
-		if progress != nil {
-			progress(i+1, len(layers), counted.n)
-		}
-	}
-	return nil
+	return forEachLayer(img, func(tr *tar.Reader) error { return extractLayer(tr, dir) }, progress)
 }
 
 func extractLayer(tr *tar.Reader, dir string) error {

@@ -31,6 +31,12 @@ const (
 // its name, and nothing is written outside root. It does not use go-containerregistry's
 // mutate.Extract, which has had bugs with opaque whiteouts.
 func Unpack(img v1.Image, root string, progress func(layer, layers int, bytes int64)) error {
+	return forEachLayer(img, func(tr *tar.Reader) error { return applyLayer(tr, root) }, progress)
+}
+
+// forEachLayer runs apply on each layer of img, in order, uncompressed; progress, if set,
+// hears of each layer when it is done.
+func forEachLayer(img v1.Image, apply func(*tar.Reader) error, progress func(layer, layers int, bytes int64)) error {
 	layers, err := img.Layers()
 	if err != nil {
 		return err
@@ -38,10 +44,10 @@ func Unpack(img v1.Image, root string, progress func(layer, layers int, bytes in
 	for i, l := range layers {
 		rc, err := l.Uncompressed()
 		if err != nil {
-			return fmt.Errorf("layer %d: %w", i+1, err)
+			return fmt.Errorf("layer %d of %d: %w", i+1, len(layers), err)
 		}
 		counted := &countingReader{r: rc}
-		err = applyLayer(tar.NewReader(counted), root)
+		err = apply(tar.NewReader(counted))
 		rc.Close()
 		if err != nil {
 			return fmt.Errorf("layer %d of %d: %w", i+1, len(layers), err)

@@ -51,9 +51,6 @@ type mergeSource struct {
 // (lock, staging, swap), its files hard-linked from the sources when the file system allows.
 // The same sources in any order give the same manifest.json, byte for byte.
 func Merge(out string, srcs []string) (*manifest.Manifest, error) {
-	if err := checkOutput(out); err != nil {
-		return nil, err
-	}
 	var sources []mergeSource
 	seen := map[string]bool{}
 	for _, src := range srcs {
@@ -111,21 +108,6 @@ func Merge(out string, srcs []string) (*manifest.Manifest, error) {
 		ids = append([]string{config.EmptySetID}, slices.Delete(ids, i, i+1)...)
 	}
 
-	lock, err := LockOutput(out)
-	if err != nil {
-		return nil, err
-	}
-	defer lock.Unlock()
-	if _, err := sweepOutput(out); err != nil {
-		return nil, err
-	}
-	staging := fmt.Sprintf("%s.staging-%d", strings.TrimSuffix(out, "/"), os.Getpid())
-	if err := os.RemoveAll(staging); err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(staging, 0o755); err != nil {
-		return nil, err
-	}
 	m := *first.m
 	m.Checkpoints = []manifest.Checkpoint{}
 	for _, s := range sources[1:] {
@@ -133,7 +115,7 @@ func Merge(out string, srcs []string) (*manifest.Manifest, error) {
 			m.CreatedAt = s.m.CreatedAt
 		}
 	}
-	err = func() error {
+	err := writeOutput(out, func(staging string) error {
 		for _, id := range ids {
 			p := byID[id]
 			src, dst := filepath.Join(p.src, p.c.Dir), filepath.Join(staging, id)
@@ -161,13 +143,9 @@ func Merge(out string, srcs []string) (*manifest.Manifest, error) {
 		}
 		m.AlphaMsPerMiB, m.InterceptMs = costModel(m.Checkpoints)
 		return atomicfile.WriteJSON(filepath.Join(staging, manifest.FileName), &m)
-	}()
+	})
 	if err != nil {
-		os.RemoveAll(staging)
-		return nil, fmt.Errorf("merge into %s: %w (%s left as it was)", out, err, out)
-	}
-	if err := replaceDir(out, staging); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("merge into %s: %w", out, err)
 	}
 	return &m, nil
 }

@@ -78,3 +78,32 @@ func sweepOutput(out string) ([]string, error) {
 	}
 	return did, nil
 }
+
+// writeOutput writes out the way a capture does, for a step that starts no sandbox (merge,
+// pull): out's lock, a sweep of dead runs' leftovers, a staging directory that fill writes,
+// and the swap. When fill fails, out is left as it was and staging removed.
+func writeOutput(out string, fill func(staging string) error) error {
+	if err := checkOutput(out); err != nil {
+		return err
+	}
+	lock, err := LockOutput(out)
+	if err != nil {
+		return err
+	}
+	defer lock.Unlock()
+	if _, err := sweepOutput(out); err != nil {
+		return err
+	}
+	staging := fmt.Sprintf("%s.staging-%d", strings.TrimSuffix(out, "/"), os.Getpid())
+	if err := os.RemoveAll(staging); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(staging, 0o755); err != nil {
+		return err
+	}
+	if err := fill(staging); err != nil {
+		os.RemoveAll(staging)
+		return fmt.Errorf("%w (%s left as it was)", err, out)
+	}
+	return replaceDir(out, staging)
+}
