@@ -15,9 +15,15 @@ import (
 
 // progress reports a transfer on stderr, throttled, in the log's format.
 func (g *globals) progress(what string) *oci.Progress {
-	return &oci.Progress{What: what, Every: time.Second, Report: func(what string, done, total int64) {
-		g.log.WithFields(logrus.Fields{"done_mib": fmt.Sprintf("%.1f", float64(done)/(1<<20)), "total_mib": fmt.Sprintf("%.1f", float64(total)/(1<<20))}).Info(what)
-	}}
+	mib := func(n int64) string { return fmt.Sprintf("%.1f", float64(n)/(1<<20)) }
+	return &oci.Progress{What: what, Every: time.Second,
+		Report: func(what string, done, total int64) {
+			g.log.WithFields(logrus.Fields{"done_mib": mib(done), "total_mib": mib(total)}).Info(what)
+		},
+		Layer: func(layer string, done, total int64) {
+			g.log.WithFields(logrus.Fields{"layer": layer, "done_mib": mib(done), "total_mib": mib(total)}).Info(what + ": layer")
+		},
+	}
 }
 
 // layerProgress reports each layer of an unpack or a pull when it is done.

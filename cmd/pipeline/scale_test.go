@@ -68,7 +68,12 @@ func TestShardsAndMerge(t *testing.T) {
 			t.Fatalf("verify shard %d: %s%s", i, stdout, stderr)
 		}
 	}
-	code, stdout, stderr := runCLI(t, "merge", "--config", full, "--out", tc.output, shards[2], shards[0], shards[1])
+	// One shard goes through an image, as on Kubernetes (merge pulls it).
+	layoutRef := "oci-layout:" + filepath.Join(dir, "layout") + ":shard-2"
+	if code, _, stderr := runCLI(t, "push", "--config", full, "--out", shards[2], layoutRef); code != exitOK {
+		t.Fatalf("push shard 2: %s", stderr)
+	}
+	code, stdout, stderr := runCLI(t, "merge", "--config", full, "--out", tc.output, layoutRef, shards[0], shards[1])
 	if code != exitOK {
 		t.Fatalf("merge: exit %d\n%s%s", code, stdout, stderr)
 	}

@@ -146,9 +146,18 @@ func dirLayer(out, dir string, files []string) (v1.Layer, error) {
 // Push writes the output out as an image to ref and returns the pushed reference with its
 // digest (REF@sha256:...).
 func Push(ctx context.Context, out string, ref Ref, progress *Progress) (string, error) {
-	img, _, err := Image(out)
+	img, m, err := Image(out)
 	if err != nil {
 		return "", err
+	}
+	if progress != nil && progress.Layer != nil {
+		names := []string{}
+		for _, c := range m.Checkpoints {
+			names = append(names, c.ID)
+		}
+		if img, err = withLayerProgress(img, append(names, FileName), progress.Layer); err != nil {
+			return "", err
+		}
 	}
 	digest, err := img.Digest()
 	if err != nil {
@@ -168,6 +177,41 @@ func Push(ctx context.Context, out string, ref Ref, progress *Progress) (string,
 	}
 	progress.done()
 	return ref.Registry.Context().Digest(digest.String()).String(), nil
+}
+
+// FileName names the last layer (manifest.json and the restore spec) in progress reports.
+const FileName = "manifest.json"
+
+// withLayerProgress is img with each layer (named by names, in order) reporting its upload.
+func withLayerProgress(img v1.Image, names []string, report func(string, int64, int64)) (v1.Image, error) {
+	layers, err := img.Layers()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	m, err := img.Manifest()
+	if err != nil {
+		return nil, err
+	}
+	base, err := mutate.ConfigFile(empty.Image, &v1.ConfigFile{Architecture: cfg.Architecture, OS: cfg.OS, Created: cfg.Created, Config: cfg.Config, RootFS: v1.RootFS{Type: "layers"}})
+	if err != nil {
+		return nil, err
+	}
+	base = mutate.ConfigMediaType(mutate.MediaType(base, types.OCIManifestSchema1), types.OCIConfigJSON)
+	for i, l := range layers {
+		if base, err = mutate.Append(base, mutate.Addendum{Layer: &layerProgress{Layer: l, name: names[i], report: report}, History: cfg.History[i]}); err != nil {
+			return nil, err
+		}
+	}
+	wrapped := mutate.Annotations(base, m.Annotations).(v1.Image)
+	want, _ := img.Digest()
+	if got, err := wrapped.Digest(); err != nil || got != want {
+		return nil, fmt.Errorf("push: the image changed when its layers were wrapped for progress (%v)", err)
+	}
+	return wrapped, nil
 }
 
 // writeLayout adds img to the OCI layout at ref.Layout (made when missing), replacing an image

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -151,5 +152,34 @@ func TestUnpackRefusesHostileLayers(t *testing.T) {
 				t.Error("an entry escaped the root")
 			}
 		})
+	}
+}
+
+// TestUnpackOnceConcurrently: runs that unpack the same image at once all end with the one
+// complete directory; a later call unpacks nothing.
+func TestUnpackOnceConcurrently(t *testing.T) {
+	cache := t.TempDir()
+	img := imageOf(t, layerOf(t, entry{name: "etc/", typ: tar.TypeDir}, entry{name: "etc/os-release", body: "ID=test\n"}))
+	var wg sync.WaitGroup
+	dirs := make([]string, 6)
+	errs := make([]error, 6)
+	for i := range dirs {
+		wg.Go(func() { dirs[i], _, errs[i] = UnpackOnce(img, cache, nil) })
+	}
+	wg.Wait()
+	for i := range dirs {
+		if errs[i] != nil || dirs[i] != dirs[0] {
+			t.Fatalf("unpack %d: %s %v (first: %s)", i, dirs[i], errs[i], dirs[0])
+		}
+	}
+	if data, err := os.ReadFile(filepath.Join(dirs[0], "etc/os-release")); err != nil || string(data) != "ID=test\n" {
+		t.Fatalf("%q %v", data, err)
+	}
+	entries, _ := os.ReadDir(filepath.Join(cache, "rootfs", "oci"))
+	if len(entries) != 1 {
+		t.Errorf("left in the cache: %v", entries)
+	}
+	if _, unpacked, err := UnpackOnce(img, cache, nil); unpacked || err != nil {
+		t.Errorf("a second unpack: unpacked %v, %v", unpacked, err)
 	}
 }

@@ -71,8 +71,11 @@ func Merge(out string, srcs []string) (*manifest.Manifest, error) {
 	if len(sources) == 0 {
 		return nil, fmt.Errorf("%w: %w: no sources", ErrSetup, ErrMerge)
 	}
-	// Any order of the same sources gives the same output.
-	slices.SortFunc(sources, func(a, b mergeSource) int { return cmp.Compare(a.dir, b.dir) })
+	// Any order of the same sources gives the same output: they are taken by content (the
+	// time each was made), their paths only breaking ties between copies of one output.
+	slices.SortFunc(sources, func(a, b mergeSource) int {
+		return cmp.Or(a.m.CreatedAt.Compare(b.m.CreatedAt), cmp.Compare(a.dir, b.dir))
+	})
 	first := sources[0]
 	want := agreement(first.m)
 	for _, s := range sources[1:] {
@@ -97,6 +100,10 @@ func Merge(out string, srcs []string) (*manifest.Manifest, error) {
 			if p, ok := byID[c.ID]; ok {
 				if p.c.Key != c.Key {
 					return nil, fmt.Errorf("%w: set %s has key %s in %s and %s in %s", ErrMerge, c.ID, p.c.Key, p.src, c.Key, s.dir)
+				}
+				// The same checkpoint captured twice (every shard has empty): the earlier.
+				if c.CapturedAt.Before(p.c.CapturedAt) {
+					byID[c.ID] = picked{c, s.dir}
 				}
 				continue
 			}
