@@ -288,16 +288,21 @@ func TestFaultSIGINTDuringCapture(t *testing.T) {
 }
 
 // TestSignalInProcess delivers SIGTERM to dispatch in this process (the race detector watches
-// the signal path) while a capture is blocked: exit 143, no sandbox left.
+// the signal path) while two captures are blocked in two workers (--jobs 2): exit 143, no
+// sandbox of either worker left.
 func TestSignalInProcess(t *testing.T) {
 	e := newFaultEnv(t)
 	t.Setenv("PYTHONPATH", testenv.TestingPythonPath)
 	signals := make(chan os.Signal, 1)
 	var stderr bytes.Buffer
 	exited := make(chan int, 1)
-	cfg := e.blockingConfig(t)
-	go func() { exited <- dispatch([]string{"capture", "--config", cfg}, io.Discard, &stderr, signals) }()
+	cfg := e.config(t, "  - id: block\n    imports: ["+testenv.BlockingModule+"]\n  - id: block2\n    imports: [json, "+testenv.BlockingModule+"]\n", "pass_env: [PYTHONPATH]")
+	go func() {
+		exited <- dispatch([]string{"capture", "--config", cfg, "--jobs", "2"}, io.Discard, &stderr, signals)
+	}()
 	e.waitForBlockedCapture(t, os.Getpid())
+	second := testenv.WaitForSandbox(t, e.runtime(), "-block2-capture-", 2*time.Minute)
+	testenv.WaitForBlocked(t, os.Getpid(), second, 2*time.Minute)
 	signals <- syscall.SIGTERM
 	select {
 	case code := <-exited:

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -235,5 +236,34 @@ func TestLinkListPrune(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(s.Dir, ".tmp-abc-999999999-x")); !os.IsNotExist(err) {
 		t.Error("a dead run's pending directory was kept")
+	}
+}
+
+// TestLinkFilesAcrossFileSystems: into another file system (a tmpfs), the files are copied,
+// byte for byte, private.
+func TestLinkFilesAcrossFileSystems(t *testing.T) {
+	s := &Store{Dir: filepath.Join(t.TempDir(), "store")}
+	key := baseInputs().Key()
+	p, meta := pendingWith(t, s, key, "content ")
+	if _, err := p.Commit(meta); err != nil {
+		t.Fatal(err)
+	}
+	other := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=4m", "readie-test", other).CombinedOutput(); err != nil {
+		t.Fatalf("mount a tmpfs (the tests run as root): %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", other).Run() })
+	entry, _ := s.Path(key)
+	dst := filepath.Join(other, "out", "numpy")
+	if err := LinkFiles(entry, dst); err != nil {
+		t.Fatal(err)
+	}
+	if err := VerifyFiles(dst, meta); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := os.Stat(filepath.Join(entry, "pages.img"))
+	b, _ := os.Stat(filepath.Join(dst, "pages.img"))
+	if os.SameFile(a, b) || b.Mode().Perm() != 0o600 {
+		t.Errorf("across file systems: same file %v, mode %v", os.SameFile(a, b), b.Mode())
 	}
 }
