@@ -69,9 +69,9 @@ test-python: deps image
 	cd images/executor && $(PYTHON) -m unittest discover -s tests -t .
 
 # Twice: in a zone that is not UTC (with the race detector) and in UTC, so nothing can depend
-# on the machine's time zone.
+# on the machine's time zone. -count=1: the test cache does not know TZ.
 test-go: runsc image build
-	TZ=America/New_York go test $(GOTEST_FLAGS) ./...
+	TZ=America/New_York go test $(GOTEST_FLAGS) -count=1 ./...
 	TZ=UTC go test -timeout 30m -count=1 ./...
 
 test: deps lint check-golden test-python test-go

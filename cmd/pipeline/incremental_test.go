@@ -236,15 +236,7 @@ func TestCorruptStoreEntryIsRecaptured(t *testing.T) {
 	e.statuses("capture", "--config", cfg)
 	key := e.manifest().Checkpoints[1].Key
 	pages := filepath.Join(e.store, strings.TrimPrefix(key, "sha256:"), "pages.img")
-	f, err := os.OpenFile(pages, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := make([]byte, 1)
-	f.ReadAt(b, 4096)
-	b[0] ^= 0xff
-	f.WriteAt(b, 4096)
-	f.Close()
+	flipByte(t, pages, 4096)
 	plan, _ := e.plan("--config", cfg)
 	if !strings.Contains(plan["a"], "capture") || !strings.Contains(plan["a"], "corrupt") {
 		t.Errorf("plan for a: %q", plan["a"])

@@ -200,15 +200,7 @@ func TestCaptureVerify(t *testing.T) {
 	}
 
 	pages := filepath.Join(out, "pandas", "pages.img")
-	f, err := os.OpenFile(pages, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := make([]byte, 1)
-	f.ReadAt(b, 4096)
-	b[0] ^= 0xff
-	f.WriteAt(b, 4096)
-	f.Close()
+	flipByte(t, pages, 4096)
 	code, _, stderr = runCLI(t, "verify", "--config", cfg)
 	if code != exitFailed || !strings.Contains(stderr, pages) {
 		t.Fatalf("verify after tampering: exit %d\n%s", code, stderr)
@@ -364,5 +356,24 @@ func TestCachePruneRootfs(t *testing.T) {
 		if _, err := os.Stat(path); (err == nil) != want {
 			t.Errorf("%s present = %v, want %v", path, err == nil, want)
 		}
+	}
+}
+
+// flipByte changes the byte at offset of the file at path, in place (so every hard link of it
+// sees the change).
+func flipByte(t *testing.T, path string, offset int64) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, offset); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0xff
+	if _, err := f.WriteAt(b, offset); err != nil {
+		t.Fatal(err)
 	}
 }
