@@ -73,13 +73,13 @@ func (c *benchCmd) Execute(ctx context.Context, g *globals, args []string) error
 		return usageIfSetup(err)
 	}
 	printBench(g.stdout, report)
-	fmt.Fprintf(g.stdout, "\nwrote %s and %s\n", filepath.Join(out, "bench.json"), filepath.Join(out, "bench.svg"))
+	fmt.Fprintf(g.stdout, "\nwrote bench.json, bench.txt (for benchstat) and bench.svg into %s (%s)\n", report.Dir, filepath.Join(out, "bench", "latest"))
 	return nil
 }
 
 func printBench(w io.Writer, r *bench.Report) {
-	fmt.Fprintf(w, "%d rounds, interleaved; %d CPUs (%s); runsc %s; restore flags %s\n\n",
-		r.Rounds, r.Machine.CPUs, r.Machine.CPUModel, r.Runsc.Version, strings.Join(r.RestoreFlags, " "))
+	fmt.Fprintf(w, "%d rounds, interleaved, after %d warm-up round (discarded); %d CPUs (%s); runsc %s; restore flags %s\n\n",
+		r.Rounds, r.WarmupRounds, r.Machine.CPUs, r.Machine.CPUModel, r.Runsc.Version, strings.Join(r.RestoreFlags, " "))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "set\tseries\tmin ms\tmedian ms\tp90 ms\tmax ms\t")
 	for _, s := range r.Sets {

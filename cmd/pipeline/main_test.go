@@ -223,7 +223,8 @@ func TestBenchShort(t *testing.T) {
 			t.Errorf("the bench table lacks %q:\n%s", want, stdout)
 		}
 	}
-	data, err := os.ReadFile(filepath.Join(out, "bench.json"))
+	latest := filepath.Join(out, "bench", "latest")
+	data, err := os.ReadFile(filepath.Join(latest, "bench.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,9 +256,23 @@ func TestBenchShort(t *testing.T) {
 	if len(report.Sets[0].Series) != 11 || report.Sets[0].Ratios["cold/restore"] <= 0 || len(report.Explain) != 1 || report.Explain[0].Total <= 0 {
 		t.Errorf("bench.json: %d series, ratios %v, explain %+v", len(report.Sets[0].Series), report.Sets[0].Ratios, report.Explain)
 	}
-	svg, err := os.ReadFile(filepath.Join(out, "bench.svg"))
+	svg, err := os.ReadFile(filepath.Join(latest, "bench.svg"))
 	if err != nil || !bytes.Contains(svg, []byte("<svg")) || !bytes.Contains(svg, []byte("prestarted")) {
 		t.Fatalf("bench.svg: %v", err)
+	}
+	txt, err := os.ReadFile(filepath.Join(latest, "bench.txt"))
+	if err != nil || bytes.Count(txt, []byte("\nBenchmarkRestore/set=small/series=")) != 11*2 {
+		t.Errorf("bench.txt: %v\n%s", err, txt)
+	}
+	// A second run keeps the first: history, not overwrite; latest follows the new one.
+	first, _ := os.Readlink(latest)
+	if code, _, stderr := runCLI(t, "bench", "--config", cfg, "--only", "small", "--rounds", "1", "--variants=false"); code != exitOK {
+		t.Fatalf("second bench: %s", stderr)
+	}
+	runs, _ := filepath.Glob(filepath.Join(out, "bench", "2*"))
+	second, _ := os.Readlink(latest)
+	if len(runs) != 2 || second == first || filepath.Base(runs[0]) != first && filepath.Base(runs[1]) != first {
+		t.Errorf("bench runs %v, latest %s then %s", runs, first, second)
 	}
 	m, err := manifest.Load(filepath.Join(out, manifest.FileName))
 	if err != nil {

@@ -64,6 +64,13 @@ type Trial struct {
 	Series string
 }
 
+func (t Trial) roundName() string {
+	if t.Round < 0 {
+		return "warm-up round"
+	}
+	return fmt.Sprintf("round %d", t.Round+1)
+}
+
 // Schedule orders the trials round by round: every set and every series once per round
 // (A B C D A B C D ...), never all of one series before the next.
 func Schedule(sets, rounds int, series []string) []Trial {
@@ -101,32 +108,42 @@ type Fit struct {
 
 // Results are the figures of one run of the benchmark.
 type Results struct {
-	Rounds int         `json:"rounds"`
-	Series []string    `json:"series"`
-	Sets   []SetReport `json:"sets"`
-	Fit    Fit         `json:"fit"`
+	// WarmupRounds ran first and were discarded: the first sandboxes of a run pay for cold
+	// caches that no later one does.
+	WarmupRounds int         `json:"warmup_rounds"`
+	Rounds       int         `json:"rounds"`
+	Series       []string    `json:"series"`
+	Sets         []SetReport `json:"sets"`
+	Fit          Fit         `json:"fit"`
 }
 
-// Execute runs every trial of the schedule with runner; progress, if set, sees each result.
+// Execute runs one warm-up round, discarded, then every trial of the schedule with runner;
+// progress, if set, sees each result (a warm-up trial's Round is -1).
 func Execute(ctx context.Context, sets []Set, series []string, rounds int, runner Runner, progress func(Trial, float64)) (*Results, error) {
 	raw := make([]map[string][]float64, len(sets))
 	for i := range raw {
 		raw[i] = map[string][]float64{}
 	}
-	for _, t := range Schedule(len(sets), rounds, series) {
+	warmup := Schedule(len(sets), 1, series)
+	for i := range warmup {
+		warmup[i].Round = -1
+	}
+	for _, t := range append(warmup, Schedule(len(sets), rounds, series)...) {
 		if err := ctx.Err(); err != nil {
 			return nil, context.Cause(ctx)
 		}
 		ms, err := runner.Run(ctx, sets[t.Set], t.Series)
 		if err != nil {
-			return nil, fmt.Errorf("bench: %s, %s, round %d: %w", sets[t.Set].ID, t.Series, t.Round+1, err)
+			return nil, fmt.Errorf("bench: %s, %s, %s: %w", sets[t.Set].ID, t.Series, t.roundName(), err)
 		}
-		raw[t.Set][t.Series] = append(raw[t.Set][t.Series], ms)
+		if t.Round >= 0 {
+			raw[t.Set][t.Series] = append(raw[t.Set][t.Series], ms)
+		}
 		if progress != nil {
 			progress(t, ms)
 		}
 	}
-	res := &Results{Rounds: rounds, Series: slices.Clone(series)}
+	res := &Results{WarmupRounds: 1, Rounds: rounds, Series: slices.Clone(series)}
 	var sizes []int64
 	var medians []float64
 	for i, set := range sets {

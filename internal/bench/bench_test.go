@@ -50,8 +50,12 @@ func TestExecuteStatisticsAndRatios(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(runner.calls) != 2*3*5 || runner.calls[0] != "small/floor" || runner.calls[5] != "big/floor" || runner.calls[10] != "small/floor" {
+	// One warm-up round, then 3 measured ones; the warm-up's figures are not kept.
+	if len(runner.calls) != 2*4*5 || runner.calls[0] != "small/floor" || runner.calls[5] != "big/floor" || runner.calls[10] != "small/floor" {
 		t.Fatalf("calls %v", runner.calls)
+	}
+	if res.WarmupRounds != 1 || res.Rounds != 3 {
+		t.Fatalf("warm-up %d, rounds %d", res.WarmupRounds, res.Rounds)
 	}
 	small := res.Sets[0]
 	if st := small.Series[Restore]; len(st.Runs) != 3 || st.Min > st.Median || st.Median > st.P90 || st.P90 > st.Max {
@@ -75,7 +79,7 @@ func (failingRunner) Run(context.Context, Set, string) (float64, error) {
 
 func TestExecuteNamesTheFailedTrial(t *testing.T) {
 	_, err := Execute(context.Background(), []Set{{ID: "pandas"}}, []string{Cold}, 2, failingRunner{}, nil)
-	if err == nil || !strings.Contains(err.Error(), "pandas, cold, round 1: sandbox exploded") {
+	if err == nil || !strings.Contains(err.Error(), "pandas, cold, warm-up round: sandbox exploded") {
 		t.Fatalf("err = %v", err)
 	}
 }

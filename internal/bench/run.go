@@ -3,6 +3,8 @@ package bench
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io/fs"
 	"fmt"
 	"maps"
 	"os"
@@ -84,17 +86,58 @@ func runOn(ctx context.Context, x *run.Existing, o Options) (*Report, error) {
 			report.Explain = append(report.Explain, b)
 		}
 	}
-	if err := atomicfile.WriteJSON(filepath.Join(x.Out, "bench.json"), report); err != nil {
-		return nil, err
-	}
-	var svg bytes.Buffer
-	if err := WriteChart(&svg, results); err != nil {
-		return nil, fmt.Errorf("draw bench.svg: %w", err)
-	}
-	if err := atomicfile.Write(filepath.Join(x.Out, "bench.svg"), svg.Bytes(), 0o644); err != nil {
+	report.Dir, err = writeRun(x.Out, report, results)
+	if err != nil {
 		return nil, err
 	}
 	return report, nil
+}
+
+// writeRun writes bench.json, bench.txt and bench.svg of one run into OUT/bench/<UTC time>/,
+// keeping earlier runs, and points OUT/bench/latest at it.
+func writeRun(out string, report *Report, results *Results) (string, error) {
+	history := filepath.Join(out, "bench")
+	if err := os.MkdirAll(history, 0o755); err != nil {
+		return "", err
+	}
+	stamp := report.CreatedAt.UTC().Format("20060102T150405Z")
+	dir := filepath.Join(history, stamp)
+	for n := 2; ; n++ { // never over an earlier run's files, even one in the same second
+		err := os.Mkdir(dir, 0o755)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return "", err
+		}
+		dir = filepath.Join(history, fmt.Sprintf("%s-%d", stamp, n))
+	}
+	if err := atomicfile.WriteJSON(filepath.Join(dir, "bench.json"), report); err != nil {
+		return "", err
+	}
+	var txt, svg bytes.Buffer
+	if err := WriteBenchfmt(&txt, report); err != nil {
+		return "", err
+	}
+	if err := atomicfile.Write(filepath.Join(dir, "bench.txt"), txt.Bytes(), 0o644); err != nil {
+		return "", err
+	}
+	if err := WriteChart(&svg, results); err != nil {
+		return "", fmt.Errorf("draw bench.svg: %w", err)
+	}
+	if err := atomicfile.Write(filepath.Join(dir, "bench.svg"), svg.Bytes(), 0o644); err != nil {
+		return "", err
+	}
+	// latest, replaced atomically: a new link beside it, renamed over it.
+	tmp := filepath.Join(history, ".latest-"+filepath.Base(dir))
+	os.Remove(tmp)
+	if err := os.Symlink(filepath.Base(dir), tmp); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp, filepath.Join(history, "latest")); err != nil {
+		return "", err
+	}
+	return dir, nil
 }
 
 // captureZeroPages captures every set again with committed zero pages excluded, for the

@@ -88,5 +88,7 @@ type Report struct {
 	Variants          []Variant         `json:"variants"`
 	FastestVariant    *Variant          `json:"fastest_variant,omitempty"`
 	Explain           []Breakdown       `json:"explain,omitempty"`
+	// Dir is where this run's files are (OUT/bench/<UTC time>/).
+	Dir string `json:"-"`
 	Results
 }
