@@ -30,7 +30,7 @@ func (c *benchCmd) SetFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.rounds, "rounds", 7, "rounds; every set and series runs once per round, interleaved")
 	fs.BoolVar(&c.capture, "capture", false, "capture first (as `pipeline capture`), then bench")
 	fs.BoolVar(&c.cleanFailed, "clean-failed", false, "with --capture: remove the staging directory of a failed capture instead of leaving it for inspection")
-	fs.BoolVar(&c.variants, "variants", true, "also measure restore variants: -direct, -background, zero-pages images")
+	fs.BoolVar(&c.variants, "variants", true, "also measure the restore variants of the config's bench.variants")
 	fs.BoolVar(&c.explain, "explain", false, "break one restore per set down from runsc's debug log")
 }
 

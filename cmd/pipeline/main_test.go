@@ -392,3 +392,39 @@ func flipByte(t *testing.T, path string, offset int64) {
 		t.Fatal(err)
 	}
 }
+
+// TestBenchConfigVariants: the variants bench measures are the config's bench.variants: their
+// names, their flags, and an image captured for the one with checkpoint options.
+func TestBenchConfigVariants(t *testing.T) {
+	dir := testenv.WorkDir(t)
+	out := filepath.Join(dir, "out")
+	cfg := testConfig{runsc: testenv.RunscPath(t), root: runscRoot(t, dir), rootfs: testenv.Rootfs(t), output: out,
+		sets: "  - id: small\n    imports: [json]\n"}.write(t)
+	data, _ := os.ReadFile(cfg)
+	os.WriteFile(cfg, append(data, []byte(`bench:
+  variants:
+    - {name: plain, restore_flags: []}
+    - {name: zero, restore_flags: [-direct], checkpoint_options: {exclude-committed-zero-pages: "true"}}
+`)...), 0o644)
+	if code, _, stderr := runCLI(t, "bench", "--config", cfg, "--capture", "--only", "small", "--rounds", "1"); code != exitOK {
+		t.Fatalf("bench: exit %d\n%s", code, stderr)
+	}
+	data, err := os.ReadFile(filepath.Join(out, "bench", "latest", "bench.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var report struct {
+		Series []string `json:"series"`
+		Sets   []struct {
+			VariantBytes map[string]int64 `json:"variant_bytes"`
+		} `json:"sets"`
+	}
+	json.Unmarshal(data, &report)
+	want := "floor cold restore prestarted measure variant:plain variant:zero"
+	if got := strings.Join(report.Series, " "); got != want {
+		t.Errorf("series %q, want %q", got, want)
+	}
+	if len(report.Sets) != 1 || report.Sets[0].VariantBytes["exclude-committed-zero-pages=true"] <= 0 {
+		t.Errorf("sets %+v", report.Sets)
+	}
+}

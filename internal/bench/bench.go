@@ -7,9 +7,12 @@ package bench
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
+	"strings"
 
+	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
 )
@@ -26,24 +29,33 @@ const (
 // CoreSeries are measured for every set, in this order within a round.
 func CoreSeries() []string { return []string{Floor, Cold, Restore, Prestarted, Measure} }
 
-// Variant is a restore to the answer with other restore flags, or from an image captured with
-// committed zero pages excluded.
+// Variant is a restore to the answer with other restore flags, and from an image captured with
+// other checkpoint options when it names some (config bench.variants).
 type Variant struct {
-	Name      string   `json:"name"`
-	Flags     []string `json:"flags"`
-	ZeroPages bool     `json:"zero_pages"`
+	Name              string            `json:"name"`
+	Flags             []string          `json:"flags"`
+	CheckpointOptions map[string]string `json:"checkpoint_options,omitempty"`
 }
 
-// Variants are the restore variants measured beside the core series.
-func Variants() []Variant {
-	return []Variant{
-		{Name: "variant:none", Flags: []string{}},
-		{Name: "variant:-direct", Flags: []string{"-direct"}},
-		{Name: "variant:-background", Flags: []string{"-background"}},
-		{Name: "variant:-direct,-background", Flags: []string{"-direct", "-background"}},
-		{Name: "variant:zero-pages,-direct", Flags: []string{"-direct"}, ZeroPages: true},
-		{Name: "variant:zero-pages,-direct,-background", Flags: []string{"-direct", "-background"}, ZeroPages: true},
+// VariantPrefix starts the series name of every variant.
+const VariantPrefix = "variant:"
+
+// Variants are the config's bench variants as series to measure.
+func Variants(cfg []config.BenchVariant) []Variant {
+	var vs []Variant
+	for _, v := range cfg {
+		vs = append(vs, Variant{Name: VariantPrefix + v.Name, Flags: append([]string{}, v.RestoreFlags...), CheckpointOptions: maps.Clone(v.CheckpointOptions)})
 	}
+	return vs
+}
+
+// optionsKey names a set of checkpoint options, the same for equal sets.
+func optionsKey(options map[string]string) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(options)) {
+		parts = append(parts, k+"="+options[k])
+	}
+	return strings.Join(parts, ",")
 }
 
 // Set is one checkpoint to measure.
@@ -52,9 +64,10 @@ type Set struct {
 	Imports []string `json:"imports"`
 	Dir     string   `json:"-"`
 	Bytes   int64    `json:"bytes"`
-	// ZeroDir holds the same set captured with committed zero pages excluded ("" if none).
-	ZeroDir   string `json:"-"`
-	ZeroBytes int64  `json:"zero_pages_bytes,omitempty"`
+	// VariantDirs hold the set captured with a variant's checkpoint options (by optionsKey);
+	// VariantBytes their sizes.
+	VariantDirs  map[string]string `json:"-"`
+	VariantBytes map[string]int64  `json:"variant_bytes,omitempty"`
 }
 
 // Trial is one measurement: a set, a series, a round.

@@ -6,6 +6,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"readie.dev/pipeline/internal/config"
 )
 
 func TestScheduleInterleaves(t *testing.T) {
@@ -86,7 +88,7 @@ func TestExecuteNamesTheFailedTrial(t *testing.T) {
 
 func TestFastest(t *testing.T) {
 	runner := &fakeRunner{times: map[string]float64{"variant:none": 500, "variant:-direct": 450, "variant:-background": 300}}
-	vs := Variants()[:3]
+	vs := Variants([]config.BenchVariant{{Name: "none"}, {Name: "-direct", RestoreFlags: []string{"-direct"}}, {Name: "-background", RestoreFlags: []string{"-background"}}})
 	var names []string
 	for _, v := range vs {
 		names = append(names, v.Name)

@@ -51,8 +51,8 @@ func runOn(ctx context.Context, x *run.Existing, o Options) (*Report, error) {
 	series := CoreSeries()
 	var variants []Variant
 	if o.Variants {
-		variants = Variants()
-		if err := captureZeroPages(ctx, env, sets, work); err != nil {
+		variants = Variants(env.Config.Bench.Variants)
+		if err := captureVariantImages(ctx, env, sets, variants, work); err != nil {
 			return nil, err
 		}
 		for _, v := range variants {
@@ -140,23 +140,31 @@ func writeRun(out string, report *Report, results *Results) (string, error) {
 	return dir, nil
 }
 
-// captureZeroPages captures every set again with committed zero pages excluded, for the
-// variants; the images live in work and go with it.
-func captureZeroPages(ctx context.Context, env *run.Env, sets []Set, work string) error {
+// captureVariantImages captures every set again for each distinct set of checkpoint options
+// the variants name; the images live in work and go with it.
+func captureVariantImages(ctx context.Context, env *run.Env, sets []Set, variants []Variant, work string) error {
 	version, err := env.Runtime.Version(ctx)
 	if err != nil {
 		return err
 	}
-	for i := range sets {
-		set := &sets[i]
-		dir := filepath.Join(work, "zero-"+set.ID)
-		meta, err := capture.Run(ctx, env.Runtime, env.CaptureRequest(config.Set{ID: set.ID, Imports: set.Imports}, dir, work, version,
-			map[string]string{"exclude-committed-zero-pages": "true"}))
-		if err != nil {
-			return fmt.Errorf("bench: zero-pages image: %w", err)
+	for _, v := range variants {
+		key := optionsKey(v.CheckpointOptions)
+		for i := range sets {
+			set := &sets[i]
+			if key == "" || set.VariantDirs[key] != "" {
+				continue
+			}
+			dir := filepath.Join(work, fmt.Sprintf("variant-%d-%s", len(set.VariantDirs), set.ID))
+			meta, err := capture.Run(ctx, env.Runtime, env.CaptureRequest(config.Set{ID: set.ID, Imports: set.Imports}, dir, work, version, v.CheckpointOptions))
+			if err != nil {
+				return fmt.Errorf("bench: image for %s: %w", v.Name, err)
+			}
+			if set.VariantDirs == nil {
+				set.VariantDirs, set.VariantBytes = map[string]string{}, map[string]int64{}
+			}
+			set.VariantDirs[key], set.VariantBytes[key] = dir, meta.Bytes()
+			env.Log.WithFields(logrus.Fields{"set": set.ID, "options": key, "bytes": meta.Bytes(), "default_bytes": set.Bytes}).Info("bench: captured a variant's image")
 		}
-		set.ZeroDir, set.ZeroBytes = dir, meta.Bytes()
-		env.Log.WithFields(logrus.Fields{"set": set.ID, "bytes": set.ZeroBytes, "default_bytes": set.Bytes}).Info("bench: captured zero-pages image")
 	}
 	return nil
 }

@@ -39,11 +39,10 @@ func (s *SandboxRunner) Run(ctx context.Context, set Set, series string) (float6
 			continue
 		}
 		dir := set.Dir
-		if v.ZeroPages {
-			if set.ZeroDir == "" {
-				return 0, fmt.Errorf("no zero-pages image of %s", set.ID)
+		if len(v.CheckpointOptions) > 0 {
+			if dir = set.VariantDirs[optionsKey(v.CheckpointOptions)]; dir == "" {
+				return 0, fmt.Errorf("no image of %s captured with %s", set.ID, optionsKey(v.CheckpointOptions))
 			}
-			dir = set.ZeroDir
 		}
 		variant := *r
 		variant.Flags = v.Flags

@@ -48,6 +48,19 @@ type Runsc struct {
 	CheckpointOptions map[string]string `yaml:"checkpoint_options"`
 }
 
+// BenchVariant is a restore variant `pipeline bench` measures beside the core series: restore
+// flags, and checkpoint options for an image captured for it alone.
+type BenchVariant struct {
+	Name              string            `yaml:"name"`
+	RestoreFlags      []string          `yaml:"restore_flags"`
+	CheckpointOptions map[string]string `yaml:"checkpoint_options"`
+}
+
+// Bench configures `pipeline bench`.
+type Bench struct {
+	Variants []BenchVariant `yaml:"variants"`
+}
+
 // Timeouts bound every wait on something outside the process.
 type Timeouts struct {
 	Capture      time.Duration `yaml:"capture"`
@@ -80,12 +93,14 @@ type Config struct {
 	// 127.0.0.1 always are).
 	InsecureRegistries []string `yaml:"insecure_registries"`
 	Checkpoints        []Set    `yaml:"checkpoints"`
+	Bench              Bench    `yaml:"bench"`
 }
 
 var (
-	idPattern     = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-	envPattern    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	modulePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
+	idPattern      = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+	variantPattern = regexp.MustCompile(`^[A-Za-z0-9_,.+=-]{1,64}$`)
+	envPattern     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	modulePattern  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
 )
 
 // Parse reads a config from data over the defaults (the embedded pipeline.yaml): a key the
@@ -191,12 +206,32 @@ func (c *Config) validate() error {
 			add("runsc.global_flags: set %q with its own key, not here", f)
 		}
 	}
-	for k := range c.Runsc.CheckpointOptions {
-		switch k {
-		case "exclude-committed-zero-pages", "compression", "direct":
-		default:
-			add("runsc.checkpoint_options: %q is not one of exclude-committed-zero-pages, compression, direct", k)
+	checkOptions := func(where string, options map[string]string) {
+		for k := range options {
+			switch k {
+			case "exclude-committed-zero-pages", "compression", "direct":
+			default:
+				add("%s: %q is not one of exclude-committed-zero-pages, compression, direct", where, k)
+			}
 		}
+	}
+	checkOptions("runsc.checkpoint_options", c.Runsc.CheckpointOptions)
+	variants := map[string]bool{}
+	for i, v := range c.Bench.Variants {
+		where := fmt.Sprintf("bench.variants[%d]", i)
+		switch {
+		case !variantPattern.MatchString(v.Name):
+			add("%s: name %q: use letters, digits and - _ , . + = (no spaces or /)", where, v.Name)
+		case variants[v.Name]:
+			add("%s: duplicate name %q", where, v.Name)
+		}
+		variants[v.Name] = true
+		for _, f := range v.RestoreFlags {
+			if !strings.HasPrefix(f, "-") {
+				add("%s (%s): restore flag %q is not a flag", where, v.Name, f)
+			}
+		}
+		checkOptions(where+".checkpoint_options", v.CheckpointOptions)
 	}
 	if c.Rootfs == "" {
 		add("rootfs is empty")

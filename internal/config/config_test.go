@@ -239,3 +239,21 @@ func TestShards(t *testing.T) {
 		t.Errorf("ParseShard(2/5) = %d %d %v", i, n, err)
 	}
 }
+
+func TestBenchVariants(t *testing.T) {
+	c, err := Parse(pipeline.DefaultConfig(), "default", "/w", "/c")
+	if err != nil || len(c.Bench.Variants) != 6 || c.Bench.Variants[4].CheckpointOptions["exclude-committed-zero-pages"] != "true" {
+		t.Fatalf("default variants %+v %v", c.Bench.Variants, err)
+	}
+	for bad, want := range map[string]string{
+		"bench:\n  variants:\n    - {name: a b}\n":                               "name",
+		"bench:\n  variants:\n    - {name: a}\n    - {name: a}\n":                "duplicate name",
+		"bench:\n  variants:\n    - {name: a, restore_flags: [direct]}\n":        "not a flag",
+		"bench:\n  variants:\n    - {name: a, checkpoint_options: {bogus: x}}\n": "bogus",
+		"bench:\n  variants:\n    - {name: a/b}\n":                               "name",
+	} {
+		if _, err := Parse([]byte(bad), "x.yaml", "/w", "/c"); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", bad, err, want)
+		}
+	}
+}
