@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -14,10 +17,11 @@ import (
 )
 
 type benchCmd struct {
-	rounds   int
-	capture  bool
-	variants bool
-	explain  bool
+	concurrency string
+	rounds      int
+	capture     bool
+	variants    bool
+	explain     bool
 	// cleanFailed is capture's --clean-failed, for --capture.
 	cleanFailed bool
 }
@@ -32,6 +36,7 @@ func (c *benchCmd) SetFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.cleanFailed, "clean-failed", false, "with --capture: remove the staging directory of a failed capture instead of leaving it for inspection")
 	fs.BoolVar(&c.variants, "variants", true, "also measure the restore variants of the config's bench.variants")
 	fs.BoolVar(&c.explain, "explain", false, "break one restore per set down from runsc's debug log")
+	fs.StringVar(&c.concurrency, "concurrency", fmt.Sprintf("1,%d", runtime.NumCPU()), "restores at once to measure on the largest set, comma-separated (empty: none)")
 }
 
 func (c *benchCmd) Execute(ctx context.Context, g *globals, args []string) error {
@@ -40,6 +45,19 @@ func (c *benchCmd) Execute(ctx context.Context, g *globals, args []string) error
 	}
 	if c.rounds < 1 {
 		return usagef("--rounds %d: want at least 1", c.rounds)
+	}
+	var ks []int
+	for _, part := range strings.Split(c.concurrency, ",") {
+		if part = strings.TrimSpace(part); part == "" {
+			continue
+		}
+		k, err := strconv.Atoi(part)
+		if err != nil || k < 1 || k > 256 {
+			return usagef("--concurrency %q: want numbers of restores at once, 1 to 256, e.g. 1,4", c.concurrency)
+		}
+		if !slices.Contains(ks, k) {
+			ks = append(ks, k)
+		}
 	}
 	cfg, err := g.loadConfig()
 	if err != nil {
@@ -68,7 +86,7 @@ func (c *benchCmd) Execute(ctx context.Context, g *globals, args []string) error
 			return usageIfSetup(err)
 		}
 	}
-	report, err := bench.Run(ctx, env, out, bench.Options{Only: g.onlyIDs(), Rounds: c.rounds, Variants: c.variants, Explain: c.explain})
+	report, err := bench.Run(ctx, env, out, bench.Options{Only: g.onlyIDs(), Rounds: c.rounds, Variants: c.variants, Explain: c.explain, Concurrency: ks})
 	if err != nil {
 		return usageIfSetup(err)
 	}
@@ -104,6 +122,16 @@ func printBench(w io.Writer, r *bench.Report) {
 		r.Fit.Points, r.Fit.AlphaMsPerMiB, r.Fit.InterceptMs)
 	if r.FastestVariant != nil {
 		fmt.Fprintf(w, "fastest restore variant (sum of medians over the sets): %s\n", r.FastestVariant.Name)
+	}
+	if len(r.Concurrency) > 0 {
+		fmt.Fprintf(w, "\nrestores at once of %s, from the release of one barrier to each answer (latency over all rounds; throughput: median of the rounds):\n", r.Concurrency[0].Set)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "series\tat once\tmedian ms\tp90 ms\tmax ms\trestores/s\tstart spread ms\t")
+		for _, c := range r.Concurrency {
+			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%.0f\t%.2f\t%.1f\t\n", c.Series, c.Concurrency, c.Latency.Median, c.Latency.P90, c.Latency.Max, c.Throughput, c.SpreadMS)
+		}
+		tw.Flush()
+		fmt.Fprintln(w, r.Recommendation)
 	}
 	if len(r.Explain) > 0 {
 		fmt.Fprintln(w, "\nwhere one restore's time goes (runsc --debug is on for these, which slows them):")

@@ -26,6 +26,14 @@ func WriteBenchfmt(w io.Writer, r *Report) error {
 			}
 		}
 	}
+	for _, c := range r.Concurrency {
+		for _, ms := range c.Latency.Runs {
+			fmt.Fprintf(&b, "BenchmarkRestore/set=%s/series=%s/conc=%d 1 %d ns/op\n", c.Set, c.Series, c.Concurrency, int64(ms*1e6))
+		}
+		for _, rps := range c.Batches {
+			fmt.Fprintf(&b, "BenchmarkRestoreBatch/set=%s/series=%s/conc=%d 1 %.3f restores/s\n", c.Set, c.Series, c.Concurrency, rps)
+		}
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -18,6 +18,7 @@ import (
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/run"
 	"readie.dev/pipeline/pkg/capture"
+	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
 )
 
@@ -27,6 +28,8 @@ type Options struct {
 	Rounds   int
 	Variants bool // also the restore variants (flags, zero-pages images)
 	Explain  bool // also break one restore per set down from runsc's debug log
+	// Concurrency lists the numbers of restores at once to measure on the largest set.
+	Concurrency []int
 }
 
 // Run measures the checkpoints of out side by side, restoring them exactly as their manifest
@@ -77,6 +80,11 @@ func runOn(ctx context.Context, x *run.Existing, o Options) (*Report, error) {
 	if v, ok := results.Fastest(variants); ok {
 		report.FastestVariant = &v
 	}
+	if len(o.Concurrency) > 0 {
+		if err := e2eConcurrency(ctx, x, report, restorer, sets, variants, o); err != nil {
+			return nil, err
+		}
+	}
 	if o.Explain {
 		for _, set := range sets {
 			b, err := explainOne(ctx, restorer, set, work)
@@ -91,6 +99,61 @@ func runOn(ctx context.Context, x *run.Existing, o Options) (*Report, error) {
 		return nil, err
 	}
 	return report, nil
+}
+
+// e2eConcurrency measures K restores at once on the largest set, says which flags are fastest
+// at 1 and at bench.concurrency, and makes the latter the manifest's restore_flags.
+func e2eConcurrency(ctx context.Context, x *run.Existing, report *Report, restorer *measure.Restorer, sets []Set, variants []Variant, o Options) error {
+	env := x.Env
+	largest := sets[0]
+	for _, s := range sets {
+		if s.Bytes > largest.Bytes {
+			largest = s
+		}
+	}
+	start := time.Now()
+	cs, err := RunConcurrency(ctx, restorer, largest, variants, o.Concurrency, o.Rounds, func(c Concurrent, round int) {
+		env.Log.WithFields(logrus.Fields{"set": c.Set, "series": c.Series, "at_once": c.Concurrency, "round": round + 1}).Debug("bench: concurrent batch")
+	})
+	if err != nil {
+		return err
+	}
+	for _, c := range cs {
+		env.Log.WithFields(logrus.Fields{"series": c.Series, "at_once": c.Concurrency, "median_ms": c.Latency.Median, "start_spread_ms": c.SpreadMS}).Info("bench: concurrent restores")
+	}
+	env.Log.WithField("took", time.Since(start).Round(time.Second)).Info("bench: concurrency done")
+	report.Concurrency = cs
+	// Only flags can be recommended for the manifest's images, not another image's options.
+	var applicable []Concurrent
+	for _, c := range cs {
+		if !slices.ContainsFunc(variants, func(v Variant) bool { return v.Name == c.Series && len(v.CheckpointOptions) > 0 }) {
+			applicable = append(applicable, c)
+		}
+	}
+	workers := env.Config.Bench.Concurrency
+	one, okOne := BestAt(applicable, 1)
+	best, ok := BestAt(applicable, workers)
+	if !ok {
+		report.Recommendation = fmt.Sprintf("bench.concurrency %d was not measured (--concurrency %v): restore_flags unchanged", workers, o.Concurrency)
+		return nil
+	}
+	flags := seriesFlags(best.Series, x.Manifest.RestoreFlags, variants)
+	report.Recommendation = fmt.Sprintf("fastest at %d at once (bench.concurrency): %s %v", workers, best.Series, flags)
+	if okOne && one.Series != best.Series {
+		report.Recommendation += fmt.Sprintf("; one at a time the fastest is %s: the best flags differ with concurrency", one.Series)
+	}
+	x.Manifest.RestoreFlags, x.Manifest.RestoreFlagsConcurrency = flags, workers
+	return atomicfile.WriteJSON(filepath.Join(x.Out, manifest.FileName), x.Manifest)
+}
+
+// seriesFlags are the restore flags a series restores with.
+func seriesFlags(series string, manifestFlags []string, variants []Variant) []string {
+	for _, v := range variants {
+		if v.Name == series && len(v.CheckpointOptions) == 0 {
+			return slices.Clone(v.Flags)
+		}
+	}
+	return slices.Clone(manifestFlags)
 }
 
 // writeRun writes bench.json, bench.txt and bench.svg of one run into OUT/bench/<UTC time>/,

@@ -87,6 +87,11 @@ type Report struct {
 	Variants          []Variant         `json:"variants"`
 	FastestVariant    *Variant          `json:"fastest_variant,omitempty"`
 	Explain           []Breakdown       `json:"explain,omitempty"`
+	// Concurrency holds K restores at once of the largest set, per series and K.
+	Concurrency []Concurrent `json:"concurrency,omitempty"`
+	// Recommendation says which flags are fastest at bench.concurrency (now the manifest's
+	// restore_flags) and whether that differs from one restore at a time.
+	Recommendation string `json:"recommendation,omitempty"`
 	// Dir is where this run's files are (OUT/bench/<UTC time>/).
 	Dir string `json:"-"`
 	Results

@@ -59,6 +59,9 @@ type BenchVariant struct {
 // Bench configures `pipeline bench`.
 type Bench struct {
 	Variants []BenchVariant `yaml:"variants"`
+	// Concurrency is how many restores at once the workers run: the manifest's restore flags
+	// are the fastest at it. 0 before defaults: the number of CPUs.
+	Concurrency int `yaml:"concurrency"`
 }
 
 // Timeouts bound every wait on something outside the process.
@@ -127,6 +130,9 @@ func Parse(data []byte, name, baseDir, cacheDir string) (*Config, error) {
 	}
 	if c.Jobs == 0 {
 		c.Jobs = min(runtime.NumCPU(), 4)
+	}
+	if c.Bench.Concurrency == 0 {
+		c.Bench.Concurrency = runtime.NumCPU()
 	}
 	c.Runsc.Path = resolve(c.Runsc.Path)
 	c.Rootfs = resolve(c.Rootfs)
@@ -216,6 +222,9 @@ func (c *Config) validate() error {
 		}
 	}
 	checkOptions("runsc.checkpoint_options", c.Runsc.CheckpointOptions)
+	if c.Bench.Concurrency < 0 || c.Bench.Concurrency > 256 {
+		add("bench.concurrency %d: want 0 (the number of CPUs) to 256", c.Bench.Concurrency)
+	}
 	variants := map[string]bool{}
 	for i, v := range c.Bench.Variants {
 		where := fmt.Sprintf("bench.variants[%d]", i)

@@ -84,6 +84,9 @@ type Manifest struct {
 	Runsc            Runsc    `json:"runsc"`
 	RunscFlags       []string `json:"runsc_flags"`
 	RestoreFlags     []string `json:"restore_flags"`
+	// RestoreFlagsConcurrency is the concurrency at which `pipeline bench` found RestoreFlags
+	// the fastest (0: not chosen by a bench).
+	RestoreFlagsConcurrency int `json:"restore_flags_concurrency,omitempty"`
 	// CheckpointOptions are the gVisor checkpoint annotations the images were captured with.
 	CheckpointOptions map[string]string `json:"checkpoint_options"`
 	// AlphaMsPerMiB and InterceptMs are the least-squares line of restore median against image
