@@ -7,7 +7,7 @@
 # The rootfs is the two together, in $READIE_CACHE/rootfs/sha256-<digest>/rootfs, named by the
 # digest of both layers and never changed afterwards: manifests name it by path, so a changed
 # executor makes a new directory and old ones stay until `pipeline cache prune-rootfs`.
-# Prints the rootfs path on its last line and points build/rootfs at it.
+# Prints the rootfs path on its last line and points build/rootfs (or READIE_LINK) at it.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -16,8 +16,12 @@ cache=${READIE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/readie}
 suite=bookworm
 mirror=${READIE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
-packages=$(grep -v '^\s*#' "$here/packages.txt" | tr -s ' \n' ',' | sed 's/^,//;s/,$//')
-[ -n "$packages" ] || { echo "build-image: $here/packages.txt lists no packages" >&2; exit 2; }
+# READIE_PACKAGES names another package list, READIE_LINK another link than build/rootfs
+# (the size-sweep image of `make bench-sizes`).
+packages_file=${READIE_PACKAGES:-$here/packages.txt}
+link=${READIE_LINK:-$top/build/rootfs}
+packages=$(grep -v '^\s*#' "$packages_file" | tr -s ' \n' ',' | sed 's/^,//;s/,$//')
+[ -n "$packages" ] || { echo "build-image: $packages_file lists no packages" >&2; exit 2; }
 
 layer_hash=$( { echo "$suite $mirror minbase"; echo "$packages"; sed -n '/^# package layer/,/^# end package layer/p' "$0"; } | sha256sum | cut -c1-16)
 layer="$cache/rootfs/layers/$layer_hash"
@@ -55,7 +59,7 @@ pipeline=${READIE_PIPELINE:-$top/bin/pipeline}
 [ -x "$pipeline" ] || { echo "build-image: $pipeline is missing: run \`make build\` first" >&2; exit 2; }
 rootfs=$("$pipeline" rootfs --cache "$cache" --base "$layer/rootfs" --base-digest "sha256:$(cat "$layer/digest")")
 
-mkdir -p "$top/build"
-ln -sfn "$rootfs" "$top/build/rootfs"
+mkdir -p "$(dirname "$link")"
+ln -sfn "$rootfs" "$link"
 echo "build-image: rootfs $rootfs" >&2
 echo "$rootfs"

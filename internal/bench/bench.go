@@ -117,6 +117,7 @@ type Fit struct {
 	AlphaMsPerMiB float64 `json:"alpha_ms_per_mib"`
 	InterceptMs   float64 `json:"intercept_ms"`
 	Points        int     `json:"points"`
+	RSquared      float64 `json:"r_squared"`
 }
 
 // Results are the figures of one run of the benchmark.
@@ -181,7 +182,7 @@ func Execute(ctx context.Context, sets []Set, series []string, rounds int, runne
 		res.Sets = append(res.Sets, rep)
 	}
 	line := measure.CostModel(sizes, medians)
-	res.Fit = Fit{Series: Measure, AlphaMsPerMiB: line.Slope, InterceptMs: line.Intercept, Points: line.Points}
+	res.Fit = Fit{Series: Measure, AlphaMsPerMiB: line.Slope, InterceptMs: line.Intercept, Points: line.Points, RSquared: line.RSquared}
 	return res, nil
 }
 

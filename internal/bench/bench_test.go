@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"math"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/pkg/measure"
 )
 
 func TestScheduleInterleaves(t *testing.T) {
@@ -99,5 +101,27 @@ func TestFastest(t *testing.T) {
 	}
 	if v, ok := res.Fastest(vs); !ok || v.Name != "variant:-background" {
 		t.Fatalf("fastest = %+v %v", v, ok)
+	}
+}
+
+func TestWriteChartPanels(t *testing.T) {
+	runner := &fakeRunner{times: map[string]float64{Floor: 250, Cold: 2000, Restore: 400, Prestarted: 150, Measure: 350}}
+	sets := []Set{{ID: "small", Bytes: 8 << 20}, {ID: "big", Bytes: 40 << 20}}
+	res, err := Execute(context.Background(), sets, CoreSeries(), 3, runner, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conc := []Concurrent{
+		{Set: "big", Series: Restore, Concurrency: 1, Latency: measure.Summarize([]float64{300, 320})},
+		{Set: "big", Series: Restore, Concurrency: 2, Latency: measure.Summarize([]float64{400, 450, 430, 410})},
+	}
+	var svg bytes.Buffer
+	if err := WriteChart(&svg, res, conc); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Time to a ready executor", "Restore against image size", "R²", "Restores at once", "prestarted"} {
+		if !strings.Contains(svg.String(), want) {
+			t.Errorf("the chart lacks %q", want)
+		}
 	}
 }

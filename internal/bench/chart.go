@@ -10,99 +10,161 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgsvg"
+
+	"readie.dev/pipeline/pkg/manifest"
 )
 
-// medianSpread is a series' medians with error bars from min to max.
-type medianSpread struct {
+const (
+	chartWidth  = 1350
+	chartHeight = 420
+	// legendLine is the height of one legend entry, in points, with the default font.
+	legendLine = 13
+)
+
+// spread is a series' medians with error bars from min to max.
+type spread struct {
 	plotter.XYs
 	plotter.YErrors
 }
 
-// WriteChart draws two panels as SVG: per set, the median and min-max spread of the floor,
-// cold, restore and prestarted series; and the measure-mode restore median against image size
-// with the least-squares line.
-func WriteChart(w io.Writer, r *Results) error {
+func (s *spread) add(x float64, st manifest.Stats) {
+	s.XYs = append(s.XYs, plotter.XY{X: x, Y: st.Median})
+	s.YErrors = append(s.YErrors, struct{ Low, High float64 }{st.Median - st.Min, st.Max - st.Median})
+}
+
+// top is the highest point a spread reaches.
+func (s *spread) top() float64 {
+	var y float64
+	for i, p := range s.XYs {
+		y = max(y, p.Y+s.YErrors[i].High)
+	}
+	return y
+}
+
+// addSpread draws s as points with min-max bars in colour k and names it in the legend.
+func addSpread(p *plot.Plot, s *spread, k int, name string) error {
+	points, err := plotter.NewScatter(s.XYs)
+	if err != nil {
+		return err
+	}
+	points.Color, points.Shape, points.Radius = plotutil.Color(k), plotutil.Shape(k), vg.Points(3.5)
+	bars, err := plotter.NewYErrorBars(s)
+	if err != nil {
+		return err
+	}
+	bars.Color = plotutil.Color(k)
+	p.Add(points, bars)
+	p.Legend.Add(name, points)
+	return nil
+}
+
+// roomForLegend sets the Y range so that the legend, at the top, never covers a point: every
+// point stays below the band its entries take.
+func roomForLegend(p *plot.Plot, entries int, top float64) {
+	plotHeight := float64(chartHeight) - 90 // title, axis labels and ticks
+	band := float64(entries*legendLine+10) / plotHeight
+	p.Y.Min = 0
+	p.Y.Max = top / (1 - band) * 1.02
+	p.Legend.Top = true
+}
+
+// WriteChart draws three panels as SVG: per set, the median and min-max of the floor, cold,
+// restore and prestarted series; the measure-mode restore against image size with the cost
+// model (and its R²); and, when measured, restores at once of the largest set, per series.
+func WriteChart(w io.Writer, r *Results, conc []Concurrent) error {
 	left := plot.New()
 	left.Title.Text = "Time to a ready executor, per package set"
 	left.Y.Label.Text = "ms (median, bars min-max)"
-	left.Y.Min = 0
-	series := []string{Floor, Cold, Restore, Prestarted}
 	var names []string
 	for _, s := range r.Sets {
 		names = append(names, s.ID)
 	}
+	var top float64
+	series := []string{Floor, Cold, Restore, Prestarted}
 	for k, name := range series {
-		var ms medianSpread
-		for i, s := range r.Sets {
-			st, ok := s.Series[name]
-			if !ok {
-				continue
+		var s spread
+		for i, set := range r.Sets {
+			if st, ok := set.Series[name]; ok {
+				s.add(float64(i)+(float64(k)-1.5)*0.18, st)
 			}
-			x := float64(i) + (float64(k)-1.5)*0.18
-			ms.XYs = append(ms.XYs, plotter.XY{X: x, Y: st.Median})
-			ms.YErrors = append(ms.YErrors, struct{ Low, High float64 }{st.Median - st.Min, st.Max - st.Median})
 		}
-		if len(ms.XYs) == 0 {
+		if len(s.XYs) == 0 {
 			continue
 		}
-		points, err := plotter.NewScatter(ms.XYs)
-		if err != nil {
+		if err := addSpread(left, &s, k, name); err != nil {
 			return err
 		}
-		points.Color = plotutil.Color(k)
-		points.Shape = plotutil.Shape(k)
-		points.Radius = vg.Points(3.5)
-		bars, err := plotter.NewYErrorBars(ms)
-		if err != nil {
-			return err
-		}
-		bars.Color = plotutil.Color(k)
-		left.Add(points, bars)
-		left.Legend.Add(name, points)
+		top = max(top, s.top())
 	}
-	left.Legend.Top = true
+	roomForLegend(left, len(series), top)
 	left.NominalX(names...)
 	left.X.Min, left.X.Max = -0.6, float64(len(names))-0.4
 
-	right := plot.New()
-	right.Title.Text = "Restore median against image size"
-	right.X.Label.Text = "image size (MiB)"
-	right.Y.Label.Text = "measure-mode restore, median ms"
-	var xy plotter.XYs
+	middle := plot.New()
+	middle.Title.Text = "Restore against image size"
+	middle.X.Label.Text = "image size (MiB)"
+	middle.Y.Label.Text = "measure-mode restore, ms (median, bars min-max)"
+	var sizes spread
 	for _, s := range r.Sets {
 		if st, ok := s.Series[Measure]; ok {
-			xy = append(xy, plotter.XY{X: float64(s.Bytes) / (1 << 20), Y: st.Median})
+			sizes.add(float64(s.Bytes)/(1<<20), st)
 		}
 	}
-	if len(xy) > 0 {
-		points, err := plotter.NewScatter(xy)
-		if err != nil {
+	if len(sizes.XYs) > 0 {
+		if err := addSpread(middle, &sizes, 0, "sets"); err != nil {
 			return err
 		}
-		points.Radius = vg.Points(3.5)
 		fit := r.Fit
 		line := plotter.NewFunction(func(x float64) float64 { return fit.InterceptMs + fit.AlphaMsPerMiB*x })
 		line.Color = plotutil.Color(2)
-		right.Add(points, line)
-		right.Legend.Add("sets", points)
-		right.Legend.Add(fmt.Sprintf("%.2f ms/MiB + %.0f ms", fit.AlphaMsPerMiB, fit.InterceptMs), line)
-		right.Legend.Top = true
-		right.Legend.Left = true
-		right.X.Min = 0
-		right.Y.Min = 0
-		right.X.Max = xy[len(xy)-1].X*1.15 + 1
-		for _, p := range xy {
-			right.X.Max = max(right.X.Max, p.X*1.15+1)
-			right.Y.Max = max(right.Y.Max, p.Y*1.25)
+		middle.Add(line)
+		middle.Legend.Add(fmt.Sprintf("%.2f ms/MiB + %.0f ms, R² %.2f", fit.AlphaMsPerMiB, fit.InterceptMs, fit.RSquared), line)
+		middle.Legend.Left = true
+		middle.X.Min = 0
+		for _, p := range sizes.XYs {
+			middle.X.Max = max(middle.X.Max, p.X*1.1+1)
+		}
+		roomForLegend(middle, 2, sizes.top())
+	}
+
+	right := plot.New()
+	right.Title.Text = "Restores at once"
+	right.X.Label.Text = "restores started together"
+	right.Y.Label.Text = "ms to each answer (median, bars min-max)"
+	var bySeries []string
+	for _, c := range conc {
+		if len(bySeries) == 0 || bySeries[len(bySeries)-1] != c.Series {
+			bySeries = append(bySeries, c.Series)
+		}
+	}
+	top = 0
+	for k, name := range bySeries {
+		var s spread
+		for _, c := range conc {
+			if c.Series == name {
+				s.add(float64(c.Concurrency)+(float64(k)-float64(len(bySeries)-1)/2)*0.08, c.Latency)
+			}
+		}
+		if err := addSpread(right, &s, k, name); err != nil {
+			return err
+		}
+		top = max(top, s.top())
+	}
+	if len(conc) > 0 {
+		roomForLegend(right, len(bySeries), top)
+		right.X.Min = 0.5
+		for _, c := range conc {
+			right.X.Max = max(right.X.Max, float64(c.Concurrency)+0.5)
 		}
 	}
 
-	canvas := vgsvg.New(vg.Points(900), vg.Points(380))
-	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Points(20), PadY: vg.Points(10), PadTop: vg.Points(5), PadBottom: vg.Points(5), PadLeft: vg.Points(5), PadRight: vg.Points(10)}
-	plots := [][]*plot.Plot{{left, right}}
+	canvas := vgsvg.New(vg.Points(chartWidth), vg.Points(chartHeight))
+	tiles := draw.Tiles{Rows: 1, Cols: 3, PadX: vg.Points(20), PadY: vg.Points(10), PadTop: vg.Points(5), PadBottom: vg.Points(5), PadLeft: vg.Points(5), PadRight: vg.Points(10)}
+	plots := [][]*plot.Plot{{left, middle, right}}
 	canvases := plot.Align(plots, tiles, draw.New(canvas))
-	left.Draw(canvases[0][0])
-	right.Draw(canvases[0][1])
+	for i, p := range plots[0] {
+		p.Draw(canvases[0][i])
+	}
 	_, err := canvas.WriteTo(w)
 	return err
 }

@@ -185,7 +185,7 @@ func writeRun(out string, report *Report, results *Results) (string, error) {
 	if err := atomicfile.Write(filepath.Join(dir, "bench.txt"), txt.Bytes(), 0o644); err != nil {
 		return "", err
 	}
-	if err := WriteChart(&svg, results); err != nil {
+	if err := WriteChart(&svg, results, report.Concurrency); err != nil {
 		return "", fmt.Errorf("draw bench.svg: %w", err)
 	}
 	if err := atomicfile.Write(filepath.Join(dir, "bench.svg"), svg.Bytes(), 0o644); err != nil {

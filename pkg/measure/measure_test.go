@@ -53,8 +53,13 @@ func TestSummarize(t *testing.T) {
 
 func TestLeastSquares(t *testing.T) {
 	l := measure.LeastSquares([]float64{0, 10, 20}, []float64{300, 320, 340})
-	if math.Abs(l.Slope-2) > 1e-9 || math.Abs(l.Intercept-300) > 1e-9 || l.Points != 3 {
+	if math.Abs(l.Slope-2) > 1e-9 || math.Abs(l.Intercept-300) > 1e-9 || l.Points != 3 || math.Abs(l.RSquared-1) > 1e-9 {
 		t.Fatalf("fit %+v", l)
+	}
+	// y = 1, 3, 2 over x = 0, 1, 2: slope 0.5, intercept 1.5; residuals -0.5, 1, -0.5 (1.5),
+	// total 2: R² = 0.25.
+	if l := measure.LeastSquares([]float64{0, 1, 2}, []float64{1, 3, 2}); math.Abs(l.RSquared-0.25) > 1e-9 {
+		t.Fatalf("R² of a noisy fit: %+v", l)
 	}
 	if l := measure.LeastSquares([]float64{5, 5}, []float64{1, 3}); l.Slope != 0 || l.Intercept != 2 {
 		t.Fatalf("degenerate fit %+v", l)

@@ -37,10 +37,12 @@ func Percentile(sorted []float64, p float64) float64 {
 	return sorted[lo] + (sorted[hi]-sorted[lo])*frac
 }
 
-// Line is a least-squares line y = Slope*x + Intercept over Points points.
+// Line is a least-squares line y = Slope*x + Intercept over Points points; RSquared is the
+// share of the variance of y it explains (1 for a perfect fit; 0 with one point or flat y).
 type Line struct {
 	Slope, Intercept float64
 	Points           int
+	RSquared         float64
 }
 
 // LeastSquares fits a line to (xs, ys). With fewer than two distinct x it returns a flat line
@@ -65,6 +67,16 @@ func LeastSquares(xs, ys []float64) Line {
 	}
 	l.Slope = (n*sxy - sx*sy) / den
 	l.Intercept = (sy - l.Slope*sx) / n
+	mean := sy / n
+	var ssTot, ssRes float64
+	for i := range xs {
+		ssTot += (ys[i] - mean) * (ys[i] - mean)
+		d := ys[i] - (l.Slope*xs[i] + l.Intercept)
+		ssRes += d * d
+	}
+	if ssTot > 0 {
+		l.RSquared = 1 - ssRes/ssTot
+	}
 	return l
 }
 
