@@ -18,7 +18,7 @@ GOTEST_FLAGS ?= -race -timeout 30m
 export READIE_RUNSC := $(RUNSC)
 export READIE_ROOTFS := $(abspath $(ROOTFS))
 
-.PHONY: all build runsc image deps test test-go test-python check-golden golden lint capture bench bench-incremental bench-jobs bench-oci bench-go bench-proto clean
+.PHONY: all build runsc image deps test test-go test-python check-golden golden lint capture bench bench-sizes bench-incremental bench-jobs bench-oci bench-go bench-proto clean
 
 all: build
 
@@ -76,9 +76,19 @@ test-go: runsc image build
 
 test: deps lint check-golden test-python test-go
 
-# Restore latency side by side on the default config (captures first).
-bench: deps runsc image build
+BENCHSTAT := $(CACHE)/bin/benchstat
+$(BENCHSTAT):
+	GOBIN=$(abspath $(dir $@)) go install golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
+
+# Restore latency side by side on the default config (captures first), summarized by benchstat.
+bench: deps runsc image build $(BENCHSTAT)
 	$(PIPELINE) bench --capture --explain --config pipeline.yaml --out out
+	$(BENCHSTAT) out/bench/latest/bench.txt
+
+# The size sweep: its own image (bench/sizes-packages.txt) and bench/sizes.yaml.
+bench-sizes: deps runsc build $(BENCHSTAT)
+	READIE_PACKAGES=$(abspath bench/sizes-packages.txt) READIE_LINK=$(abspath build/rootfs-sizes) ./images/executor/build-image.sh
+	$(PIPELINE) bench --capture --config bench/sizes.yaml --variants=false --concurrency "" --rounds 5
 
 # Incremental capture (first, unchanged, one set changed) and parallel capture (--jobs 1 and 2),
 # side by side; ROUNDS=5 by default.

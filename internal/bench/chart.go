@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"slices"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -153,9 +154,14 @@ func WriteChart(w io.Writer, r *Results, conc []Concurrent) error {
 	if len(conc) > 0 {
 		roomForLegend(right, len(bySeries), top)
 		right.X.Min = 0.5
+		var ticks []plot.Tick
 		for _, c := range conc {
 			right.X.Max = max(right.X.Max, float64(c.Concurrency)+0.5)
+			if !slices.ContainsFunc(ticks, func(t plot.Tick) bool { return t.Value == float64(c.Concurrency) }) {
+				ticks = append(ticks, plot.Tick{Value: float64(c.Concurrency), Label: fmt.Sprint(c.Concurrency)})
+			}
 		}
+		right.X.Tick.Marker = plot.ConstantTicks(ticks)
 	}
 
 	canvas := vgsvg.New(vg.Points(chartWidth), vg.Points(chartHeight))
