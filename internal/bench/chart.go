@@ -71,7 +71,8 @@ func roomForLegend(p *plot.Plot, entries int, top float64) {
 
 // WriteChart draws three panels as SVG: per set, the median and min-max of the floor, cold,
 // restore and prestarted series; the measure-mode restore against image size with the cost
-// model (and its R²); and, when measured, restores at once of the largest set, per series.
+// model (and its R²); and, when measured, restores at once of the largest set, per series
+// (the third panel is left out without them).
 func WriteChart(w io.Writer, r *Results, conc []Concurrent) error {
 	left := plot.New()
 	left.Title.Text = "Time to a ready executor, per package set"
@@ -164,9 +165,14 @@ func WriteChart(w io.Writer, r *Results, conc []Concurrent) error {
 		right.X.Tick.Marker = plot.ConstantTicks(ticks)
 	}
 
-	canvas := vgsvg.New(vg.Points(chartWidth), vg.Points(chartHeight))
-	tiles := draw.Tiles{Rows: 1, Cols: 3, PadX: vg.Points(20), PadY: vg.Points(10), PadTop: vg.Points(5), PadBottom: vg.Points(5), PadLeft: vg.Points(5), PadRight: vg.Points(10)}
-	plots := [][]*plot.Plot{{left, middle, right}}
+	row := []*plot.Plot{left, middle}
+	if len(conc) > 0 {
+		row = append(row, right)
+	}
+	width := chartWidth * len(row) / 3
+	canvas := vgsvg.New(vg.Points(float64(width)), vg.Points(chartHeight))
+	tiles := draw.Tiles{Rows: 1, Cols: len(row), PadX: vg.Points(20), PadY: vg.Points(10), PadTop: vg.Points(5), PadBottom: vg.Points(5), PadLeft: vg.Points(5), PadRight: vg.Points(10)}
+	plots := [][]*plot.Plot{row}
 	canvases := plot.Align(plots, tiles, draw.New(canvas))
 	for i, p := range plots[0] {
 		p.Draw(canvases[0][i])

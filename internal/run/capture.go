@@ -466,19 +466,36 @@ func (e *Env) writeRestoreSpec(path string) error {
 
 // replaceDir puts staging in place of out: the old output is moved aside first and removed
 // only after the new one is in place, so some complete output always exists (a run killed in
-// between leaves OUT.old-PID, which the next run puts back: sweepOutput).
+// between leaves OUT.old-PID, which the next run puts back: sweepOutput). The benchmark
+// history (OUT/bench) goes over to the new output: a capture never loses it.
 func replaceDir(out, staging string) error {
 	old := ""
+	history, newHistory := filepath.Join(out, "bench"), filepath.Join(staging, "bench")
+	movedHistory := false
 	if _, err := os.Stat(out); err == nil {
+		if _, err := os.Stat(history); err == nil {
+			if _, err := os.Lstat(newHistory); os.IsNotExist(err) {
+				if err := os.Rename(history, newHistory); err != nil {
+					return fmt.Errorf("keep the benchmark history: %w", err)
+				}
+				movedHistory = true
+			}
+		}
 		old = fmt.Sprintf("%s.old-%d", strings.TrimSuffix(out, "/"), os.Getpid())
 		os.RemoveAll(old)
 		if err := os.Rename(out, old); err != nil {
+			if movedHistory {
+				os.Rename(newHistory, history)
+			}
 			return fmt.Errorf("move the previous output aside: %w", err)
 		}
 	}
 	if err := os.Rename(staging, out); err != nil {
 		if old != "" {
 			os.Rename(old, out)
+			if movedHistory {
+				os.Rename(newHistory, history)
+			}
 		}
 		return fmt.Errorf("put the new output in place: %w (it is in %s)", err, staging)
 	}

@@ -78,6 +78,16 @@ func TestReplaceDir(t *testing.T) {
 	if data, _ := os.ReadFile(filepath.Join(out, "manifest.json")); string(data) != "two" {
 		t.Fatalf("output holds %q", data)
 	}
+	// The benchmark history goes over to the next output.
+	os.MkdirAll(filepath.Join(out, "bench", "20261202T120000Z"), 0o755)
+	os.MkdirAll(staging, 0o755)
+	os.WriteFile(filepath.Join(staging, "manifest.json"), []byte("three"), 0o644)
+	if err := replaceDir(out, staging); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(out, "bench", "20261202T120000Z")); err != nil {
+		t.Fatalf("the benchmark history was lost: %v", err)
+	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
 		t.Fatalf("left beside the output: %v", entries)
 	}
@@ -85,8 +95,11 @@ func TestReplaceDir(t *testing.T) {
 	if err := replaceDir(out, filepath.Join(dir, "missing")); err == nil {
 		t.Fatal("replaceDir from a missing staging directory succeeded")
 	}
-	if data, _ := os.ReadFile(filepath.Join(out, "manifest.json")); string(data) != "two" {
+	if data, _ := os.ReadFile(filepath.Join(out, "manifest.json")); string(data) != "three" {
 		t.Fatalf("after a failed swap the output holds %q", data)
+	}
+	if _, err := os.Stat(filepath.Join(out, "bench", "20261202T120000Z")); err != nil {
+		t.Fatalf("a failed swap lost the benchmark history: %v", err)
 	}
 }
 
