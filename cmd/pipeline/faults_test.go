@@ -351,19 +351,27 @@ func TestFaultSIGKILLLeftovers(t *testing.T) {
 	if _, err := os.Stat(staging); err != nil {
 		t.Fatalf("the killed run left no staging directory: %v", err)
 	}
+	pendingPattern := filepath.Join(e.dir, "store", fmt.Sprintf(".tmp-*-%d-*", p.cmd.Process.Pid))
+	if pending, _ := filepath.Glob(pendingPattern); len(pending) == 0 {
+		t.Fatal("the killed run left no pending entry in the store (its blocked capture writes one)")
+	}
 	code, _, stderr := runCLI(t, "smoke", "--config", good, "--only", "small")
 	if code != exitOK {
 		t.Fatalf("the next run: exit %d\n%s", code, stderr)
 	}
 	for _, want := range []string{"removed a sandbox left by a run that died", left, "took over the lock of a run that died",
 		fmt.Sprintf("removed the scratch directory of a run that died\" dir=%s/rd-%d-", strings.TrimSuffix(os.TempDir(), "/"), p.cmd.Process.Pid),
-		"removed the staging directory of a run that died: " + staging} {
+		"removed the staging directory of a run that died: " + staging,
+		"removed a store entry that a run which died was writing"} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("the next run does not say %q:\n%s", want, stderr)
 		}
 	}
 	if _, err := os.Stat(staging); !os.IsNotExist(err) {
 		t.Errorf("the staging directory of the killed run is still there: %v", err)
+	}
+	if pending, _ := filepath.Glob(pendingPattern); len(pending) != 0 {
+		t.Errorf("the killed run's pending store entry is still there: %v", pending)
 	}
 	e.checkOutputVerifies(t, good)
 }

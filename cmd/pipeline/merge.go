@@ -64,7 +64,7 @@ func (*mergeCmd) Execute(ctx context.Context, g *globals, args []string) error {
 		img, err := oci.Fetch(pullCtx, ref, nil)
 		if err == nil {
 			sources[i] = filepath.Join(pulled, strconv.Itoa(i))
-			_, err = run.Pull(img, sources[i], g.layerProgress("pull "+src))
+			_, err = run.Pull(img, sources[i], oci.LogLayers(g.log, "pull "+src))
 		}
 		cancel()
 		if err != nil {

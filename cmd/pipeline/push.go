@@ -26,13 +26,6 @@ func (g *globals) progress(what string) *oci.Progress {
 	}
 }
 
-// layerProgress reports each layer of an unpack or a pull when it is done.
-func (g *globals) layerProgress(what string) func(layer, layers int, bytes int64) {
-	return func(layer, layers int, bytes int64) {
-		g.log.WithFields(logrus.Fields{"layer": fmt.Sprintf("%d/%d", layer, layers), "mib": fmt.Sprintf("%.1f", float64(bytes)/(1<<20))}).Info(what)
-	}
-}
-
 type pushCmd struct{}
 
 func (*pushCmd) Name() string { return "push" }
@@ -108,7 +101,7 @@ func (*pullCmd) Execute(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
-	m, err := run.Pull(img, args[1], g.layerProgress("pull"))
+	m, err := run.Pull(img, args[1], oci.LogLayers(g.log, "pull"))
 	if err != nil {
 		return usageIfSetup(err)
 	}

@@ -81,7 +81,7 @@ func runOn(ctx context.Context, x *run.Existing, o Options) (*Report, error) {
 		report.FastestVariant = &v
 	}
 	if len(o.Concurrency) > 0 {
-		if err := e2eConcurrency(ctx, x, report, restorer, sets, variants, o); err != nil {
+		if err := measureConcurrency(ctx, x, report, restorer, sets, variants, o); err != nil {
 			return nil, err
 		}
 	}
@@ -101,9 +101,9 @@ func runOn(ctx context.Context, x *run.Existing, o Options) (*Report, error) {
 	return report, nil
 }
 
-// e2eConcurrency measures K restores at once on the largest set, says which flags are fastest
+// measureConcurrency measures K restores at once on the largest set, says which flags are fastest
 // at 1 and at bench.concurrency, and makes the latter the manifest's restore_flags.
-func e2eConcurrency(ctx context.Context, x *run.Existing, report *Report, restorer *measure.Restorer, sets []Set, variants []Variant, o Options) error {
+func measureConcurrency(ctx context.Context, x *run.Existing, report *Report, restorer *measure.Restorer, sets []Set, variants []Variant, o Options) error {
 	env := x.Env
 	largest := sets[0]
 	for _, s := range sets {

@@ -155,7 +155,7 @@ func Push(ctx context.Context, out string, ref Ref, progress *Progress) (string,
 		for _, c := range m.Checkpoints {
 			names = append(names, c.ID)
 		}
-		if img, err = withLayerProgress(img, append(names, FileName), progress.Layer); err != nil {
+		if img, err = withLayerProgress(img, append(names, manifest.FileName), progress.Layer); err != nil {
 			return "", err
 		}
 	}
@@ -178,9 +178,6 @@ func Push(ctx context.Context, out string, ref Ref, progress *Progress) (string,
 	progress.done()
 	return ref.Registry.Context().Digest(digest.String()).String(), nil
 }
-
-// FileName names the last layer (manifest.json and the restore spec) in progress reports.
-const FileName = "manifest.json"
 
 // withLayerProgress is img with each layer (named by names, in order) reporting its upload.
 func withLayerProgress(img v1.Image, names []string, report func(string, int64, int64)) (v1.Image, error) {

@@ -48,6 +48,9 @@ func (e *Env) begin(ctx context.Context, out string) (*Lock, error) {
 	for _, dir := range removeDeadWorkDirs(os.TempDir()) {
 		e.Log.WithField("dir", dir).Warn("removed the scratch directory of a run that died")
 	}
+	for _, dir := range e.Store().RemoveDeadPending() {
+		e.Log.WithField("dir", dir).Warn("removed a store entry that a run which died was writing")
+	}
 	did, err := sweepOutput(out)
 	for _, line := range did {
 		e.Log.Warn(line)

@@ -104,9 +104,7 @@ func (e *Env) PrepareRootfs(ctx context.Context) error {
 		return err
 	}
 	start := time.Now()
-	base, unpacked, err := oci.UnpackOnce(img, config.CacheDir(), func(layer, layers int, bytes int64) {
-		e.Log.WithFields(logrus.Fields{"layer": fmt.Sprintf("%d/%d", layer, layers), "mib": fmt.Sprintf("%.1f", float64(bytes)/(1<<20))}).Info("unpack")
-	})
+	base, unpacked, err := oci.UnpackOnce(img, config.CacheDir(), oci.LogLayers(e.Log, "unpack"))
 	if err != nil {
 		return fmt.Errorf("%w: image %s: %w", ErrSetup, e.Config.Image, err)
 	}

@@ -10,11 +10,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/pkg/manifest"
+	"readie.dev/pipeline/pkg/sandbox"
 )
 
 // Store is a directory of entries, one per key: the three image files and meta.json. Entries
@@ -133,19 +133,25 @@ func (s *Store) Begin(key string) (*Pending, error) {
 	return &Pending{Dir: dir, store: s, key: key}, nil
 }
 
-// pendingOwnerDead reports whether a pending directory (.tmp-KEY-PID-RAND) belongs to a
-// process that is gone.
-func pendingOwnerDead(name string) bool {
-	parts := strings.Split(name, "-")
-	if len(parts) < 4 {
-		return false
+// RemoveDeadPending removes the pending directories (.tmp-KEY-PID-RAND) of runs that died
+// mid-capture (they hold process memory) and returns them.
+func (s *Store) RemoveDeadPending() []string {
+	pending, _ := filepath.Glob(filepath.Join(s.Dir, ".tmp-*"))
+	var removed []string
+	for _, dir := range pending {
+		parts := strings.Split(filepath.Base(dir), "-")
+		if len(parts) < 4 {
+			continue
+		}
+		pid, err := strconv.Atoi(parts[2])
+		if err != nil || pid <= 0 || sandbox.ProcessAlive(pid) {
+			continue
+		}
+		if os.RemoveAll(dir) == nil {
+			removed = append(removed, dir)
+		}
 	}
-	pid, err := strconv.Atoi(parts[2])
-	if err != nil || pid <= 0 {
-		return false
-	}
-	err = syscall.Kill(pid, 0)
-	return errors.Is(err, syscall.ESRCH)
+	return removed
 }
 
 // Abort removes the pending directory.
@@ -325,12 +331,7 @@ func (s *Store) Prune(cutoff time.Time, keep map[string]bool, dryRun bool) ([]En
 		return nil, err
 	}
 	if !dryRun {
-		pending, _ := filepath.Glob(filepath.Join(s.Dir, ".tmp-*"))
-		for _, dir := range pending {
-			if pendingOwnerDead(filepath.Base(dir)) {
-				os.RemoveAll(dir)
-			}
-		}
+		s.RemoveDeadPending()
 	}
 	var pruned []Entry
 	for _, e := range entries {
