@@ -17,6 +17,10 @@ import (
 )
 
 type benchCmd struct {
+	config      configFlag
+	out         outFlag
+	only        onlyFlag
+	runs        runsFlag
 	concurrency string
 	rounds      int
 	capture     bool
@@ -26,26 +30,26 @@ type benchCmd struct {
 	cleanFailed bool
 }
 
-func (*benchCmd) Name() string { return "bench" }
+func (*benchCmd) Name() string  { return "bench" }
+func (*benchCmd) Usage() string { return "bench [flags] [OUT]" }
 func (*benchCmd) Synopsis() string {
 	return "restore latency side by side: floor, cold, restore, prestarted, measure, variants"
 }
 func (c *benchCmd) SetFlags(fs *flag.FlagSet) {
+	c.config.register(fs)
+	c.out.register(fs)
+	c.only.register(fs)
+	c.runs.register(fs)
 	fs.IntVar(&c.rounds, "rounds", 7, "rounds; every set and series runs once per round, interleaved")
-	fs.BoolVar(&c.capture, "capture", false, "capture first (as `pipeline capture`), then bench")
+	fs.BoolVar(&c.capture, "capture", false, "capture first, as the capture command does, then bench")
 	fs.BoolVar(&c.cleanFailed, "clean-failed", false, "with --capture: remove the staging directory of a failed capture instead of leaving it for inspection")
 	fs.BoolVar(&c.variants, "variants", true, "also measure the restore variants of the config's bench.variants")
 	fs.BoolVar(&c.explain, "explain", false, "break one restore per set down from runsc's debug log")
 	fs.StringVar(&c.concurrency, "concurrency", fmt.Sprintf("1,%d", runtime.NumCPU()), "restores at once to measure on the largest set, comma-separated (empty: none)")
 }
 
-func (c *benchCmd) Execute(ctx context.Context, g *globals, args []string) error {
-	if err := noArgs(args); err != nil {
-		return err
-	}
-	if c.rounds < 1 {
-		return usagef("--rounds %d: want at least 1", c.rounds)
-	}
+// concurrencies parses --concurrency.
+func (c *benchCmd) concurrencies() ([]int, error) {
 	var ks []int
 	for _, part := range strings.Split(c.concurrency, ",") {
 		if part = strings.TrimSpace(part); part == "" {
@@ -53,25 +57,49 @@ func (c *benchCmd) Execute(ctx context.Context, g *globals, args []string) error
 		}
 		k, err := strconv.Atoi(part)
 		if err != nil || k < 1 || k > 256 {
-			return usagef("--concurrency %q: want numbers of restores at once, 1 to 256, e.g. 1,4", c.concurrency)
+			return nil, fmt.Errorf("--concurrency %q: want numbers of restores at once, 1 to 256, e.g. 1,4", c.concurrency)
 		}
 		if !slices.Contains(ks, k) {
 			ks = append(ks, k)
 		}
 	}
-	cfg, err := g.loadConfig()
+	return ks, nil
+}
+
+func (c *benchCmd) CheckArgs(args []string) error {
+	if c.rounds < 1 {
+		return fmt.Errorf("--rounds %d: want at least 1", c.rounds)
+	}
+	if _, err := c.concurrencies(); err != nil {
+		return err
+	}
+	return readsOutput(args)
+}
+
+func (c *benchCmd) Execute(ctx context.Context, con *console, args []string) error {
+	ks, err := c.concurrencies()
 	if err != nil {
+		return usageError{err}
+	}
+	cfg, err := c.config.load()
+	if err != nil {
+		return err
+	}
+	if err := c.out.apply(cfg, args); err != nil {
+		return err
+	}
+	if err := c.runs.apply(cfg); err != nil {
 		return err
 	}
 	var opts run.CaptureOptions
 	if c.capture {
-		sel, err := cfg.Select(g.onlyIDs(), nil)
+		sel, err := cfg.Select(c.only.ids(), nil)
 		if err != nil {
 			return usageError{err}
 		}
 		opts.Selection = sel
 	}
-	env, err := g.env(ctx, cfg)
+	env, err := newEnv(ctx, cfg, con.log)
 	if err != nil {
 		return err
 	}
@@ -79,19 +107,23 @@ func (c *benchCmd) Execute(ctx context.Context, g *globals, args []string) error
 	out := cfg.Output
 	if c.capture {
 		res, err := env.Capture(ctx, out, opts)
-		if res != nil {
-			printSummary(g.stderr, res)
+		if res != nil && !con.json {
+			// The capture's table goes to stderr: stdout is the benchmark's.
+			printSummary(&console{stdout: con.stderr, log: con.log}, res)
 		}
 		if err != nil {
 			return usageIfSetup(err)
 		}
 	}
-	report, err := bench.Run(ctx, env, out, bench.Options{Only: g.onlyIDs(), Rounds: c.rounds, Variants: c.variants, Explain: c.explain, Concurrency: ks})
+	report, err := bench.Run(ctx, env, out, bench.Options{Only: c.only.ids(), Rounds: c.rounds, Variants: c.variants, Explain: c.explain, Concurrency: ks})
 	if err != nil {
 		return usageIfSetup(err)
 	}
-	printBench(g.stdout, report)
-	fmt.Fprintf(g.stdout, "\nwrote bench.json, bench.txt (for benchstat) and bench.svg into %s (%s)\n", report.Dir, filepath.Join(out, "bench", "latest"))
+	if con.json {
+		return writeJSON(con.stdout, report)
+	}
+	printBench(con.stdout, report)
+	fmt.Fprintf(con.stdout, "\nwrote bench.json, bench.txt (for benchstat) and bench.svg into %s (%s)\n", report.Dir, filepath.Join(out, "bench", "latest"))
 	return nil
 }
 

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
@@ -15,86 +14,24 @@ import (
 	"readie.dev/pipeline/pkg/manifest"
 )
 
-// cacheCmd manages what the pipeline keeps under {cache}: `pipeline cache ACTION [flags] ...`.
-type cacheCmd struct{}
-
-func (*cacheCmd) Name() string { return "cache" }
-func (*cacheCmd) Synopsis() string {
-	return "the checkpoint store and rootfs cache: list | prune --older-than D [--dry-run] [OUT...] | prune-rootfs [--dry-run] [OUT...]"
-}
-func (*cacheCmd) SetFlags(*flag.FlagSet) {}
-
-// cacheAction is one action of `pipeline cache`, with flags of its own after its name.
-type cacheAction struct {
-	synopsis string
-	run      func(ctx context.Context, g *globals, args []string) error
+// newCacheGroup is `pipeline cache`: what the pipeline keeps under {cache}.
+func newCacheGroup() *group {
+	return newGroup("cache", "the checkpoint store and the rootfs cache: list, prune, prune-rootfs",
+		&cacheListCmd{}, &cachePruneCmd{}, &cachePruneRootfsCmd{})
 }
 
-func cacheActions() map[string]cacheAction {
-	return map[string]cacheAction{
-		"list":         {"list the checkpoint store's entries: key, sets that used it, size, last use", listStore},
-		"prune":        {"remove store entries unused for --older-than that no output named here uses", pruneStore},
-		"prune-rootfs": {"remove rootfs directories that neither the config nor an output named here uses", pruneRootfs},
-	}
-}
+type cacheListCmd struct{ config configFlag }
 
-func (*cacheCmd) Execute(ctx context.Context, g *globals, args []string) error {
-	actions := cacheActions()
-	var names []string
-	for name := range actions {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	if len(args) == 0 {
-		return usagef("cache: name an action: %s", strings.Join(names, ", "))
-	}
-	action, ok := actions[args[0]]
-	if !ok {
-		return usagef("cache: unknown action %q: want %s", args[0], strings.Join(names, ", "))
-	}
-	return action.run(ctx, g, args[1:])
+func (*cacheListCmd) Name() string  { return "list" }
+func (*cacheListCmd) Usage() string { return "cache list [flags]" }
+func (*cacheListCmd) Synopsis() string {
+	return "list the checkpoint store's entries: key, sets that used it, size, last use"
 }
+func (c *cacheListCmd) SetFlags(fs *flag.FlagSet)   { c.config.register(fs) }
+func (*cacheListCmd) CheckArgs(args []string) error { return noArgs(args) }
 
-func pruneRootfs(_ context.Context, g *globals, args []string) error {
-	fs := flag.NewFlagSet("pipeline cache prune-rootfs", flag.ContinueOnError)
-	dryRun := fs.Bool("dry-run", false, "print what would be removed; remove nothing")
-	if err := g.parseAction(fs, args); err != nil {
-		return err
-	}
-	cfg, err := g.loadConfig()
-	if err != nil {
-		return err
-	}
-	_, keep, err := outputKeys(fs.Args())
-	if err != nil {
-		return err
-	}
-	if rootfs, err := filepath.EvalSymlinks(cfg.Rootfs); err == nil {
-		keep = append(keep, rootfs)
-	}
-	pruned, err := run.PruneRootfs(filepath.Join(config.CacheDir(), "rootfs"), keep, *dryRun)
-	verb := "removed"
-	if *dryRun {
-		verb = "would remove"
-	}
-	for _, dir := range pruned {
-		fmt.Fprintf(g.stdout, "%s %s\n", verb, dir)
-	}
-	if len(pruned) == 0 && err == nil {
-		fmt.Fprintln(g.stdout, "no rootfs directory to remove")
-	}
-	return err
-}
-
-func listStore(_ context.Context, g *globals, args []string) error {
-	fs := flag.NewFlagSet("pipeline cache list", flag.ContinueOnError)
-	if err := g.parseAction(fs, args); err != nil {
-		return err
-	}
-	if err := noArgs(fs.Args()); err != nil {
-		return err
-	}
-	cfg, err := g.loadConfig()
+func (c *cacheListCmd) Execute(_ context.Context, con *console, _ []string) error {
+	cfg, err := c.config.load()
 	if err != nil {
 		return err
 	}
@@ -102,27 +39,20 @@ func listStore(_ context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
-	if g.logFormat == "json" {
-		return writeJSON(g.stdout, entries)
+	if con.json {
+		return writeJSON(con.stdout, entries)
 	}
-	tw := newTable(g.stdout)
-	fmt.Fprintln(tw, "key	sets	imports	MiB	last use (UTC)	")
+	tw := newTable(con.stdout)
+	fmt.Fprintln(tw, "key\tsets\timports\tMiB\tlast use (UTC)\t")
 	for _, e := range entries {
-		fmt.Fprintf(tw, "%s	%s	%s	%.1f	%s	\n", e.Key, orDash(strings.Join(e.Sets, ",")), orDash(strings.Join(e.Imports, ",")),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%s\t\n", e.Key, orDash(strings.Join(e.Sets, ",")), orDash(strings.Join(e.Imports, ",")),
 			float64(e.Bytes)/(1<<20), e.LastUse.UTC().Format(time.DateTime))
 	}
 	return tw.Flush()
 }
 
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-// outputKeys reads the keys that the outputs named on the command line use; an output that
-// cannot be read stops the command, so nothing it uses can be removed by mistake.
+// outputKeys reads the keys and rootfs paths that the outputs named on the command line use;
+// an output that cannot be read stops the command, so nothing it uses is removed by mistake.
 func outputKeys(outs []string) (map[string]bool, []string, error) {
 	keys := map[string]bool{}
 	var rootfs []string
@@ -139,34 +69,90 @@ func outputKeys(outs []string) (map[string]bool, []string, error) {
 	return keys, rootfs, nil
 }
 
-func pruneStore(_ context.Context, g *globals, args []string) error {
-	fs := flag.NewFlagSet("pipeline cache prune", flag.ContinueOnError)
-	olderThan := fs.Duration("older-than", 0, "remove entries last used longer ago than this (e.g. 720h); required")
-	dryRun := fs.Bool("dry-run", false, "print what would be removed; remove nothing")
-	if err := g.parseAction(fs, args); err != nil {
-		return err
+type cachePruneCmd struct {
+	config    configFlag
+	olderThan time.Duration
+	dryRun    bool
+}
+
+func (*cachePruneCmd) Name() string  { return "prune" }
+func (*cachePruneCmd) Usage() string { return "cache prune --older-than D [--dry-run] [OUT...]" }
+func (*cachePruneCmd) Synopsis() string {
+	return "remove store entries unused for --older-than that no output named here uses"
+}
+func (c *cachePruneCmd) SetFlags(fs *flag.FlagSet) {
+	c.config.register(fs)
+	fs.DurationVar(&c.olderThan, "older-than", 0, "remove entries last used longer ago than this (e.g. 720h); required")
+	fs.BoolVar(&c.dryRun, "dry-run", false, "print what would be removed; remove nothing")
+}
+
+func (c *cachePruneCmd) CheckArgs([]string) error {
+	if c.olderThan <= 0 {
+		return fmt.Errorf("--older-than must be a positive duration such as 720h")
 	}
-	if *olderThan <= 0 {
-		return usagef("cache prune: --older-than must be a positive duration such as 720h")
-	}
-	cfg, err := g.loadConfig()
+	return nil
+}
+
+func (c *cachePruneCmd) Execute(_ context.Context, con *console, args []string) error {
+	cfg, err := c.config.load()
 	if err != nil {
 		return err
 	}
-	keep, _, err := outputKeys(fs.Args())
+	keep, _, err := outputKeys(args)
 	if err != nil {
 		return err
 	}
-	pruned, err := (&store.Store{Dir: cfg.CheckpointCache}).Prune(time.Now().Add(-*olderThan), keep, *dryRun)
-	verb := "removed"
-	if *dryRun {
-		verb = "would remove"
-	}
+	pruned, err := (&store.Store{Dir: cfg.CheckpointCache}).Prune(time.Now().Add(-c.olderThan), keep, c.dryRun)
+	verb := removeVerb(c.dryRun)
 	var bytes int64
 	for _, e := range pruned {
 		bytes += e.Bytes
-		fmt.Fprintf(g.stdout, "%s %s (%s, last use %s)\n", verb, e.Key, orDash(strings.Join(e.Sets, ",")), e.LastUse.UTC().Format(time.DateTime))
+		fmt.Fprintf(con.stdout, "%s %s (%s, last use %s)\n", verb, e.Key, orDash(strings.Join(e.Sets, ",")), e.LastUse.UTC().Format(time.DateTime))
 	}
-	fmt.Fprintf(g.stdout, "%s %d entries, %.1f MiB\n", verb, len(pruned), float64(bytes)/(1<<20))
+	fmt.Fprintf(con.stdout, "%s %d entries, %.1f MiB\n", verb, len(pruned), float64(bytes)/(1<<20))
+	return err
+}
+
+func removeVerb(dryRun bool) string {
+	if dryRun {
+		return "would remove"
+	}
+	return "removed"
+}
+
+type cachePruneRootfsCmd struct {
+	config configFlag
+	dryRun bool
+}
+
+func (*cachePruneRootfsCmd) Name() string  { return "prune-rootfs" }
+func (*cachePruneRootfsCmd) Usage() string { return "cache prune-rootfs [--dry-run] [OUT...]" }
+func (*cachePruneRootfsCmd) Synopsis() string {
+	return "remove rootfs directories that neither the config nor an output named here uses"
+}
+func (c *cachePruneRootfsCmd) SetFlags(fs *flag.FlagSet) {
+	c.config.register(fs)
+	fs.BoolVar(&c.dryRun, "dry-run", false, "print what would be removed; remove nothing")
+}
+
+func (c *cachePruneRootfsCmd) Execute(_ context.Context, con *console, args []string) error {
+	cfg, err := c.config.load()
+	if err != nil {
+		return err
+	}
+	_, keep, err := outputKeys(args)
+	if err != nil {
+		return err
+	}
+	if rootfs, err := filepath.EvalSymlinks(cfg.Rootfs); err == nil {
+		keep = append(keep, rootfs)
+	}
+	pruned, err := run.PruneRootfs(filepath.Join(config.CacheDir(), "rootfs"), keep, c.dryRun)
+	for _, dir := range pruned {
+		fmt.Fprintf(con.stdout, "%s %s\n", removeVerb(c.dryRun), dir)
+	}
+	if len(pruned) == 0 && err == nil {
+		fmt.Fprintln(con.stdout, "no rootfs directory to remove")
+	}
 	return err
 }

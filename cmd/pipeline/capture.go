@@ -10,8 +10,13 @@ import (
 	"readie.dev/pipeline/internal/run"
 )
 
-// setFlags are the flags that choose what a capture works on: `capture` and `plan` share them.
-type setFlags struct {
+// selectionFlags choose what a capture works on and how: `capture` and `plan` share them, so
+// a plan is always the plan the same capture carries out.
+type selectionFlags struct {
+	config    configFlag
+	out       outFlag
+	only      onlyFlag
+	runs      runsFlag
 	image     string
 	sets      []config.Set
 	shard     string
@@ -20,7 +25,11 @@ type setFlags struct {
 	remeasure bool
 }
 
-func (f *setFlags) register(fs *flag.FlagSet) {
+func (f *selectionFlags) register(fs *flag.FlagSet) {
+	f.config.register(fs)
+	f.out.register(fs)
+	f.only.register(fs)
+	f.runs.register(fs)
 	fs.Func("set", "a package set ID=MODULE,MODULE (repeatable): added to the config's (replacing one with the same id) and selected as --only would", func(arg string) error {
 		s, err := config.ParseSet(arg)
 		if err != nil {
@@ -36,23 +45,42 @@ func (f *setFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.remeasure, "remeasure", false, "time the restores of reused checkpoints again instead of keeping their timings")
 }
 
+func (f *selectionFlags) CheckArgs(args []string) error {
+	if f.shard != "" {
+		if _, _, err := config.ParseShard(f.shard); err != nil {
+			return err
+		}
+	}
+	if f.jobs < 0 {
+		return fmt.Errorf("--jobs %d: want a positive number", f.jobs)
+	}
+	return noArgs(args)
+}
+
 // setup loads the config, applies the flags and checks runsc: what capture and plan share.
-func (f *setFlags) setup(ctx context.Context, g *globals) (*config.Config, run.CaptureOptions, *run.Env, error) {
-	cfg, err := g.loadConfig()
+func (f *selectionFlags) setup(ctx context.Context, c *console) (*config.Config, run.CaptureOptions, *run.Env, error) {
+	cfg, err := f.config.load()
 	if err != nil {
 		return nil, run.CaptureOptions{}, nil, err
 	}
-	opts, err := f.options(g, cfg)
+	opts, err := f.options(cfg)
 	if err != nil {
 		return nil, run.CaptureOptions{}, nil, err
 	}
-	env, err := g.env(ctx, cfg)
+	env, err := newEnv(ctx, cfg, c.log)
 	return cfg, opts, env, err
 }
 
-// options turns the flags and the config into the capture's options (exit 2 on a bad --only).
-func (f *setFlags) options(g *globals, cfg *config.Config) (run.CaptureOptions, error) {
-	sel, err := cfg.Select(g.onlyIDs(), f.sets)
+// options applies the flags to cfg and turns them into the capture's options; it checks
+// everything it can before anything outside the config is looked at.
+func (f *selectionFlags) options(cfg *config.Config) (run.CaptureOptions, error) {
+	if err := f.out.apply(cfg, nil); err != nil {
+		return run.CaptureOptions{}, err
+	}
+	if err := f.runs.apply(cfg); err != nil {
+		return run.CaptureOptions{}, err
+	}
+	sel, err := cfg.Select(f.only.ids(), f.sets)
 	if err != nil {
 		return run.CaptureOptions{}, usageError{err}
 	}
@@ -66,40 +94,29 @@ func (f *setFlags) options(g *globals, cfg *config.Config) (run.CaptureOptions, 
 	if f.image != "" {
 		cfg.Image = f.image
 	}
-	switch {
-	case f.jobs < 0:
-		return run.CaptureOptions{}, usagef("--jobs %d: want a positive number", f.jobs)
-	case f.jobs > 0:
+	if f.jobs > 0 {
 		cfg.Jobs = f.jobs
 	}
 	return run.CaptureOptions{Selection: sel, Recapture: f.recapture, Remeasure: f.remeasure}, nil
 }
 
 type captureCmd struct {
-	setFlags
+	selectionFlags
 	cleanFailed bool
 }
 
-func (*captureCmd) Name() string { return "capture" }
+func (*captureCmd) Name() string  { return "capture" }
+func (*captureCmd) Usage() string { return "capture [flags]" }
 func (*captureCmd) Synopsis() string {
 	return "capture (or reuse), measure and smoke-test the package sets; write manifest.json"
 }
 func (c *captureCmd) SetFlags(fs *flag.FlagSet) {
-	c.setFlags.register(fs)
+	c.selectionFlags.register(fs)
 	fs.BoolVar(&c.cleanFailed, "clean-failed", false, "remove the staging directory of a failed run instead of leaving it for inspection")
 }
 
-func (f *setFlags) CheckArgs(_ *globals, args []string) error {
-	if f.shard != "" {
-		if _, _, err := config.ParseShard(f.shard); err != nil {
-			return usageError{err}
-		}
-	}
-	return noArgs(args)
-}
-
-func (c *captureCmd) Execute(ctx context.Context, g *globals, args []string) error {
-	cfg, opts, env, err := c.setup(ctx, g)
+func (c *captureCmd) Execute(ctx context.Context, con *console, args []string) error {
+	cfg, opts, env, err := c.setup(ctx, con)
 	if err != nil {
 		return err
 	}
@@ -107,50 +124,13 @@ func (c *captureCmd) Execute(ctx context.Context, g *globals, args []string) err
 	start := time.Now()
 	res, err := env.Capture(ctx, cfg.Output, opts)
 	if res != nil {
-		printSummary(g.stdout, res)
-	}
-	if err != nil {
-		return usageIfSetup(err)
-	}
-	g.log.WithField("took", time.Since(start).Round(time.Millisecond)).Infof("wrote %s", cfg.Output)
-	return nil
-}
-
-type planCmd struct{ setFlags }
-
-func (*planCmd) Name() string { return "plan" }
-func (*planCmd) Synopsis() string {
-	return "print what capture would do with each set (reuse, capture, keep, drop) and why; change nothing"
-}
-func (c *planCmd) SetFlags(fs *flag.FlagSet) { c.setFlags.register(fs) }
-
-func (c *planCmd) Execute(ctx context.Context, g *globals, args []string) error {
-	cfg, opts, env, err := c.setup(ctx, g)
-	if err != nil {
-		return err
-	}
-	if err := env.PrepareRootfs(ctx); err != nil {
-		return usageIfSetup(err)
-	}
-	plan, err := env.Plan(ctx, cfg.Output, opts)
-	if err != nil {
-		return usageIfSetup(err)
-	}
-	if g.logFormat == "json" {
-		return writeJSON(g.stdout, plan)
-	}
-	tw := newTable(g.stdout)
-	fmt.Fprintln(tw, "set\taction\tfrom\treason\t")
-	for _, s := range plan.Sets {
-		from := s.From
-		if from == "" {
-			from = "-"
+		if werr := printSummary(con, res); werr != nil && err == nil {
+			err = werr
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", s.ID, s.Action, from, s.Reason)
 	}
-	for _, d := range plan.Dropped {
-		fmt.Fprintf(tw, "%s\tdrop\t-\t%s\t\n", d.ID, d.Reason)
+	if err != nil {
+		return usageIfSetup(err)
 	}
-	tw.Flush()
+	con.log.WithField("took", time.Since(start).Round(time.Millisecond)).Infof("wrote %s", cfg.Output)
 	return nil
 }

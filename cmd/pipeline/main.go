@@ -1,14 +1,10 @@
-// Command pipeline builds and measures gVisor checkpoints of the readie executor:
+// Command pipeline builds and measures gVisor checkpoints of the readie executor. Each
+// subcommand is a type in a file of its own that holds its flags (SetFlags) and does its work
+// (Execute) by calling the packages under internal/ and pkg/; `pipeline -h` lists them and
+// `pipeline COMMAND -h` shows a command's flags.
 //
-//	pipeline capture   capture, measure and smoke-test every package set, write manifest.json
-//	pipeline measure   re-time the restores of an existing output directory
-//	pipeline smoke     smoke-test an existing output directory again
-//	pipeline verify    check manifest.json, every meta.json and every image file's hash
-//	pipeline spec      print the sandbox spec of a mode and its fingerprint
-//	pipeline version   print the pipeline's, runsc's and the protocol's versions
-//
-// Exit codes: 0 success, 1 a failed capture/measure/smoke/verify, 2 bad usage or config,
-// 130 or 143 when interrupted by SIGINT or SIGTERM.
+// Exit codes: 0 success, 1 a failed capture/measure/smoke/verify/bench or a locked output,
+// 2 bad usage, config or input, 130 or 143 when interrupted by SIGINT or SIGTERM.
 package main
 
 import (
@@ -19,11 +15,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"sort"
 	"sync"
 	"syscall"
 
 	"github.com/sirupsen/logrus"
+
+	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/run"
 )
 
 const (
@@ -34,30 +32,11 @@ const (
 	exitSIGTERM = 143
 )
 
-// usageError marks bad usage or config: exit code 2.
-type usageError struct{ err error }
-
-func (u usageError) Error() string { return u.err.Error() }
-func (u usageError) Unwrap() error { return u.err }
-
-func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
-
-// argsChecker is a command that says, before it runs, whether its positional arguments are
-// right (dispatch and the deploy files' test call it).
-type argsChecker interface {
-	CheckArgs(g *globals, args []string) error
-}
-
-// command is one subcommand: its flags and what it does.
-type command interface {
-	Name() string
-	Synopsis() string
-	SetFlags(fs *flag.FlagSet)
-	Execute(ctx context.Context, g *globals, args []string) error
-}
-
-func commands() []command {
-	return []command{&captureCmd{}, &planCmd{}, &mergeCmd{}, &pushCmd{}, &pullCmd{}, &measureCmd{}, &smokeCmd{}, &verifyCmd{}, &benchCmd{}, &cacheCmd{}, &rootfsCmd{}, &specCmd{}, &versionCmd{}}
+func commands() commandSet {
+	return commandSet{name: "pipeline", commands: []command{
+		&captureCmd{}, &planCmd{}, &mergeCmd{}, &pushCmd{}, &pullCmd{}, &measureCmd{}, &smokeCmd{},
+		&verifyCmd{}, &benchCmd{}, newCacheGroup(), &rootfsCmd{}, &specCmd{}, &versionCmd{},
+	}}
 }
 
 func main() {
@@ -66,70 +45,22 @@ func main() {
 	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr, signals))
 }
 
-var errUnknownCommand = errors.New("unknown command")
-
-// parseCommandLine finds the command of args and parses its flags and the global ones; it
-// runs nothing. Its complaints go to stderr.
-func parseCommandLine(args []string, stdout, stderr io.Writer) (command, *globals, *flag.FlagSet, error) {
-	var cmd command
-	for _, c := range commands() {
-		if c.Name() == args[0] {
-			cmd = c
-		}
-	}
-	if cmd == nil {
-		fmt.Fprintf(stderr, "pipeline: unknown command %q\n", args[0])
-		return nil, nil, nil, fmt.Errorf("%w %q", errUnknownCommand, args[0])
-	}
-	g := &globals{stdout: stdout, stderr: stderr}
-	fs := flag.NewFlagSet("pipeline "+cmd.Name(), flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	g.register(fs)
-	cmd.SetFlags(fs)
-	if err := fs.Parse(args[1:]); err != nil {
-		return nil, nil, nil, err
-	}
-	if c, ok := cmd.(argsChecker); ok {
-		if err := c.CheckArgs(g, fs.Args()); err != nil {
-			fmt.Fprintf(stderr, "pipeline %s: %v\n", cmd.Name(), err)
-			return nil, nil, nil, err
-		}
-	}
-	return cmd, g, fs, nil
-}
-
 // dispatch runs one command line. A signal on signals stops the command: its context is
 // cancelled, it deletes its sandboxes, and the exit code says which signal it was.
 func dispatch(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int {
-	cmds := commands()
-	usage := func() {
-		fmt.Fprintln(stderr, "usage: pipeline <command> [flags]\n\ncommands:")
-		sort.Slice(cmds, func(i, j int) bool { return cmds[i].Name() < cmds[j].Name() })
-		for _, c := range cmds {
-			fmt.Fprintf(stderr, "  %-8s %s\n", c.Name(), c.Synopsis())
-		}
-		fmt.Fprintln(stderr, "\nrun `pipeline <command> -h` for its flags")
-	}
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage()
-		return exitUsage
-	}
-	cmd, g, fs, err := parseCommandLine(args, stdout, stderr)
+	p, err := commands().parse(args, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
-		if errors.Is(err, errUnknownCommand) {
-			usage()
-		}
 		return exitUsage
 	}
-	log, err := g.logger()
+	c, err := p.logs.console(stdout, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "pipeline: %v\n", err)
+		fmt.Fprintf(stderr, "%s: %v\n", p.path, err)
 		return exitUsage
 	}
-	g.log = log
+	log := c.log
 
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
@@ -140,12 +71,12 @@ func dispatch(args []string, stdout, stderr io.Writer, signals <-chan os.Signal)
 		select {
 		case s := <-signals:
 			caught <- s
-			log.WithField("signal", s.String()).Warn("interrupted: deleting sandboxes and stopping")
-			cancel(fmt.Errorf("interrupted by %s", s))
+			log.WithField("signal", signalName(s)).Warn("interrupted: deleting sandboxes and stopping")
+			cancel(fmt.Errorf("interrupted (%s)", signalName(s)))
 		case <-done:
 		}
 	})
-	err = cmd.Execute(ctx, g, fs.Args())
+	err = p.cmd.Execute(ctx, c, p.args)
 	close(done)
 	watcher.Wait()
 	var stoppedBy os.Signal
@@ -158,10 +89,10 @@ func dispatch(args []string, stdout, stderr io.Writer, signals <-chan os.Signal)
 	}
 	// Errors quote the executor's stderr over several lines: in text mode print them as they
 	// are rather than as one escaped log field.
-	if g.logFormat == "json" {
-		log.WithField("command", cmd.Name()).Error(err)
+	if c.json {
+		log.WithField("command", p.cmd.Name()).Error(err)
 	} else {
-		fmt.Fprintf(stderr, "pipeline %s: %v\n", cmd.Name(), err)
+		fmt.Fprintf(stderr, "%s: %v\n", p.path, err)
 	}
 	switch {
 	case stoppedBy == syscall.SIGINT:
@@ -173,6 +104,38 @@ func dispatch(args []string, stdout, stderr io.Writer, signals <-chan os.Signal)
 	default:
 		return exitFailed
 	}
+}
+
+// signalName is the signal as people write it: SIGINT, SIGTERM.
+func signalName(s os.Signal) string {
+	switch s {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return s.String()
+}
+
+func isUsage(err error) bool {
+	var u usageError
+	return errors.As(err, &u) || errors.Is(err, config.ErrInvalid)
+}
+
+// newEnv checks the runsc that cfg names and prepares a run.
+func newEnv(ctx context.Context, cfg *config.Config, log logrus.FieldLogger) (*run.Env, error) {
+	env, err := run.NewEnv(ctx, cfg, log)
+	if err != nil {
+		return nil, usageIfSetup(err)
+	}
+	return env, nil
+}
+
+func usageIfSetup(err error) error {
+	if errors.Is(err, run.ErrSetup) {
+		return usageError{err}
+	}
+	return err
 }
 
 func newLogger(w io.Writer, format string, verbose bool) (*logrus.Logger, error) {

@@ -5,28 +5,42 @@ import (
 	"flag"
 )
 
-type measureCmd struct{}
+type measureCmd struct {
+	config configFlag
+	out    outFlag
+	only   onlyFlag
+	runs   runsFlag
+}
 
-func (*measureCmd) Name() string           { return "measure" }
-func (*measureCmd) Synopsis() string       { return "re-time the restores of an existing output directory" }
-func (*measureCmd) SetFlags(*flag.FlagSet) {}
+func (*measureCmd) Name() string     { return "measure" }
+func (*measureCmd) Usage() string    { return "measure [flags] [OUT]" }
+func (*measureCmd) Synopsis() string { return "re-time the restores of an existing output directory" }
+func (c *measureCmd) SetFlags(fs *flag.FlagSet) {
+	c.config.register(fs)
+	c.out.register(fs)
+	c.only.register(fs)
+	c.runs.register(fs)
+}
+func (*measureCmd) CheckArgs(args []string) error { return readsOutput(args) }
 
-func (*measureCmd) Execute(ctx context.Context, g *globals, args []string) error {
-	if err := noArgs(args); err != nil {
-		return err
-	}
-	cfg, err := g.loadConfig()
+func (c *measureCmd) Execute(ctx context.Context, con *console, args []string) error {
+	cfg, err := c.config.load()
 	if err != nil {
 		return err
 	}
-	env, err := g.env(ctx, cfg)
+	if err := c.out.apply(cfg, args); err != nil {
+		return err
+	}
+	if err := c.runs.apply(cfg); err != nil {
+		return err
+	}
+	env, err := newEnv(ctx, cfg, con.log)
 	if err != nil {
 		return err
 	}
-	m, err := env.Measure(ctx, env.Config.Output, g.onlyIDs())
+	m, err := env.Measure(ctx, cfg.Output, c.only.ids())
 	if err != nil {
 		return usageIfSetup(err)
 	}
-	printCheckpoints(g.stdout, m)
-	return nil
+	return printCheckpoints(con, m, "measured")
 }

@@ -4,78 +4,54 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
-	"slices"
-	"strconv"
 
-	"readie.dev/pipeline/internal/oci"
 	"readie.dev/pipeline/internal/run"
 )
 
-type mergeCmd struct{}
+type mergeCmd struct {
+	config configFlag
+	out    outFlag
+}
 
-func (*mergeCmd) Name() string { return "merge" }
+func (*mergeCmd) Name() string  { return "merge" }
+func (*mergeCmd) Usage() string { return "merge --out OUT SOURCE..." }
 func (*mergeCmd) Synopsis() string {
 	return "merge outputs (shards: directories or images of push) into --out: every source verifies and agrees; a set is kept once"
 }
-func (*mergeCmd) SetFlags(*flag.FlagSet) {}
+func (c *mergeCmd) SetFlags(fs *flag.FlagSet) {
+	c.config.register(fs)
+	c.out.register(fs)
+}
 
-func (*mergeCmd) CheckArgs(g *globals, args []string) error {
-	if g.out == "" {
-		return usagef("merge: name the output with --out")
+func (c *mergeCmd) CheckArgs(args []string) error {
+	if c.out.dir == "" {
+		return fmt.Errorf("name the output with --out")
 	}
 	if len(args) == 0 {
-		return usagef("merge: name at least one source output")
+		return fmt.Errorf("name at least one source output")
 	}
 	return nil
 }
 
-func (*mergeCmd) Execute(ctx context.Context, g *globals, args []string) error {
-	cfg, err := g.loadConfig()
+func (c *mergeCmd) Execute(ctx context.Context, con *console, args []string) error {
+	cfg, err := c.config.load()
 	if err != nil {
 		return err
 	}
-	// A source that is not a directory is an image of `pipeline push`: pulled beside the
-	// output first (same file system: the merge hard-links from it), removed after.
-	sources := slices.Clone(args)
-	var pulled string
-	defer func() {
-		if pulled != "" {
-			os.RemoveAll(pulled)
-		}
-	}()
-	for i, src := range sources {
-		if fi, err := os.Stat(src); err == nil && fi.IsDir() {
-			continue
-		}
-		if pulled == "" {
-			if err := os.MkdirAll(filepath.Dir(cfg.Output), 0o755); err != nil {
-				return err
-			}
-			if pulled, err = os.MkdirTemp(filepath.Dir(cfg.Output), ".merge-pull-"); err != nil {
-				return err
-			}
-		}
-		_, ref, pullCtx, cancel, err := g.registryStep(ctx, "pull", src)
-		if err != nil {
-			return err
-		}
-		img, err := oci.Fetch(pullCtx, ref, nil)
-		if err == nil {
-			sources[i] = filepath.Join(pulled, strconv.Itoa(i))
-			_, err = run.Pull(img, sources[i], oci.LogLayers(g.log, "pull "+src))
-		}
-		cancel()
-		if err != nil {
-			return fmt.Errorf("merge source %s: %w", src, err)
-		}
+	if err := c.out.apply(cfg, nil); err != nil {
+		return err
 	}
-	m, err := run.Merge(cfg.Output, sources)
+	m, err := run.MergeSources(ctx, cfg, cfg.Output, args, con.log)
 	if err != nil {
 		return usageIfSetup(err)
 	}
-	fmt.Fprintf(g.stdout, "%s: %d checkpoints from %d sources\n", cfg.Output, len(m.Checkpoints), len(args))
-	printCheckpoints(g.stdout, m)
-	return nil
+	con.log.Infof("%s: %d checkpoints from %d %s", cfg.Output, len(m.Checkpoints), len(args), plural(len(args), "source", "sources"))
+	return printCheckpoints(con, m, "merged")
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

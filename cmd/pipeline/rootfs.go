@@ -16,7 +16,8 @@ type rootfsCmd struct {
 	base, baseDigest, cache string
 }
 
-func (*rootfsCmd) Name() string { return "rootfs" }
+func (*rootfsCmd) Name() string  { return "rootfs" }
+func (*rootfsCmd) Usage() string { return "rootfs --base DIR --base-digest sha256:... [--cache DIR]" }
 func (*rootfsCmd) Synopsis() string {
 	return "put the executor layer on --base (a directory that never changes); print the rootfs path"
 }
@@ -26,23 +27,23 @@ func (c *rootfsCmd) SetFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.cache, "cache", config.CacheDir(), "the cache the rootfs goes under (CACHE/rootfs/sha256-DIGEST)")
 }
 
-func (c *rootfsCmd) CheckArgs(_ *globals, args []string) error {
+func (c *rootfsCmd) CheckArgs(args []string) error {
 	if c.base == "" || !strings.HasPrefix(c.baseDigest, "sha256:") {
-		return usagef("rootfs: --base DIR and --base-digest sha256:... are required")
+		return fmt.Errorf("--base DIR and --base-digest sha256:... are required")
 	}
 	return noArgs(args)
 }
 
-func (c *rootfsCmd) Execute(ctx context.Context, g *globals, _ []string) error {
+func (c *rootfsCmd) Execute(ctx context.Context, con *console, _ []string) error {
 	path, info, err := oci.Assemble(ctx, c.cache, c.base, c.baseDigest, nil)
 	if err != nil {
 		return usageError{err}
 	}
 	if info.Reused {
-		g.log.WithField("digest", info.Digest).Info("rootfs reused")
+		con.log.WithField("digest", info.Digest).Info("rootfs reused")
 	} else {
-		g.log.WithField("digest", info.Digest).Info("rootfs assembled")
+		con.log.WithField("digest", info.Digest).Info("rootfs assembled")
 	}
-	fmt.Fprintln(g.stdout, path)
+	fmt.Fprintln(con.stdout, path)
 	return nil
 }

@@ -5,30 +5,39 @@ import (
 	"flag"
 )
 
-type smokeCmd struct{}
-
-func (*smokeCmd) Name() string { return "smoke" }
-func (*smokeCmd) Synopsis() string {
-	return "smoke-test the checkpoints of an existing output directory"
+type smokeCmd struct {
+	config configFlag
+	out    outFlag
+	only   onlyFlag
 }
-func (*smokeCmd) SetFlags(*flag.FlagSet) {}
 
-func (*smokeCmd) Execute(ctx context.Context, g *globals, args []string) error {
-	if err := noArgs(args); err != nil {
-		return err
-	}
-	cfg, err := g.loadConfig()
+func (*smokeCmd) Name() string  { return "smoke" }
+func (*smokeCmd) Usage() string { return "smoke [flags] [OUT]" }
+func (*smokeCmd) Synopsis() string {
+	return "smoke-test the checkpoints of an existing output directory again"
+}
+func (c *smokeCmd) SetFlags(fs *flag.FlagSet) {
+	c.config.register(fs)
+	c.out.register(fs)
+	c.only.register(fs)
+}
+func (*smokeCmd) CheckArgs(args []string) error { return readsOutput(args) }
+
+func (c *smokeCmd) Execute(ctx context.Context, con *console, args []string) error {
+	cfg, err := c.config.load()
 	if err != nil {
 		return err
 	}
-	env, err := g.env(ctx, cfg)
+	if err := c.out.apply(cfg, args); err != nil {
+		return err
+	}
+	env, err := newEnv(ctx, cfg, con.log)
 	if err != nil {
 		return err
 	}
-	m, err := env.Smoke(ctx, env.Config.Output, g.onlyIDs())
+	m, err := env.Smoke(ctx, cfg.Output, c.only.ids())
 	if err != nil {
 		return usageIfSetup(err)
 	}
-	printCheckpoints(g.stdout, m)
-	return nil
+	return printCheckpoints(con, m, "tested")
 }

@@ -12,16 +12,19 @@ import (
 )
 
 type specCmd struct {
-	mode string
+	config configFlag
+	mode   string
 }
 
 func (*specCmd) Name() string     { return "spec" }
+func (*specCmd) Usage() string    { return "spec [--mode capture|measure|sandbox]" }
 func (*specCmd) Synopsis() string { return "print the OCI spec of a sandbox mode and its fingerprint" }
 func (c *specCmd) SetFlags(fs *flag.FlagSet) {
+	c.config.register(fs)
 	fs.StringVar(&c.mode, "mode", "sandbox", "capture, measure or sandbox")
 }
 
-func (c *specCmd) Execute(ctx context.Context, g *globals, args []string) error {
+func (c *specCmd) Execute(ctx context.Context, con *console, args []string) error {
 	if err := noArgs(args); err != nil {
 		return err
 	}
@@ -30,7 +33,7 @@ func (c *specCmd) Execute(ctx context.Context, g *globals, args []string) error 
 	default:
 		return usagef("-mode %q: want capture, measure or sandbox", c.mode)
 	}
-	cfg, err := g.loadConfig()
+	cfg, err := c.config.load()
 	if err != nil {
 		return err
 	}
@@ -56,6 +59,6 @@ func (c *specCmd) Execute(ctx context.Context, g *globals, args []string) error 
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(g.stdout, "%s\nfingerprint: %s\n", data, fingerprint)
+	fmt.Fprintf(con.stdout, "%s\nfingerprint: %s\n", data, fingerprint)
 	return nil
 }

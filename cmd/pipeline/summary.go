@@ -21,24 +21,52 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// printSummary prints one row per set of a capture: how it ended, its image and timings.
-func printSummary(w io.Writer, res *run.Result) {
-	tw := newTable(w)
+// printSummary prints one row per set of a capture: how it ended, its image and timings; as
+// JSON when the logs are JSON.
+func printSummary(c *console, res *run.Result) error {
+	if c.json {
+		type row struct {
+			manifest.Checkpoint
+			Status string `json:"status"`
+			Error  string `json:"error,omitempty"`
+		}
+		rows := []row{}
+		for _, r := range res.Sets {
+			x := row{Checkpoint: r.Checkpoint, Status: string(r.Status)}
+			if r.Err != nil {
+				x.Error = r.Err.Error()
+			}
+			rows = append(rows, x)
+		}
+		return writeJSON(c.stdout, map[string]any{"sets": rows})
+	}
+	tw := newTable(c.stdout)
 	fmt.Fprintln(tw, "set\tstatus\timports\timage MiB\trestore min ms\tmedian ms\tp90 ms\tmax ms\tsmoke\tready ms\t")
 	for _, r := range res.Sets {
 		printRow(tw, r.Checkpoint, string(r.Status))
 	}
-	tw.Flush()
+	return tw.Flush()
 }
 
-// printCheckpoints prints the checkpoints of a manifest (measure, smoke).
-func printCheckpoints(w io.Writer, m *manifest.Manifest) {
-	tw := newTable(w)
-	fmt.Fprintln(tw, "set\tstatus\timports\timage MiB\trestore min ms\tmedian ms\tp90 ms\tmax ms\tsmoke\tready ms\t")
-	for _, c := range m.Checkpoints {
-		printRow(tw, c, "-")
+// printCheckpoints prints the checkpoints of a manifest (measure, smoke, merge); as JSON when
+// the logs are JSON.
+func printCheckpoints(c *console, m *manifest.Manifest, status string) error {
+	if c.json {
+		return writeJSON(c.stdout, m)
 	}
-	tw.Flush()
+	tw := newTable(c.stdout)
+	fmt.Fprintln(tw, "set\tstatus\timports\timage MiB\trestore min ms\tmedian ms\tp90 ms\tmax ms\tsmoke\tready ms\t")
+	for _, cp := range m.Checkpoints {
+		printRow(tw, cp, status)
+	}
+	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func printRow(tw *tabwriter.Writer, c manifest.Checkpoint, status string) {

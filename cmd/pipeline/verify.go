@@ -11,20 +11,28 @@ import (
 	"readie.dev/pipeline/pkg/manifest"
 )
 
-type verifyCmd struct{}
+type verifyCmd struct {
+	config configFlag
+	out    outFlag
+}
 
-func (*verifyCmd) Name() string { return "verify" }
+func (*verifyCmd) Name() string  { return "verify" }
+func (*verifyCmd) Usage() string { return "verify [flags] [OUT]" }
 func (*verifyCmd) Synopsis() string {
 	return "check manifest.json, every meta.json and every image file's hash"
 }
-func (*verifyCmd) SetFlags(*flag.FlagSet) {}
+func (c *verifyCmd) SetFlags(fs *flag.FlagSet) {
+	c.config.register(fs)
+	c.out.register(fs)
+}
+func (*verifyCmd) CheckArgs(args []string) error { return readsOutput(args) }
 
-func (*verifyCmd) Execute(ctx context.Context, g *globals, args []string) error {
-	if err := noArgs(args); err != nil {
+func (c *verifyCmd) Execute(ctx context.Context, con *console, args []string) error {
+	cfg, err := c.config.load()
+	if err != nil {
 		return err
 	}
-	cfg, err := g.loadConfig()
-	if err != nil {
+	if err := c.out.apply(cfg, args); err != nil {
 		return err
 	}
 	if _, err := os.Stat(cfg.Output); errors.Is(err, os.ErrNotExist) {
@@ -34,7 +42,7 @@ func (*verifyCmd) Execute(ctx context.Context, g *globals, args []string) error 
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(g.stdout, "%s: %d checkpoints verified (executor protocol %d, runsc %s)\n",
+	fmt.Fprintf(con.stdout, "%s: %d checkpoints verified (executor protocol %d, runsc %s)\n",
 		cfg.Output, len(m.Checkpoints), m.ExecutorProtocol, m.Runsc.Version)
 	return nil
 }

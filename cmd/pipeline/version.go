@@ -10,15 +10,16 @@ import (
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
-type versionCmd struct{}
+type versionCmd struct{ config configFlag }
 
-func (*versionCmd) Name() string { return "version" }
+func (*versionCmd) Name() string  { return "version" }
+func (*versionCmd) Usage() string { return "version [--config FILE]" }
 func (*versionCmd) Synopsis() string {
 	return "print the pipeline's, runsc's and the executor protocol's versions"
 }
-func (*versionCmd) SetFlags(*flag.FlagSet) {}
+func (c *versionCmd) SetFlags(fs *flag.FlagSet) { c.config.register(fs) }
 
-func (*versionCmd) Execute(ctx context.Context, g *globals, args []string) error {
+func (c *versionCmd) Execute(ctx context.Context, con *console, args []string) error {
 	if err := noArgs(args); err != nil {
 		return err
 	}
@@ -31,18 +32,18 @@ func (*versionCmd) Execute(ctx context.Context, g *globals, args []string) error
 			}
 		}
 	}
-	fmt.Fprintf(g.stdout, "pipeline %s\nexecutor protocol %d\n", version, executorproto.Version)
-	cfg, err := g.loadConfig()
+	fmt.Fprintf(con.stdout, "pipeline %s\nexecutor protocol %d\n", version, executorproto.Version)
+	cfg, err := c.config.load()
 	if err != nil {
 		return err
 	}
 	rt := &sandbox.Runtime{Path: cfg.Runsc.Path, CommandTimeout: cfg.Timeouts.RunscCommand}
 	runsc, err := rt.Version(ctx)
 	if err != nil {
-		fmt.Fprintf(g.stdout, "runsc: not installed at %s (run `make runsc`)\n", cfg.Runsc.Path)
+		fmt.Fprintf(con.stdout, "runsc: not installed at %s (run `make runsc`)\n", cfg.Runsc.Path)
 		return nil
 	}
 	module, moduleVersion, _ := rt.Module()
-	fmt.Fprintf(g.stdout, "runsc %s (%s@%s) at %s\n", runsc, module, moduleVersion, cfg.Runsc.Path)
+	fmt.Fprintf(con.stdout, "runsc %s (%s@%s) at %s\n", runsc, module, moduleVersion, cfg.Runsc.Path)
 	return nil
 }

@@ -24,8 +24,15 @@ import (
 // EmptySetID is the package set with no imports that every run captures first.
 const EmptySetID = "empty"
 
-// ErrInvalid wraps every config problem.
+// ErrInvalid wraps every config problem, and every bad value of a flag that config parses
+// (--set, --shard).
 var ErrInvalid = errors.New("invalid config")
+
+// flagValueError is a bad flag value: it matches ErrInvalid but reads as its own message, since
+// "invalid config" would mislead about a flag.
+type flagValueError struct{ error }
+
+func (flagValueError) Is(target error) bool { return target == ErrInvalid }
 
 // Set is one package set: a checkpoint with these modules pre-imported.
 type Set struct {
@@ -310,7 +317,7 @@ func (s Set) validate() error {
 func ParseSet(arg string) (Set, error) {
 	id, mods, ok := strings.Cut(arg, "=")
 	if !ok {
-		return Set{}, fmt.Errorf("%w: --set %q: want ID=MODULE,MODULE", ErrInvalid, arg)
+		return Set{}, flagValueError{fmt.Errorf("want ID=MODULE,MODULE")}
 	}
 	s := Set{ID: strings.TrimSpace(id)}
 	for _, m := range strings.Split(mods, ",") {
@@ -319,7 +326,7 @@ func ParseSet(arg string) (Set, error) {
 		}
 	}
 	if err := s.validate(); err != nil {
-		return Set{}, fmt.Errorf("%w: --set %q: %w", ErrInvalid, arg, err)
+		return Set{}, flagValueError{err}
 	}
 	return s, nil
 }
@@ -388,7 +395,7 @@ func ParseShard(arg string) (index, count int, err error) {
 	index, errI := strconv.Atoi(strings.TrimSpace(i))
 	count, errN := strconv.Atoi(strings.TrimSpace(n))
 	if !ok || errI != nil || errN != nil || count < 1 || index < 0 || index >= count {
-		return 0, 0, fmt.Errorf("%w: --shard %q: want I/N with 0 <= I < N, e.g. 0/3", ErrInvalid, arg)
+		return 0, 0, flagValueError{fmt.Errorf("--shard %q: want I/N with 0 <= I < N, e.g. 0/3", arg)}
 	}
 	return index, count, nil
 }

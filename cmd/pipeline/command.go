@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/sirupsen/logrus"
+)
+
+// command is one subcommand in the style of gVisor's runsc/cmd: a type that holds its own
+// flags (SetFlags registers exactly those that apply to it) and does its work in Execute.
+type command interface {
+	Name() string
+	Synopsis() string
+	// Usage is the line after "usage: pipeline": the command and its arguments.
+	Usage() string
+	SetFlags(fs *flag.FlagSet)
+	Execute(ctx context.Context, c *console, args []string) error
+}
+
+// argsChecker is a command that checks its positional arguments right after parsing, before
+// anything runs (dispatch and the deploy files' test both call it).
+type argsChecker interface {
+	CheckArgs(args []string) error
+}
+
+// console is where one command run writes: its results on stdout, logs and progress on stderr.
+type console struct {
+	stdout, stderr io.Writer
+	log            *logrus.Logger
+	// json says the logs are JSON (--log-format json): summaries on stdout are JSON too.
+	json bool
+}
+
+// logFlags are the only flags every command takes: they shape what it writes, not what it does.
+type logFlags struct {
+	format  string
+	verbose bool
+}
+
+func (l *logFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&l.format, "log-format", "text", "log format on stderr: text or json (with json, summaries on stdout are JSON too)")
+	fs.BoolVar(&l.verbose, "v", false, "debug logging")
+}
+
+func (l *logFlags) console(stdout, stderr io.Writer) (*console, error) {
+	log, err := newLogger(stderr, l.format, l.verbose)
+	if err != nil {
+		return nil, err
+	}
+	return &console{stdout: stdout, stderr: stderr, log: log, json: l.format == "json"}, nil
+}
+
+// commandSet is a list of commands under one name: the pipeline itself, or a group such as
+// `pipeline cache`.
+type commandSet struct {
+	name     string // "pipeline" or "pipeline cache"
+	commands []command
+}
+
+var errUnknownCommand = errors.New("unknown command")
+
+func (s commandSet) find(name string) (command, error) {
+	for _, c := range s.commands {
+		if c.Name() == name {
+			return c, nil
+		}
+	}
+	return nil, fmt.Errorf("%w %q (%s)", errUnknownCommand, name, s.names())
+}
+
+func (s commandSet) names() string {
+	var names []string
+	for _, c := range s.commands {
+		names = append(names, c.Name())
+	}
+	sort.Strings(names)
+	return "want one of " + strings.Join(names, ", ")
+}
+
+// printUsage lists the set's commands with their synopses.
+func (s commandSet) printUsage(w io.Writer) {
+	fmt.Fprintf(w, "usage: %s <command> [flags] [arguments]\n\ncommands:\n", s.name)
+	cmds := append([]command(nil), s.commands...)
+	sort.Slice(cmds, func(i, j int) bool { return cmds[i].Name() < cmds[j].Name() })
+	for _, c := range cmds {
+		fmt.Fprintf(w, "  %-12s %s\n", c.Name(), c.Synopsis())
+	}
+	fmt.Fprintf(w, "\nrun `%s <command> -h` for a command's flags\n", s.name)
+}
+
+// parsed is a command line ready to run: the command, its positional arguments, its console.
+type parsed struct {
+	cmd  command
+	args []string
+	logs logFlags
+	path string // "pipeline capture", "pipeline cache list"
+}
+
+// parse finds the command of args (descending into groups) and parses its flags; it runs
+// nothing. Complaints go to stderr in one line; -h prints the command's full usage.
+func (s commandSet) parse(args []string, stderr io.Writer) (*parsed, error) {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		s.printUsage(stderr)
+		if len(args) == 0 {
+			return nil, usagef("%s: name a command", s.name)
+		}
+		return nil, flag.ErrHelp
+	}
+	cmd, err := s.find(args[0])
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", s.name, err)
+		return nil, usageError{err}
+	}
+	if g, ok := cmd.(*group); ok {
+		return g.set.parse(args[1:], stderr)
+	}
+	p := &parsed{cmd: cmd, path: s.name + " " + cmd.Name()}
+	fs := flag.NewFlagSet(p.path, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are reported below in one line, not with every flag
+	p.logs.register(fs)
+	cmd.SetFlags(fs)
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			printCommandUsage(stderr, p.path, cmd, fs)
+			return nil, err
+		}
+		fmt.Fprintf(stderr, "%s: %v (run `%s -h` for its flags)\n", p.path, err, p.path)
+		return nil, usageError{err}
+	}
+	p.args = fs.Args()
+	if c, ok := cmd.(argsChecker); ok {
+		if err := c.CheckArgs(p.args); err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", p.path, err)
+			return nil, usageError{err}
+		}
+	}
+	return p, nil
+}
+
+func printCommandUsage(w io.Writer, path string, cmd command, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "usage: pipeline %s\n\n%s\n\nflags:\n", cmd.Usage(), cmd.Synopsis())
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+}
+
+// group is a command whose first argument names a command of its own (`pipeline cache list`).
+type group struct {
+	name, synopsis string
+	set            commandSet
+}
+
+func newGroup(name, synopsis string, commands ...command) *group {
+	return &group{name: name, synopsis: synopsis, set: commandSet{name: "pipeline " + name, commands: commands}}
+}
+
+func (g *group) Name() string              { return g.name }
+func (g *group) Synopsis() string          { return g.synopsis }
+func (g *group) Usage() string             { return g.name + " <command> [flags]" }
+func (g *group) SetFlags(fs *flag.FlagSet) {}
+func (g *group) Execute(context.Context, *console, []string) error {
+	return errors.New("a command group runs one of its commands") // parse descends instead
+}

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+)
+
+type planCmd struct{ selectionFlags }
+
+func (*planCmd) Name() string  { return "plan" }
+func (*planCmd) Usage() string { return "plan [flags]" }
+func (*planCmd) Synopsis() string {
+	return "print what capture would do with each set (reuse, capture, keep, drop) and why; change nothing"
+}
+func (c *planCmd) SetFlags(fs *flag.FlagSet) { c.selectionFlags.register(fs) }
+
+func (c *planCmd) Execute(ctx context.Context, con *console, args []string) error {
+	cfg, opts, env, err := c.setup(ctx, con)
+	if err != nil {
+		return err
+	}
+	if err := env.PrepareRootfs(ctx); err != nil {
+		return usageIfSetup(err)
+	}
+	plan, err := env.Plan(ctx, cfg.Output, opts)
+	if err != nil {
+		return usageIfSetup(err)
+	}
+	if con.json {
+		return writeJSON(con.stdout, plan)
+	}
+	tw := newTable(con.stdout)
+	fmt.Fprintln(tw, "set\taction\tfrom\treason\t")
+	for _, s := range plan.Sets {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", s.ID, s.Action, orDash(s.From), s.Reason)
+	}
+	for _, d := range plan.Dropped {
+		fmt.Fprintf(tw, "%s\tdrop\t-\t%s\t\n", d.ID, d.Reason)
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+
+	"readie.dev/pipeline/internal/oci"
+	"readie.dev/pipeline/internal/run"
+)
+
+type pullCmd struct{ config configFlag }
+
+func (*pullCmd) Name() string  { return "pull" }
+func (*pullCmd) Usage() string { return "pull REF OUT" }
+func (*pullCmd) Synopsis() string {
+	return "write the output that an image of `pipeline push` holds into OUT, verified"
+}
+func (c *pullCmd) SetFlags(fs *flag.FlagSet) { c.config.register(fs) }
+
+func (*pullCmd) CheckArgs(args []string) error {
+	if len(args) != 2 {
+		return fmt.Errorf("want an image reference and an output directory")
+	}
+	_, err := oci.ParseRef(args[0], nil)
+	return err
+}
+
+func (c *pullCmd) Execute(ctx context.Context, con *console, args []string) error {
+	cfg, err := c.config.load()
+	if err != nil {
+		return err
+	}
+	ref, ctx, cancel, err := registryStep(ctx, cfg, "pull", args[0])
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	img, err := oci.Fetch(ctx, ref, nil)
+	if err != nil {
+		return err
+	}
+	m, err := run.Pull(img, args[1], oci.LogLayers(con.log, "pull"))
+	if err != nil {
+		return usageIfSetup(err)
+	}
+	fmt.Fprintf(con.stdout, "%s: %d checkpoints verified (executor protocol %d, runsc %s)\n", args[1], len(m.Checkpoints), m.ExecutorProtocol, m.Runsc.Version)
+	return nil
+}

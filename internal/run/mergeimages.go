@@ -1,0 +1,57 @@
+package run
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+
+	"github.com/sirupsen/logrus"
+
+	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/oci"
+	"readie.dev/pipeline/pkg/manifest"
+)
+
+// MergeSources merges srcs into out (Merge), where a source that is not a directory is an
+// image of `pipeline push`: it is pulled beside out first (the same file system, so the merge
+// can hard-link from it), each pull bounded by timeouts.registry, and removed afterwards.
+func MergeSources(ctx context.Context, cfg *config.Config, out string, srcs []string, log logrus.FieldLogger) (*manifest.Manifest, error) {
+	sources := slices.Clone(srcs)
+	var pulled string
+	defer func() {
+		if pulled != "" {
+			os.RemoveAll(pulled)
+		}
+	}()
+	for i, src := range sources {
+		if fi, err := os.Stat(src); err == nil && fi.IsDir() {
+			continue
+		}
+		ref, err := oci.ParseRef(src, cfg.InsecureRegistries)
+		if err != nil {
+			return nil, fmt.Errorf("%w: merge source %s is neither a directory nor an image: %w", ErrSetup, src, err)
+		}
+		if pulled == "" {
+			if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+				return nil, err
+			}
+			if pulled, err = os.MkdirTemp(filepath.Dir(out), ".merge-pull-"); err != nil {
+				return nil, err
+			}
+		}
+		pullCtx, cancel := context.WithTimeoutCause(ctx, cfg.Timeouts.Registry, fmt.Errorf("pull of %s exceeded its timeout of %s (timeouts.registry)", src, cfg.Timeouts.Registry))
+		img, err := oci.Fetch(pullCtx, ref, nil)
+		if err == nil {
+			sources[i] = filepath.Join(pulled, strconv.Itoa(i))
+			_, err = Pull(img, sources[i], oci.LogLayers(log, "pull "+src))
+		}
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("merge source %s: %w", src, err)
+		}
+	}
+	return Merge(out, sources)
+}
