@@ -458,3 +458,33 @@ func TestBenchConfigVariants(t *testing.T) {
 		t.Errorf("sets %+v", report.Sets)
 	}
 }
+
+// TestConfigElsewhere: a config that holds only checkpoints:, in a directory far from the
+// checkout, finds the runsc and the rootfs that `make runsc` and `make image` put in the cache.
+func TestConfigElsewhere(t *testing.T) {
+	rootfs := testenv.Rootfs(t)
+	cache := filepath.Join(t.TempDir(), "cache")
+	runsc := filepath.Join(cache, "readie", "runsc", "readie-20260905-160fafc42237", "runsc")
+	os.MkdirAll(filepath.Dir(runsc), 0o755)
+	os.MkdirAll(filepath.Join(cache, "readie", "rootfs"), 0o755)
+	if err := os.Symlink(testenv.RunscPath(t), runsc); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(rootfs, filepath.Join(cache, "readie", "rootfs", "default")); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("XDG_CACHE_HOME", cache)
+	elsewhere := t.TempDir()
+	cfg := filepath.Join(elsewhere, "mine.yaml")
+	os.WriteFile(cfg, []byte("checkpoints:\n  - id: tiny\n    imports: [json]\n"), 0o644)
+	code, stdout, stderr := runCLI(t, "plan", "--config", cfg, "--out", filepath.Join(elsewhere, "out"), "--log-format", "json")
+	if code != exitOK {
+		t.Fatalf("plan: exit %d\n%s", code, stderr)
+	}
+	var plan struct {
+		Rootfs manifest.Rootfs `json:"rootfs"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &plan); err != nil || plan.Rootfs.Path != rootfs {
+		t.Fatalf("plan's rootfs %q (%v), want the cache's default %s\n%s", plan.Rootfs.Path, err, rootfs, stdout)
+	}
+}

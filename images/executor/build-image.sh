@@ -61,5 +61,10 @@ rootfs=$("$pipeline" rootfs --cache "$cache" --base "$layer/rootfs" --base-diges
 
 mkdir -p "$(dirname "$link")"
 ln -sfn "$rootfs" "$link"
+# The default image is also known to the cache, so a config anywhere (the default rootfs is
+# {cache}/rootfs/default) finds it, not only one beside build/.
+if [ -z "${READIE_PACKAGES:-}" ]; then
+  ln -sfn "$rootfs" "$cache/rootfs/default.tmp" && mv -T "$cache/rootfs/default.tmp" "$cache/rootfs/default"
+fi
 echo "build-image: rootfs $rootfs" >&2
 echo "$rootfs"

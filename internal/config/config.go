@@ -122,6 +122,9 @@ func Parse(data []byte, name, baseDir, cacheDir string) (*Config, error) {
 	if err := decode(pipeline.DefaultConfig(), &c); err != nil {
 		return nil, fmt.Errorf("%w: the embedded default config: %w", ErrInvalid, err)
 	}
+	if err := checkKeys(data); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, name, err)
+	}
 	if err := decode(data, &c); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, name, err)
 	}

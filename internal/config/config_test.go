@@ -21,7 +21,7 @@ func TestDefaultConfig(t *testing.T) {
 	if c.Runsc.Path != "/cache/readie/runsc/readie-20260905-160fafc42237/runsc" {
 		t.Errorf("runsc path %q", c.Runsc.Path)
 	}
-	if c.Rootfs != "/repo/build/rootfs" || c.Output != "/repo/out" || c.Runsc.Network != "none" {
+	if c.Rootfs != "/cache/rootfs/default" || c.Output != "/repo/out" || c.Runsc.Network != "none" {
 		t.Errorf("config %+v", c)
 	}
 	if c.Timeouts.Capture != 5*time.Minute || c.RestoreRuns != 5 {
@@ -127,7 +127,12 @@ func TestParseErrors(t *testing.T) {
 		{"empty imports", replace("imports: [pandas]", "imports: []"), "imports is empty"},
 		{"no sets", strings.Split(valid, "checkpoints:")[0] + "checkpoints: []\n", "no package set"},
 		{"zero runs", replace("restore_runs: 5", "restore_runs: 0"), "restore_runs"},
-		{"bad timeout", replace("capture: 5m", "capture: soon"), fmt.Sprintf("line %d: cannot unmarshal !!str `soon`", lineOf(valid, "capture: 5m"))},
+		{"bad timeout", replace("capture: 5m", "capture: soon"), fmt.Sprintf(`line %d: timeouts.capture: "soon" is not a duration: want one such as 5m or 90s`, lineOf(valid, "capture: 5m"))},
+		{"timeout as a number", replace("capture: 5m", "capture: 5"), `timeouts.capture: "5" is not a duration`},
+		{"misspelt key", replace("restore_runs: 5", "restore_run: 5"), fmt.Sprintf("line %d: unknown key restore_run (did you mean restore_runs?)", lineOf(valid, "restore_runs: 5"))},
+		{"misspelt nested key", replace("host_uds: create", "hostuds: create"), "unknown key runsc.hostuds (did you mean runsc.host_uds?)"},
+		{"runs not a number", replace("restore_runs: 5", "restore_runs: five"), `restore_runs: "five" is not a whole number`},
+		{"imports not a list", replace("imports: [pandas]", "imports: pandas"), "checkpoints[1].imports: want a list"},
 		{"negative timeout", replace("smoke: 2m", "smoke: -1s"), "timeouts.smoke"},
 		{"bad network", replace("network: none", "network: wifi"), "runsc.network"},
 		{"host uds off", replace("host_uds: create", "host_uds: none"), "host_uds"},
@@ -175,6 +180,11 @@ func TestOnlyCheckpoints(t *testing.T) {
 	c.Checkpoints = def.Checkpoints
 	if !reflect.DeepEqual(c, def) {
 		t.Fatalf("a config of only checkpoints:\n%+v\nthe defaults:\n%+v", c, def)
+	}
+	// The default rootfs is the one `make image` built, known to the cache, wherever the
+	// config is.
+	if c.Rootfs != "/cache/readie/rootfs/default" {
+		t.Errorf("rootfs %s: want the cache's default rootfs", c.Rootfs)
 	}
 	if c.Runsc.Path != "/cache/readie/runsc/readie-20260905-160fafc42237/runsc" || c.RestoreRuns != 5 || c.Timeouts.Capture != 5*time.Minute {
 		t.Errorf("defaults: %+v", c)
