@@ -130,7 +130,9 @@ func (s commandSet) parse(args []string, stderr io.Writer) (*parsed, error) {
 			printCommandUsage(stderr, p.path, cmd, fs)
 			return nil, err
 		}
-		fmt.Fprintf(stderr, "%s: %v (run `%s -h` for its flags)\n", p.path, err, p.path)
+		// The flag package names flags with one dash; the pipeline's words use two.
+		words := strings.NewReplacer("for flag -", "for flag --", "not defined: -", "not defined: --").Replace(err.Error())
+		fmt.Fprintf(stderr, "%s: %s (run `%s -h` for its flags)\n", p.path, words, p.path)
 		return nil, usageError{err}
 	}
 	p.args = fs.Args()

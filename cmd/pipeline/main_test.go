@@ -96,13 +96,13 @@ func TestUsageErrorsExit2(t *testing.T) {
 	}{
 		{"no command", nil, "usage"},
 		{"unknown command", []string{"frobnicate"}, `unknown command "frobnicate"`},
-		{"unknown flag", []string{"capture", "--bogus"}, "flag provided but not defined: -bogus"},
+		{"unknown flag", []string{"capture", "--bogus"}, "flag provided but not defined: --bogus"},
 		{"stray argument", []string{"verify", "--config", testConfig{runsc: "/x", root: "/r", rootfs: "/f", output: dir}.write(t), dir, "extra"}, "unexpected arguments: extra"},
 		{"stray argument, no positional", []string{"version", "extra"}, "unexpected arguments: extra"},
-		{"a flag of another command", []string{"version", "--runs", "3"}, "flag provided but not defined: -runs"},
-		{"--only on verify", []string{"verify", "--only", "numpy"}, "flag provided but not defined: -only"},
+		{"a flag of another command", []string{"version", "--runs", "3"}, "flag provided but not defined: --runs"},
+		{"--only on verify", []string{"verify", "--only", "numpy"}, "flag provided but not defined: --only"},
 		{"--out and OUT disagree", []string{"verify", "--out", dir, filepath.Join(dir, "other")}, "disagree"},
-		{"bad --set", []string{"plan", "--set", "x=a b"}, `invalid value "x=a b" for flag -set`},
+		{"bad --set", []string{"plan", "--set", "x=a b"}, `invalid value "x=a b" for flag --set`},
 		{"unknown cache command", []string{"cache", "frob"}, `unknown command "frob"`},
 		{"bad log format", []string{"version", "--log-format", "xml"}, "--log-format"},
 		{"yaml syntax", []string{"capture", "--config", badYAML}, "bad.yaml: yaml: line 1: did not find expected"},
@@ -332,9 +332,9 @@ func TestExistingOutputRestoresAsRecorded(t *testing.T) {
 	edited := strings.NewReplacer(`restore_flags: ["-direct"]`, `restore_flags: ["-no-such-restore-flag"]`,
 		"network: none", "network: sandbox", "rootfs: "+tc.rootfs, "rootfs: "+filepath.Join(dir, "gone")).Replace(string(data))
 	os.WriteFile(cfg, []byte(edited), 0o644)
-	for _, command := range []string{"measure", "smoke"} {
-		if code, _, stderr := runCLI(t, command, "--config", cfg, "--runs", "1"); code != exitOK {
-			t.Fatalf("%s after a config edit: exit %d\n%s", command, code, stderr)
+	for _, args := range [][]string{{"measure", "--runs", "1"}, {"smoke"}} {
+		if code, _, stderr := runCLI(t, append(args, "--config", cfg)...); code != exitOK {
+			t.Fatalf("%s after a config edit: exit %d\n%s", args[0], code, stderr)
 		}
 	}
 	m, err := manifest.Load(filepath.Join(out, manifest.FileName))
