@@ -21,7 +21,7 @@ func TestDefaultConfig(t *testing.T) {
 	if c.Runsc.Path != "/cache/readie/runsc/readie-20260905-160fafc42237/runsc" {
 		t.Errorf("runsc path %q", c.Runsc.Path)
 	}
-	if c.Rootfs != "/cache/rootfs/default" || c.Output != "/repo/out" || c.Runsc.Network != "none" {
+	if c.Rootfs != "/cache/readie/rootfs/default" || c.Output != "/repo/out" || c.Runsc.Network != "none" {
 		t.Errorf("config %+v", c)
 	}
 	if c.Timeouts.Capture != 5*time.Minute || c.RestoreRuns != 5 {
