@@ -150,8 +150,7 @@ func printBench(w io.Writer, r *bench.Report) {
 			s.Ratios["cold/restore"], s.Ratios["restore/floor"], s.Ratios["prestarted/floor"])
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "\nrestore cost model (measure-mode medians, %d sets): %.2f ms/MiB + %.0f ms, R² %.2f\n",
-		r.Fit.Points, r.Fit.AlphaMsPerMiB, r.Fit.InterceptMs, r.Fit.RSquared)
+	fmt.Fprintf(w, "\nrestore cost model (measure-mode medians): %s\n", r.Fit.Describe())
 	if r.FastestVariant != nil {
 		fmt.Fprintf(w, "fastest restore variant (sum of medians over the sets): %s\n", r.FastestVariant.Name)
 	}

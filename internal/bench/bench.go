@@ -117,7 +117,27 @@ type Fit struct {
 	AlphaMsPerMiB float64 `json:"alpha_ms_per_mib"`
 	InterceptMs   float64 `json:"intercept_ms"`
 	Points        int     `json:"points"`
-	RSquared      float64 `json:"r_squared"`
+	// Sizes is the number of distinct image sizes: a cost model needs at least two.
+	Sizes    int     `json:"sizes"`
+	RSquared float64 `json:"r_squared"`
+}
+
+// Fitted reports whether there were two image sizes or more to fit a cost model to.
+func (f Fit) Fitted() bool { return f.Sizes >= 2 }
+
+// Describe is the cost model in words, or why there is none.
+func (f Fit) Describe() string {
+	if !f.Fitted() {
+		return fmt.Sprintf("no cost model: it needs at least two image sizes, and %d %s measured", f.Points, plural(f.Points, "set was", "sets were"))
+	}
+	return fmt.Sprintf("%.2f ms/MiB + %.0f ms, R² %.2f (%d sets)", f.AlphaMsPerMiB, f.InterceptMs, f.RSquared, f.Points)
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // Results are the figures of one run of the benchmark.
@@ -182,7 +202,7 @@ func Execute(ctx context.Context, sets []Set, series []string, rounds int, runne
 		res.Sets = append(res.Sets, rep)
 	}
 	line := measure.CostModel(sizes, medians)
-	res.Fit = Fit{Series: Measure, AlphaMsPerMiB: line.Slope, InterceptMs: line.Intercept, Points: line.Points, RSquared: line.RSquared}
+	res.Fit = Fit{Series: Measure, AlphaMsPerMiB: line.Slope, InterceptMs: line.Intercept, Points: line.Points, Sizes: line.DistinctX, RSquared: line.RSquared}
 	return res, nil
 }
 

@@ -125,3 +125,23 @@ func TestWriteChartPanels(t *testing.T) {
 		}
 	}
 }
+
+// TestOneSizeHasNoCostModel: one image size cannot give a line; the figures say so instead of
+// drawing a flat one with R² 0.
+func TestOneSizeHasNoCostModel(t *testing.T) {
+	runner := &fakeRunner{times: map[string]float64{Floor: 250, Cold: 2000, Restore: 400, Prestarted: 150, Measure: 350}}
+	res, err := Execute(context.Background(), []Set{{ID: "only", Bytes: 8 << 20}}, CoreSeries(), 2, runner, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Fit.Fitted() || !strings.Contains(res.Fit.Describe(), "needs at least two image sizes") {
+		t.Fatalf("fit %+v: %s", res.Fit, res.Fit.Describe())
+	}
+	var svg bytes.Buffer
+	if err := WriteChart(&svg, res, nil); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(svg.String(), "R²") || !strings.Contains(svg.String(), "no cost model") {
+		t.Error("the chart draws a cost model from one size")
+	}
+}

@@ -117,10 +117,14 @@ func WriteChart(w io.Writer, r *Results, conc []Concurrent) error {
 			return err
 		}
 		fit := r.Fit
-		line := plotter.NewFunction(func(x float64) float64 { return fit.InterceptMs + fit.AlphaMsPerMiB*x })
-		line.Color = plotutil.Color(2)
-		middle.Add(line)
-		middle.Legend.Add(fmt.Sprintf("%.2f ms/MiB + %.0f ms, R² %.2f", fit.AlphaMsPerMiB, fit.InterceptMs, fit.RSquared), line)
+		if fit.Fitted() {
+			line := plotter.NewFunction(func(x float64) float64 { return fit.InterceptMs + fit.AlphaMsPerMiB*x })
+			line.Color = plotutil.Color(2)
+			middle.Add(line)
+			middle.Legend.Add(fit.Describe(), line)
+		} else {
+			middle.Title.Text += " (one size: no cost model)"
+		}
 		middle.Legend.Left = true
 		middle.X.Min = 0
 		for _, p := range sizes.XYs {

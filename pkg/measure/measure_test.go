@@ -61,8 +61,11 @@ func TestLeastSquares(t *testing.T) {
 	if l := measure.LeastSquares([]float64{0, 1, 2}, []float64{1, 3, 2}); math.Abs(l.RSquared-0.25) > 1e-9 {
 		t.Fatalf("R² of a noisy fit: %+v", l)
 	}
-	if l := measure.LeastSquares([]float64{5, 5}, []float64{1, 3}); l.Slope != 0 || l.Intercept != 2 {
+	if l := measure.LeastSquares([]float64{5, 5}, []float64{1, 3}); l.Slope != 0 || l.Intercept != 2 || l.Fitted() || l.DistinctX != 1 {
 		t.Fatalf("degenerate fit %+v", l)
+	}
+	if l := measure.LeastSquares([]float64{5, 5, 6}, []float64{1, 3, 4}); !l.Fitted() || l.DistinctX != 2 {
+		t.Fatalf("two sizes: %+v", l)
 	}
 	if l := measure.LeastSquares(nil, nil); l.Points != 0 {
 		t.Fatalf("empty fit %+v", l)

@@ -37,13 +37,18 @@ func Percentile(sorted []float64, p float64) float64 {
 	return sorted[lo] + (sorted[hi]-sorted[lo])*frac
 }
 
-// Line is a least-squares line y = Slope*x + Intercept over Points points; RSquared is the
-// share of the variance of y it explains (1 for a perfect fit; 0 with one point or flat y).
+// Line is a least-squares line y = Slope*x + Intercept over Points points at DistinctX
+// distinct x; RSquared is the share of the variance of y it explains (1 for a perfect fit; 0
+// with one point or flat y).
 type Line struct {
 	Slope, Intercept float64
 	Points           int
+	DistinctX        int
 	RSquared         float64
 }
+
+// Fitted reports whether the line was fitted at all: a slope needs two distinct x.
+func (l Line) Fitted() bool { return l.DistinctX >= 2 }
 
 // LeastSquares fits a line to (xs, ys). With fewer than two distinct x it returns a flat line
 // through the mean.
@@ -52,6 +57,9 @@ func LeastSquares(xs, ys []float64) Line {
 	if len(xs) == 0 || len(xs) != len(ys) {
 		return l
 	}
+	distinct := slices.Clone(xs)
+	slices.Sort(distinct)
+	l.DistinctX = len(slices.Compact(distinct))
 	n := float64(len(xs))
 	var sx, sy, sxx, sxy float64
 	for i := range xs {
