@@ -212,6 +212,7 @@ type process struct {
 	cmd    *exec.Cmd
 	stderr *bufio.Reader // read it only until waitForLine returns, then drain()
 	all    bytes.Buffer  // all of stderr; read it only after exited is closed
+	stdout bytes.Buffer  // read it only after exited is closed
 	exited chan struct{}
 }
 
@@ -231,6 +232,7 @@ func startPipelineEnv(t *testing.T, env map[string]string, args ...string) *proc
 	pr, pw := io.Pipe()
 	p.stderr = bufio.NewReader(pr)
 	p.cmd.Stderr = io.MultiWriter(pw, &p.all)
+	p.cmd.Stdout = &p.stdout
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -282,9 +284,28 @@ func TestFaultSIGINTDuringCapture(t *testing.T) {
 	if code := p.wait(t, time.Minute); code != exitSIGINT {
 		t.Fatalf("exit %d after SIGINT, want 130\n%s", code, p.all.String())
 	}
-	t.Logf("the interrupted run said:\n%s", p.all.String())
+	t.Logf("the interrupted run said:\n%s%s", p.all.String(), p.stdout.String())
 	e.checkNoSandboxes(t)
 	e.checkOutputVerifies(t, good)
+	if !strings.Contains(p.all.String(), "interrupted (SIGINT)") {
+		t.Error("the log does not say the run was interrupted (SIGINT)")
+	}
+	// The summary says which sets the stop caught, and never prints an unknown figure as 0:
+	// block was never captured, so its size, timings and smoke test are unknown.
+	rows := map[string][]string{}
+	for _, line := range strings.Split(p.stdout.String(), "\n") {
+		if fields := strings.Fields(line); len(fields) > 0 {
+			rows[fields[0]] = fields
+		}
+	}
+	for _, set := range []string{"empty", "block"} {
+		if row := rows[set]; len(row) < 2 || row[1] != "interrupted" {
+			t.Errorf("summary row of %s: %v, want status interrupted", set, row)
+		}
+	}
+	if want := []string{"block", "interrupted", "json," + testenv.BlockingModule, "-", "-", "-", "-", "-", "-", "-"}; !slices.Equal(rows["block"], want) {
+		t.Errorf("summary row of block: %v, want %v", rows["block"], want)
+	}
 }
 
 // TestSignalInProcess delivers SIGTERM to dispatch in this process (the race detector watches

@@ -69,15 +69,30 @@ func orDash(s string) string {
 	return s
 }
 
+// printRow prints one checkpoint; a value that is not known (a set that failed or was
+// interrupted before it was measured) prints as -, never as 0.
 func printRow(tw *tabwriter.Writer, c manifest.Checkpoint, status string) {
-	smoke := "FAIL"
-	if c.Smoke.OK {
+	smoke := "-"
+	switch {
+	case c.Smoke.OK:
 		smoke = "ok"
+	case c.Smoke.Error != "":
+		smoke = "FAIL"
 	}
-	imports := strings.Join(c.Imports, ",")
-	if imports == "" {
-		imports = "-"
+	size := "-"
+	if c.Bytes > 0 {
+		size = fmt.Sprintf("%.1f", float64(c.Bytes)/(1<<20))
 	}
-	fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%.0f\t\n", c.ID, status, imports,
-		float64(c.Bytes)/(1<<20), c.RestoreMS.Min, c.RestoreMS.Median, c.RestoreMS.P90, c.RestoreMS.Max, smoke, c.Smoke.ReadyMS)
+	timings := []string{"-", "-", "-", "-"}
+	if len(c.RestoreMS.Runs) > 0 {
+		for i, v := range []float64{c.RestoreMS.Min, c.RestoreMS.Median, c.RestoreMS.P90, c.RestoreMS.Max} {
+			timings[i] = fmt.Sprintf("%.0f", v)
+		}
+	}
+	ready := "-"
+	if c.Smoke.OK {
+		ready = fmt.Sprintf("%.0f", c.Smoke.ReadyMS)
+	}
+	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", c.ID, status, orDash(strings.Join(c.Imports, ",")),
+		size, timings[0], timings[1], timings[2], timings[3], smoke, ready)
 }

@@ -82,6 +82,8 @@ const (
 	Reused   Status = "reused"
 	Kept     Status = "kept"
 	Failed   Status = "failed"
+	// Interrupted is a set the run was working on, or had not reached, when it was stopped.
+	Interrupted Status = "interrupted"
 )
 
 // SetResult is one set of a capture: its checkpoint (as the manifest has it) and how it ended.
@@ -170,6 +172,7 @@ type setWork struct {
 	pending *store.Pending // a capture not yet in the store
 	images  string         // where its image files are now
 	measure bool           // its restores are to be timed
+	done    bool           // in staging with its meta.json: nothing of it is left to do
 }
 
 // carryOut carries out the plan in three phases: captures and smoke tests, Config.Jobs sets
@@ -213,8 +216,10 @@ func (e *Env) carryOut(ctx context.Context, plan *Plan, m *manifest.Manifest, st
 	var failed []string
 	var errs []error
 	for _, w := range works {
-		if w.status == "" {
-			continue // never started: the run was stopped
+		if ctx.Err() != nil && !w.done && (w.err == nil || errors.Is(w.err, context.Cause(ctx)) || errors.Is(w.err, ctx.Err())) {
+			// Stopped before it was done (or before it began): it neither passed nor failed.
+			res.Sets = append(res.Sets, SetResult{Checkpoint: w.c, Status: Interrupted})
+			continue
 		}
 		res.Sets = append(res.Sets, SetResult{Checkpoint: w.c, Status: w.status, Err: w.err})
 		if w.err != nil {
@@ -316,6 +321,7 @@ func (e *Env) prepare(ctx context.Context, plan *Plan, w *setWork, staging, work
 		}
 		w.meta, stats = sp.stored, sp.stored.RestoreMS
 	}
+	w.c.Bytes, w.c.CapturedAt = w.meta.Bytes(), w.meta.CapturedAt
 	w.images = filepath.Join(staging, sp.ID)
 	if err := store.LinkFiles(src, w.images); err != nil {
 		return fmt.Errorf("%s: take the checkpoint from the %s: %w", sp.ID, sp.From, err)
@@ -374,6 +380,7 @@ func (e *Env) finish(w *setWork, staging string) error {
 		e.Log.WithField("set", w.sp.ID).WithError(err).Warn("could not record the store entry's use")
 	}
 	w.c.Bytes, w.c.CapturedAt = w.meta.Bytes(), w.meta.CapturedAt
+	w.done = true
 	return nil
 }
 
