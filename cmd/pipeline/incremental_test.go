@@ -317,3 +317,34 @@ func TestSetFlagBadInput(t *testing.T) {
 		t.Errorf("bad input changed the disk: %v", entries)
 	}
 }
+
+// TestKeptTimingsUnderOtherSettings: when restore_runs (or the restore flags) changed since
+// kept timings were measured, plan and the summary say so and point at --remeasure.
+func TestKeptTimingsUnderOtherSettings(t *testing.T) {
+	e := newIncrementalEnv(t)
+	cfg := e.cfg.write(t) // restore_runs: 2
+	e.statuses("capture", "--config", cfg)
+	if w := e.manifest().Checkpoints[1].MeasuredWith; w == nil || w.Runs != 2 || !slices.Equal(w.RestoreFlags, []string{"-direct"}) {
+		t.Fatalf("measured_with %+v", w)
+	}
+	code, stdout, stderr := runCLI(t, "plan", "--config", cfg, "--runs", "1", "--log-format", "json")
+	if code != exitOK || !strings.Contains(stdout, `"timings": "kept timings were measured with 2 runs and restore flags [-direct], this run uses 1 and [-direct]: --remeasure times them again"`) {
+		t.Fatalf("plan --runs 1: exit %d\n%s%s", code, stdout, stderr)
+	}
+	code, stdout, stderr = runCLI(t, "capture", "--config", cfg, "--runs", "1")
+	if code != exitOK {
+		t.Fatalf("capture --runs 1: exit %d\n%s", code, stderr)
+	}
+	wantStatuses(t, tableColumn(strings.Split(stdout, "\n*")[0], 1), map[string]string{"empty": "reused*", "a": "reused*", "b": "reused*"})
+	if !strings.Contains(stdout, "* a: kept timings were measured with 2 runs") || !strings.Contains(stderr, "--remeasure") {
+		t.Errorf("the summary does not say the timings are from other settings:\n%s%s", stdout, stderr)
+	}
+	// Nothing to say once they are measured again.
+	code, stdout, stderr = runCLI(t, "capture", "--config", cfg, "--runs", "1", "--remeasure")
+	if code != exitOK || strings.Contains(stdout, "*") {
+		t.Fatalf("capture --remeasure: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if c := e.manifest().Checkpoints[1]; len(c.RestoreMS.Runs) != 1 || c.MeasuredWith.Runs != 1 {
+		t.Errorf("after --remeasure: %+v %+v", c.RestoreMS, c.MeasuredWith)
+	}
+}

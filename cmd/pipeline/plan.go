@@ -30,10 +30,15 @@ func (c *planCmd) Execute(ctx context.Context, con *console, args []string) erro
 	if con.json {
 		return writeJSON(con.stdout, plan)
 	}
+	plan.Log(con.log)
 	tw := newTable(con.stdout)
 	fmt.Fprintln(tw, "set\taction\tfrom\treason\t")
 	for _, s := range plan.Sets {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", s.ID, s.Action, orDash(s.From), s.Reason)
+		reason := s.Reason
+		if s.Timings != "" {
+			reason += " (timings measured under other settings: --remeasure)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", s.ID, s.Action, orDash(s.From), reason)
 	}
 	for _, d := range plan.Dropped {
 		fmt.Fprintf(tw, "%s\tdrop\t-\t%s\t\n", d.ID, d.Reason)

@@ -27,12 +27,13 @@ func printSummary(c *console, res *run.Result) error {
 	if c.json {
 		type row struct {
 			manifest.Checkpoint
-			Status string `json:"status"`
-			Error  string `json:"error,omitempty"`
+			Status  string `json:"status"`
+			Error   string `json:"error,omitempty"`
+			Timings string `json:"timings,omitempty"`
 		}
 		rows := []row{}
 		for _, r := range res.Sets {
-			x := row{Checkpoint: r.Checkpoint, Status: string(r.Status)}
+			x := row{Checkpoint: r.Checkpoint, Status: string(r.Status), Timings: r.Timings}
 			if r.Err != nil {
 				x.Error = r.Err.Error()
 			}
@@ -42,10 +43,22 @@ func printSummary(c *console, res *run.Result) error {
 	}
 	tw := newTable(c.stdout)
 	fmt.Fprintln(tw, "set\tstatus\timports\timage MiB\trestore min ms\tmedian ms\tp90 ms\tmax ms\tsmoke\tready ms\t")
+	var notes []string
 	for _, r := range res.Sets {
-		printRow(tw, r.Checkpoint, string(r.Status))
+		status := string(r.Status)
+		if r.Timings != "" {
+			status += "*"
+			notes = append(notes, r.Checkpoint.ID+": "+r.Timings)
+		}
+		printRow(tw, r.Checkpoint, status)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, note := range notes {
+		fmt.Fprintf(c.stdout, "* %s\n", note)
+	}
+	return nil
 }
 
 // printCheckpoints prints the checkpoints of a manifest (measure, smoke, merge); as JSON when

@@ -91,6 +91,8 @@ type SetResult struct {
 	Checkpoint manifest.Checkpoint
 	Status     Status
 	Err        error
+	// Timings says when the timings it kept were measured under other settings (SetPlan).
+	Timings string
 }
 
 // Result is what a capture did, set by set; Manifest is nil when a set failed.
@@ -126,6 +128,7 @@ func (e *Env) Capture(ctx context.Context, out string, o CaptureOptions) (*Resul
 	for _, d := range plan.Dropped {
 		e.Log.WithFields(logrus.Fields{"set": d.ID, "reason": d.Reason}).Warn("dropped from the output")
 	}
+	plan.Log(e.Log)
 	version, err := e.Runtime.Version(ctx)
 	if err != nil {
 		return nil, err
@@ -202,7 +205,7 @@ func (e *Env) carryOut(ctx context.Context, plan *Plan, m *manifest.Manifest, st
 			e.fail(w, err)
 			continue
 		}
-		w.c.RestoreMS = stats
+		w.c.RestoreMS, w.c.MeasuredWith = stats, e.measuredWith()
 		e.Log.WithFields(logrus.Fields{"set": w.sp.ID, "median_ms": round1(stats.Median), "p90_ms": round1(stats.P90), "runs": e.Config.RestoreRuns, "took": time.Since(start).Round(time.Millisecond)}).Info("measure: done")
 	}
 	for _, w := range works {
@@ -221,7 +224,7 @@ func (e *Env) carryOut(ctx context.Context, plan *Plan, m *manifest.Manifest, st
 			res.Sets = append(res.Sets, SetResult{Checkpoint: w.c, Status: Interrupted})
 			continue
 		}
-		res.Sets = append(res.Sets, SetResult{Checkpoint: w.c, Status: w.status, Err: w.err})
+		res.Sets = append(res.Sets, SetResult{Checkpoint: w.c, Status: w.status, Err: w.err, Timings: w.sp.Timings})
 		if w.err != nil {
 			failed, errs = append(failed, w.sp.ID), append(errs, w.err)
 			continue
@@ -314,12 +317,14 @@ func (e *Env) prepare(ctx context.Context, plan *Plan, w *setWork, staging, work
 			return err
 		}
 		w.meta, stats, w.c.Smoke = meta, &sp.existing.RestoreMS, sp.existing.Smoke
+		w.c.MeasuredWith = sp.existing.MeasuredWith
 	} else {
 		var err error
 		if src, err = st.Path(sp.Key); err != nil {
 			return err
 		}
 		w.meta, stats = sp.stored, sp.stored.RestoreMS
+		w.c.MeasuredWith = sp.stored.MeasuredWith
 	}
 	w.c.Bytes, w.c.CapturedAt = w.meta.Bytes(), w.meta.CapturedAt
 	w.images = filepath.Join(staging, sp.ID)
@@ -359,7 +364,7 @@ func (e *Env) finish(w *setWork, staging string) error {
 	st := e.Store()
 	dir := filepath.Join(staging, w.sp.ID)
 	if w.pending != nil {
-		w.meta.KeyParts, w.meta.RestoreMS = w.sp.KeyParts, &w.c.RestoreMS
+		w.meta.KeyParts, w.meta.RestoreMS, w.meta.MeasuredWith = w.sp.KeyParts, &w.c.RestoreMS, w.c.MeasuredWith
 		stored, err := w.pending.Commit(w.meta)
 		if err != nil {
 			return fmt.Errorf("%s: put the checkpoint into the store: %w", w.sp.ID, err)
@@ -389,7 +394,7 @@ func (e *Env) writeMeta(dir string, sp SetPlan, stored *manifest.Meta) error {
 	meta := *stored
 	meta.ID, meta.Imports = sp.ID, slices.Clone(sp.Imports)
 	meta.Key, meta.KeyParts = sp.Key, sp.KeyParts
-	meta.RestoreMS = nil
+	meta.RestoreMS, meta.MeasuredWith = nil, nil
 	return atomicfile.WriteJSON(filepath.Join(dir, manifest.MetaFileName), &meta)
 }
 
@@ -405,7 +410,7 @@ func (e *Env) keepInStore(sp SetPlan, src string, meta *manifest.Meta) {
 		err = store.LinkFiles(src, pending.Dir)
 		if err == nil {
 			stored := *meta
-			stored.KeyParts, stored.RestoreMS = sp.KeyParts, &sp.existing.RestoreMS
+			stored.KeyParts, stored.RestoreMS, stored.MeasuredWith = sp.KeyParts, &sp.existing.RestoreMS, sp.existing.MeasuredWith
 			_, err = pending.Commit(&stored)
 		}
 		if err != nil {
@@ -427,6 +432,11 @@ func costModel(cs []manifest.Checkpoint) (alphaMsPerMiB, interceptMs float64) {
 	}
 	fit := measure.CostModel(sizes, medians)
 	return fit.Slope, fit.Intercept
+}
+
+// measuredWith are the settings this run times restores with.
+func (e *Env) measuredWith() *manifest.Measured {
+	return &manifest.Measured{Runs: e.Config.RestoreRuns, RestoreFlags: append([]string{}, e.RestoreFlags...)}
 }
 
 func round1(ms float64) float64 { return float64(int64(ms*10+0.5)) / 10 }

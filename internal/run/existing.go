@@ -117,7 +117,7 @@ func (e *Env) Measure(ctx context.Context, out string, only []string) (*manifest
 				return err
 			}
 			e.Log.WithFields(logrus.Fields{"set": c.ID, "median_ms": round1(stats.Median), "p90_ms": round1(stats.P90)}).Info("measure: done")
-			c.RestoreMS = stats
+			c.RestoreMS, c.MeasuredWith = stats, x.Env.measuredWith()
 		}
 		x.Manifest.AlphaMsPerMiB, x.Manifest.InterceptMs = costModel(x.Manifest.Checkpoints)
 		return atomicfile.WriteJSON(filepath.Join(out, manifest.FileName), x.Manifest)

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/sirupsen/logrus"
+
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/pkg/executorproto"
@@ -45,7 +47,12 @@ type SetPlan struct {
 	KeyParts map[string]string `json:"-"`
 	Action   Action            `json:"action"`
 	From     string            `json:"from,omitempty"`
-	Reason   string            `json:"reason"`
+	// Reason is why, in a few words; Detail is the whole story (errors, hashes) for the log.
+	Reason string `json:"reason"`
+	Detail string `json:"detail,omitempty"`
+	// Timings says when the timings a reuse or keep takes over were measured under other
+	// settings than this run's (another restore_runs or other restore flags).
+	Timings string `json:"timings,omitempty"`
 
 	existing *manifest.Checkpoint // the output's checkpoint (Reuse or Keep from the output)
 	stored   *manifest.Meta       // the store's entry (Reuse from the store)
@@ -153,11 +160,15 @@ func (e *Env) Plan(ctx context.Context, out string, o CaptureOptions) (*Plan, er
 				continue
 			}
 			sp.Action, sp.From, sp.existing, sp.Reason = Keep, FromOutput, prev, "not selected; its key still matches"
+			sp.Timings = e.timingsNote(sp)
 			p.Sets = append(p.Sets, sp)
 			inPlan[set.ID] = true
 			continue
 		}
 		e.decide(&sp, out, prev, st, o.Recapture)
+		if !o.Remeasure {
+			sp.Timings = e.timingsNote(sp)
+		}
 		p.Sets = append(p.Sets, sp)
 		inPlan[set.ID] = true
 	}
@@ -178,11 +189,26 @@ func (e *Env) Plan(ctx context.Context, out string, o CaptureOptions) (*Plan, er
 				p.Dropped = append(p.Dropped, Dropped{ID: prev.ID, Reason: changedReason(prev, parts)})
 				continue
 			}
-			p.Sets = append(p.Sets, SetPlan{Set: set, ID: set.ID, Imports: set.Imports, Key: key, KeyParts: parts,
-				Action: Keep, From: FromOutput, existing: prev, Reason: "not selected; its key still matches"})
+			sp := SetPlan{Set: set, ID: set.ID, Imports: set.Imports, Key: key, KeyParts: parts,
+				Action: Keep, From: FromOutput, existing: prev, Reason: "not selected; its key still matches"}
+			sp.Timings = e.timingsNote(sp)
+			p.Sets = append(p.Sets, sp)
 		}
 	}
 	return p, nil
+}
+
+// Log writes what the plan's short reasons leave out: the details of entries that did not
+// verify, and timings measured under other settings.
+func (p *Plan) Log(log logrus.FieldLogger) {
+	for _, sp := range p.Sets {
+		if sp.Detail != "" {
+			log.WithFields(logrus.Fields{"set": sp.ID, "reason": sp.Reason}).Warn(sp.Detail)
+		}
+		if sp.Timings != "" {
+			log.WithField("set", sp.ID).Warn(sp.Timings)
+		}
+	}
 }
 
 // decide picks reuse from the output, reuse from the store, or capture, for a selected set.
@@ -202,13 +228,14 @@ func (e *Env) decide(sp *SetPlan, out string, prev *manifest.Checkpoint, st *sto
 			sp.Action, sp.From, sp.existing, sp.Reason = Reuse, FromOutput, prev, "same key in the output"
 			return
 		}
-		sp.Reason = fmt.Sprintf("the output's copy does not verify (%v)", err)
+		sp.Reason, sp.Detail = "the output's copy does not verify", err.Error()
 	}
 	stored, err := st.Lookup(sp.Key)
 	switch {
 	case err != nil:
 		sp.corrupt = err
-		sp.Reason = joinReason(sp.Reason, fmt.Sprintf("the store's entry is corrupt and will be removed (%v)", err))
+		sp.Reason = joinReason(sp.Reason, "the store's entry is corrupt: it is removed")
+		sp.Detail = joinReason(sp.Detail, err.Error())
 	case stored != nil:
 		sp.Action, sp.From, sp.stored, sp.Reason = Reuse, FromStore, stored, "same key in the store"
 	case prev != nil && prev.Key != sp.Key:
@@ -216,6 +243,34 @@ func (e *Env) decide(sp *SetPlan, out string, prev *manifest.Checkpoint, st *sto
 	default:
 		sp.Reason = joinReason(sp.Reason, "not in the store")
 	}
+}
+
+// timingsNote says when the timings sp takes over (from the output or the store) were measured
+// under other settings than this run's; "" when they were not, or when sp measures anew.
+func (e *Env) timingsNote(sp SetPlan) string {
+	var stats *manifest.Stats
+	var with *manifest.Measured
+	switch {
+	case sp.Action == Capture:
+		return ""
+	case sp.existing != nil:
+		stats, with = &sp.existing.RestoreMS, sp.existing.MeasuredWith
+	case sp.stored != nil:
+		stats, with = sp.stored.RestoreMS, sp.stored.MeasuredWith
+	}
+	if stats == nil || len(stats.Runs) == 0 {
+		return "" // none to keep: they are measured now
+	}
+	runs, flags := len(stats.Runs), "unknown restore flags"
+	if with != nil {
+		flags = fmt.Sprintf("restore flags %v", with.RestoreFlags)
+	}
+	sameFlags := with != nil && slices.Equal(with.RestoreFlags, e.RestoreFlags) || with == nil && runs == e.Config.RestoreRuns
+	if runs == e.Config.RestoreRuns && sameFlags {
+		return ""
+	}
+	return fmt.Sprintf("kept timings were measured with %d runs and %s, this run uses %d and %v: --remeasure times them again",
+		runs, flags, e.Config.RestoreRuns, e.RestoreFlags)
 }
 
 func joinReason(a, b string) string {

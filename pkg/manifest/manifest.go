@@ -63,6 +63,13 @@ type Smoke struct {
 	Error   string  `json:"error,omitempty"`
 }
 
+// Measured says how restore_ms was measured: timings kept from an earlier run may have been
+// taken with other settings than the run that keeps them.
+type Measured struct {
+	Runs         int      `json:"runs"`
+	RestoreFlags []string `json:"restore_flags"`
+}
+
 // Checkpoint is one package set's entry in the manifest.
 type Checkpoint struct {
 	ID      string   `json:"id"`
@@ -75,7 +82,9 @@ type Checkpoint struct {
 	KeyParts   map[string]string `json:"key_parts"`
 	CapturedAt time.Time         `json:"captured_at"`
 	RestoreMS  Stats             `json:"restore_ms"`
-	Smoke      Smoke             `json:"smoke"`
+	// MeasuredWith are the settings restore_ms was measured with (absent in older manifests).
+	MeasuredWith *Measured `json:"measured_with,omitempty"`
+	Smoke        Smoke     `json:"smoke"`
 }
 
 // Manifest describes a whole output directory.
@@ -125,7 +134,8 @@ type Meta struct {
 	Files           map[string]File   `json:"files"`
 	// RestoreMS are the timings measured when it was captured, kept with a stored entry so a
 	// reuse can keep them.
-	RestoreMS *Stats `json:"restore_ms,omitempty"`
+	RestoreMS    *Stats    `json:"restore_ms,omitempty"`
+	MeasuredWith *Measured `json:"measured_with,omitempty"`
 }
 
 // Bytes is the total size of the checkpoint's image files.
