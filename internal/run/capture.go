@@ -62,18 +62,6 @@ func (e *Env) begin(ctx context.Context, out string) (*Lock, error) {
 	return lock, nil
 }
 
-// checkOutput refuses an output path that exists and is not a directory.
-func checkOutput(out string) error {
-	fi, err := os.Stat(out)
-	if err == nil && !fi.IsDir() {
-		return fmt.Errorf("%w: output %s exists and is not a directory", ErrSetup, out)
-	}
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("%w: output %s: %w", ErrSetup, out, err)
-	}
-	return nil
-}
-
 // Status is how one set of a capture ended.
 type Status string
 
@@ -485,42 +473,30 @@ func (e *Env) writeRestoreSpec(path string) error {
 }
 
 // replaceDir puts staging in place of out: the old output is moved aside first and removed
-// only after the new one is in place, so some complete output always exists (a run killed in
-// between leaves OUT.old-PID, which the next run puts back: sweepOutput). The benchmark
-// history (OUT/bench) goes over to the new output: a capture never loses it.
+// only after the new one is in place, so some complete output always exists; then what other
+// commands keep in the output (carriedOver: the benchmark history, analyze's and plan-sets'
+// results) moves over from the old one. A run killed in between leaves OUT.old-ID, which the
+// next run puts back when OUT is missing, or takes those entries from (sweepOutput).
 func replaceDir(out, staging string) error {
 	old := ""
-	history, newHistory := filepath.Join(out, "bench"), filepath.Join(staging, "bench")
-	movedHistory := false
 	if _, err := os.Stat(out); err == nil {
-		if _, err := os.Stat(history); err == nil {
-			if _, err := os.Lstat(newHistory); os.IsNotExist(err) {
-				if err := os.Rename(history, newHistory); err != nil {
-					return fmt.Errorf("keep the benchmark history: %w", err)
-				}
-				movedHistory = true
-			}
-		}
 		old = fmt.Sprintf("%s.old-%d", strings.TrimSuffix(out, "/"), os.Getpid())
 		os.RemoveAll(old)
 		if err := os.Rename(out, old); err != nil {
-			if movedHistory {
-				os.Rename(newHistory, history)
-			}
 			return fmt.Errorf("move the previous output aside: %w", err)
 		}
 	}
 	if err := os.Rename(staging, out); err != nil {
 		if old != "" {
 			os.Rename(old, out)
-			if movedHistory {
-				os.Rename(newHistory, history)
-			}
 		}
 		return fmt.Errorf("put the new output in place: %w (it is in %s)", err, staging)
 	}
-	if old != "" {
-		return os.RemoveAll(old)
+	if old == "" {
+		return nil
 	}
-	return nil
+	if err := carryOver(old, out); err != nil {
+		return fmt.Errorf("keep %s's history: %w (it is in %s)", out, err, old)
+	}
+	return os.RemoveAll(old)
 }

@@ -28,7 +28,7 @@ type Existing struct {
 func (x *Existing) Dir(c *manifest.Checkpoint) string { return filepath.Join(x.Out, c.Dir) }
 
 // OnExisting takes out's lock, cleans up after runs that died, loads the manifest, checks its
-// protocol, that this runsc, the manifest's rootfs and the spec they make are the ones it
+// protocol, verifies every file (as push does), that this runsc, the manifest's rootfs and the spec they make are the ones it
 // records, and the --only selection, and runs f with a scratch directory.
 func (e *Env) OnExisting(ctx context.Context, out string, only []string, f func(*Existing) error) (*manifest.Manifest, error) {
 	lock, err := e.begin(ctx, out)
@@ -42,6 +42,11 @@ func (e *Env) OnExisting(ctx context.Context, out string, only []string, f func(
 	}
 	if err := m.CheckProtocol(executorproto.Version); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	// Every byte is checked before anything is restored or rewritten: a checkpoint that
+	// changed since its capture must not be timed, smoke-tested or marked ok.
+	if _, err := manifest.Verify(out, executorproto.Version); err != nil {
+		return nil, fmt.Errorf("%s does not verify, so it is neither restored nor changed: %w", out, err)
 	}
 	env, err := e.forManifest(m)
 	if err != nil {

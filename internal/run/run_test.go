@@ -9,6 +9,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"readie.dev/pipeline/internal/atomicfile"
+	"readie.dev/pipeline/pkg/manifest"
 )
 
 // deadPID returns the pid of a process that has exited (and been reaped).
@@ -207,5 +210,74 @@ func TestPruneRootfs(t *testing.T) {
 		if _, err := os.Stat(p); !os.IsNotExist(err) {
 			t.Errorf("%s is still there", p)
 		}
+	}
+}
+
+// TestReplaceDirCarriesOver: what other commands keep in an output (the benchmark history,
+// analyze's and plan-sets' results) survives a capture's swap, and a swap that a kill cut
+// short between putting the new output in place and moving them over.
+func TestReplaceDirCarriesOver(t *testing.T) {
+	dir := t.TempDir()
+	out, staging := filepath.Join(dir, "out"), filepath.Join(dir, "out.staging-1")
+	os.MkdirAll(filepath.Join(out, "bench", "run1"), 0o755)
+	os.WriteFile(filepath.Join(out, "analysis.json"), []byte("a"), 0o644)
+	os.WriteFile(filepath.Join(out, "plan.json"), []byte("p"), 0o644)
+	os.WriteFile(filepath.Join(out, "manifest.json"), []byte("one"), 0o644)
+	os.MkdirAll(staging, 0o755)
+	os.WriteFile(filepath.Join(staging, "manifest.json"), []byte("two"), 0o644)
+	if err := replaceDir(out, staging); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"bench/run1", "analysis.json", "plan.json"} {
+		if _, err := os.Stat(filepath.Join(out, name)); err != nil {
+			t.Errorf("%s was not carried over: %v", name, err)
+		}
+	}
+	// Killed after the swap: the old output still holds the history; carryOver moves it.
+	old := filepath.Join(dir, "out.old-9")
+	os.MkdirAll(filepath.Join(old, "bench", "run2"), 0o755)
+	os.RemoveAll(filepath.Join(out, "bench"))
+	if err := carryOver(old, out); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(out, "bench", "run2")); err != nil {
+		t.Errorf("the history of a cut-short swap was not taken over: %v", err)
+	}
+}
+
+// TestCheckOutput: a directory that holds anything the pipeline did not write is refused as
+// an output, naming what it holds; nothing is changed.
+func TestCheckOutput(t *testing.T) {
+	dir := t.TempDir()
+	mk := func(name string, files ...string) string {
+		p := filepath.Join(dir, name)
+		os.MkdirAll(p, 0o755)
+		for _, f := range files {
+			os.MkdirAll(filepath.Dir(filepath.Join(p, f)), 0o755)
+			os.WriteFile(filepath.Join(p, f), []byte("x"), 0o644)
+		}
+		return p
+	}
+	ours := mk("ours", "restore-spec.json", "analysis.json", "numpy/pages.img", "bench/x/bench.json")
+	atomicfile.WriteJSON(filepath.Join(ours, manifest.FileName), &manifest.Manifest{ExecutorProtocol: 2,
+		Checkpoints: []manifest.Checkpoint{{ID: "numpy", Dir: "numpy"}}})
+	for _, ok := range []string{ours, mk("empty"), mk("analysed", "analysis.json", "plan.json"), filepath.Join(dir, "absent")} {
+		if err := checkOutput(ok); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
+	}
+	for path, want := range map[string]string{
+		mk("notes", "notes.txt"):                        "holds notes.txt",
+		mk("home", ".bashrc", "src/main.go"):            "holds .bashrc, src",
+		mk("stray", "analysis.json", "numpy/pages.img"): "holds numpy", // no manifest names numpy
+		mk("badmanifest", "manifest.json"):              "cannot read",
+	} {
+		err := checkOutput(path)
+		if !errors.Is(err, ErrSetup) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), path) {
+			t.Errorf("%s: %v, want ErrSetup naming it and %q", path, err, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "notes", "notes.txt")); err != nil {
+		t.Error("checkOutput changed the directory")
 	}
 }

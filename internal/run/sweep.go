@@ -71,6 +71,9 @@ func sweepOutput(out string) ([]string, error) {
 			did = append(did, "put back the previous output that a run which died had moved aside: "+dir)
 			continue
 		}
+		if err := carryOver(dir, out); err != nil {
+			return did, fmt.Errorf("take the history of the output over from %s: %w", dir, err)
+		}
 		if err := os.RemoveAll(dir); err != nil {
 			return did, fmt.Errorf("remove the previous output of a run that died: %w", err)
 		}
