@@ -43,14 +43,14 @@ func (e *Env) OnExisting(ctx context.Context, out string, only []string, f func(
 	if err := m.CheckProtocol(executorproto.Version); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
 	}
+	env, err := e.forManifest(m)
+	if err != nil {
+		return nil, err
+	}
 	// Every byte is checked before anything is restored or rewritten: a checkpoint that
 	// changed since its capture must not be timed, smoke-tested or marked ok.
 	if _, err := manifest.Verify(out, executorproto.Version); err != nil {
 		return nil, fmt.Errorf("%s does not verify, so it is neither restored nor changed: %w", out, err)
-	}
-	env, err := e.forManifest(m)
-	if err != nil {
-		return nil, err
 	}
 	x := &Existing{Env: env, Out: out, Manifest: m}
 	for i := range m.Checkpoints {
