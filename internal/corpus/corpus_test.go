@@ -29,7 +29,7 @@ func TestParseFormats(t *testing.T) {
   {"imports": []}
   , {"imports": ["sklearn.svm.SVC"], "weight": 5e-1}]`,
 		"lines with a BOM and CRLF": "\ufeff{\"imports\": [\"pandas\", \"matplotlib.pyplot\"], \"weight\": 3}\r\n\r\n{\"imports\": []}\r\n{\"imports\": [\"sklearn.svm.SVC\"], \"weight\": 0.5}",
-		"array after white space": "\t [{\"imports\": [\"pandas\", \"matplotlib.pyplot\"], \"weight\": 3},\n\n{\"imports\": []},\n{\"imports\": [\"sklearn.svm.SVC\"], \"weight\": 0.5}\n]\n",
+		"array after white space":   "\t [{\"imports\": [\"pandas\", \"matplotlib.pyplot\"], \"weight\": 3},\n\n{\"imports\": []},\n{\"imports\": [\"sklearn.svm.SVC\"], \"weight\": 0.5}\n]\n",
 	} {
 		t.Run(name, func(t *testing.T) {
 			c, err := Parse(strings.NewReader(input))
