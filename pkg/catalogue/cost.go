@@ -60,7 +60,8 @@ type Module struct {
 	Closure []string `json:"closure"`
 }
 
-func (m Module) validate() error {
+// Validate checks the figures (finite, >= 0) and the closure's names.
+func (m Module) Validate() error {
 	var problems []error
 	for _, f := range []struct {
 		name string
@@ -141,7 +142,7 @@ func NewIndex(modules map[string]Module, model CostModel) (*Index, error) {
 			problems = append(problems, fmt.Errorf("module %q: not a dotted Python module name", name))
 			continue
 		}
-		if err := m.validate(); err != nil {
+		if err := m.Validate(); err != nil {
 			problems = append(problems, fmt.Errorf("module %s: %w", name, err))
 			continue
 		}
