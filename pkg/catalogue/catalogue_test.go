@@ -236,3 +236,22 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestCostBelow(t *testing.T) {
+	x, err := NewIndex(stack(), model())
+	if err != nil {
+		t.Fatal(err)
+	}
+	seaborn, _ := x.Position("seaborn")
+	need := x.Closure(seaborn)
+	empty := x.PredictedOption(x.NewSet()) // 120 ms + 850 ms of imports
+	for _, tc := range []struct {
+		limit float64
+		ok    bool
+	}{{math.Inf(1), true}, {971, true}, {970, false}, {500, false}, {120, false}, {100, false}} {
+		got, ok := x.CostBelow(empty, need, tc.limit)
+		if ok != tc.ok || (ok && got != x.Cost(empty, need)) || (!ok && got >= tc.limit && got > x.Cost(empty, need)) {
+			t.Errorf("CostBelow(limit %v) = %v, %v; Cost %v", tc.limit, got, ok, x.Cost(empty, need))
+		}
+	}
+}
