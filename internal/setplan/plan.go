@@ -5,12 +5,15 @@
 package setplan
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"slices"
 	"strings"
 
@@ -436,6 +439,61 @@ func WriteConfigBlock(w io.Writer, sets []config.Set) error {
 
 // Save writes the plan to path atomically.
 func (r *Result) Save(path string) error { return atomicfile.WriteJSON(path, r) }
+
+// Load reads the plan.json at path (see Parse).
+func Load(path string) (*Result, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	r, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return r, nil
+}
+
+// Parse reads a plan.json and checks that its sets are valid package sets of the config, so
+// that `capture --plan` can take them as they are.
+func Parse(data []byte) (*Result, error) {
+	var r Result
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInput, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%w: data after the plan object", ErrInput)
+	}
+	if r.Version != Version {
+		return nil, fmt.Errorf("%w: version %d: this reader knows %d", ErrInput, r.Version, Version)
+	}
+	var problems []error
+	seen := map[string]bool{}
+	for i, s := range r.Sets {
+		switch {
+		case !catalogue.IsCheckpointID(s.ID):
+			problems = append(problems, fmt.Errorf("sets[%d]: id %q: use 1-64 letters, digits, - and _", i, s.ID))
+		case s.ID == config.EmptySetID:
+			problems = append(problems, fmt.Errorf("sets[%d]: id %q is reserved for the set every run captures first", i, s.ID))
+		case seen[s.ID]:
+			problems = append(problems, fmt.Errorf("sets[%d]: duplicate id %q", i, s.ID))
+		}
+		seen[s.ID] = true
+		if len(s.Imports) == 0 {
+			problems = append(problems, fmt.Errorf("sets[%d] %s: imports is empty", i, s.ID))
+		}
+		for _, m := range s.Imports {
+			if !catalogue.IsModuleName(m) {
+				problems = append(problems, fmt.Errorf("sets[%d] %s: import %q is not a dotted Python module name", i, s.ID, m))
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("%w: %w", ErrInput, errors.Join(problems...))
+	}
+	return &r, nil
+}
 
 // Catalogue is the catalogue the plan predicts: its sets and the empty checkpoint priced on
 // their predicted sizes, and the analysed modules. Captures replace the predictions with

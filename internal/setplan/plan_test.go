@@ -2,10 +2,12 @@ package setplan
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -424,7 +426,6 @@ func TestPlanAgainstBruteForce(t *testing.T) {
 			}
 		}
 		optimum := s.assign(nil).total
-		var optSets []cand
 		for i := range closed {
 			for j := i; j < len(closed); j++ {
 				sets := []cand{closed[i]}
@@ -432,20 +433,9 @@ func TestPlanAgainstBruteForce(t *testing.T) {
 					sets = append(sets, closed[j])
 				}
 				if mibOf(sets) <= opt.BudgetMiB {
-					if tot := s.assign(sets).total; tot < optimum {
-						optimum, optSets = tot, sets
-					}
+					optimum = min(optimum, s.assign(sets).total)
 				}
 			}
-		}
-		if trial == 34 || trial == 8 || trial == 14 {
-			for _, o := range optSets {
-				t.Logf("opt set %v %.0f MiB %.0f ms", p.x.Names(o.loaded), o.mib, o.opt.FixedMs)
-			}
-			for _, o := range res.Sets {
-				t.Logf("plan set %v %.0f MiB", o.Closure, o.PredictedMiB)
-			}
-			t.Logf("budget %v model %+v lines %v mods %v", opt.BudgetMiB, model, lines, mods)
 		}
 		plan, greedy := res.Strategies[Planned].Planned, res.Strategies[Greedy].Planned
 		got := plan.MeanMs * plan.Weight
@@ -517,5 +507,110 @@ func TestMinimalImports(t *testing.T) {
 	pos := func(n string) int { i, _ := x.Position(n); return i }
 	if got := minimalImports(x, x.Load(pos("b"), pos("d"), pos("a"))); !slices.Equal(got, []string{"b", "c"}) {
 		t.Errorf("minimal imports %v, want [b c]", got)
+	}
+}
+
+func TestPlanDegenerateCorpora(t *testing.T) {
+	a := stackAnalysis()
+	a.Names["torch"] = analysis.Entry{Module: "torch"}
+	for name, lines := range map[string][]string{
+		"all unservable": {"1:torch", "2:torch,numpy", "1:torch"},
+		"no imports":     {"1:", "3:", "1:"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			res, err := Plan(requests(t, lines...), a, stackModel(), DefaultOptions())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Sets) != 0 {
+				t.Errorf("sets %v", ids(res.Sets))
+			}
+			for _, s := range res.Strategies {
+				for _, st := range []Stats{s.Planned, s.HeldOut} {
+					if math.IsNaN(st.MeanMs) || math.IsNaN(st.P90Ms) {
+						t.Errorf("NaN in %+v", st)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestPlanSaveLoad(t *testing.T) {
+	c := requests(t, allPlanned("1:seaborn", "1:pandas.DataFrame", "1:numpy")...)
+	res, err := Plan(c, stackAnalysis(), stackModel(), Options{MaxSets: 2, BudgetMiB: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := t.TempDir() + "/" + FileName
+	if err := res.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	back, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ids(back.Sets), ids(res.Sets)) || back.Strategies[Planned].HeldOut != res.Strategies[Planned].HeldOut {
+		t.Errorf("round trip: %+v", back)
+	}
+	// A plan whose sets the config would refuse is refused.
+	res.Sets = append(res.Sets, Set{ID: "empty", Imports: []string{"numpy"}}, Set{ID: "x", Imports: []string{"not a name"}})
+	if err := res.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path); !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), "reserved") || !strings.Contains(err.Error(), "not a name") {
+		t.Errorf("error %v", err)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(`{"version":1,"sets":[{"id":"pandas","imports":["pandas"]}]}`))
+	f.Add([]byte(`{"version":1,"sets":[{"id":"empty","imports":["x"]}]}`))
+	f.Add([]byte(`{"version":1,"sets":[{"id":"a","imports":[]}],"strategies":{"plan":{"planned":{"mean_ms":1}}}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := Parse(data)
+		if err != nil {
+			if !errors.Is(err, ErrInput) {
+				t.Fatalf("error not ErrInput: %v", err)
+			}
+			return
+		}
+		// Every set of a plan that parses is one the config takes.
+		var buf bytes.Buffer
+		if err := WriteConfigBlock(&buf, r.ConfigSets()); err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Sets) > 0 {
+			if _, err := config.Parse(buf.Bytes(), "plan.yaml", "/", "/"); err != nil {
+				t.Fatalf("the config refuses a parsed plan's sets: %v\n%s", err, buf.String())
+			}
+		}
+	})
+}
+
+// The plan is the same bytes whatever the parallelism and however often it runs.
+func TestPlanIsDeterministic(t *testing.T) {
+	c, err := corpus.Parse(bytes.NewReader(syntheticCorpus(5000, 3)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := syntheticAnalysis(c.Names())
+	var first []byte
+	for _, procs := range []int{1, 4, 2} {
+		prev := runtime.GOMAXPROCS(procs)
+		res, err := Plan(c, a, syntheticModel(), DefaultOptions())
+		runtime.GOMAXPROCS(prev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := json.Marshal(res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first == nil {
+			first = data
+		} else if !bytes.Equal(data, first) {
+			t.Fatalf("GOMAXPROCS=%d planned differently", procs)
+		}
 	}
 }

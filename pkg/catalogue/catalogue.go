@@ -56,6 +56,12 @@ func (c Checkpoint) RestoreMs(m CostModel) float64 {
 	return m.RestoreMs(c.ImageMiB)
 }
 
+// Validate checks the catalogue as NewRouter does; write a catalogue only when it passes.
+func (c *Catalogue) Validate() error {
+	_, err := NewRouter(c)
+	return err
+}
+
 // Parse reads and validates a catalogue.
 func Parse(data []byte) (*Catalogue, error) {
 	var c Catalogue
