@@ -144,3 +144,31 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestOwnSteps(t *testing.T) {
+	steps := OwnSteps(map[string][]string{
+		"numpy":             {"numpy"},
+		"pandas":            {"numpy", "pandas"},
+		"matplotlib":        {"matplotlib", "matplotlib.colors", "numpy"},
+		"matplotlib.colors": {"matplotlib", "matplotlib.colors", "numpy"},
+		"matplotlib.pyplot": {"matplotlib", "matplotlib.colors", "matplotlib.pyplot", "numpy"},
+		// seaborn's closure as measured lacks numpy (pandas brings it): still preloaded.
+		"seaborn": {"matplotlib.pyplot", "pandas", "seaborn"},
+	})
+	want := []OwnStep{
+		{Module: "matplotlib", Preload: []string{"numpy"}, Measure: true},
+		{Module: "matplotlib.colors", Preload: []string{"numpy"}, Measure: false},
+		{Module: "matplotlib.pyplot", Preload: []string{"matplotlib", "matplotlib.colors", "numpy"}, Measure: true},
+		{Module: "numpy", Measure: true},
+		{Module: "pandas", Preload: []string{"numpy"}, Measure: true},
+		{Module: "seaborn", Preload: []string{"matplotlib", "matplotlib.colors", "matplotlib.pyplot", "numpy", "pandas"}, Measure: true},
+	}
+	if len(steps) != len(want) {
+		t.Fatalf("steps %+v", steps)
+	}
+	for i := range want {
+		if steps[i].Module != want[i].Module || steps[i].Measure != want[i].Measure || !slices.Equal(steps[i].Preload, want[i].Preload) {
+			t.Errorf("step %+v, want %+v", steps[i], want[i])
+		}
+	}
+}
