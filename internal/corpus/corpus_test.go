@@ -200,7 +200,7 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-// BenchmarkParse100k parses 100,000 requests of JSON Lines; its B/op is the memory it takes.
+// BenchmarkParse100k parses 100,000 requests of JSON Lines; B/op is what parsing allocates.
 func BenchmarkParse100k(b *testing.B) {
 	var sb strings.Builder
 	for i := range 100_000 {
