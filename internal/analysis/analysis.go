@@ -1,0 +1,244 @@
+// Package analysis holds analysis.json: per name of a corpus (and per module a closure names),
+// the module it resolves to in the image, whether that imports, and what importing it costs
+// (time, memory) and leaves loaded (its closure). The analyze stage measures these in sandboxes
+// of the image; the planner and the catalogue read them.
+package analysis
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+
+	"readie.dev/pipeline/internal/atomicfile"
+	"readie.dev/pipeline/pkg/catalogue"
+)
+
+// FileName is the analysis's name in an output directory.
+const FileName = "analysis.json"
+
+// Version is the version of analysis.json this package reads and writes.
+const Version = 1
+
+// ErrInvalid wraps every problem of an analysis.
+var ErrInvalid = errors.New("invalid analysis")
+
+// File is analysis.json.
+type File struct {
+	Version int `json:"version"`
+	// Image identifies what was measured, as the analyze stage's cache key does.
+	Image Image `json:"image"`
+	// Stdlib is the image python's sys.stdlib_module_names: closures leave these out.
+	Stdlib []string `json:"stdlib"`
+	// Names holds an entry per name of the corpus and per module that a closure names.
+	Names map[string]Entry `json:"names"`
+}
+
+// Image is what the figures were measured on.
+type Image struct {
+	RootfsDigest string `json:"rootfs_digest"`
+	Runsc        string `json:"runsc"`
+	SpecDigest   string `json:"spec_digest"`
+	// Runs is how many fresh sandboxes each import time is the median of.
+	Runs int `json:"runs"`
+}
+
+// Entry is what a name resolves to and what its module costs. Names that resolve to the same
+// module carry the same figures.
+type Entry struct {
+	// Module is the longest prefix of the name that is a module in the image (the name itself
+	// for a module); when no prefix is, the name's top-level package.
+	Module string `json:"module"`
+	// Available is whether Module imports in the image. An unavailable module has zero figures
+	// and no closure, is reported and never planned; Error says why.
+	Available bool   `json:"available"`
+	Error     string `json:"error,omitempty"`
+	// ImportMs is the median cold import time in a fresh sandbox, closure included; MiB the
+	// memory the import adds to a checkpoint image.
+	ImportMs float64 `json:"import_ms"`
+	MiB      float64 `json:"mib"`
+	// Closure is what the import leaves loaded: the top-level modules outside the standard
+	// library, and any other module of this analysis, found in sys.modules after it; the module
+	// itself included; sorted.
+	Closure []string `json:"closure"`
+	// OwnMs and OwnMiB are the import's time and memory with the rest of its closure imported
+	// first: what the module adds by itself. The cost model sums these over the modules a start
+	// lacks (see pkg/catalogue), so a module shared by two closures is paid once.
+	OwnMs  float64 `json:"own_ms"`
+	OwnMiB float64 `json:"own_mib"`
+}
+
+// module is the catalogue's view of an entry.
+func (e Entry) module() catalogue.Module {
+	return catalogue.Module{Available: e.Available, ImportMs: e.ImportMs, MiB: e.MiB, OwnMs: e.OwnMs, OwnMiB: e.OwnMiB, Closure: e.Closure}
+}
+
+// Modules returns the analysed modules, one per distinct Module of the entries.
+func (f *File) Modules() map[string]catalogue.Module {
+	out := map[string]catalogue.Module{}
+	for _, e := range f.Names {
+		out[e.Module] = e.module()
+	}
+	return out
+}
+
+// Index compiles the analysis for pricing under model.
+func (f *File) Index(model catalogue.CostModel) (*catalogue.Index, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	x, err := catalogue.NewIndex(f.Modules(), model)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return x, nil
+}
+
+// Validate checks the analysis: names and modules are dotted names, a module is a prefix of its
+// name, the entries of one module agree, every closure member is an available module of an
+// entry, closures are sorted and hold their module, figures are finite and >= 0.
+func (f *File) Validate() error {
+	var problems []error
+	add := func(format string, args ...any) { problems = append(problems, fmt.Errorf(format, args...)) }
+	if f.Version != Version {
+		add("version %d: this reader knows %d", f.Version, Version)
+	}
+	for _, s := range f.Stdlib {
+		if !catalogue.IsModuleName(s) {
+			add("stdlib: %q is not a module name", s)
+		}
+	}
+	names := make([]string, 0, len(f.Names))
+	for n := range f.Names {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	byModule := map[string]string{} // module -> the first name seen with it
+	available := map[string]bool{}
+	for _, e := range f.Names {
+		if e.Available {
+			available[e.Module] = true
+		}
+	}
+	for _, n := range names {
+		e := f.Names[n]
+		if !catalogue.IsModuleName(n) {
+			add("%q is not a dotted Python name", n)
+			continue
+		}
+		if e.Module != n && !strings.HasPrefix(n, e.Module+".") {
+			add("%s: module %q is not a prefix of the name", n, e.Module)
+			continue
+		}
+		if !catalogue.IsModuleName(e.Module) {
+			add("%s: module %q is not a dotted Python name", n, e.Module)
+			continue
+		}
+		if first, ok := byModule[e.Module]; ok {
+			if !sameFigures(e, f.Names[first]) {
+				add("%s and %s resolve to %s with different figures", first, n, e.Module)
+			}
+		} else {
+			byModule[e.Module] = n
+		}
+		if err := e.module().Validate(); err != nil {
+			add("%s: %w", n, err)
+		}
+		if !e.Available {
+			continue
+		}
+		if !slices.Contains(e.Closure, e.Module) {
+			add("%s: closure %v lacks the module %s", n, e.Closure, e.Module)
+		}
+		if !slices.IsSorted(e.Closure) || len(slices.Compact(slices.Clone(e.Closure))) != len(e.Closure) {
+			add("%s: closure %v is not sorted and without duplicates", n, e.Closure)
+		}
+		for _, c := range e.Closure {
+			if !available[c] {
+				add("%s: closure member %s is not an available module of the analysis", n, c)
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%w: %w", ErrInvalid, errors.Join(problems...))
+	}
+	return nil
+}
+
+func sameFigures(a, b Entry) bool {
+	return a.Available == b.Available && a.ImportMs == b.ImportMs && a.MiB == b.MiB &&
+		a.OwnMs == b.OwnMs && a.OwnMiB == b.OwnMiB && slices.Equal(a.Closure, b.Closure)
+}
+
+// Parse reads and validates an analysis.
+func Parse(data []byte) (*File, error) {
+	var f File
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%w: data after the analysis object", ErrInvalid)
+	}
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	return &f, nil
+}
+
+// Load reads and validates the analysis at path.
+func Load(path string) (*File, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	data, err := io.ReadAll(io.LimitReader(fh, 256<<20))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	f, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return f, nil
+}
+
+// Save validates f and writes it to path atomically; an invalid analysis writes nothing.
+func (f *File) Save(path string) error {
+	if err := f.Validate(); err != nil {
+		return err
+	}
+	return atomicfile.WriteJSON(path, f)
+}
+
+// Closure is the closure of module from what importing it added to sys.modules (added, the
+// names after the import that were not there before): the top-level packages of added names
+// outside stdlib, the added names that are analysed modules (analysed), and module itself.
+// Dunder names and names that are not dotted identifiers are left out. Sorted, each once.
+func Closure(module string, added []string, stdlib, analysed map[string]bool) []string {
+	set := map[string]bool{module: true}
+	for _, name := range added {
+		if !catalogue.IsModuleName(name) || strings.HasPrefix(name, "__") {
+			continue
+		}
+		top, _, _ := strings.Cut(name, ".")
+		if !stdlib[top] {
+			set[top] = true
+		}
+		if analysed[name] {
+			set[name] = true
+		}
+	}
+	out := make([]string, 0, len(set))
+	for name := range set {
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,292 @@
+// Package catalogue holds catalogue.json, what a pipeline output publishes for routers: its
+// checkpoints (imports, closure, image size, measured restore time), the analysed modules
+// (import time, memory, closure) and the cost model; and Select, which picks for a request the
+// checkpoint, or a cold start, with the lowest predicted start cost. The planner prices with the
+// same Index, so a plan and a router agree on what a request costs.
+package catalogue
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+)
+
+// FileName is the catalogue's name in an output directory.
+const FileName = "catalogue.json"
+
+// Version is the version of catalogue.json this package reads and writes.
+const Version = 1
+
+// ErrInvalid wraps every problem of a catalogue.
+var ErrInvalid = errors.New("invalid catalogue")
+
+// Catalogue is catalogue.json.
+type Catalogue struct {
+	Version     int               `json:"version"`
+	CostModel   CostModel         `json:"cost_model"`
+	Checkpoints []Checkpoint      `json:"checkpoints"`
+	Modules     map[string]Module `json:"modules"`
+}
+
+// Checkpoint is one captured package set.
+type Checkpoint struct {
+	ID      string   `json:"id"`
+	Imports []string `json:"imports"`
+	// Closure is every analysed module the checkpoint holds loaded.
+	Closure []string `json:"closure"`
+	// ImageMiB is the measured size of its image (pages.img); PredictedMiB what the cost model
+	// predicted before the capture (0: not planned).
+	ImageMiB     float64 `json:"image_mib"`
+	PredictedMiB float64 `json:"predicted_mib,omitempty"`
+	// RestoreMedianMs is the median of its timed restores (0: not measured).
+	RestoreMedianMs float64 `json:"restore_median_ms"`
+}
+
+// RestoreMs is the price of restoring c: its measured median when there is one, otherwise the
+// cost model on its measured image size.
+func (c Checkpoint) RestoreMs(m CostModel) float64 {
+	if c.RestoreMedianMs > 0 {
+		return c.RestoreMedianMs
+	}
+	return m.RestoreMs(c.ImageMiB)
+}
+
+// Validate checks the catalogue as NewRouter does; write a catalogue only when it passes.
+func (c *Catalogue) Validate() error {
+	_, err := NewRouter(c)
+	return err
+}
+
+// Parse reads and validates a catalogue.
+func Parse(data []byte) (*Catalogue, error) {
+	var c Catalogue
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%w: data after the catalogue object", ErrInvalid)
+	}
+	if _, err := NewRouter(&c); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// Load reads and validates the catalogue at path.
+func Load(path string) (*Catalogue, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, 256<<20))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	c, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Router picks checkpoints for requests from one catalogue. It is safe for concurrent use.
+type Router struct {
+	index   *Index
+	options []Option
+	// ids and images name options[i] (the last option is the cold start: id "").
+	ids    []string
+	images []float64
+}
+
+// NewRouter validates c and compiles it for Select.
+func NewRouter(c *Catalogue) (*Router, error) {
+	if c.Version != Version {
+		return nil, fmt.Errorf("%w: version %d: this reader knows %d", ErrInvalid, c.Version, Version)
+	}
+	x, err := NewIndex(c.Modules, c.CostModel)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	var problems []error
+	seen := map[string]bool{}
+	order := make([]int, 0, len(c.Checkpoints))
+	loaded := make([]Set, len(c.Checkpoints))
+	for i, cp := range c.Checkpoints {
+		where := fmt.Sprintf("checkpoints[%d] %q", i, cp.ID)
+		if !IsCheckpointID(cp.ID) {
+			problems = append(problems, fmt.Errorf("%s: id: use 1-64 letters, digits, - and _", where))
+		} else if seen[cp.ID] {
+			problems = append(problems, fmt.Errorf("%s: duplicate id", where))
+		}
+		seen[cp.ID] = true
+		if !finiteNonNegative(cp.ImageMiB) || !finiteNonNegative(cp.PredictedMiB) || !finiteNonNegative(cp.RestoreMedianMs) {
+			problems = append(problems, fmt.Errorf("%s: image_mib, predicted_mib and restore_median_ms must be finite numbers >= 0", where))
+		}
+		s := x.NewSet()
+		for _, m := range slices.Concat(cp.Imports, cp.Closure) {
+			j, ok := x.Position(m)
+			if !ok {
+				problems = append(problems, fmt.Errorf("%s: %q is not an available module of the catalogue", where, m))
+				continue
+			}
+			s.Or(x.Closure(j))
+		}
+		loaded[i] = s
+		order = append(order, i)
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, errors.Join(problems...))
+	}
+	// Ties go to the smaller image, then to the lower id; a cold start loses every tie.
+	slices.SortFunc(order, func(a, b int) int {
+		ca, cb := c.Checkpoints[a], c.Checkpoints[b]
+		if ca.ImageMiB != cb.ImageMiB {
+			if ca.ImageMiB < cb.ImageMiB {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(ca.ID, cb.ID)
+	})
+	r := &Router{index: x}
+	for _, i := range order {
+		cp := c.Checkpoints[i]
+		r.options = append(r.options, Option{FixedMs: cp.RestoreMs(c.CostModel), Loaded: loaded[i]})
+		r.ids = append(r.ids, cp.ID)
+		r.images = append(r.images, cp.ImageMiB)
+	}
+	r.options = append(r.options, x.ColdOption())
+	r.ids = append(r.ids, "")
+	r.images = append(r.images, 0)
+	return r, nil
+}
+
+// IsCheckpointID reports whether id is a valid checkpoint id: 1-64 letters, digits, - and _.
+func IsCheckpointID(id string) bool {
+	if len(id) == 0 || len(id) > 64 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c == '_' || c == '-' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// Choice is where a request should start.
+type Choice struct {
+	// Checkpoint is the id of the checkpoint to restore; empty for a cold start.
+	Checkpoint string `json:"checkpoint,omitempty"`
+	Cold       bool   `json:"cold"`
+	// PredictedMs is the predicted start cost: FixedMs (the restore, or the cold start) plus
+	// ImportMs (the modules in Import, which the start lacks).
+	PredictedMs float64  `json:"predicted_ms"`
+	FixedMs     float64  `json:"fixed_ms"`
+	ImportMs    float64  `json:"import_ms"`
+	Import      []string `json:"import"`
+	// ColdMs is the predicted cost of a cold start, for comparison.
+	ColdMs float64 `json:"cold_ms"`
+	// Modules are the request's names resolved to analysed modules; Unknown are names no
+	// analysed module is a prefix of, Unavailable modules that do not import in the image.
+	// Neither is priced (no option holds them, so they cost every option the same).
+	Modules     []string `json:"modules"`
+	Unknown     []string `json:"unknown,omitempty"`
+	Unavailable []string `json:"unavailable,omitempty"`
+	Why         string   `json:"why"`
+}
+
+// Select chooses where to start a request that imports names (modules, or names imported from
+// modules, as written in code): the option of lowest Cost among the catalogue's checkpoints and a
+// cold start. Ties go to the smaller image, then the lower id; cold loses ties.
+func (r *Router) Select(names []string) Choice {
+	x := r.index
+	need := x.NewSet()
+	var ch Choice
+	seen := map[string]bool{}
+	for _, name := range names {
+		module, ok := x.Resolve(name)
+		switch {
+		case !ok:
+			if !seen["?"+name] {
+				ch.Unknown = append(ch.Unknown, name)
+			}
+			seen["?"+name] = true
+			continue
+		case seen[module]:
+			continue
+		}
+		seen[module] = true
+		ch.Modules = append(ch.Modules, module)
+		if i, ok := x.Position(module); ok {
+			need.Or(x.Closure(i))
+		} else {
+			ch.Unavailable = append(ch.Unavailable, module)
+		}
+	}
+	slices.Sort(ch.Modules)
+	slices.Sort(ch.Unknown)
+	slices.Sort(ch.Unavailable)
+
+	best, bestMs := x.Best(r.options, need)
+	o := r.options[best]
+	ch.Checkpoint = r.ids[best]
+	ch.Cold = ch.Checkpoint == ""
+	ch.PredictedMs = bestMs
+	ch.FixedMs = o.FixedMs
+	ch.ImportMs = bestMs - o.FixedMs
+	missing := need.Clone()
+	for w := range missing {
+		missing[w] &^= o.Loaded[w]
+	}
+	ch.Import = x.Names(missing)
+	cold := r.options[len(r.options)-1]
+	ch.ColdMs = x.Cost(cold, need)
+
+	// The runner-up, to say by how much the choice won.
+	second, secondMs := -1, 0.0
+	for i, opt := range r.options {
+		if i == best {
+			continue
+		}
+		if ms := x.Cost(opt, need); second < 0 || ms < secondMs {
+			second, secondMs = i, ms
+		}
+	}
+	var why strings.Builder
+	if ch.Cold {
+		fmt.Fprintf(&why, "cold start %.0f ms", o.FixedMs)
+	} else {
+		fmt.Fprintf(&why, "restore %s (%.0f ms, %.1f MiB)", ch.Checkpoint, o.FixedMs, r.images[best])
+	}
+	if len(ch.Import) > 0 {
+		fmt.Fprintf(&why, " + import %s (%.0f ms)", strings.Join(ch.Import, ", "), ch.ImportMs)
+	} else {
+		why.WriteString(" + nothing to import")
+	}
+	fmt.Fprintf(&why, " = %.0f ms", bestMs)
+	if second >= 0 {
+		name := "cold start"
+		if r.ids[second] != "" {
+			name = r.ids[second]
+		}
+		fmt.Fprintf(&why, "; next best %s %.0f ms", name, secondMs)
+	}
+	if len(ch.Unavailable) > 0 {
+		fmt.Fprintf(&why, "; %s not in the image (the request will fail to import it)", strings.Join(ch.Unavailable, ", "))
+	}
+	if len(ch.Unknown) > 0 {
+		fmt.Fprintf(&why, "; %s not analysed (not priced)", strings.Join(ch.Unknown, ", "))
+	}
+	ch.Why = why.String()
+	return ch
+}

@@ -1,0 +1,257 @@
+package catalogue
+
+import (
+	"encoding/json"
+	"errors"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// stack is a small analysis whose costs are round numbers, so every optimum below is known by
+// hand. Own figures: numpy 100 ms 10 MiB, pandas 300/20, matplotlib 200/15, pyplot 100/5,
+// seaborn 150/5, re 0/0.
+func stack() map[string]Module {
+	return map[string]Module{
+		"numpy":             {Available: true, ImportMs: 100, MiB: 10, OwnMs: 100, OwnMiB: 10, Closure: []string{"numpy"}},
+		"pandas":            {Available: true, ImportMs: 400, MiB: 30, OwnMs: 300, OwnMiB: 20, Closure: []string{"numpy", "pandas"}},
+		"matplotlib":        {Available: true, ImportMs: 300, MiB: 25, OwnMs: 200, OwnMiB: 15, Closure: []string{"matplotlib", "numpy"}},
+		"matplotlib.pyplot": {Available: true, ImportMs: 400, MiB: 30, OwnMs: 100, OwnMiB: 5, Closure: []string{"matplotlib", "matplotlib.pyplot", "numpy"}},
+		// seaborn's closure lists pandas but not numpy: NewIndex closes it transitively.
+		"seaborn":      {Available: true, ImportMs: 850, MiB: 55, OwnMs: 150, OwnMiB: 5, Closure: []string{"matplotlib.pyplot", "pandas", "seaborn"}},
+		"re":           {Available: true, Closure: []string{"re"}},
+		"transformers": {Available: false},
+	}
+}
+
+func model() CostModel {
+	return CostModel{InterceptMs: 100, AlphaMsPerMiB: 2, ColdStartMs: 150, EmptyMiB: 10}
+}
+
+func TestIndexClosuresAndPrices(t *testing.T) {
+	x, err := NewIndex(stack(), model())
+	if err != nil {
+		t.Fatal(err)
+	}
+	seaborn, _ := x.Position("seaborn")
+	if got := x.Names(x.Closure(seaborn)); !slices.Equal(got, []string{"matplotlib", "matplotlib.pyplot", "numpy", "pandas", "seaborn"}) {
+		t.Fatalf("seaborn's closure %v", got)
+	}
+	// numpy is shared by pandas and matplotlib: counted once.
+	p, _ := x.Position("pandas")
+	m, _ := x.Position("matplotlib")
+	both := x.Load(p, m)
+	if got := x.ImageMiB(both); got != 10+10+20+15 {
+		t.Errorf("image of pandas+matplotlib %v MiB, want 55", got)
+	}
+	if got := x.ImportMs(both, x.Load(p)); got != 200 {
+		t.Errorf("import of matplotlib on pandas %v ms, want 200", got)
+	}
+	if got := x.Cost(x.PredictedOption(x.Load(p)), x.Closure(seaborn)); got != 100+2*40+200+100+150 {
+		t.Errorf("seaborn on a pandas checkpoint %v ms, want 630", got)
+	}
+	if got := x.Cost(x.ColdOption(), x.Closure(seaborn)); got != 150+850 {
+		t.Errorf("seaborn cold %v ms, want 1000", got)
+	}
+	for name, want := range map[string]string{
+		"matplotlib.pyplot.plot": "matplotlib.pyplot", "matplotlib.cm": "matplotlib", "transformers.pipeline": "transformers",
+		"re": "re", "numpyx": "",
+	} {
+		if got, _ := x.Resolve(name); got != want {
+			t.Errorf("Resolve(%s) = %q, want %q", name, got, want)
+		}
+	}
+}
+
+func catalogue(m CostModel, checkpoints ...Checkpoint) *Catalogue {
+	return &Catalogue{Version: Version, CostModel: m, Modules: stack(), Checkpoints: checkpoints}
+}
+
+// Restores priced by the model: empty 100+2x10 = 120, pandas (40 MiB) 180, seaborn (65 MiB) 230.
+var (
+	emptyCP   = Checkpoint{ID: "empty", Imports: []string{}, ImageMiB: 10}
+	pandasCP  = Checkpoint{ID: "pandas", Imports: []string{"pandas"}, ImageMiB: 40}
+	seabornCP = Checkpoint{ID: "seaborn", Imports: []string{"seaborn"}, ImageMiB: 65}
+)
+
+func TestSelect(t *testing.T) {
+	cheapCold := model()
+	cheapCold.ColdStartMs = 50
+	for _, tc := range []struct {
+		name        string
+		cat         *Catalogue
+		request     []string
+		checkpoint  string // "" = cold
+		ms          float64
+		imports     []string
+		unknown     []string
+		unavailable []string
+	}{
+		{"no imports: empty", catalogue(model(), emptyCP, pandasCP, seabornCP), nil, "empty", 120, nil, nil, nil},
+		{"pandas", catalogue(model(), emptyCP, pandasCP, seabornCP), []string{"pandas"}, "pandas", 180, nil, nil, nil},
+		{"closure: seaborn holds pyplot and numpy", catalogue(model(), emptyCP, pandasCP, seabornCP), []string{"matplotlib.pyplot", "numpy"}, "seaborn", 230, nil, nil, nil},
+		{"imports what the checkpoint lacks", catalogue(model(), emptyCP, pandasCP), []string{"seaborn", "pandas.DataFrame"}, "pandas", 180 + 450, []string{"matplotlib", "matplotlib.pyplot", "seaborn"}, nil, nil},
+		{"cold is best", catalogue(cheapCold, emptyCP, pandasCP), []string{"re"}, "", 50, []string{"re"}, nil, nil},
+		{"cold beats a big checkpoint", catalogue(cheapCold, seabornCP), []string{"numpy"}, "", 150, []string{"numpy"}, nil, nil},
+		{"no checkpoint at all", catalogue(model()), []string{"pandas"}, "", 550, []string{"numpy", "pandas"}, nil, nil},
+		{"unknown and unavailable are not priced", catalogue(model(), emptyCP, pandasCP), []string{"transformers.pipeline", "pandas", "torch.nn"}, "pandas", 180, nil, []string{"torch.nn"}, []string{"transformers"}},
+		{"measured restore wins over the model", catalogue(model(), emptyCP, Checkpoint{ID: "pandas", Imports: []string{"pandas"}, ImageMiB: 40, RestoreMedianMs: 600}), []string{"pandas"}, "empty", 520, []string{"numpy", "pandas"}, nil, nil},
+		// Two checkpoints of equal cost: the smaller image wins, then the lower id.
+		{"tie: smaller image", catalogue(model(), Checkpoint{ID: "a", Imports: []string{"pandas"}, ImageMiB: 40, RestoreMedianMs: 200}, Checkpoint{ID: "b", Imports: []string{"pandas"}, ImageMiB: 30, RestoreMedianMs: 200}), []string{"pandas"}, "b", 200, nil, nil, nil},
+		{"tie: lower id", catalogue(model(), Checkpoint{ID: "b", Imports: []string{"pandas"}, ImageMiB: 40}, Checkpoint{ID: "a", Imports: []string{"pandas"}, ImageMiB: 40}), []string{"pandas"}, "a", 180, nil, nil, nil},
+		// empty restores in 120 ms, cold starts in 150-30 = 120 ms too: the checkpoint wins.
+		{"tie: cold loses", catalogue(CostModel{InterceptMs: 100, AlphaMsPerMiB: 2, ColdStartMs: 120, EmptyMiB: 10}, emptyCP), nil, "empty", 120, nil, nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := NewRouter(tc.cat)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ch := r.Select(tc.request)
+			if ch.Checkpoint != tc.checkpoint || ch.Cold != (tc.checkpoint == "") || ch.PredictedMs != tc.ms {
+				t.Fatalf("got %q cold=%v %v ms (%s), want %q %v ms", ch.Checkpoint, ch.Cold, ch.PredictedMs, ch.Why, tc.checkpoint, tc.ms)
+			}
+			if !slices.Equal(ch.Import, tc.imports) && !(len(ch.Import) == 0 && len(tc.imports) == 0) {
+				t.Errorf("imports %v, want %v", ch.Import, tc.imports)
+			}
+			if !slices.Equal(ch.Unknown, tc.unknown) || !slices.Equal(ch.Unavailable, tc.unavailable) {
+				t.Errorf("unknown %v unavailable %v, want %v %v", ch.Unknown, ch.Unavailable, tc.unknown, tc.unavailable)
+			}
+			if ch.FixedMs+ch.ImportMs != ch.PredictedMs || ch.Why == "" {
+				t.Errorf("fixed %v + import %v != %v; why %q", ch.FixedMs, ch.ImportMs, ch.PredictedMs, ch.Why)
+			}
+		})
+	}
+}
+
+func TestSelectSaysWhy(t *testing.T) {
+	r, err := NewRouter(catalogue(model(), emptyCP, pandasCP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := r.Select([]string{"pandas", "seaborn", "transformers"})
+	want := "restore pandas (180 ms, 40.0 MiB) + import matplotlib, matplotlib.pyplot, seaborn (450 ms) = 630 ms; next best empty 970 ms; transformers not in the image (the request will fail to import it)"
+	if ch.Why != want {
+		t.Errorf("why:\n%s\nwant:\n%s", ch.Why, want)
+	}
+	if ch.ColdMs != 150+850 {
+		t.Errorf("cold %v", ch.ColdMs)
+	}
+}
+
+func TestInvalidCatalogues(t *testing.T) {
+	bad := func(edit func(c *Catalogue)) *Catalogue {
+		c := catalogue(model(), emptyCP, pandasCP)
+		edit(c)
+		return c
+	}
+	for _, tc := range []struct {
+		name string
+		cat  *Catalogue
+		want string
+	}{
+		{"version", bad(func(c *Catalogue) { c.Version = 2 }), "version 2"},
+		{"bad id", bad(func(c *Catalogue) { c.Checkpoints[1].ID = "pan das" }), `"pan das": id`},
+		{"duplicate id", bad(func(c *Catalogue) { c.Checkpoints[1].ID = "empty" }), "duplicate id"},
+		{"unknown import", bad(func(c *Catalogue) { c.Checkpoints[1].Imports = []string{"torch"} }), `"torch" is not an available module`},
+		{"unavailable import", bad(func(c *Catalogue) { c.Checkpoints[1].Imports = []string{"transformers"} }), `"transformers" is not an available module`},
+		{"negative size", bad(func(c *Catalogue) { c.Checkpoints[1].ImageMiB = -1 }), "finite numbers >= 0"},
+		{"closure member unknown", bad(func(c *Catalogue) {
+			c.Modules["pandas"] = Module{Available: true, Closure: []string{"pytz"}}
+		}), `closure member "pytz"`},
+		{"NaN figure", bad(func(c *Catalogue) { c.Modules["re"] = Module{Available: true, OwnMs: math.NaN()} }), "own_ms NaN"},
+		{"bad module name", bad(func(c *Catalogue) { c.Modules["9lives"] = Module{Available: true} }), `module "9lives"`},
+		{"negative alpha", bad(func(c *Catalogue) { c.CostModel.AlphaMsPerMiB = -1 }), "alpha_ms_per_mib -1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := NewRouter(tc.cat)
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want ErrInvalid naming %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseRoundTrip(t *testing.T) {
+	c := catalogue(model(), emptyCP, pandasCP, seabornCP)
+	data, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := NewRouter(back)
+	if ch := r.Select([]string{"seaborn"}); ch.Checkpoint != "seaborn" {
+		t.Errorf("after a round trip: %+v", ch)
+	}
+	for _, tc := range []struct{ data, want string }{
+		{`{"version":1,"cost_model":{},"checkpoints":[],"modules":{},"extra":1}`, "unknown field"},
+		{`{"version":1,"cost_model":{},"checkpoints":[],"modules":{}} {}`, "data after"},
+		{`[]`, "cannot unmarshal array"},
+	} {
+		if _, err := Parse([]byte(tc.data)); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Parse(%s): %v, want %q", tc.data, err, tc.want)
+		}
+	}
+}
+
+func TestIsModuleName(t *testing.T) {
+	for name, want := range map[string]bool{
+		"pandas": true, "matplotlib.pyplot": true, "_x.y2": true, "A.B_c": true,
+		"": false, ".x": false, "x.": false, "x..y": false, "2x": false, "x.2": false, "x-y": false, "x y": false, "é": false,
+	} {
+		if IsModuleName(name) != want {
+			t.Errorf("IsModuleName(%q) = %v", name, !want)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	good, _ := json.Marshal(catalogue(model(), emptyCP, pandasCP, seabornCP))
+	f.Add(good)
+	f.Add([]byte(`{"version":1,"cost_model":{"cold_start_ms":1},"checkpoints":[{"id":"x","imports":["a"]}],"modules":{"a":{"available":true,"closure":["a","b"]},"b":{"available":true}}}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Parse(data)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error not ErrInvalid: %v", err)
+			}
+			return
+		}
+		r, err := NewRouter(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := []string{}
+		for m := range c.Modules {
+			names = append(names, m, m+".x")
+		}
+		ch := r.Select(names)
+		if math.IsNaN(ch.PredictedMs) || ch.PredictedMs > ch.ColdMs {
+			t.Fatalf("choice %+v", ch)
+		}
+	})
+}
+
+func TestCostBelow(t *testing.T) {
+	x, err := NewIndex(stack(), model())
+	if err != nil {
+		t.Fatal(err)
+	}
+	seaborn, _ := x.Position("seaborn")
+	need := x.Closure(seaborn)
+	empty := x.PredictedOption(x.NewSet()) // 120 ms + 850 ms of imports
+	for _, tc := range []struct {
+		limit float64
+		ok    bool
+	}{{math.Inf(1), true}, {971, true}, {970, false}, {500, false}, {120, false}, {100, false}} {
+		got, ok := x.CostBelow(empty, need, tc.limit)
+		if ok != tc.ok || (ok && got != x.Cost(empty, need)) || (!ok && got >= tc.limit && got > x.Cost(empty, need)) {
+			t.Errorf("CostBelow(limit %v) = %v, %v; Cost %v", tc.limit, got, ok, x.Cost(empty, need))
+		}
+	}
+}

@@ -1,0 +1,330 @@
+package catalogue
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+)
+
+// CostModel prices the ways to start a request (milliseconds, MiB). A checkpoint of predicted
+// image size S costs InterceptMs + AlphaMsPerMiB x S to restore; a cold start costs ColdStartMs;
+// either then imports what the request needs and the start did not already hold.
+type CostModel struct {
+	// InterceptMs and AlphaMsPerMiB are this host's restore cost line (pipeline bench's fit of
+	// restore time against pages.img size).
+	InterceptMs   float64 `json:"intercept_ms"`
+	AlphaMsPerMiB float64 `json:"alpha_ms_per_mib"`
+	// ColdStartMs is a cold sandbox start of the executor to its first answer, imports aside.
+	ColdStartMs float64 `json:"cold_start_ms"`
+	// EmptyMiB is the image size of the "empty" checkpoint: the interpreter and the executor.
+	EmptyMiB float64 `json:"empty_mib"`
+}
+
+// RestoreMs is the predicted restore time of an image of imageMiB.
+func (m CostModel) RestoreMs(imageMiB float64) float64 {
+	return m.InterceptMs + m.AlphaMsPerMiB*imageMiB
+}
+
+func (m CostModel) validate() error {
+	var problems []error
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"intercept_ms", m.InterceptMs}, {"alpha_ms_per_mib", m.AlphaMsPerMiB}, {"cold_start_ms", m.ColdStartMs}, {"empty_mib", m.EmptyMiB}} {
+		if !finiteNonNegative(f.v) {
+			problems = append(problems, fmt.Errorf("cost model: %s %v: want a finite number >= 0", f.name, f.v))
+		}
+	}
+	return errors.Join(problems...)
+}
+
+// Module is what the analysis measured of one module. The cost model is additive over modules:
+// a start that lacks a set of modules pays the sum of their own figures, so a module shared by
+// several closures is counted once.
+type Module struct {
+	// Available is false when the module does not import in the image; it is then never
+	// loaded by a checkpoint and its figures are zero.
+	Available bool `json:"available"`
+	// ImportMs and MiB are a cold import of the module in a fresh sandbox, closure included:
+	// its time and the memory it adds to a checkpoint image.
+	ImportMs float64 `json:"import_ms"`
+	MiB      float64 `json:"mib"`
+	// OwnMs and OwnMiB are the same figures with the rest of its closure already imported:
+	// what the module adds by itself. The cost model sums these.
+	OwnMs  float64 `json:"own_ms"`
+	OwnMiB float64 `json:"own_mib"`
+	// Closure is the modules importing it leaves loaded (top-level modules outside the
+	// standard library, and other analysed modules), itself included.
+	Closure []string `json:"closure"`
+}
+
+// Validate checks the figures (finite, >= 0) and the closure's names.
+func (m Module) Validate() error {
+	var problems []error
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"import_ms", m.ImportMs}, {"mib", m.MiB}, {"own_ms", m.OwnMs}, {"own_mib", m.OwnMiB}} {
+		if !finiteNonNegative(f.v) {
+			problems = append(problems, fmt.Errorf("%s %v: want a finite number >= 0", f.name, f.v))
+		}
+	}
+	for _, c := range m.Closure {
+		if !IsModuleName(c) {
+			problems = append(problems, fmt.Errorf("closure: %q is not a dotted Python module name", c))
+		}
+	}
+	if !m.Available && len(m.Closure) > 0 {
+		problems = append(problems, errors.New("unavailable but has a closure"))
+	}
+	return errors.Join(problems...)
+}
+
+func finiteNonNegative(v float64) bool { return v >= 0 && !math.IsInf(v, 1) }
+
+// IsModuleName reports whether s is a dotted Python module name of ASCII identifiers, such as
+// matplotlib.pyplot.
+func IsModuleName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for part := range strings.SplitSeq(s, ".") {
+		if part == "" || part[0] >= '0' && part[0] <= '9' {
+			return false
+		}
+		for i := 0; i < len(part); i++ {
+			c := part[i]
+			if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// Index is the analysed modules compiled for pricing: positions, own figures and transitive
+// closures as Sets. Pricing a start is then a few word operations per module.
+type Index struct {
+	model       CostModel
+	names       []string
+	pos         map[string]int
+	ownMs       []float64
+	ownMiB      []float64
+	closure     []Set
+	unavailable map[string]bool
+	words       int
+}
+
+// MaxModules bounds an index: sets are bitsets over the modules, one per module for closures.
+const MaxModules = 16384
+
+// NewIndex compiles modules (keyed by name) under model. Every closure member must be an
+// available module of the map; closures are made transitive and hold their module.
+func NewIndex(modules map[string]Module, model CostModel) (*Index, error) {
+	if len(modules) > MaxModules {
+		return nil, fmt.Errorf("%d modules: at most %d", len(modules), MaxModules)
+	}
+	var problems []error
+	if err := model.validate(); err != nil {
+		problems = append(problems, err)
+	}
+	x := &Index{model: model, pos: map[string]int{}, unavailable: map[string]bool{}}
+	names := make([]string, 0, len(modules))
+	for name := range modules {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		m := modules[name]
+		if !IsModuleName(name) {
+			problems = append(problems, fmt.Errorf("module %q: not a dotted Python module name", name))
+			continue
+		}
+		if err := m.Validate(); err != nil {
+			problems = append(problems, fmt.Errorf("module %s: %w", name, err))
+			continue
+		}
+		if !m.Available {
+			x.unavailable[name] = true
+			continue
+		}
+		x.pos[name] = len(x.names)
+		x.names = append(x.names, name)
+		x.ownMs = append(x.ownMs, m.OwnMs)
+		x.ownMiB = append(x.ownMiB, m.OwnMiB)
+	}
+	x.words = (len(x.names) + 63) / 64
+	x.closure = make([]Set, len(x.names))
+	for i, name := range x.names {
+		c := x.NewSet()
+		c.Add(i)
+		for _, member := range modules[name].Closure {
+			j, ok := x.pos[member]
+			if !ok {
+				problems = append(problems, fmt.Errorf("module %s: closure member %q is not an available module of the analysis", name, member))
+				continue
+			}
+			c.Add(j)
+		}
+		x.closure[i] = c
+	}
+	if len(problems) > 0 {
+		return nil, errors.Join(problems...)
+	}
+	// Transitive closure: a member's closure is loaded too. Iterate to a fixed point (a few
+	// rounds; closures measured in one sandbox are already transitive).
+	for changed := true; changed; {
+		changed = false
+		for i := range x.closure {
+			for _, j := range x.closure[i].Members() {
+				if !x.closure[j].SubsetOf(x.closure[i]) {
+					x.closure[i].Or(x.closure[j])
+					changed = true
+				}
+			}
+		}
+	}
+	return x, nil
+}
+
+// Model is the index's cost model.
+func (x *Index) Model() CostModel { return x.model }
+
+// Len is the number of available modules.
+func (x *Index) Len() int { return len(x.names) }
+
+// Name is the module at position i.
+func (x *Index) Name(i int) string { return x.names[i] }
+
+// Position is the position of an available module.
+func (x *Index) Position(module string) (int, bool) {
+	i, ok := x.pos[module]
+	return i, ok
+}
+
+// Unavailable reports whether the analysis found that module does not import.
+func (x *Index) Unavailable(module string) bool { return x.unavailable[module] }
+
+// Resolve maps a name as written in code (a module, or a name imported from one) to the longest
+// prefix that is an analysed module, available or not; ok is false when none is.
+func (x *Index) Resolve(name string) (module string, ok bool) {
+	for prefix := name; ; {
+		if _, known := x.pos[prefix]; known || x.unavailable[prefix] {
+			return prefix, true
+		}
+		dot := strings.LastIndexByte(prefix, '.')
+		if dot < 0 {
+			return "", false
+		}
+		prefix = prefix[:dot]
+	}
+}
+
+// OwnMs is the own import time of the module at position i.
+func (x *Index) OwnMs(i int) float64 { return x.ownMs[i] }
+
+// OwnMiB is the own memory of the module at position i.
+func (x *Index) OwnMiB(i int) float64 { return x.ownMiB[i] }
+
+// NewSet returns an empty set sized for the index.
+func (x *Index) NewSet() Set { return make(Set, x.words) }
+
+// Closure is the transitive closure of the module at position i, itself included. The caller
+// must not change it.
+func (x *Index) Closure(i int) Set { return x.closure[i] }
+
+// Load returns what importing the modules at positions leaves loaded: their closures' union.
+func (x *Index) Load(positions ...int) Set {
+	s := x.NewSet()
+	for _, i := range positions {
+		s.Or(x.closure[i])
+	}
+	return s
+}
+
+// Names returns the modules of s, sorted.
+func (x *Index) Names(s Set) []string {
+	out := []string{}
+	for _, i := range s.Members() {
+		out = append(out, x.names[i])
+	}
+	return out
+}
+
+// ImageMiB is the predicted image size of a checkpoint holding loaded: the empty checkpoint
+// plus the own memory of each loaded module, each counted once.
+func (x *Index) ImageMiB(loaded Set) float64 {
+	mib := x.model.EmptyMiB
+	for _, i := range loaded.Members() {
+		mib += x.ownMiB[i]
+	}
+	return mib
+}
+
+// ImportMs is the time to import need on a start that already holds loaded: the own import
+// times of the modules of need that loaded lacks, each counted once.
+func (x *Index) ImportMs(need, loaded Set) float64 {
+	ms, _ := x.importMsBelow(need, loaded, math.Inf(1))
+	return ms
+}
+
+// importMsBelow is ImportMs when that is below limit (ok); otherwise it stops adding as soon as
+// the sum reaches limit. Own times are >= 0, so a partial sum never exceeds the whole.
+func (x *Index) importMsBelow(need, loaded Set, limit float64) (ms float64, ok bool) {
+	for w, word := range need {
+		for m := word &^ loaded[w]; m != 0; m &= m - 1 {
+			ms += x.ownMs[w<<6+trailingZeros(m)]
+			if ms >= limit {
+				return ms, false
+			}
+		}
+	}
+	return ms, true
+}
+
+// Option is one way to start a request: its fixed cost (a restore, or a cold start) and the
+// modules it holds when it answers.
+type Option struct {
+	FixedMs float64
+	Loaded  Set
+}
+
+// ColdOption is a cold start: nothing loaded beyond the interpreter.
+func (x *Index) ColdOption() Option {
+	return Option{FixedMs: x.model.ColdStartMs, Loaded: x.NewSet()}
+}
+
+// PredictedOption is a checkpoint holding loaded, priced by the cost model on its predicted size.
+func (x *Index) PredictedOption(loaded Set) Option {
+	return Option{FixedMs: x.model.RestoreMs(x.ImageMiB(loaded)), Loaded: loaded}
+}
+
+// Cost is the start cost of a request that needs need (a closed set: see Load) on o: its fixed
+// cost plus the import of what it lacks. This is the one pricing rule of both the planner and
+// Select.
+func (x *Index) Cost(o Option, need Set) float64 { return o.FixedMs + x.ImportMs(need, o.Loaded) }
+
+// CostBelow is Cost when that is below limit (ok true), and ok false otherwise: pricing stops
+// as soon as the cost reaches limit, which saves a planner most of the work of options that
+// cannot beat what a request already has. When ok, the cost is exactly Cost's.
+func (x *Index) CostBelow(o Option, need Set, limit float64) (float64, bool) {
+	if o.FixedMs >= limit {
+		return o.FixedMs, false
+	}
+	ms, ok := x.importMsBelow(need, o.Loaded, limit-o.FixedMs)
+	return o.FixedMs + ms, ok && o.FixedMs+ms < limit
+}
+
+// Best is the cheapest of options for need: its position and cost. Ties go to the earliest
+// option, so the caller's order decides them. It returns -1 when options is empty.
+func (x *Index) Best(options []Option, need Set) (int, float64) {
+	best, bestMs := -1, math.Inf(1)
+	for i, o := range options {
+		if ms := x.Cost(o, need); ms < bestMs {
+			best, bestMs = i, ms
+		}
+	}
+	return best, bestMs
+}
