@@ -105,8 +105,10 @@ func (e *Env) keyBase(ctx context.Context) (store.KeyInputs, error) {
 	}, nil
 }
 
-// Store is the checkpoint store the config names.
-func (e *Env) Store() *store.Store { return &store.Store{Dir: e.Config.CheckpointCache} }
+// Store is the checkpoint store the config names, written under this run's lease.
+func (e *Env) Store() *store.Store {
+	return &store.Store{Dir: e.Config.CheckpointCache, Lease: e.lease}
+}
 
 // loadOld reads the existing output's manifest; an output without one, or with one this
 // pipeline cannot use, gives nil (its sets are then all captured or dropped).

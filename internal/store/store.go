@@ -8,19 +8,21 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"readie.dev/pipeline/internal/atomicfile"
+	"readie.dev/pipeline/internal/lease"
 	"readie.dev/pipeline/pkg/manifest"
-	"readie.dev/pipeline/pkg/sandbox"
 )
 
 // Store is a directory of entries, one per key: the three image files and meta.json. Entries
 // hold process memory: directories 0700, files 0600.
 type Store struct {
 	Dir string
+	// Lease is the run's: its pending entries are named after it (nil for a process that only
+	// reads, lists or prunes).
+	Lease *lease.Lease
 }
 
 // ErrCorrupt reports an entry whose files do not match its meta.json.
@@ -110,48 +112,81 @@ func (s *Store) Remove(key string) error {
 }
 
 // Pending is an entry being written: a private directory in the store, on the same file
-// system as the entry it becomes.
+// system as the entry it becomes, named .pending-RUN-KEY-RAND after the lease of the run that
+// writes it (RemoveDeadPending).
 type Pending struct {
 	Dir   string
 	store *Store
 	key   string
 }
 
-// Begin makes a private directory for a capture of key.
+const pendingPrefix = ".pending-"
+
+// Begin makes a private directory for a capture of key, under the store's lease.
 func (s *Store) Begin(key string) (*Pending, error) {
 	hex, err := keyHex(key)
 	if err != nil {
 		return nil, err
 	}
+	if s.Lease == nil {
+		return nil, errors.New("store: a capture into the store needs the run's lease")
+	}
 	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp(s.Dir, fmt.Sprintf(".tmp-%s-%d-", hex[:12], os.Getpid()))
+	if err := s.Lease.Hold(s.Dir); err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp(s.Dir, pendingPrefix+s.Lease.ID()+"-"+hex[:12]+"-")
 	if err != nil {
 		return nil, err
 	}
 	return &Pending{Dir: dir, store: s, key: key}, nil
 }
 
-// RemoveDeadPending removes the pending directories (.tmp-KEY-PID-RAND) of runs that died
-// mid-capture (they hold process memory) and returns them.
-func (s *Store) RemoveDeadPending() []string {
-	pending, _ := filepath.Glob(filepath.Join(s.Dir, ".tmp-*"))
+// RemoveDeadPending removes the pending directories of runs that are over (killed mid-capture:
+// they hold process memory), judged by the lease of the run each is named after, and the lock
+// files those runs left; it returns the directories removed. Directories of live runs, in any
+// pid namespace or on any machine sharing the store, are left alone, and so are .tmp-KEY-PID-*
+// directories of pipelines from before leases (a pid cannot tell whose they are).
+func (s *Store) RemoveDeadPending() ([]string, error) {
+	pending, err := filepath.Glob(filepath.Join(s.Dir, pendingPrefix+"*"))
+	if err != nil {
+		return nil, err
+	}
+	claims := map[string]*lease.Claim{}
 	var removed []string
+	var errs []error
 	for _, dir := range pending {
-		parts := strings.Split(filepath.Base(dir), "-")
-		if len(parts) < 4 {
+		id, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(dir), pendingPrefix), "-")
+		if !lease.IsID(id) {
 			continue
 		}
-		pid, err := strconv.Atoi(parts[2])
-		if err != nil || pid <= 0 || sandbox.ProcessAlive(pid) {
+		claim, seen := claims[id]
+		if !seen {
+			if claim, err = s.Lease.TakeOver(s.Dir, id); err != nil {
+				errs = append(errs, err)
+			}
+			claims[id] = claim
+		}
+		if claim == nil {
+			continue // alive, or not known to be over
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, err)
 			continue
 		}
-		if os.RemoveAll(dir) == nil {
-			removed = append(removed, dir)
+		removed = append(removed, dir)
+	}
+	for _, claim := range claims {
+		if claim != nil {
+			errs = append(errs, claim.Release())
 		}
 	}
-	return removed
+	if _, err := s.Lease.RemoveDeadLocks(s.Dir); err != nil {
+		errs = append(errs, err)
+	}
+	return removed, errors.Join(errs...)
 }
 
 // Abort removes the pending directory.
@@ -330,8 +365,9 @@ func (s *Store) Prune(cutoff time.Time, keep map[string]bool, dryRun bool) ([]En
 	if err != nil {
 		return nil, err
 	}
+	var sweepErr error
 	if !dryRun {
-		s.RemoveDeadPending()
+		_, sweepErr = s.RemoveDeadPending()
 	}
 	var pruned []Entry
 	for _, e := range entries {
@@ -341,9 +377,9 @@ func (s *Store) Prune(cutoff time.Time, keep map[string]bool, dryRun bool) ([]En
 		pruned = append(pruned, e)
 		if !dryRun {
 			if err := os.RemoveAll(e.Dir); err != nil {
-				return pruned, err
+				return pruned, errors.Join(err, sweepErr)
 			}
 		}
 	}
-	return pruned, nil
+	return pruned, sweepErr
 }

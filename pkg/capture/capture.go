@@ -51,7 +51,13 @@ func Run(ctx context.Context, rt *sandbox.Runtime, req Request) (*manifest.Meta,
 	if err := freshDir(req.Dir); err != nil {
 		return nil, fail(err)
 	}
-	hostDir := filepath.Join(req.WorkDir, req.ID+"-cap")
+	id, err := rt.NewID(req.ID, "capture")
+	if err != nil {
+		return nil, fail(err)
+	}
+	// Named by the ID's random suffix, not the set: the socket path stays short (108 bytes)
+	// whatever the set's id.
+	hostDir := filepath.Join(req.WorkDir, id[len(id)-8:])
 	if err := os.MkdirAll(hostDir, 0o755); err != nil {
 		return nil, fail(err)
 	}
@@ -66,7 +72,7 @@ func Run(ctx context.Context, rt *sandbox.Runtime, req Request) (*manifest.Meta,
 	if err != nil {
 		return nil, fail(err)
 	}
-	sb, err := rt.NewSandbox(sandbox.NewID(req.ID, "capture"), req.WorkDir, hostDir, spec)
+	sb, err := rt.NewSandbox(id, req.WorkDir, hostDir, spec)
 	if err != nil {
 		return nil, fail(err)
 	}
