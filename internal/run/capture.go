@@ -308,6 +308,9 @@ func (e *Env) prepare(ctx context.Context, plan *Plan, w *setWork, staging, work
 	st := e.Store()
 	if sp.Action == Capture {
 		w.status = Captured
+		if sp.unreadable != nil {
+			return fmt.Errorf("%s: %w", sp.ID, sp.unreadable)
+		}
 		if sp.corrupt != nil {
 			log.WithError(sp.corrupt).Warn("removed a corrupt store entry; capturing again")
 			if err := st.Remove(sp.Key); err != nil {

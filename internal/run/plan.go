@@ -50,6 +50,9 @@ type SetPlan struct {
 	existing *manifest.Checkpoint // the output's checkpoint (Reuse or Keep from the output)
 	stored   *manifest.Meta       // the store's entry (Reuse from the store)
 	corrupt  error                // a stored entry with this key that must be removed first
+	// unreadable is an error reading the store's entry for this key, which says nothing about
+	// the entry: it is left as it is, and the set fails with this error.
+	unreadable error
 }
 
 // Dropped is a set of the existing output that the new output will not hold.
@@ -208,6 +211,9 @@ func (e *Env) decide(sp *SetPlan, out string, prev *manifest.Checkpoint, st *sto
 	}
 	stored, err := st.Lookup(sp.Key)
 	switch {
+	case err != nil && !errors.Is(err, store.ErrCorrupt):
+		sp.unreadable = err
+		sp.Reason = joinReason(sp.Reason, fmt.Sprintf("the store's entry cannot be read; it is left as it is and the set fails (%v)", err))
 	case err != nil:
 		sp.corrupt = err
 		sp.Reason = joinReason(sp.Reason, fmt.Sprintf("the store's entry is corrupt and will be removed (%v)", err))

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -51,7 +52,10 @@ func (s *Store) Path(key string) (string, error) {
 
 // Lookup returns the entry of key, verified: its meta.json names key and every image file
 // has the size and sha256 meta.json records. It returns (nil, nil) when there is none, and an
-// error matching ErrCorrupt when there is one that must not be served.
+// error matching ErrCorrupt when the entry is shown wrong: a file missing, a size or a hash
+// that differs, a meta.json that does not parse or names another key. Any other error (EACCES,
+// EMFILE, EIO, ...) says nothing about the entry and is returned as it is: the caller must not
+// remove the entry on it.
 func (s *Store) Lookup(key string) (*manifest.Meta, error) {
 	dir, err := s.Path(key)
 	if err != nil {
@@ -61,42 +65,57 @@ func (s *Store) Lookup(key string) (*manifest.Meta, error) {
 	if errors.Is(err, fs.ErrNotExist) {
 		if _, statErr := os.Stat(dir); errors.Is(statErr, fs.ErrNotExist) {
 			return nil, nil
+		} else if statErr != nil {
+			return nil, fmt.Errorf("store: read entry %s: %w", dir, statErr)
 		}
 		return nil, fmt.Errorf("%w: %s: %w", ErrCorrupt, dir, err)
 	}
-	if err != nil {
+	var syntax *json.SyntaxError
+	var wrongType *json.UnmarshalTypeError
+	if errors.As(err, &syntax) || errors.As(err, &wrongType) {
 		return nil, fmt.Errorf("%w: %s: %w", ErrCorrupt, dir, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: read entry %s: %w", dir, err)
 	}
 	if meta.Key != key {
 		return nil, fmt.Errorf("%w: %s: meta.json names key %s", ErrCorrupt, dir, meta.Key)
 	}
 	if err := VerifyFiles(dir, meta); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+		if errors.Is(err, ErrCorrupt) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("store: read entry %s: %w", dir, err)
 	}
 	return meta, nil
 }
 
-// VerifyFiles checks that every image file in dir has the size and sha256 meta records.
+// VerifyFiles checks that every image file in dir has the size and sha256 meta records. A file
+// that is missing or differs is an error matching ErrCorrupt; an error reading one is returned
+// as it is.
 func VerifyFiles(dir string, meta *manifest.Meta) error {
 	for _, name := range manifest.ImageFiles() {
 		want, ok := meta.Files[name]
 		if !ok {
-			return fmt.Errorf("%s: %s not listed in meta.json", dir, name)
+			return fmt.Errorf("%w: %s: %s not listed in meta.json", ErrCorrupt, dir, name)
 		}
 		path := filepath.Join(dir, name)
 		fi, err := os.Stat(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%w: %w", ErrCorrupt, err)
+		}
 		if err != nil {
 			return err
 		}
 		if fi.Size() != want.Bytes { // cheap first: a half-written file is caught before hashing
-			return fmt.Errorf("%s: %d bytes, meta.json says %d", path, fi.Size(), want.Bytes)
+			return fmt.Errorf("%w: %s: %d bytes, meta.json says %d", ErrCorrupt, path, fi.Size(), want.Bytes)
 		}
 		got, err := manifest.HashFile(path)
 		if err != nil {
 			return err
 		}
 		if got != want {
-			return fmt.Errorf("%s: sha256 %s, meta.json says %s", path, got.SHA256, want.SHA256)
+			return fmt.Errorf("%w: %s: sha256 %s, meta.json says %s", ErrCorrupt, path, got.SHA256, want.SHA256)
 		}
 	}
 	return nil
@@ -221,10 +240,14 @@ func (p *Pending) Commit(meta *manifest.Meta) (*manifest.Meta, error) {
 		if !errors.Is(err, fs.ErrExist) && !errors.Is(err, errNotEmpty) {
 			return nil, err
 		}
-		// Another run got there first.
-		if theirs, lookupErr := p.store.Lookup(p.key); lookupErr == nil && theirs != nil {
+		// Another run got there first: keep its entry unless it is shown corrupt.
+		theirs, lookupErr := p.store.Lookup(p.key)
+		if lookupErr == nil && theirs != nil {
 			p.Abort()
 			return theirs, nil
+		}
+		if lookupErr != nil && !errors.Is(lookupErr, ErrCorrupt) {
+			return nil, fmt.Errorf("store: commit %s: the entry there cannot be read: %w", final, lookupErr)
 		}
 		if err := os.RemoveAll(final); err != nil {
 			return nil, err

@@ -5,10 +5,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"readie.dev/pipeline/internal/lease"
 	"readie.dev/pipeline/pkg/manifest"
@@ -325,4 +328,79 @@ func TestRemoveDeadPending(t *testing.T) {
 	if _, err := (&Store{Dir: s.Dir}).Begin(key); err == nil {
 		t.Error("Begin without a lease succeeded")
 	}
+}
+
+// TestLookupIOErrorIsNotCorrupt: an error reading an entry says nothing about its content: it
+// is not ErrCorrupt, and a commit that meets such an entry keeps it and fails.
+func TestLookupIOErrorIsNotCorrupt(t *testing.T) {
+	s := newStore(t)
+	key := baseInputs().Key()
+	p, meta := pendingWith(t, s, key, "one ")
+	if _, err := p.Commit(meta); err != nil {
+		t.Fatal(err)
+	}
+	dir, _ := s.Path(key)
+	metaPath := filepath.Join(dir, manifest.MetaFileName)
+	data, _ := os.ReadFile(metaPath)
+	// meta.json as a directory: reading it fails with EISDIR.
+	os.Rename(metaPath, metaPath+".saved")
+	os.Mkdir(metaPath, 0o700)
+	m, err := s.Lookup(key)
+	if m != nil || err == nil || errors.Is(err, ErrCorrupt) || !errors.Is(err, syscall.EISDIR) {
+		t.Fatalf("Lookup with meta.json a directory = %v, %v; want EISDIR, not ErrCorrupt", m, err)
+	}
+	second, meta2 := pendingWith(t, s, key, "two ")
+	if got, err := second.Commit(meta2); got != nil || err == nil || errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Commit over an unreadable entry = %v, %v; want its read error", got, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "pages.img")); err != nil {
+		t.Fatalf("the unreadable entry was removed: %v", err)
+	}
+	os.Remove(metaPath)
+	os.Rename(metaPath+".saved", metaPath)
+	if m, err := s.Lookup(key); m == nil || err != nil {
+		t.Fatalf("after meta.json came back: %v %v", m, err)
+	}
+	// A valid entry that this thread may not read (EACCES): root without CAP_DAC_OVERRIDE and
+	// CAP_DAC_READ_SEARCH, on this OS thread only, meets a file of mode 000.
+	pages := filepath.Join(dir, "pages.img")
+	os.Chmod(pages, 0)
+	defer os.Chmod(pages, 0o600)
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		if err := dropDACCapabilities(); err != nil {
+			done <- err
+			return
+		}
+		_, err := s.Lookup(key)
+		done <- err
+	}()
+	err = <-done
+	if err == nil || errors.Is(err, ErrCorrupt) || !errors.Is(err, os.ErrPermission) {
+		t.Fatalf("Lookup of a valid entry it may not read = %v; want EACCES, not ErrCorrupt", err)
+	}
+	if !strings.Contains(string(data), key) {
+		t.Fatal("meta.json lost its key")
+	}
+}
+
+// dropDACCapabilities removes CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from the calling
+// thread's effective set (capset(2) with pid 0 acts on the calling thread alone).
+func dropDACCapabilities() error {
+	const version3 = 0x20080522
+	const dacOverride, dacReadSearch = 1, 2
+	header := struct {
+		version uint32
+		pid     int32
+	}{version3, 0}
+	var data [2]struct{ effective, permitted, inheritable uint32 }
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_CAPGET, uintptr(unsafe.Pointer(&header)), uintptr(unsafe.Pointer(&data[0])), 0); errno != 0 {
+		return errno
+	}
+	data[0].effective &^= 1<<dacOverride | 1<<dacReadSearch
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&header)), uintptr(unsafe.Pointer(&data[0])), 0); errno != 0 {
+		return errno
+	}
+	return nil
 }
