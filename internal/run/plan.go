@@ -91,7 +91,7 @@ func (e *Env) keyBase(ctx context.Context) (store.KeyInputs, error) {
 	if err != nil {
 		return store.KeyInputs{}, err
 	}
-	cpu, err := store.HostCPU(ctx, e.Runtime.Path)
+	cpu, err := store.HostCPU(ctx, e.Runtime.Path, e.Config.Timeouts.RunscCommand)
 	if err != nil {
 		return store.KeyInputs{}, err
 	}

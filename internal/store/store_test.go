@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"unsafe"
 
 	"readie.dev/pipeline/internal/lease"
+	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/manifest"
 )
 
@@ -92,6 +94,25 @@ func TestClflushSize(t *testing.T) {
 	os.WriteFile(path, []byte("processor\t: 0\n"), 0o644)
 	if _, err := clflushSize(path); err == nil {
 		t.Fatal("no error without a clflush size")
+	}
+}
+
+// TestHostCPUIsBounded: a runsc whose cpu-features never returns (a stand-in that sleeps)
+// fails within the limit, saying which command ran out of time and its limit.
+func TestHostCPUIsBounded(t *testing.T) {
+	runsc := filepath.Join(t.TempDir(), "runsc")
+	os.WriteFile(runsc, []byte("#!/bin/sh\nexec sleep 3600\n"), 0o755)
+	_, err := HostCPU(context.Background(), runsc, 100*time.Millisecond)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "runsc cpu-features exceeded its timeout of 100ms") {
+		t.Fatalf("HostCPU of a runsc that hangs = %v", err)
+	}
+}
+
+// TestHostCPU reads the real runsc's features.
+func TestHostCPU(t *testing.T) {
+	cpu, err := HostCPU(context.Background(), testenv.RunscPath(t), time.Minute)
+	if err != nil || cpu.Features == "" || cpu.CacheLine <= 0 {
+		t.Fatalf("HostCPU = %+v, %v", cpu, err)
 	}
 }
 
