@@ -93,10 +93,11 @@ func Run(ctx context.Context, rt *sandbox.Runtime, req Request) (*manifest.Meta,
 	var exit *runc.ExitError
 	switch {
 	case runErr != nil && !timedOut && errors.As(runErr, &exit):
-		// runsc run exits with the executor's own status: say what it means.
-		return nil, withTail(fail(fmt.Errorf("the executor exited with status %d%s: %w", exit.Status, exitMeaning(exit.Status), runErr)))
+		// runsc run exits with the executor's own status: say what it means. A failed delete
+		// goes with it: a sandbox left behind is always reported.
+		return nil, errors.Join(withTail(fail(fmt.Errorf("the executor exited with status %d%s: %w", exit.Status, exitMeaning(exit.Status), runErr))), deleteErr)
 	case runErr != nil:
-		return nil, withTail(fail(runErr))
+		return nil, errors.Join(withTail(fail(runErr)), deleteErr)
 	case deleteErr != nil:
 		return nil, fail(deleteErr)
 	}
