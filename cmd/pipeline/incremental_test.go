@@ -289,7 +289,9 @@ func TestUnreadableStoreEntryIsKept(t *testing.T) {
 }
 
 // TestConcurrentCapturesShareOneEntry: two runs capture the same sets into two outputs at the
-// same time; both succeed, the store holds one entry per key, and both outputs link to it.
+// same time (--recapture: each captures, whatever the other has put into the store already,
+// so both commit the same keys); both succeed, the store holds one entry per key and nothing
+// pending, and both outputs link to it.
 func TestConcurrentCapturesShareOneEntry(t *testing.T) {
 	e := newIncrementalEnv(t)
 	e.cfg.sets = "  - id: a\n    imports: [json]\n"
@@ -299,13 +301,18 @@ func TestConcurrentCapturesShareOneEntry(t *testing.T) {
 	cfgs = append(cfgs, other.write(t))
 	var runs []*process
 	for _, cfg := range cfgs {
-		p := startPipeline(t, "capture", "--config", cfg)
+		p := startPipeline(t, "capture", "--config", cfg, "--recapture")
 		p.drain()
 		runs = append(runs, p)
 	}
 	for i, p := range runs {
 		if code := p.wait(t, 3*time.Minute); code != exitOK {
 			t.Fatalf("run %d: exit %d\n%s", i, code, p.all.String())
+		}
+		for _, set := range []string{"empty", "a"} {
+			if !strings.Contains(p.all.String(), "msg=captured set="+set+" ") {
+				t.Errorf("run %d did not capture %s:\n%s", i, set, p.all.String())
+			}
 		}
 	}
 	entries, _ := os.ReadDir(e.store)
