@@ -127,8 +127,10 @@ func TestFaultImportFails(t *testing.T) {
 	if !strings.Contains(stderr, "the executor exited with status 3 (an import of the package set failed)") {
 		t.Errorf("the error does not say what the executor's exit status means:\n%s", stderr)
 	}
-	if matches, _ := filepath.Glob(e.out + ".staging-*"); len(matches) != 0 {
-		t.Errorf("--clean-failed left %v", matches)
+	for _, pattern := range []string{".staging-*", ".failed-*"} {
+		if matches, _ := filepath.Glob(e.out + pattern); len(matches) != 0 {
+			t.Errorf("--clean-failed left %v", matches)
+		}
 	}
 	e.checkOutputVerifies(t, good)
 }
@@ -150,8 +152,16 @@ func TestFaultCaptureTimeout(t *testing.T) {
 	if code != exitFailed || !strings.Contains(stderr, "capture of block exceeded its timeout of 15s") {
 		t.Fatalf("exit %d\n%s", code, stderr)
 	}
-	if !strings.Contains(stderr, "staging directory kept for inspection") {
-		t.Errorf("the error does not name the staging directory:\n%s", stderr)
+	// Kept where the message says, under a name that no later run takes for a leftover.
+	kept, _ := filepath.Glob(e.out + ".failed-*")
+	if len(kept) != 1 || !strings.Contains(stderr, "staging directory kept for inspection: "+kept[0]) {
+		t.Fatalf("kept %v; the error does not name it:\n%s", kept, stderr)
+	}
+	if code, _, stderr := runCLI(t, "smoke", "--config", good, "--only", "small"); code != exitOK {
+		t.Fatalf("the next run: exit %d\n%s", code, stderr)
+	}
+	if _, err := os.Stat(kept[0]); err != nil {
+		t.Errorf("the next run removed the kept staging directory: %v", err)
 	}
 	e.checkOutputVerifies(t, good)
 }
