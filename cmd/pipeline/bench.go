@@ -103,6 +103,7 @@ func (c *benchCmd) Execute(ctx context.Context, con *console, args []string) err
 	if err != nil {
 		return err
 	}
+	defer env.Close()
 	env.CleanFailed = c.cleanFailed
 	out := cfg.Output
 	if c.capture {

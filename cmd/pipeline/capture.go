@@ -120,6 +120,7 @@ func (c *captureCmd) Execute(ctx context.Context, con *console, args []string) e
 	if err != nil {
 		return err
 	}
+	defer env.Close()
 	env.CleanFailed = c.cleanFailed
 	start := time.Now()
 	res, err := env.Capture(ctx, cfg.Output, opts)

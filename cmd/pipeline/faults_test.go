@@ -81,12 +81,12 @@ func (e *faultEnv) runtime() *sandbox.Runtime {
 	return &sandbox.Runtime{Path: e.runsc, Root: e.root, Flags: sandbox.DefaultFlags()}
 }
 
-// waitForBlockedCapture waits until the blocking set's capture sandbox of the pipeline process
-// pid runs and its executor is blocked in the import.
-func (e *faultEnv) waitForBlockedCapture(t *testing.T, pid int) string {
+// waitForBlockedCapture waits until the blocking set's capture sandbox runs and its executor
+// is blocked in the import.
+func (e *faultEnv) waitForBlockedCapture(t *testing.T) string {
 	t.Helper()
 	id := testenv.WaitForSandbox(t, e.runtime(), "-block-capture-", 2*time.Minute)
-	testenv.WaitForBlocked(t, pid, id, 2*time.Minute)
+	testenv.WaitForBlocked(t, id, 2*time.Minute)
 	return id
 }
 
@@ -127,8 +127,10 @@ func TestFaultImportFails(t *testing.T) {
 	if !strings.Contains(stderr, "the executor exited with status 3 (an import of the package set failed)") {
 		t.Errorf("the error does not say what the executor's exit status means:\n%s", stderr)
 	}
-	if matches, _ := filepath.Glob(e.out + ".staging-*"); len(matches) != 0 {
-		t.Errorf("--clean-failed left %v", matches)
+	for _, pattern := range []string{".staging-*", ".failed-*"} {
+		if matches, _ := filepath.Glob(e.out + pattern); len(matches) != 0 {
+			t.Errorf("--clean-failed left %v", matches)
+		}
 	}
 	e.checkOutputVerifies(t, good)
 }
@@ -150,8 +152,16 @@ func TestFaultCaptureTimeout(t *testing.T) {
 	if code != exitFailed || !strings.Contains(stderr, "capture of block exceeded its timeout of 15s") {
 		t.Fatalf("exit %d\n%s", code, stderr)
 	}
-	if !strings.Contains(stderr, "staging directory kept for inspection") {
-		t.Errorf("the error does not name the staging directory:\n%s", stderr)
+	// Kept where the message says, under a name that no later run takes for a leftover.
+	kept, _ := filepath.Glob(e.out + ".failed-*")
+	if len(kept) != 1 || !strings.Contains(stderr, "staging directory kept for inspection: "+kept[0]) {
+		t.Fatalf("kept %v; the error does not name it:\n%s", kept, stderr)
+	}
+	if code, _, stderr := runCLI(t, "smoke", "--config", good, "--only", "small"); code != exitOK {
+		t.Fatalf("the next run: exit %d\n%s", code, stderr)
+	}
+	if _, err := os.Stat(kept[0]); err != nil {
+		t.Errorf("the next run removed the kept staging directory: %v", err)
 	}
 	e.checkOutputVerifies(t, good)
 }
@@ -279,7 +289,7 @@ func TestFaultSIGINTDuringCapture(t *testing.T) {
 	good := e.goodOutput(t)
 	p := startPipelineEnv(t, blockingEnv, "capture", "--config", e.blockingConfig(t))
 	p.drain()
-	e.waitForBlockedCapture(t, p.cmd.Process.Pid)
+	e.waitForBlockedCapture(t)
 	p.cmd.Process.Signal(syscall.SIGINT)
 	if code := p.wait(t, time.Minute); code != exitSIGINT {
 		t.Fatalf("exit %d after SIGINT, want 130\n%s", code, p.all.String())
@@ -321,9 +331,9 @@ func TestSignalInProcess(t *testing.T) {
 	go func() {
 		exited <- dispatch([]string{"capture", "--config", cfg, "--jobs", "2"}, io.Discard, &stderr, signals)
 	}()
-	e.waitForBlockedCapture(t, os.Getpid())
+	e.waitForBlockedCapture(t)
 	second := testenv.WaitForSandbox(t, e.runtime(), "-block2-capture-", 2*time.Minute)
-	testenv.WaitForBlocked(t, os.Getpid(), second, 2*time.Minute)
+	testenv.WaitForBlocked(t, second, 2*time.Minute)
 	signals <- syscall.SIGTERM
 	select {
 	case code := <-exited:
@@ -353,14 +363,18 @@ func TestDispatchLeavesNoGoroutine(t *testing.T) {
 }
 
 // TestFaultSIGKILLLeftovers: a run killed outright leaves its sandbox, its lock file, its
-// scratch and its staging directory; the next run removes them, takes the lock over, and says
-// so.
+// scratch and its staging directory and its pending store entry, all named after its lease;
+// the next run removes them, takes the lock over, and says so.
 func TestFaultSIGKILLLeftovers(t *testing.T) {
 	e := newFaultEnv(t)
 	good := e.goodOutput(t)
 	p := startPipelineEnv(t, blockingEnv, "capture", "--config", e.blockingConfig(t))
 	p.drain()
-	left := e.waitForBlockedCapture(t, p.cmd.Process.Pid)
+	left := e.waitForBlockedCapture(t)
+	run, ok := sandbox.OwnerRun(left)
+	if !ok {
+		t.Fatalf("sandbox %s carries no run", left)
+	}
 	p.cmd.Process.Kill()
 	p.wait(t, time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -368,31 +382,35 @@ func TestFaultSIGKILLLeftovers(t *testing.T) {
 	if ids, err := e.runtime().List(ctx); err != nil || !slices.Contains(ids, left) {
 		t.Fatalf("the killed run's sandbox %s is not under the root: %v %v", left, ids, err)
 	}
-	staging := fmt.Sprintf("%s.staging-%d", e.out, p.cmd.Process.Pid)
-	if _, err := os.Stat(staging); err != nil {
-		t.Fatalf("the killed run left no staging directory: %v", err)
+	staging, _ := filepath.Glob(e.out + ".staging-*")
+	if len(staging) != 1 {
+		t.Fatalf("the killed run left staging directories %v, want one", staging)
 	}
-	pendingPattern := filepath.Join(e.dir, "store", fmt.Sprintf(".tmp-*-%d-*", p.cmd.Process.Pid))
+	pendingPattern := filepath.Join(e.dir, "store", ".pending-"+run+"-*")
 	if pending, _ := filepath.Glob(pendingPattern); len(pending) == 0 {
 		t.Fatal("the killed run left no pending entry in the store (its blocked capture writes one)")
 	}
+	scratch := filepath.Join(os.TempDir(), "readie-scratch-"+run+"-")
 	code, _, stderr := runCLI(t, "smoke", "--config", good, "--only", "small")
 	if code != exitOK {
 		t.Fatalf("the next run: exit %d\n%s", code, stderr)
 	}
 	for _, want := range []string{"removed a sandbox left by a run that died", left, "took over the lock of a run that died",
-		fmt.Sprintf("removed the scratch directory of a run that died\" dir=%s/rd-%d-", strings.TrimSuffix(os.TempDir(), "/"), p.cmd.Process.Pid),
-		"removed the staging directory of a run that died: " + staging,
-		"removed a store entry that a run which died was writing"} {
+		"removed the scratch directory of a run that died\" dir=" + scratch,
+		"removed the staging directory of a run that died: " + staging[0],
+		"removed a store entry that a run which died was writing\" dir=" + filepath.Join(e.dir, "store", ".pending-"+run+"-")} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("the next run does not say %q:\n%s", want, stderr)
 		}
 	}
-	if _, err := os.Stat(staging); !os.IsNotExist(err) {
+	if _, err := os.Stat(staging[0]); !os.IsNotExist(err) {
 		t.Errorf("the staging directory of the killed run is still there: %v", err)
 	}
 	if pending, _ := filepath.Glob(pendingPattern); len(pending) != 0 {
 		t.Errorf("the killed run's pending store entry is still there: %v", pending)
+	}
+	if dirs, _ := filepath.Glob(scratch + "*"); len(dirs) != 0 {
+		t.Errorf("the killed run's scratch directory is still there: %v", dirs)
 	}
 	e.checkOutputVerifies(t, good)
 }

@@ -125,7 +125,7 @@ func TestCaptureFromUserImage(t *testing.T) {
 
 	// A call in a restored sandbox: the deleted file and the opaque directory's old entries
 	// are gone, the new entry is there.
-	rt := &sandbox.Runtime{Path: testenv.RunscPath(t), Root: filepath.Join(dir, "root"), Flags: sandbox.DefaultFlags()}
+	rt := &sandbox.Runtime{Path: testenv.RunscPath(t), Root: filepath.Join(dir, "root"), Flags: sandbox.DefaultFlags(), Lease: testenv.Lease(t)}
 	r := &measure.Restorer{Launcher: measure.Launcher{Runtime: rt, Rootfs: m.Rootfs.Path, WorkDir: dir, Timeout: time.Minute}, Flags: m.RestoreFlags}
 	request, _ := measure.EvalRequest(`[__import__("os").path.exists(p) for p in ("/etc/debian_version", "/usr/share/readie-opaque/new", "/usr/share/zoneinfo/UTC", "/etc/os-release")]`)
 	var seen []any

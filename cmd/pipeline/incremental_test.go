@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"readie.dev/pipeline/internal/lease"
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/manifest"
 )
@@ -253,8 +254,44 @@ func TestCorruptStoreEntryIsRecaptured(t *testing.T) {
 	}
 }
 
+// TestUnreadableStoreEntryIsKept: an error reading a store entry (EISDIR here: its meta.json
+// is a directory) says nothing about its content. plan says so; capture fails that set,
+// naming the entry and the error, goes on with the others, and leaves the entry as it is;
+// once it can be read again it is reused.
+func TestUnreadableStoreEntryIsKept(t *testing.T) {
+	e := newIncrementalEnv(t)
+	e.statuses("capture", "--config", e.cfg.write(t))
+	key := e.manifest().Checkpoints[1].Key
+	entry := filepath.Join(e.store, strings.TrimPrefix(key, "sha256:"))
+	meta := filepath.Join(entry, manifest.MetaFileName)
+	if err := os.Rename(meta, meta+".aside"); err != nil {
+		t.Fatal(err)
+	}
+	os.Mkdir(meta, 0o700)
+	// Another output: nothing comes from an output, the store is asked.
+	e.cfg.output = filepath.Join(e.dir, "out2")
+	cfg := e.cfg.write(t)
+	plan, _ := e.plan("--config", cfg)
+	if !strings.HasPrefix(plan["a"], "capture") || !strings.Contains(plan["a"], "cannot be read") {
+		t.Errorf("plan for a: %q", plan["a"])
+	}
+	code, stdout, stderr := runCLI(t, "capture", "--config", cfg)
+	if code != exitFailed || !strings.Contains(stderr, entry) || !strings.Contains(stderr, "is a directory") {
+		t.Fatalf("exit %d\n%s%s", code, stdout, stderr)
+	}
+	wantStatuses(t, tableColumn(stdout, 1), map[string]string{"empty": "reused", "a": "failed", "b": "reused"})
+	if _, err := os.Stat(filepath.Join(entry, "pages.img")); err != nil {
+		t.Fatalf("the entry was removed on an I/O error: %v", err)
+	}
+	os.Remove(meta)
+	os.Rename(meta+".aside", meta)
+	wantStatuses(t, e.statuses("capture", "--config", cfg), map[string]string{"empty": "reused", "a": "reused", "b": "reused"})
+}
+
 // TestConcurrentCapturesShareOneEntry: two runs capture the same sets into two outputs at the
-// same time; both succeed, the store holds one entry per key, and both outputs link to it.
+// same time (--recapture: each captures, whatever the other has put into the store already,
+// so both commit the same keys); both succeed, the store holds one entry per key and nothing
+// pending, and both outputs link to it.
 func TestConcurrentCapturesShareOneEntry(t *testing.T) {
 	e := newIncrementalEnv(t)
 	e.cfg.sets = "  - id: a\n    imports: [json]\n"
@@ -264,7 +301,7 @@ func TestConcurrentCapturesShareOneEntry(t *testing.T) {
 	cfgs = append(cfgs, other.write(t))
 	var runs []*process
 	for _, cfg := range cfgs {
-		p := startPipeline(t, "capture", "--config", cfg)
+		p := startPipeline(t, "capture", "--config", cfg, "--recapture")
 		p.drain()
 		runs = append(runs, p)
 	}
@@ -272,16 +309,24 @@ func TestConcurrentCapturesShareOneEntry(t *testing.T) {
 		if code := p.wait(t, 3*time.Minute); code != exitOK {
 			t.Fatalf("run %d: exit %d\n%s", i, code, p.all.String())
 		}
-	}
-	entries, _ := os.ReadDir(e.store)
-	var keys []string
-	for _, d := range entries {
-		if !strings.HasPrefix(d.Name(), ".") {
-			keys = append(keys, d.Name())
+		for _, set := range []string{"empty", "a"} {
+			if !strings.Contains(p.all.String(), "msg=captured set="+set+" ") {
+				t.Errorf("run %d did not capture %s:\n%s", i, set, p.all.String())
+			}
 		}
 	}
-	if len(keys) != 2 || len(entries) != 2 {
-		t.Fatalf("store holds %v, want one entry for empty and one for a", entries)
+	entries, _ := os.ReadDir(e.store)
+	var keys, others []string
+	for _, d := range entries {
+		switch {
+		case !strings.HasPrefix(d.Name(), "."):
+			keys = append(keys, d.Name())
+		case d.Name() != lease.RunsDir:
+			others = append(others, d.Name()) // a pending entry left behind
+		}
+	}
+	if len(keys) != 2 || len(others) != 0 {
+		t.Fatalf("store holds %v, want one entry for empty and one for a, and nothing pending", entries)
 	}
 	for _, cfg := range cfgs {
 		e.verify(cfg)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"readie.dev/pipeline/internal/atomicfile"
+	"readie.dev/pipeline/internal/bench"
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/sandbox"
@@ -225,6 +226,14 @@ func TestBenchShort(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("bench: exit %d\n%s", code, stderr)
 	}
+	// Only the capture wrote the manifest: its restore flags are the config's.
+	captured, err := os.ReadFile(filepath.Join(out, manifest.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := manifest.Load(filepath.Join(out, manifest.FileName)); err != nil || m.RestoreFlagsConcurrency != 0 || strings.Join(m.RestoreFlags, " ") != "-direct" {
+		t.Errorf("the bench changed the manifest: %+v, %v", m, err)
+	}
 	for _, want := range []string{"floor", "cold", "restore", "prestarted", "measure", "variant:-direct", "cold/restore", "spawn",
 		// One set is one image size: no line can be fitted, and the table says so.
 		"no cost model: it needs at least two image sizes, and 1 set was measured"} {
@@ -257,7 +266,9 @@ func TestBenchShort(t *testing.T) {
 			Throughput  float64                  `json:"restores_per_second"`
 			SpreadMS    float64                  `json:"start_spread_ms"`
 		} `json:"concurrency"`
-		Recommendation string
+		Recommendation          string
+		RecommendedRestoreFlags *[]string `json:"recommended_restore_flags"`
+		RecommendedAt           int       `json:"recommended_at"`
 	}
 	if err := json.Unmarshal(data, &report); err != nil {
 		t.Fatal(err)
@@ -277,6 +288,12 @@ func TestBenchShort(t *testing.T) {
 	// far apart they started is measured and logged (never asserted: it is a timing).
 	if len(report.Concurrency) != 7*2 || report.Recommendation == "" {
 		t.Errorf("concurrency %+v, recommendation %q", report.Concurrency, report.Recommendation)
+	}
+	// The flags fastest at bench.concurrency (the number of CPUs by default) are in bench.json,
+	// and the summary gives the config line that restores with them.
+	if report.RecommendedRestoreFlags == nil || report.RecommendedAt != runtime.NumCPU() ||
+		!strings.Contains(stdout, bench.RestoreFlagsLine(*report.RecommendedRestoreFlags)) {
+		t.Errorf("recommended flags %v at %d; the summary says:\n%s", report.RecommendedRestoreFlags, report.RecommendedAt, stdout)
 	}
 	for _, c := range report.Concurrency {
 		if len(c.Latency.Runs) != 2*c.Concurrency || c.Throughput <= 0 {
@@ -305,14 +322,16 @@ func TestBenchShort(t *testing.T) {
 	if len(runs) != 2 || second == first || filepath.Base(runs[0]) != first && filepath.Base(runs[1]) != first {
 		t.Errorf("bench runs %v, latest %s then %s", runs, first, second)
 	}
+	if after, _ := os.ReadFile(filepath.Join(out, manifest.FileName)); !bytes.Equal(after, captured) {
+		t.Errorf("a bench rewrote manifest.json:\n%s\nwas:\n%s", after, captured)
+	}
 	m, err := manifest.Load(filepath.Join(out, manifest.FileName))
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The empty set and small: two sizes, so the cost model has a slope. The restore flags are
-	// the fastest at bench.concurrency (the number of CPUs by default).
-	if m.RestoreFlagsConcurrency != runtime.NumCPU() || m.AlphaMsPerMiB == 0 {
-		t.Errorf("manifest restore_flags %v at %d, alpha_ms_per_mib %v", m.RestoreFlags, m.RestoreFlagsConcurrency, m.AlphaMsPerMiB)
+	// The empty set and small: two sizes, so the cost model has a slope.
+	if m.AlphaMsPerMiB == 0 {
+		t.Errorf("manifest alpha_ms_per_mib %v", m.AlphaMsPerMiB)
 	}
 }
 

@@ -38,6 +38,7 @@ func (c *measureCmd) Execute(ctx context.Context, con *console, args []string) e
 	if err != nil {
 		return err
 	}
+	defer env.Close()
 	m, err := env.Measure(ctx, cfg.Output, c.only.ids())
 	if err != nil {
 		return usageIfSetup(err)

@@ -20,6 +20,7 @@ func (c *planCmd) Execute(ctx context.Context, con *console, args []string) erro
 	if err != nil {
 		return err
 	}
+	defer env.Close()
 	if err := env.PrepareRootfs(ctx); err != nil {
 		return usageIfSetup(err)
 	}

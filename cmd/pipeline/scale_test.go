@@ -107,8 +107,8 @@ func TestShardsAndMerge(t *testing.T) {
 }
 
 // TestMergeRefuses: sources that differ in runsc, spec fingerprint or rootfs, or hold one set
-// under two keys, are refused (exit 1) with the field, the sources and both values named, and
-// the output is not written.
+// under two keys, are refused (exit 1) with the field, the sources and both values named (and
+// for two keys, the key parts that differ), and the output is not written.
 func TestMergeRefuses(t *testing.T) {
 	dir := testenv.WorkDir(t)
 	tc := testConfig{runsc: testenv.RunscPath(t), root: runscRoot(t, dir), rootfs: testenv.Rootfs(t), output: filepath.Join(dir, "a"),
@@ -123,7 +123,7 @@ func TestMergeRefuses(t *testing.T) {
 	}
 	out := filepath.Join(dir, "merged")
 	code, _, stderr := runCLI(t, "merge", "--config", cfgA, "--out", out, filepath.Join(dir, "a"), filepath.Join(dir, "b"))
-	if code != exitFailed || !strings.Contains(stderr, "set js has key sha256:") {
+	if code != exitFailed || !strings.Contains(stderr, "set js has key sha256:") || !strings.Contains(stderr, "they differ in imports") {
 		t.Errorf("one set, two keys: exit %d\n%s", code, stderr)
 	}
 	for _, tt := range []struct {

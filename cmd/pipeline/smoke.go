@@ -35,6 +35,7 @@ func (c *smokeCmd) Execute(ctx context.Context, con *console, args []string) err
 	if err != nil {
 		return err
 	}
+	defer env.Close()
 	m, err := env.Smoke(ctx, cfg.Output, c.only.ids())
 	if err != nil {
 		return usageIfSetup(err)

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -18,7 +19,6 @@ import (
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/run"
 	"readie.dev/pipeline/pkg/capture"
-	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
 )
 
@@ -101,8 +101,9 @@ func runOn(ctx context.Context, x *run.Existing, o Options) (*Report, error) {
 	return report, nil
 }
 
-// measureConcurrency measures K restores at once on the largest set, says which flags are fastest
-// at 1 and at bench.concurrency, and makes the latter the manifest's restore_flags.
+// measureConcurrency measures K restores at once on the largest set and says which flags are
+// fastest at 1 and at bench.concurrency; the latter go into the report (bench.json) with the
+// config line that restores with them. The manifest is left alone.
 func measureConcurrency(ctx context.Context, x *run.Existing, report *Report, restorer *measure.Restorer, sets []Set, variants []Variant, o Options) error {
 	env := x.Env
 	largest := sets[0]
@@ -134,16 +135,23 @@ func measureConcurrency(ctx context.Context, x *run.Existing, report *Report, re
 	one, okOne := BestAt(applicable, 1)
 	best, ok := BestAt(applicable, workers)
 	if !ok {
-		report.Recommendation = fmt.Sprintf("bench.concurrency %d was not measured (--concurrency %v): restore_flags unchanged", workers, o.Concurrency)
+		report.Recommendation = fmt.Sprintf("bench.concurrency %d was not measured (--concurrency %v): no restore flags recommended", workers, o.Concurrency)
 		return nil
 	}
 	flags := seriesFlags(best.Series, x.Manifest.RestoreFlags, variants)
-	report.Recommendation = fmt.Sprintf("fastest at %d at once (bench.concurrency): %s %v", workers, best.Series, flags)
+	report.RecommendedRestoreFlags, report.RecommendedAt = flags, workers
+	report.Recommendation = fmt.Sprintf("fastest at %d at once (bench.concurrency): %s %v, recorded in bench.json; to restore with them, capture with %s",
+		workers, best.Series, flags, RestoreFlagsLine(flags))
 	if okOne && one.Series != best.Series {
 		report.Recommendation += fmt.Sprintf("; one at a time the fastest is %s: the best flags differ with concurrency", one.Series)
 	}
-	x.Manifest.RestoreFlags, x.Manifest.RestoreFlagsConcurrency = flags, workers
-	return atomicfile.WriteJSON(filepath.Join(x.Out, manifest.FileName), x.Manifest)
+	return nil
+}
+
+// RestoreFlagsLine is the config line (pipeline.yaml) that restores with flags.
+func RestoreFlagsLine(flags []string) string {
+	data, _ := json.Marshal(append([]string{}, flags...)) // a YAML flow sequence; [] for none
+	return "runsc.restore_flags: " + string(data)
 }
 
 // seriesFlags are the restore flags a series restores with.

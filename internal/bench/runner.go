@@ -89,8 +89,13 @@ type Report struct {
 	Explain           []Breakdown       `json:"explain,omitempty"`
 	// Concurrency holds K restores at once of the largest set, per series and K.
 	Concurrency []Concurrent `json:"concurrency,omitempty"`
-	// Recommendation says which flags are fastest at bench.concurrency (now the manifest's
-	// restore_flags) and whether that differs from one restore at a time.
+	// RecommendedRestoreFlags are the restore flags fastest at RecommendedAt restores at once
+	// (bench.concurrency); nil when that was not measured. The bench never writes them into the
+	// manifest: only a capture writes a manifest, with the config's runsc.restore_flags.
+	RecommendedRestoreFlags []string `json:"recommended_restore_flags,omitempty"`
+	RecommendedAt           int      `json:"recommended_at,omitempty"`
+	// Recommendation says which flags are fastest at bench.concurrency, the config line that
+	// restores with them, and whether one restore at a time differs.
 	Recommendation string `json:"recommendation,omitempty"`
 	// Dir is where this run's files are (OUT/bench/<UTC time>/).
 	Dir string `json:"-"`

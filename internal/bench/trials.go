@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -72,11 +73,7 @@ func TimeFloor(ctx context.Context, l *measure.Launcher) (_ float64, err error) 
 	if err != nil {
 		return 0, err
 	}
-	defer func() {
-		if deleteErr := sb.Delete(ctx); deleteErr != nil && err == nil {
-			err = deleteErr
-		}
-	}()
+	defer func() { err = errors.Join(err, sb.Delete(ctx)) }() // a failed delete is always reported
 	ctx, cancel := context.WithTimeoutCause(ctx, l.Timeout, fmt.Errorf("floor sandbox exceeded its timeout of %s", l.Timeout))
 	defer cancel()
 	start := time.Now()

@@ -3,12 +3,14 @@ package bench
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/capture"
 	"readie.dev/pipeline/pkg/measure"
+	"readie.dev/pipeline/pkg/sandbox"
 )
 
 // TestTrials runs every kind of trial once under real gVisor: a cold call, a restore to the
@@ -49,4 +51,15 @@ func TestTrials(t *testing.T) {
 		t.Fatal("a call importing a missing module passed")
 	}
 	t.Logf("cold %.0f ms, restore %.0f ms, prestarted %.0f ms, floor %.0f ms", cold, restored.TotalMS(), prestarted.TotalMS(), floor)
+}
+
+// TestTimeFloorJoinsAFailedDelete (with a stand-in runsc whose run and delete both fail): the
+// error says both.
+func TestTimeFloorJoinsAFailedDelete(t *testing.T) {
+	path, _ := testenv.FakeRunsc(t, "[]", "run", "delete")
+	rt := &sandbox.Runtime{Path: path, Root: t.TempDir(), Flags: sandbox.DefaultFlags(), Lease: testenv.Lease(t)}
+	_, err := TimeFloor(context.Background(), &measure.Launcher{Runtime: rt, Rootfs: "/rootfs", WorkDir: t.TempDir(), Timeout: time.Minute})
+	if err == nil || !strings.Contains(err.Error(), "run readie-floor-") || !strings.Contains(err.Error(), "delete: device or resource busy") {
+		t.Fatalf("TimeFloor whose run and delete fail = %v; want both", err)
+	}
 }

@@ -23,8 +23,9 @@ import (
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
-// begin takes the output's lock and cleans up after runs that died: their sandboxes, scratch
-// directories and staging directories.
+// begin takes the output's lock and cleans up after runs that are over: their sandboxes,
+// scratch directories, pending store entries and the lease files they left in those shared
+// directories (judged by lease, in any pid namespace), and their staging directories.
 func (e *Env) begin(ctx context.Context, out string) (*Lock, error) {
 	if err := os.MkdirAll(e.Runtime.Root, 0o700); err != nil {
 		return nil, fmt.Errorf("%w: runsc root: %w", ErrSetup, err)
@@ -36,20 +37,9 @@ func (e *Env) begin(ctx context.Context, out string) (*Lock, error) {
 	if lock.Stale != 0 {
 		e.Log.WithField("pid", lock.Stale).Warn("took over the lock of a run that died")
 	}
-	removed, err := e.Runtime.RemoveOrphans(ctx)
-	for _, id := range removed {
-		e.Log.WithField("sandbox", id).Warn("removed a sandbox left by a run that died")
-	}
-	if err != nil {
+	if err := e.sweepShared(ctx); err != nil {
 		lock.Unlock()
 		return nil, err
-	}
-	// Only now: an orphan's bind mount may have pointed into its scratch directory.
-	for _, dir := range removeDeadWorkDirs(os.TempDir()) {
-		e.Log.WithField("dir", dir).Warn("removed the scratch directory of a run that died")
-	}
-	for _, dir := range e.Store().RemoveDeadPending() {
-		e.Log.WithField("dir", dir).Warn("removed a store entry that a run which died was writing")
 	}
 	did, err := sweepOutput(out)
 	for _, line := range did {
@@ -60,6 +50,50 @@ func (e *Env) begin(ctx context.Context, out string) (*Lock, error) {
 		return nil, err
 	}
 	return lock, nil
+}
+
+// sweepShared removes what runs that are over left in the directories runs share, and logs
+// each removal. A sandbox that cannot be deleted fails the run; a scratch or store directory
+// that cannot be removed is logged and left for the next run.
+func (e *Env) sweepShared(ctx context.Context) error {
+	orphans, err := e.Runtime.RemoveOrphans(ctx)
+	for _, o := range orphans {
+		log := e.Log.WithFields(logrus.Fields{"sandbox": o.ID, "run": o.Run})
+		if o.Note != "" {
+			log = log.WithField("note", o.Note)
+		}
+		log.Warn("removed a sandbox left by a run that died")
+	}
+	if err != nil {
+		return err
+	}
+	// Only now: an orphan's bind mount may have pointed into its scratch directory.
+	tmp := os.TempDir()
+	dirs, err := removeDeadWorkDirs(tmp, e.lease)
+	for _, dir := range dirs {
+		e.Log.WithField("dir", dir).Warn("removed the scratch directory of a run that died")
+	}
+	if err != nil {
+		e.Log.WithError(err).Warn("could not remove every scratch directory of runs that died")
+	}
+	st := e.Store()
+	dirs, err = st.RemoveDeadPending()
+	for _, dir := range dirs {
+		e.Log.WithField("dir", dir).Warn("removed a store entry that a run which died was writing")
+	}
+	if err != nil {
+		e.Log.WithError(err).Warn("could not remove every store entry that runs which died were writing")
+	}
+	for _, dir := range []string{e.Runtime.Root, tmp, st.Dir} {
+		runs, err := e.lease.RemoveDeadLocks(dir)
+		for _, run := range runs {
+			e.Log.WithFields(logrus.Fields{"dir": dir, "run": run}).Debug("removed the lease lock file of a run that died")
+		}
+		if err != nil {
+			e.Log.WithError(err).Warn("could not remove every lease lock file of runs that died")
+		}
+	}
+	return nil
 }
 
 // Status is how one set of a capture ended.
@@ -125,17 +159,14 @@ func (e *Env) Capture(ctx context.Context, out string, o CaptureOptions) (*Resul
 	if err != nil {
 		return nil, err
 	}
-	work, cleanup, err := workDir()
+	work, cleanup, err := e.workDir()
 	if err != nil {
 		return nil, err
 	}
 	defer cleanup()
 	// Made last, so that every failure from here on can name it or remove it.
-	staging := fmt.Sprintf("%s.staging-%d", strings.TrimSuffix(out, "/"), os.Getpid())
-	if err := os.RemoveAll(staging); err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(staging, 0o755); err != nil {
+	staging, err := newStaging(out)
+	if err != nil {
 		return nil, err
 	}
 	res, err := e.carryOut(ctx, plan, m, staging, work, version, o)
@@ -144,7 +175,8 @@ func (e *Env) Capture(ctx context.Context, out string, o CaptureOptions) (*Resul
 			os.RemoveAll(staging)
 			return res, fmt.Errorf("%w\n(%s left as it was; staging directory removed)", err, out)
 		}
-		return res, fmt.Errorf("%w\n(%s left as it was; staging directory kept for inspection: %s)", err, out, staging)
+		kept := keepStaging(out, staging)
+		return res, fmt.Errorf("%w\n(%s left as it was; staging directory kept for inspection: %s)", err, out, kept)
 	}
 	if err := replaceDir(out, staging); err != nil {
 		return res, err
@@ -272,6 +304,9 @@ func (e *Env) prepare(ctx context.Context, plan *Plan, w *setWork, staging, work
 	st := e.Store()
 	if sp.Action == Capture {
 		w.status = Captured
+		if sp.unreadable != nil {
+			return fmt.Errorf("%s: %w", sp.ID, sp.unreadable)
+		}
 		if sp.corrupt != nil {
 			log.WithError(sp.corrupt).Warn("removed a corrupt store entry; capturing again")
 			if err := st.Remove(sp.Key); err != nil {
@@ -480,8 +515,7 @@ func (e *Env) writeRestoreSpec(path string) error {
 func replaceDir(out, staging string) error {
 	old := ""
 	if _, err := os.Stat(out); err == nil {
-		old = fmt.Sprintf("%s.old-%d", strings.TrimSuffix(out, "/"), os.Getpid())
-		os.RemoveAll(old)
+		old = besideOutput(out, oldInfix)
 		if err := os.Rename(out, old); err != nil {
 			return fmt.Errorf("move the previous output aside: %w", err)
 		}

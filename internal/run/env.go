@@ -20,6 +20,7 @@ import (
 	"readie.dev/pipeline/internal/oci"
 
 	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/lease"
 	"readie.dev/pipeline/pkg/capture"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
@@ -56,6 +57,9 @@ type Env struct {
 	CleanFailed bool
 	// sandboxEnv holds the variables the config passes into every sandbox, and nothing else.
 	sandboxEnv []string
+	// lease is this run's: its sandboxes, scratch directories and pending store entries are
+	// named after it, so other runs leave them alone while it lives (package lease).
+	lease *lease.Lease
 }
 
 // NewEnv checks the runsc binary named by cfg; it changes nothing on disk. The rootfs is
@@ -84,8 +88,18 @@ func NewEnv(ctx context.Context, cfg *config.Config, log logrus.FieldLogger) (*E
 			env = append(env, name+"="+value)
 		}
 	}
-	return &Env{Config: cfg, Runtime: rt, RunscSHA256: binary.SHA256, RestoreFlags: slices.Clone(cfg.Runsc.RestoreFlags), Log: log, sandboxEnv: env}, nil
+	l, err := lease.New()
+	if err != nil {
+		return nil, err
+	}
+	rt.Lease = l
+	return &Env{Config: cfg, Runtime: rt, RunscSHA256: binary.SHA256, RestoreFlags: slices.Clone(cfg.Runsc.RestoreFlags), Log: log, sandboxEnv: env, lease: l}, nil
 }
+
+// Close ends the run: it releases its lease, so its lock files in shared directories go.
+// Everything the run named after its lease must be gone by then (a failed run's kept staging
+// directory is not named after it).
+func (e *Env) Close() error { return e.lease.Release() }
 
 // PrepareRootfs sets e.Rootfs to the sandbox root the config names: its rootfs, or its image
 // (unpacked once into the cache, with the executor layered on top).

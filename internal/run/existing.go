@@ -61,7 +61,7 @@ func (e *Env) OnExisting(ctx context.Context, out string, only []string, f func(
 	if len(x.Picked) == 0 {
 		return nil, fmt.Errorf("%w: no checkpoint of %s matches %v", ErrSetup, out, only)
 	}
-	work, cleanup, err := workDir()
+	work, cleanup, err := x.Env.workDir()
 	if err != nil {
 		return nil, err
 	}

@@ -40,6 +40,14 @@ func agreement(m *manifest.Manifest) []struct{ field, value string } {
 	}
 }
 
+// keyDifference names the key parts in which two checkpoints of one set differ.
+func keyDifference(a, b map[string]string) string {
+	if len(a) == 0 || len(b) == 0 {
+		return "a source predates key parts, so which parts differ is not known"
+	}
+	return "they differ in " + strings.Join(store.Diff(a, b), ", ")
+}
+
 type mergeSource struct {
 	dir string
 	m   *manifest.Manifest
@@ -99,7 +107,7 @@ func Merge(out string, srcs []string) (*manifest.Manifest, error) {
 		for _, c := range s.m.Checkpoints {
 			if p, ok := byID[c.ID]; ok {
 				if p.c.Key != c.Key {
-					return nil, fmt.Errorf("%w: set %s has key %s in %s and %s in %s", ErrMerge, c.ID, p.c.Key, p.src, c.Key, s.dir)
+					return nil, fmt.Errorf("%w: set %s has key %s in %s and %s in %s: %s", ErrMerge, c.ID, p.c.Key, p.src, c.Key, s.dir, keyDifference(p.c.KeyParts, c.KeyParts))
 				}
 				// The same checkpoint captured twice (every shard has empty): the earlier.
 				if c.CapturedAt.Before(p.c.CapturedAt) {
@@ -117,6 +125,7 @@ func Merge(out string, srcs []string) (*manifest.Manifest, error) {
 
 	m := *first.m
 	m.Checkpoints = []manifest.Checkpoint{}
+	m.RestoreFlagsConcurrency = 0 // legacy: nothing writes it any more
 	for _, s := range sources[1:] {
 		if s.m.CreatedAt.After(m.CreatedAt) {
 			m.CreatedAt = s.m.CreatedAt

@@ -57,6 +57,9 @@ type SetPlan struct {
 	existing *manifest.Checkpoint // the output's checkpoint (Reuse or Keep from the output)
 	stored   *manifest.Meta       // the store's entry (Reuse from the store)
 	corrupt  error                // a stored entry with this key that must be removed first
+	// unreadable is an error reading the store's entry for this key, which says nothing about
+	// the entry: it is left as it is, and the set fails with this error.
+	unreadable error
 }
 
 // Dropped is a set of the existing output that the new output will not hold.
@@ -95,7 +98,7 @@ func (e *Env) keyBase(ctx context.Context) (store.KeyInputs, error) {
 	if err != nil {
 		return store.KeyInputs{}, err
 	}
-	cpu, err := store.HostCPU(ctx, e.Runtime.Path)
+	cpu, err := store.HostCPU(ctx, e.Runtime.Path, e.Config.Timeouts.RunscCommand)
 	if err != nil {
 		return store.KeyInputs{}, err
 	}
@@ -112,8 +115,10 @@ func (e *Env) keyBase(ctx context.Context) (store.KeyInputs, error) {
 	}, nil
 }
 
-// Store is the checkpoint store the config names.
-func (e *Env) Store() *store.Store { return &store.Store{Dir: e.Config.CheckpointCache} }
+// Store is the checkpoint store the config names, written under this run's lease.
+func (e *Env) Store() *store.Store {
+	return &store.Store{Dir: e.Config.CheckpointCache, Lease: e.lease}
+}
 
 // loadOld reads the existing output's manifest; an output without one, or with one this
 // pipeline cannot use, gives nil (its sets are then all captured or dropped).
@@ -232,6 +237,9 @@ func (e *Env) decide(sp *SetPlan, out string, prev *manifest.Checkpoint, st *sto
 	}
 	stored, err := st.Lookup(sp.Key)
 	switch {
+	case err != nil && !errors.Is(err, store.ErrCorrupt):
+		sp.unreadable = err
+		sp.Reason = joinReason(sp.Reason, fmt.Sprintf("the store's entry cannot be read; it is left as it is and the set fails (%v)", err))
 	case err != nil:
 		sp.corrupt = err
 		sp.Reason = joinReason(sp.Reason, "the store's entry is corrupt: it is removed")

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"readie.dev/pipeline/internal/atomicfile"
+	"readie.dev/pipeline/internal/lease"
 	"readie.dev/pipeline/pkg/manifest"
 )
 
@@ -106,29 +107,44 @@ func TestReplaceDir(t *testing.T) {
 	}
 }
 
+// TestSweepOutput: under the output's lock, every staging directory beside it is a leftover of
+// a run that is over (whatever its pid or namespace), a previous output moved aside is put
+// back or removed, and a failed run's kept staging directory and other outputs' stay.
 func TestSweepOutput(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out")
-	dead, live := deadPID(t), os.Getpid()
 	mk := func(name string) string {
 		p := filepath.Join(dir, name)
 		os.MkdirAll(p, 0o755)
 		os.WriteFile(filepath.Join(p, "manifest.json"), []byte(name), 0o644)
 		return p
 	}
-	deadStaging := mk(fmt.Sprintf("out.staging-%d", dead))
-	liveStaging := mk(fmt.Sprintf("out.staging-%d", live))
-	otherOutput := mk(fmt.Sprintf("out2.staging-%d", dead)) // another output's: not ours
+	staging, err := newStaging(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byPid := mk(fmt.Sprintf("out.staging-%d", os.Getpid())) // a pipeline from before leases
+	failed, err := newStaging(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := keepStaging(out, failed)
+	if !strings.HasPrefix(filepath.Base(kept), "out.failed-") {
+		t.Fatalf("a failed run's staging directory was kept as %s", kept)
+	}
+	otherOutput := mk("out2.staging-0123456789ab") // another output's: not ours
 	// A run killed between moving the old output aside and putting the new one in place.
-	oldOutput := mk(fmt.Sprintf("out.old-%d", dead))
+	oldOutput := mk(filepath.Base(besideOutput(out, oldInfix)))
 	did, err := sweepOutput(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(deadStaging); !os.IsNotExist(err) {
-		t.Error("the dead run's staging directory is still there")
+	for _, gone := range []string{staging, byPid} {
+		if _, err := os.Stat(gone); !os.IsNotExist(err) {
+			t.Errorf("the leftover %s is still there", gone)
+		}
 	}
-	for _, keep := range []string{liveStaging, otherOutput} {
+	for _, keep := range []string{kept, otherOutput} {
 		if _, err := os.Stat(keep); err != nil {
 			t.Errorf("%s was removed: %v", keep, err)
 		}
@@ -136,11 +152,11 @@ func TestSweepOutput(t *testing.T) {
 	if data, _ := os.ReadFile(filepath.Join(out, "manifest.json")); string(data) != filepath.Base(oldOutput) {
 		t.Errorf("the previous output was not put back: %q", data)
 	}
-	if len(did) != 2 {
+	if len(did) != 3 {
 		t.Errorf("sweep said %q", did)
 	}
 	// With the output in place, a dead run's old copy is only removed.
-	oldAgain := mk(fmt.Sprintf("out.old-%d", dead))
+	oldAgain := mk(filepath.Base(besideOutput(out, oldInfix)))
 	if _, err := sweepOutput(out); err != nil {
 		t.Fatal(err)
 	}
@@ -152,19 +168,44 @@ func TestSweepOutput(t *testing.T) {
 	}
 }
 
+func newLease(t *testing.T) *lease.Lease {
+	t.Helper()
+	l, err := lease.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Release() })
+	return l
+}
+
+// TestRemoveDeadWorkDirs: scratch directories are judged by their run's lease: a run that is
+// over loses its own, a live run (another, or this one) keeps its, and directories of
+// pipelines from before leases (rd-PID-*) and of tests are never touched.
 func TestRemoveDeadWorkDirs(t *testing.T) {
 	tmp := t.TempDir()
-	dead := filepath.Join(tmp, fmt.Sprintf("rd-%d-abc", deadPID(t)))
-	live := filepath.Join(tmp, fmt.Sprintf("rd-%d-abc", os.Getpid()))
+	own, live, dead := newLease(t), newLease(t), newLease(t)
+	mk := func(l *lease.Lease) string {
+		if err := l.Hold(tmp); err != nil {
+			t.Fatal(err)
+		}
+		d, err := os.MkdirTemp(tmp, scratchPrefix+l.ID()+"-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	ownDir, liveDir, deadDir := mk(own), mk(live), mk(dead)
+	dead.Release()
+	old := filepath.Join(tmp, fmt.Sprintf("rd-%d-abc", deadPID(t)))
 	other := filepath.Join(tmp, "rdt-123")
-	for _, d := range []string{dead, live, other} {
+	for _, d := range []string{old, other} {
 		os.MkdirAll(d, 0o755)
 	}
-	removed := removeDeadWorkDirs(tmp)
-	if len(removed) != 1 || removed[0] != dead {
-		t.Fatalf("removed %v, want only %s", removed, dead)
+	removed, err := removeDeadWorkDirs(tmp, own)
+	if err != nil || len(removed) != 1 || removed[0] != deadDir {
+		t.Fatalf("removed %v, %v; want only %s", removed, err, deadDir)
 	}
-	for _, keep := range []string{live, other} {
+	for _, keep := range []string{ownDir, liveDir, old, other} {
 		if _, err := os.Stat(keep); err != nil {
 			t.Errorf("%s was removed", keep)
 		}

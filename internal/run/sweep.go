@@ -1,69 +1,131 @@
 package run
 
 import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
-	"readie.dev/pipeline/pkg/sandbox"
+	"readie.dev/pipeline/internal/lease"
 )
 
+// scratchPrefix names the runs' scratch directories: readie-scratch-RUN-RAND, after the run's
+// lease. Pipelines from before leases named theirs rd-PID-RAND; those are never touched here
+// (a pid cannot tell whose they are), and theirs never matched this name.
+const scratchPrefix = "readie-scratch-"
+
 // workDir is a short scratch directory for bundles and sockets (108-byte socket paths), named
-// after this process so that a later run can remove it if this one is killed.
-func workDir() (string, func(), error) {
-	dir, err := os.MkdirTemp("", fmt.Sprintf("rd-%d-", os.Getpid()))
+// after this run's lease so that a later run can remove it if this one is killed.
+func (e *Env) workDir() (string, func(), error) {
+	tmp := os.TempDir()
+	if err := e.lease.Hold(tmp); err != nil {
+		return "", nil, err
+	}
+	dir, err := os.MkdirTemp(tmp, scratchPrefix+e.lease.ID()+"-")
 	if err != nil {
 		return "", nil, err
 	}
 	return dir, func() { os.RemoveAll(dir) }, nil
 }
 
-// deadOwner reports whether name ends in "-PID" (after prefix) of a process that is gone.
-func deadOwner(name, prefix string) bool {
-	rest, ok := strings.CutPrefix(name, prefix)
-	if !ok {
-		return false
+// removeDeadWorkDirs removes the scratch directories in tmp of runs that are over, judged by
+// their lease, and returns them. Those of live runs, in any pid namespace, and this run's stay.
+func removeDeadWorkDirs(tmp string, own *lease.Lease) ([]string, error) {
+	dirs, err := filepath.Glob(filepath.Join(tmp, scratchPrefix+"*"))
+	if err != nil {
+		return nil, err
 	}
-	pid, err := strconv.Atoi(strings.SplitN(rest, "-", 2)[0])
-	return err == nil && pid > 0 && !sandbox.ProcessAlive(pid)
-}
-
-// removeDeadWorkDirs removes the scratch directories (rd-PID-*) of runs whose process is gone.
-func removeDeadWorkDirs(tmp string) []string {
-	dirs, _ := filepath.Glob(filepath.Join(tmp, "rd-*-*"))
+	claims := map[string]*lease.Claim{}
 	var removed []string
+	var errs []error
 	for _, dir := range dirs {
-		if deadOwner(filepath.Base(dir), "rd-") && os.RemoveAll(dir) == nil {
-			removed = append(removed, dir)
+		id, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(dir), scratchPrefix), "-")
+		if !lease.IsID(id) {
+			continue
+		}
+		claim, seen := claims[id]
+		if !seen {
+			if claim, err = own.TakeOver(tmp, id); err != nil {
+				errs = append(errs, err)
+			}
+			claims[id] = claim
+		}
+		if claim == nil {
+			continue
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, dir)
+	}
+	for _, claim := range claims {
+		if claim != nil {
+			errs = append(errs, claim.Release())
 		}
 	}
-	return removed
+	return removed, errors.Join(errs...)
+}
+
+// Names beside an output OUT: OUT.staging-RAND is where a run builds the next output,
+// OUT.old-RAND is the previous output while a swap moves it aside, OUT.failed-RAND is the
+// staging directory of a failed run, kept for inspection. The first two exist only while a
+// run holds OUT.lock exclusively; so a run that holds it finds only leftovers of runs that
+// are over under those names, whatever pid namespace or machine they ran in.
+const (
+	stagingInfix = ".staging-"
+	oldInfix     = ".old-"
+	failedInfix  = ".failed-"
+)
+
+// besideOutput is a new name OUT.INFIX-RAND beside out.
+func besideOutput(out, infix string) string {
+	var b [6]byte
+	rand.Read(b[:])
+	return strings.TrimSuffix(out, "/") + infix + hex.EncodeToString(b[:])
+}
+
+// newStaging makes a fresh staging directory beside out.
+func newStaging(out string) (string, error) {
+	staging := besideOutput(out, stagingInfix)
+	if err := os.Mkdir(staging, 0o755); err != nil {
+		return "", err
+	}
+	return staging, nil
+}
+
+// keepStaging renames a failed run's staging directory so that no later run takes it for a
+// leftover (sweepOutput), and returns where it is now. When the rename fails, it stays where
+// it is (and the next run removes it).
+func keepStaging(out, staging string) string {
+	kept := besideOutput(out, failedInfix)
+	if err := os.Rename(staging, kept); err != nil {
+		return staging
+	}
+	return kept
 }
 
 // sweepOutput cleans up after runs over out that were killed (a run that fails on its own
-// cleans up itself): it removes their staging directories (OUT.staging-PID), and puts back a
-// previous output that a killed swap left aside (OUT.old-PID) when OUT itself is missing, or
-// removes it when OUT is there. It returns what it did, one line each, for the log.
+// cleans up itself); the caller holds out's lock exclusively, so whatever it finds is not in
+// use. It removes their staging directories (OUT.staging-*), and puts back a previous output
+// that a killed swap left aside (OUT.old-*) when OUT itself is missing, or removes it when OUT
+// is there. Kept staging directories of failed runs (OUT.failed-*) stay. It returns what it
+// did, one line each, for the log.
 func sweepOutput(out string) ([]string, error) {
 	out = strings.TrimSuffix(out, "/")
 	var did []string
-	staging, _ := filepath.Glob(out + ".staging-*")
+	staging, _ := filepath.Glob(out + stagingInfix + "*")
 	for _, dir := range staging {
-		if !deadOwner(filepath.Base(dir), filepath.Base(out)+".staging-") {
-			continue
-		}
 		if err := os.RemoveAll(dir); err != nil {
 			return did, fmt.Errorf("remove the staging directory of a run that died: %w", err)
 		}
 		did = append(did, "removed the staging directory of a run that died: "+dir)
 	}
-	old, _ := filepath.Glob(out + ".old-*")
+	old, _ := filepath.Glob(out + oldInfix + "*")
 	for _, dir := range old {
-		if !deadOwner(filepath.Base(dir), filepath.Base(out)+".old-") {
-			continue
-		}
 		if _, err := os.Lstat(out); os.IsNotExist(err) {
 			if err := os.Rename(dir, out); err != nil {
 				return did, fmt.Errorf("put back the previous output %s: %w", dir, err)
@@ -97,11 +159,8 @@ func writeOutput(out string, fill func(staging string) error) error {
 	if _, err := sweepOutput(out); err != nil {
 		return err
 	}
-	staging := fmt.Sprintf("%s.staging-%d", strings.TrimSuffix(out, "/"), os.Getpid())
-	if err := os.RemoveAll(staging); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(staging, 0o755); err != nil {
+	staging, err := newStaging(out)
+	if err != nil {
 		return err
 	}
 	if err := fill(staging); err != nil {

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // KeySchema is the version of the key's own encoding: bump it when KeyInputs changes meaning,
@@ -142,9 +143,17 @@ func Diff(a, b map[string]string) []string {
 	return names
 }
 
-// HostCPU reads what restore checks of this host's CPU, with the runsc binary at runsc.
-func HostCPU(ctx context.Context, runsc string) (CPU, error) {
-	out, err := exec.CommandContext(ctx, runsc, "cpu-features").Output()
+// HostCPU reads what restore checks of this host's CPU, with the runsc binary at runsc;
+// `runsc cpu-features` gets limit (timeouts.runsc_command).
+func HostCPU(ctx context.Context, runsc string, limit time.Duration) (CPU, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, limit, fmt.Errorf("runsc cpu-features exceeded its timeout of %s", limit))
+	defer cancel()
+	cmd := exec.CommandContext(ctx, runsc, "cpu-features")
+	cmd.WaitDelay = time.Second // a child that keeps stdout open must not hold us past the limit
+	out, err := cmd.Output()
+	if ctx.Err() != nil {
+		return CPU{}, fmt.Errorf("%s cpu-features: %w: %w", runsc, context.Cause(ctx), ctx.Err())
+	}
 	if err != nil {
 		return CPU{}, fmt.Errorf("%s cpu-features: %w", runsc, err)
 	}

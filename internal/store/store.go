@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -8,19 +9,21 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"readie.dev/pipeline/internal/atomicfile"
+	"readie.dev/pipeline/internal/lease"
 	"readie.dev/pipeline/pkg/manifest"
-	"readie.dev/pipeline/pkg/sandbox"
 )
 
 // Store is a directory of entries, one per key: the three image files and meta.json. Entries
 // hold process memory: directories 0700, files 0600.
 type Store struct {
 	Dir string
+	// Lease is the run's: its pending entries are named after it (nil for a process that only
+	// reads, lists or prunes).
+	Lease *lease.Lease
 }
 
 // ErrCorrupt reports an entry whose files do not match its meta.json.
@@ -49,7 +52,10 @@ func (s *Store) Path(key string) (string, error) {
 
 // Lookup returns the entry of key, verified: its meta.json names key and every image file
 // has the size and sha256 meta.json records. It returns (nil, nil) when there is none, and an
-// error matching ErrCorrupt when there is one that must not be served.
+// error matching ErrCorrupt when the entry is shown wrong: a file missing, a size or a hash
+// that differs, a meta.json that does not parse or names another key. Any other error (EACCES,
+// EMFILE, EIO, ...) says nothing about the entry and is returned as it is: the caller must not
+// remove the entry on it.
 func (s *Store) Lookup(key string) (*manifest.Meta, error) {
 	dir, err := s.Path(key)
 	if err != nil {
@@ -59,42 +65,57 @@ func (s *Store) Lookup(key string) (*manifest.Meta, error) {
 	if errors.Is(err, fs.ErrNotExist) {
 		if _, statErr := os.Stat(dir); errors.Is(statErr, fs.ErrNotExist) {
 			return nil, nil
+		} else if statErr != nil {
+			return nil, fmt.Errorf("store: read entry %s: %w", dir, statErr)
 		}
 		return nil, fmt.Errorf("%w: %s: %w", ErrCorrupt, dir, err)
 	}
-	if err != nil {
+	var syntax *json.SyntaxError
+	var wrongType *json.UnmarshalTypeError
+	if errors.As(err, &syntax) || errors.As(err, &wrongType) {
 		return nil, fmt.Errorf("%w: %s: %w", ErrCorrupt, dir, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: read entry %s: %w", dir, err)
 	}
 	if meta.Key != key {
 		return nil, fmt.Errorf("%w: %s: meta.json names key %s", ErrCorrupt, dir, meta.Key)
 	}
 	if err := VerifyFiles(dir, meta); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+		if errors.Is(err, ErrCorrupt) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("store: read entry %s: %w", dir, err)
 	}
 	return meta, nil
 }
 
-// VerifyFiles checks that every image file in dir has the size and sha256 meta records.
+// VerifyFiles checks that every image file in dir has the size and sha256 meta records. A file
+// that is missing or differs is an error matching ErrCorrupt; an error reading one is returned
+// as it is.
 func VerifyFiles(dir string, meta *manifest.Meta) error {
 	for _, name := range manifest.ImageFiles() {
 		want, ok := meta.Files[name]
 		if !ok {
-			return fmt.Errorf("%s: %s not listed in meta.json", dir, name)
+			return fmt.Errorf("%w: %s: %s not listed in meta.json", ErrCorrupt, dir, name)
 		}
 		path := filepath.Join(dir, name)
 		fi, err := os.Stat(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%w: %w", ErrCorrupt, err)
+		}
 		if err != nil {
 			return err
 		}
 		if fi.Size() != want.Bytes { // cheap first: a half-written file is caught before hashing
-			return fmt.Errorf("%s: %d bytes, meta.json says %d", path, fi.Size(), want.Bytes)
+			return fmt.Errorf("%w: %s: %d bytes, meta.json says %d", ErrCorrupt, path, fi.Size(), want.Bytes)
 		}
 		got, err := manifest.HashFile(path)
 		if err != nil {
 			return err
 		}
 		if got != want {
-			return fmt.Errorf("%s: sha256 %s, meta.json says %s", path, got.SHA256, want.SHA256)
+			return fmt.Errorf("%w: %s: sha256 %s, meta.json says %s", ErrCorrupt, path, got.SHA256, want.SHA256)
 		}
 	}
 	return nil
@@ -110,48 +131,81 @@ func (s *Store) Remove(key string) error {
 }
 
 // Pending is an entry being written: a private directory in the store, on the same file
-// system as the entry it becomes.
+// system as the entry it becomes, named .pending-RUN-KEY-RAND after the lease of the run that
+// writes it (RemoveDeadPending).
 type Pending struct {
 	Dir   string
 	store *Store
 	key   string
 }
 
-// Begin makes a private directory for a capture of key.
+const pendingPrefix = ".pending-"
+
+// Begin makes a private directory for a capture of key, under the store's lease.
 func (s *Store) Begin(key string) (*Pending, error) {
 	hex, err := keyHex(key)
 	if err != nil {
 		return nil, err
 	}
+	if s.Lease == nil {
+		return nil, errors.New("store: a capture into the store needs the run's lease")
+	}
 	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp(s.Dir, fmt.Sprintf(".tmp-%s-%d-", hex[:12], os.Getpid()))
+	if err := s.Lease.Hold(s.Dir); err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp(s.Dir, pendingPrefix+s.Lease.ID()+"-"+hex[:12]+"-")
 	if err != nil {
 		return nil, err
 	}
 	return &Pending{Dir: dir, store: s, key: key}, nil
 }
 
-// RemoveDeadPending removes the pending directories (.tmp-KEY-PID-RAND) of runs that died
-// mid-capture (they hold process memory) and returns them.
-func (s *Store) RemoveDeadPending() []string {
-	pending, _ := filepath.Glob(filepath.Join(s.Dir, ".tmp-*"))
+// RemoveDeadPending removes the pending directories of runs that are over (killed mid-capture:
+// they hold process memory), judged by the lease of the run each is named after, and the lock
+// files those runs left; it returns the directories removed. Directories of live runs, in any
+// pid namespace or on any machine sharing the store, are left alone, and so are .tmp-KEY-PID-*
+// directories of pipelines from before leases (a pid cannot tell whose they are).
+func (s *Store) RemoveDeadPending() ([]string, error) {
+	pending, err := filepath.Glob(filepath.Join(s.Dir, pendingPrefix+"*"))
+	if err != nil {
+		return nil, err
+	}
+	claims := map[string]*lease.Claim{}
 	var removed []string
+	var errs []error
 	for _, dir := range pending {
-		parts := strings.Split(filepath.Base(dir), "-")
-		if len(parts) < 4 {
+		id, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(dir), pendingPrefix), "-")
+		if !lease.IsID(id) {
 			continue
 		}
-		pid, err := strconv.Atoi(parts[2])
-		if err != nil || pid <= 0 || sandbox.ProcessAlive(pid) {
+		claim, seen := claims[id]
+		if !seen {
+			if claim, err = s.Lease.TakeOver(s.Dir, id); err != nil {
+				errs = append(errs, err)
+			}
+			claims[id] = claim
+		}
+		if claim == nil {
+			continue // alive, or not known to be over
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, err)
 			continue
 		}
-		if os.RemoveAll(dir) == nil {
-			removed = append(removed, dir)
+		removed = append(removed, dir)
+	}
+	for _, claim := range claims {
+		if claim != nil {
+			errs = append(errs, claim.Release())
 		}
 	}
-	return removed
+	if _, err := s.Lease.RemoveDeadLocks(s.Dir); err != nil {
+		errs = append(errs, err)
+	}
+	return removed, errors.Join(errs...)
 }
 
 // Abort removes the pending directory.
@@ -186,10 +240,14 @@ func (p *Pending) Commit(meta *manifest.Meta) (*manifest.Meta, error) {
 		if !errors.Is(err, fs.ErrExist) && !errors.Is(err, errNotEmpty) {
 			return nil, err
 		}
-		// Another run got there first.
-		if theirs, lookupErr := p.store.Lookup(p.key); lookupErr == nil && theirs != nil {
+		// Another run got there first: keep its entry unless it is shown corrupt.
+		theirs, lookupErr := p.store.Lookup(p.key)
+		if lookupErr == nil && theirs != nil {
 			p.Abort()
 			return theirs, nil
+		}
+		if lookupErr != nil && !errors.Is(lookupErr, ErrCorrupt) {
+			return nil, fmt.Errorf("store: commit %s: the entry there cannot be read: %w", final, lookupErr)
 		}
 		if err := os.RemoveAll(final); err != nil {
 			return nil, err
@@ -330,8 +388,9 @@ func (s *Store) Prune(cutoff time.Time, keep map[string]bool, dryRun bool) ([]En
 	if err != nil {
 		return nil, err
 	}
+	var sweepErr error
 	if !dryRun {
-		s.RemoveDeadPending()
+		_, sweepErr = s.RemoveDeadPending()
 	}
 	var pruned []Entry
 	for _, e := range entries {
@@ -341,9 +400,9 @@ func (s *Store) Prune(cutoff time.Time, keep map[string]bool, dryRun bool) ([]En
 		pruned = append(pruned, e)
 		if !dryRun {
 			if err := os.RemoveAll(e.Dir); err != nil {
-				return pruned, err
+				return pruned, errors.Join(err, sweepErr)
 			}
 		}
 	}
-	return pruned, nil
+	return pruned, sweepErr
 }

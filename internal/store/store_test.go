@@ -1,15 +1,21 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
+	"readie.dev/pipeline/internal/lease"
+	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/manifest"
 )
 
@@ -91,6 +97,41 @@ func TestClflushSize(t *testing.T) {
 	}
 }
 
+// TestHostCPUIsBounded: a runsc whose cpu-features never returns (a stand-in that sleeps)
+// fails within the limit, saying which command ran out of time and its limit.
+func TestHostCPUIsBounded(t *testing.T) {
+	runsc := filepath.Join(t.TempDir(), "runsc")
+	os.WriteFile(runsc, []byte("#!/bin/sh\nexec sleep 3600\n"), 0o755)
+	_, err := HostCPU(context.Background(), runsc, 100*time.Millisecond)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "runsc cpu-features exceeded its timeout of 100ms") {
+		t.Fatalf("HostCPU of a runsc that hangs = %v", err)
+	}
+}
+
+// TestHostCPU reads the real runsc's features.
+func TestHostCPU(t *testing.T) {
+	cpu, err := HostCPU(context.Background(), testenv.RunscPath(t), time.Minute)
+	if err != nil || cpu.Features == "" || cpu.CacheLine <= 0 {
+		t.Fatalf("HostCPU = %+v, %v", cpu, err)
+	}
+}
+
+// newStore is a store in a fresh directory with a run's lease.
+func newStore(t *testing.T) *Store {
+	t.Helper()
+	return &Store{Dir: filepath.Join(t.TempDir(), "store"), Lease: newLease(t)}
+}
+
+func newLease(t *testing.T) *lease.Lease {
+	t.Helper()
+	l, err := lease.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Release() })
+	return l
+}
+
 // pendingWith makes a pending entry holding image files with the given contents.
 func pendingWith(t *testing.T, s *Store, key, content string) (*Pending, *manifest.Meta) {
 	t.Helper()
@@ -112,7 +153,7 @@ func pendingWith(t *testing.T, s *Store, key, content string) (*Pending, *manife
 }
 
 func TestCommitLookupAndCorruption(t *testing.T) {
-	s := &Store{Dir: filepath.Join(t.TempDir(), "store")}
+	s := newStore(t)
 	key := baseInputs().Key()
 	if m, err := s.Lookup(key); m != nil || err != nil {
 		t.Fatalf("empty store: %v %v", m, err)
@@ -157,7 +198,7 @@ func TestCommitLookupAndCorruption(t *testing.T) {
 // TestConcurrentCommits: runs that capture the same key at once all end with the one valid
 // entry, and no pending directory is left.
 func TestConcurrentCommits(t *testing.T) {
-	s := &Store{Dir: filepath.Join(t.TempDir(), "store")}
+	s := newStore(t)
 	key := baseInputs().Key()
 	var wg sync.WaitGroup
 	results := make([]*manifest.Meta, 8)
@@ -176,13 +217,13 @@ func TestConcurrentCommits(t *testing.T) {
 			t.Errorf("commit %d: %+v, %v; the store holds %+v", i, results[i], errs[i], stored.Files)
 		}
 	}
-	if entries, _ := os.ReadDir(s.Dir); len(entries) != 1 {
-		t.Errorf("store holds %d directories, want the one entry", len(entries))
+	if entries, _ := os.ReadDir(s.Dir); len(entries) != 2 || entries[0].Name() != lease.RunsDir {
+		t.Errorf("store holds %v, want the one entry and the runs' lock files", entries)
 	}
 }
 
 func TestLinkListPrune(t *testing.T) {
-	s := &Store{Dir: filepath.Join(t.TempDir(), "store")}
+	s := newStore(t)
 	old, recent := baseInputs(), baseInputs()
 	recent.Imports = []string{"json"}
 	for _, in := range []KeyInputs{old, recent} {
@@ -213,8 +254,10 @@ func TestLinkListPrune(t *testing.T) {
 	if err != nil || len(entries) != 2 || entries[0].Key != recent.Key() || strings.Join(entries[0].Sets, ",") != "js,js2" {
 		t.Fatalf("List = %+v, %v", entries, err)
 	}
-	// A pending directory of a run that died goes too.
-	os.MkdirAll(filepath.Join(s.Dir, ".tmp-abc-999999999-x"), 0o700)
+	// A pending directory of a run that is over goes too.
+	dead := &Store{Dir: s.Dir, Lease: newLease(t)}
+	deadPending, _ := pendingWith(t, dead, old.Key(), "dead")
+	dead.Lease.Release()
 	cutoff := time.Now().Add(-24 * time.Hour)
 	if pruned, _ := s.Prune(cutoff, map[string]bool{old.Key(): true}, false); len(pruned) != 0 {
 		t.Fatalf("pruned an entry an output uses: %+v", pruned)
@@ -234,7 +277,7 @@ func TestLinkListPrune(t *testing.T) {
 	if m, _ := s.Lookup(recent.Key()); m == nil {
 		t.Fatal("the recent entry was removed")
 	}
-	if _, err := os.Stat(filepath.Join(s.Dir, ".tmp-abc-999999999-x")); !os.IsNotExist(err) {
+	if _, err := os.Stat(deadPending.Dir); !os.IsNotExist(err) {
 		t.Error("a dead run's pending directory was kept")
 	}
 }
@@ -242,7 +285,7 @@ func TestLinkListPrune(t *testing.T) {
 // TestLinkFilesAcrossFileSystems: into another file system (a tmpfs), the files are copied,
 // byte for byte, private.
 func TestLinkFilesAcrossFileSystems(t *testing.T) {
-	s := &Store{Dir: filepath.Join(t.TempDir(), "store")}
+	s := newStore(t)
 	key := baseInputs().Key()
 	p, meta := pendingWith(t, s, key, "content ")
 	if _, err := p.Commit(meta); err != nil {
@@ -266,4 +309,119 @@ func TestLinkFilesAcrossFileSystems(t *testing.T) {
 	if os.SameFile(a, b) || b.Mode().Perm() != 0o600 {
 		t.Errorf("across file systems: same file %v, mode %v", os.SameFile(a, b), b.Mode())
 	}
+}
+
+// TestRemoveDeadPending: pending entries are judged by the lease of the run they are named
+// after: a live run's (another's or this one's) stay, a run's that is over go with its lock
+// file, and directories named by a pid (pipelines from before leases) are left alone.
+func TestRemoveDeadPending(t *testing.T) {
+	s := newStore(t)
+	key := baseInputs().Key()
+	own, _ := pendingWith(t, s, key, "own")
+	live := &Store{Dir: s.Dir, Lease: newLease(t)}
+	livePending, _ := pendingWith(t, live, key, "live")
+	dead := &Store{Dir: s.Dir, Lease: newLease(t)}
+	deadPending, _ := pendingWith(t, dead, key, "dead")
+	deadLock := filepath.Join(s.Dir, lease.RunsDir, dead.Lease.ID()+".lock")
+	// A killed run: its lock is dropped by the kernel, its file stays.
+	if err := os.Rename(deadLock, deadLock+".x"); err != nil {
+		t.Fatal(err)
+	}
+	dead.Lease.Release()
+	if err := os.Rename(deadLock+".x", deadLock); err != nil {
+		t.Fatal(err)
+	}
+	byPid := filepath.Join(s.Dir, ".tmp-0123456789ab-999999999-x")
+	os.MkdirAll(byPid, 0o700)
+	removed, err := s.RemoveDeadPending()
+	if err != nil || len(removed) != 1 || removed[0] != deadPending.Dir {
+		t.Fatalf("RemoveDeadPending = %v, %v; want only %s", removed, err, deadPending.Dir)
+	}
+	for _, dir := range []string{own.Dir, livePending.Dir, byPid} {
+		if _, err := os.Stat(dir); err != nil {
+			t.Errorf("%s was removed: %v", dir, err)
+		}
+	}
+	if _, err := os.Stat(deadLock); !os.IsNotExist(err) {
+		t.Errorf("the dead run's lock file is still there: %v", err)
+	}
+	// Begin without a lease refuses: its directory could not be told from a dead run's.
+	if _, err := (&Store{Dir: s.Dir}).Begin(key); err == nil {
+		t.Error("Begin without a lease succeeded")
+	}
+}
+
+// TestLookupIOErrorIsNotCorrupt: an error reading an entry says nothing about its content: it
+// is not ErrCorrupt, and a commit that meets such an entry keeps it and fails.
+func TestLookupIOErrorIsNotCorrupt(t *testing.T) {
+	s := newStore(t)
+	key := baseInputs().Key()
+	p, meta := pendingWith(t, s, key, "one ")
+	if _, err := p.Commit(meta); err != nil {
+		t.Fatal(err)
+	}
+	dir, _ := s.Path(key)
+	metaPath := filepath.Join(dir, manifest.MetaFileName)
+	data, _ := os.ReadFile(metaPath)
+	// meta.json as a directory: reading it fails with EISDIR.
+	os.Rename(metaPath, metaPath+".saved")
+	os.Mkdir(metaPath, 0o700)
+	m, err := s.Lookup(key)
+	if m != nil || err == nil || errors.Is(err, ErrCorrupt) || !errors.Is(err, syscall.EISDIR) {
+		t.Fatalf("Lookup with meta.json a directory = %v, %v; want EISDIR, not ErrCorrupt", m, err)
+	}
+	second, meta2 := pendingWith(t, s, key, "two ")
+	if got, err := second.Commit(meta2); got != nil || err == nil || errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Commit over an unreadable entry = %v, %v; want its read error", got, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "pages.img")); err != nil {
+		t.Fatalf("the unreadable entry was removed: %v", err)
+	}
+	os.Remove(metaPath)
+	os.Rename(metaPath+".saved", metaPath)
+	if m, err := s.Lookup(key); m == nil || err != nil {
+		t.Fatalf("after meta.json came back: %v %v", m, err)
+	}
+	// A valid entry that this thread may not read (EACCES): root without CAP_DAC_OVERRIDE and
+	// CAP_DAC_READ_SEARCH, on this OS thread only, meets a file of mode 000.
+	pages := filepath.Join(dir, "pages.img")
+	os.Chmod(pages, 0)
+	defer os.Chmod(pages, 0o600)
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		if err := dropDACCapabilities(); err != nil {
+			done <- err
+			return
+		}
+		_, err := s.Lookup(key)
+		done <- err
+	}()
+	err = <-done
+	if err == nil || errors.Is(err, ErrCorrupt) || !errors.Is(err, os.ErrPermission) {
+		t.Fatalf("Lookup of a valid entry it may not read = %v; want EACCES, not ErrCorrupt", err)
+	}
+	if !strings.Contains(string(data), key) {
+		t.Fatal("meta.json lost its key")
+	}
+}
+
+// dropDACCapabilities removes CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from the calling
+// thread's effective set (capset(2) with pid 0 acts on the calling thread alone).
+func dropDACCapabilities() error {
+	const version3 = 0x20080522
+	const dacOverride, dacReadSearch = 1, 2
+	header := struct {
+		version uint32
+		pid     int32
+	}{version3, 0}
+	var data [2]struct{ effective, permitted, inheritable uint32 }
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_CAPGET, uintptr(unsafe.Pointer(&header)), uintptr(unsafe.Pointer(&data[0])), 0); errno != 0 {
+		return errno
+	}
+	data[0].effective &^= 1<<dacOverride | 1<<dacReadSearch
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&header)), uintptr(unsafe.Pointer(&data[0])), 0); errno != 0 {
+		return errno
+	}
+	return nil
 }

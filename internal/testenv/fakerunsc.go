@@ -9,17 +9,23 @@ import (
 
 // FakeRunsc writes a stand-in for runsc, for unit tests of the logic around it (never the only
 // test of a behaviour): `list` prints listJSON, `delete` of an ID containing "fail" fails with
-// runsc-like words, every other command succeeds. It returns the binary and a function that
+// runsc-like words, every command named in failing fails for every ID (with exit status 3 and
+// the same words), every other command succeeds. It returns the binary and a function that
 // reads the command lines it was called with.
-func FakeRunsc(t testing.TB, listJSON string) (string, func() []string) {
+func FakeRunsc(t testing.TB, listJSON string, failing ...string) (string, func() []string) {
 	t.Helper()
 	dir := t.TempDir()
+	fail := "never-a-command"
+	if len(failing) > 0 {
+		fail = strings.Join(failing, "|")
+	}
 	script := `#!/bin/sh
 echo "$*" >> "` + dir + `/calls.log"
 for last; do :; done
 for a in "$@"; do
   case "$a" in
     --version) echo "runsc version fake"; exit 0 ;;
+    ` + fail + `) echo "$a: device or resource busy" >&2; exit 3 ;;
     list) cat "` + dir + `/list.json"; exit 0 ;;
     delete) case "$last" in *fail*) echo "destroying container: device or resource busy" >&2; exit 128 ;; esac; exit 0 ;;
     run|create|start|restore|kill|state) exit 0 ;;

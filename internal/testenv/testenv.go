@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"readie.dev/pipeline/internal/lease"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
@@ -61,13 +62,13 @@ func Rootfs(t testing.TB) string {
 // BlockedLine is what BlockingModule writes to the executor's stderr before it blocks.
 const BlockedLine = "readie_test_block: blocking forever"
 
-// WaitForBlocked waits until the capture sandbox id of the pipeline process pid has imported
-// BlockingModule (its stderr log, in the run's scratch directory, holds BlockedLine): from then
-// on the executor writes nothing, so even a pipeline killed outright leaves it running.
-func WaitForBlocked(t testing.TB, pid int, id string, limit time.Duration) {
+// WaitForBlocked waits until the capture sandbox id has imported BlockingModule (its stderr
+// log, in its run's scratch directory, holds BlockedLine): from then on the executor writes
+// nothing, so even a pipeline killed outright leaves it running.
+func WaitForBlocked(t testing.TB, id string, limit time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
-	pattern := filepath.Join(os.TempDir(), fmt.Sprintf("rd-%d-*", pid), id, "stderr.log")
+	pattern := filepath.Join(os.TempDir(), "readie-scratch-*", id, "stderr.log")
 	for {
 		logs, _ := filepath.Glob(pattern)
 		for _, log := range logs {
@@ -119,18 +120,20 @@ func RunscPath(t testing.TB) string {
 	return path
 }
 
-// Runtime returns a runsc runtime with a private root that the test removes, after checking
-// that no sandbox was left behind under it.
+// Runtime returns a runsc runtime with a private root and a lease of its own (a run's), which
+// the test removes, after checking that no sandbox was left behind under it.
 func Runtime(t testing.TB) *sandbox.Runtime {
 	t.Helper()
 	root, err := os.MkdirTemp("", "readie-runsc-")
 	if err != nil {
 		t.Fatal(err)
 	}
+	l := Lease(t)
 	rt := &sandbox.Runtime{
 		Path:  RunscPath(t),
 		Root:  root,
 		Flags: sandbox.DefaultFlags(),
+		Lease: l,
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -147,6 +150,21 @@ func Runtime(t testing.TB) *sandbox.Runtime {
 		}
 	})
 	return rt
+}
+
+// Lease returns a run's lease, released when the test ends.
+func Lease(t testing.TB) *lease.Lease {
+	t.Helper()
+	l, err := lease.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := l.Release(); err != nil {
+			t.Error(err)
+		}
+	})
+	return l
 }
 
 // RemoveRunscRoot removes a runsc state root. runsc bind-mounts a null-netns file into its
@@ -169,7 +187,7 @@ func RemoveRunscRoot(root string) error {
 // WorkDir returns a short temporary directory: a Unix socket path must fit in 108 bytes.
 func WorkDir(t testing.TB) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "rdt-") // not rd-PID-*: the pipeline sweeps those of dead pids
+	dir, err := os.MkdirTemp("", "rdt-") // not readie-scratch-*: the pipeline sweeps those
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,13 @@ func Run(ctx context.Context, rt *sandbox.Runtime, req Request) (*manifest.Meta,
 	if err := freshDir(req.Dir); err != nil {
 		return nil, fail(err)
 	}
-	hostDir := filepath.Join(req.WorkDir, req.ID+"-cap")
+	id, err := rt.NewID(req.ID, "capture")
+	if err != nil {
+		return nil, fail(err)
+	}
+	// Named by the ID's random suffix, not the set: the socket path stays short (108 bytes)
+	// whatever the set's id.
+	hostDir := filepath.Join(req.WorkDir, id[len(id)-8:])
 	if err := os.MkdirAll(hostDir, 0o755); err != nil {
 		return nil, fail(err)
 	}
@@ -66,7 +72,7 @@ func Run(ctx context.Context, rt *sandbox.Runtime, req Request) (*manifest.Meta,
 	if err != nil {
 		return nil, fail(err)
 	}
-	sb, err := rt.NewSandbox(sandbox.NewID(req.ID, "capture"), req.WorkDir, hostDir, spec)
+	sb, err := rt.NewSandbox(id, req.WorkDir, hostDir, spec)
 	if err != nil {
 		return nil, fail(err)
 	}
@@ -87,10 +93,11 @@ func Run(ctx context.Context, rt *sandbox.Runtime, req Request) (*manifest.Meta,
 	var exit *runc.ExitError
 	switch {
 	case runErr != nil && !timedOut && errors.As(runErr, &exit):
-		// runsc run exits with the executor's own status: say what it means.
-		return nil, withTail(fail(fmt.Errorf("the executor exited with status %d%s: %w", exit.Status, exitMeaning(exit.Status), runErr)))
+		// runsc run exits with the executor's own status: say what it means. A failed delete
+		// goes with it: a sandbox left behind is always reported.
+		return nil, errors.Join(withTail(fail(fmt.Errorf("the executor exited with status %d%s: %w", exit.Status, exitMeaning(exit.Status), runErr))), deleteErr)
 	case runErr != nil:
-		return nil, withTail(fail(runErr))
+		return nil, errors.Join(withTail(fail(runErr)), deleteErr)
 	case deleteErr != nil:
 		return nil, fail(deleteErr)
 	}

@@ -73,3 +73,18 @@ func TestRefusesNonEmptyDir(t *testing.T) {
 		t.Fatal("existing image file changed")
 	}
 }
+
+// TestFailedDeleteIsJoined (with a stand-in runsc whose run and delete both fail): the error
+// says both, so a sandbox left behind is reported even when the capture failed too.
+func TestFailedDeleteIsJoined(t *testing.T) {
+	path, _ := testenv.FakeRunsc(t, "[]", "run")
+	rt := &sandbox.Runtime{Path: path, Root: t.TempDir(), Flags: sandbox.DefaultFlags(), Lease: testenv.Lease(t)}
+	work := t.TempDir()
+	_, err := capture.Run(context.Background(), rt, capture.Request{
+		ID: "fail", Rootfs: "/rootfs", Dir: filepath.Join(work, "img"), WorkDir: work, Timeout: time.Minute,
+	})
+	if !errors.Is(err, capture.ErrCapture) || !strings.Contains(err.Error(), "exited with status 3") ||
+		!strings.Contains(err.Error(), "delete") || !strings.Contains(err.Error(), "destroying container: device or resource busy") {
+		t.Fatalf("capture whose run and delete fail = %v; want both", err)
+	}
+}

@@ -93,8 +93,9 @@ type Manifest struct {
 	Runsc            Runsc    `json:"runsc"`
 	RunscFlags       []string `json:"runsc_flags"`
 	RestoreFlags     []string `json:"restore_flags"`
-	// RestoreFlagsConcurrency is the concurrency at which `pipeline bench` found RestoreFlags
-	// the fastest (0: not chosen by a bench).
+	// RestoreFlagsConcurrency is legacy: `pipeline bench` once wrote the flags it found fastest
+	// into RestoreFlags and the concurrency here. Nothing writes it now (a bench records its
+	// recommendation in its own bench.json); it stays so that manifests that have it load.
 	RestoreFlagsConcurrency int `json:"restore_flags_concurrency,omitempty"`
 	// CheckpointOptions are the gVisor checkpoint annotations the images were captured with.
 	CheckpointOptions map[string]string `json:"checkpoint_options"`

@@ -161,7 +161,11 @@ func TestCaptureMeasureSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec.Process.Args = append(spec.Process.Args, "--tampered")
-	sb, err := rt.NewSandbox(sandbox.NewID("small", "tampered"), work, host, spec)
+	id, err := rt.NewID("small", "tampered")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := rt.NewSandbox(id, work, host, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +212,11 @@ func startColdExecutor(t *testing.T, name string) (context.Context, *sandbox.San
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb, err := rt.NewSandbox(sandbox.NewID(name, "test"), work, host, spec)
+	id, err := rt.NewID(name, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := rt.NewSandbox(id, work, host, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +287,7 @@ func TestKillStopsSandbox(t *testing.T) {
 // but whose sandbox could not be deleted is an error that says so.
 func TestFailedDeleteIsReported(t *testing.T) {
 	path, _ := testenv.FakeRunsc(t, "[]")
-	rt := &sandbox.Runtime{Path: path, Root: t.TempDir(), Flags: sandbox.DefaultFlags()}
+	rt := &sandbox.Runtime{Path: path, Root: t.TempDir(), Flags: sandbox.DefaultFlags(), Lease: testenv.Lease(t)}
 	r := &measure.Restorer{Launcher: measure.Launcher{Runtime: rt, Rootfs: "/rootfs", WorkDir: t.TempDir(), Timeout: time.Minute}}
 	_, err := r.MeasureOnce(context.Background(), "fail", t.TempDir())
 	if err == nil || !strings.Contains(err.Error(), "delete") || !strings.Contains(err.Error(), "device or resource busy") {

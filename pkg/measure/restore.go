@@ -43,7 +43,10 @@ type Restorer struct {
 // args, when set, replace the executor's argv (a sandbox of the same shape running something
 // else).
 func (l *Launcher) NewSandbox(setID, step string, mode sandbox.Mode, env, args []string) (*sandbox.Sandbox, error) {
-	id := sandbox.NewID(setID, step)
+	id, err := l.Runtime.NewID(setID, step)
+	if err != nil {
+		return nil, err
+	}
 	hostDir := filepath.Join(l.WorkDir, id[len(id)-8:]) // the random suffix: socket paths stay short
 	if err := os.MkdirAll(hostDir, 0o755); err != nil {
 		return nil, err

@@ -5,39 +5,37 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
-	"syscall"
+
+	"readie.dev/pipeline/internal/lease"
 )
 
-// NewID names a sandbox after its package set, its step and the pipeline's pid, unique per
-// call, so `runsc list` says what each sandbox is for and a later run can tell the leftovers of
-// a run that died from the sandboxes of a run still going (OwnerPID).
-func NewID(setID, step string) string {
+// NewID names a sandbox after its package set, its step and the ID of the run's lease, unique
+// per call ("readie-SET-STEP-RUN-RAND"), so `runsc list` says what each sandbox is for and a
+// later run can tell the leftovers of a run that is over from the sandboxes of a run still
+// going, in any pid namespace (RemoveOrphans). It holds the lease in the runsc root first.
+func (r *Runtime) NewID(setID, step string) (string, error) {
+	if r.Lease == nil {
+		return "", errors.New("sandbox: a runtime that creates sandboxes needs the run's lease")
+	}
+	if err := r.Lease.Hold(r.Root); err != nil {
+		return "", err
+	}
 	var b [4]byte
 	rand.Read(b[:])
-	return fmt.Sprintf("readie-%s-%s-%d-%s", setID, step, os.Getpid(), hex.EncodeToString(b[:]))
+	return fmt.Sprintf("readie-%s-%s-%s-%s", setID, step, r.Lease.ID(), hex.EncodeToString(b[:])), nil
 }
 
-// OwnerPID returns the pid that a pipeline sandbox ID ("readie-...-PID-RAND") carries.
-func OwnerPID(id string) (int, bool) {
+// OwnerRun returns the lease ID of the run that a pipeline sandbox ID carries. IDs of
+// pipelines from before leases carry a pid there instead, and are not the pipeline's to judge.
+func OwnerRun(id string) (string, bool) {
 	if !strings.HasPrefix(id, "readie-") {
-		return 0, false
+		return "", false
 	}
 	parts := strings.Split(id, "-")
-	if len(parts) < 4 {
-		return 0, false
+	if len(parts) < 5 {
+		return "", false
 	}
-	pid, err := strconv.Atoi(parts[len(parts)-2])
-	if err != nil || pid <= 0 {
-		return 0, false
-	}
-	return pid, true
-}
-
-// ProcessAlive reports whether pid names a live process.
-func ProcessAlive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
+	run := parts[len(parts)-2]
+	return run, lease.IsID(run)
 }

@@ -1,39 +1,61 @@
 package sandbox_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"readie.dev/pipeline/internal/lease"
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
-// TestRemoveOrphans (with a stand-in runsc): only the pipeline's sandboxes whose owning process
-// is gone are deleted; a failed delete is reported with runsc's words.
-func TestRemoveOrphans(t *testing.T) {
-	gone := exec.Command("true")
-	if err := gone.Run(); err != nil {
+func newLease(t *testing.T) *lease.Lease {
+	t.Helper()
+	l, err := lease.New()
+	if err != nil {
 		t.Fatal(err)
 	}
-	dead, live := gone.Process.Pid, os.Getpid()
-	orphan := fmt.Sprintf("readie-numpy-capture-%d-aaaa0000", dead)
-	stuck := fmt.Sprintf("readie-fail-measure-%d-bbbb0000", dead)
-	running := fmt.Sprintf("readie-pandas-capture-%d-cccc0000", live)
-	list := fmt.Sprintf(`[{"id":%q,"status":"running"},{"id":%q,"status":"stopped"},{"id":%q,"status":"running"},{"id":"someone-elses","status":"running"}]`,
-		orphan, stuck, running)
-	path, calls := testenv.FakeRunsc(t, list)
-	rt := &sandbox.Runtime{Path: path, Root: t.TempDir(), Flags: sandbox.DefaultFlags()}
+	t.Cleanup(func() { l.Release() })
+	return l
+}
+
+// TestRemoveOrphans (with a stand-in runsc): only the pipeline's sandboxes whose run is over
+// (its lease not held) are deleted, with the lock files such runs left; sandboxes of live runs
+// (another's, this one's) and of pipelines from before leases stay; a failed delete is
+// reported with runsc's words.
+func TestRemoveOrphans(t *testing.T) {
+	path, calls := testenv.FakeRunsc(t, "[]")
+	root := t.TempDir()
+	id := func(l *lease.Lease, set, step string) string {
+		rt := &sandbox.Runtime{Path: path, Root: root, Lease: l}
+		id, err := rt.NewID(set, step)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	dead, live, own := newLease(t), newLease(t), newLease(t)
+	orphan, stuck := id(dead, "numpy", "capture"), id(dead, "fail", "measure")
+	running, mine := id(live, "pandas", "capture"), id(own, "json", "smoke")
+	dead.Release()
+	list := `[{"id":"` + strings.Join([]string{orphan, stuck, running, mine, "readie-old-capture-4242-cccc0000", "someone-elses"}, `","status":"running"},{"id":"`) + `","status":"running"}]`
+	os.WriteFile(filepath.Join(filepath.Dir(path), "list.json"), []byte(list), 0o644)
+	rt := &sandbox.Runtime{Path: path, Root: root, Flags: sandbox.DefaultFlags(), Lease: own}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	removed, err := rt.RemoveOrphans(ctx)
-	if len(removed) != 1 || removed[0] != orphan {
-		t.Errorf("removed %v, want only %s", removed, orphan)
+	if len(removed) != 1 || removed[0].ID != orphan || removed[0].Run != dead.ID() || removed[0].Note != "" {
+		t.Errorf("removed %+v, want only %s", removed, orphan)
 	}
 	if err == nil || !strings.Contains(err.Error(), stuck) || !strings.Contains(err.Error(), "device or resource busy") {
 		t.Errorf("err = %v, want the failed delete of %s with runsc's words", err, stuck)
@@ -45,7 +67,145 @@ func TestRemoveOrphans(t *testing.T) {
 		}
 	}
 	slices.Sort(deleted)
-	if strings.Join(deleted, ",") != stuck+","+orphan {
-		t.Errorf("deleted %v", deleted)
+	want := []string{stuck, orphan}
+	slices.Sort(want)
+	if !slices.Equal(deleted, want) {
+		t.Errorf("deleted %v, want %v", deleted, want)
+	}
+	locks, _ := filepath.Glob(filepath.Join(root, lease.RunsDir, "*.lock"))
+	if len(locks) != 2 {
+		t.Errorf("lock files left %v, want the live run's and this one's", locks)
+	}
+	if _, err := (&sandbox.Runtime{Path: path, Root: root}).NewID("x", "y"); err == nil {
+		t.Error("NewID without a lease succeeded")
+	}
+}
+
+// otherNamespace is a run that made a sandbox from a pid namespace of its own (as a pod's
+// pipeline does) and whose lease is gone: its sandbox runs `sleep` under the shared root.
+type otherNamespace struct {
+	id     string
+	cmd    *exec.Cmd
+	stdout *bufio.Reader
+}
+
+func startInOtherNamespace(t *testing.T, rt *sandbox.Runtime) *otherNamespace {
+	t.Helper()
+	run := newLease(t)
+	other := *rt
+	other.Lease = run
+	id, err := other.NewID("orphan", "ns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := testenv.WorkDir(t)
+	host := filepath.Join(work, "host")
+	os.MkdirAll(host, 0o755)
+	spec, err := sandbox.Spec(sandbox.SpecOptions{Mode: sandbox.ModeSandbox, Rootfs: testenv.Rootfs(t), HostDir: host, Args: []string{"/bin/sleep", "3600"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := rt.NewSandbox(id, work, host, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runsc := strings.Join(append([]string{rt.Path, "--root=" + rt.Root}, rt.GlobalArgs()...), " ")
+	script := fmt.Sprintf("%s create --bundle %s %s && %s start %s && echo started && exec sleep 3600", runsc, sb.Bundle, id, runsc, id)
+	ns := &otherNamespace{id: id, cmd: exec.Command("unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "sh", "-c", script)}
+	// The sandbox's processes hold this pipe too: its end says that all of them are gone.
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.cmd.Stdout, ns.cmd.Stderr = w, os.Stderr
+	if err := ns.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	t.Cleanup(func() {
+		ns.cmd.Process.Kill()
+		ns.cmd.Wait()
+		r.Close()
+	})
+	ns.stdout = bufio.NewReader(r)
+	if line, err := ns.stdout.ReadString('\n'); line != "started\n" {
+		t.Fatalf("the sandbox in another pid namespace did not start: %q %v", line, err)
+	}
+	if err := run.Release(); err != nil { // the run is over; its sandbox is left behind
+		t.Fatal(err)
+	}
+	return ns
+}
+
+// kill kills the namespace (SIGKILL to unshare, which kills its pid 1, and the namespace
+// with it) and waits until every process of it, the sandbox's included, is gone.
+func (ns *otherNamespace) kill(t *testing.T) {
+	t.Helper()
+	ns.cmd.Process.Signal(syscall.SIGKILL)
+	ns.cmd.Wait()
+	done := make(chan struct{})
+	go func() { io.Copy(io.Discard, ns.stdout); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("the namespace's processes outlived its SIGKILL by a minute")
+	}
+}
+
+// sandboxProcesses lists the runsc processes here whose command line names the sandbox.
+func sandboxProcesses(id string) []string {
+	var found []string
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		data, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if strings.HasPrefix(string(data), "runsc") && strings.Contains(string(data), id) {
+			found = append(found, e.Name()+": "+strings.ReplaceAll(string(data), "\x00", " "))
+		}
+	}
+	return found
+}
+
+// TestRemoveOrphanFromAnotherPidNamespace (real runsc): runsc records the pids of a sandbox as
+// the namespace that made it saw them (small numbers, which here are strangers such as kernel
+// threads); RemoveOrphans signals none of them, removes the sandbox's processes that are still
+// visible here, and leaves no runsc state, cgroup or process of it, within runsc_command's
+// limit (runsc alone would wait two minutes for a stranger to stop).
+func TestRemoveOrphanFromAnotherPidNamespace(t *testing.T) {
+	for _, namespaceAlive := range []bool{false, true} {
+		t.Run(fmt.Sprintf("namespace_alive=%v", namespaceAlive), func(t *testing.T) {
+			rt := testenv.Runtime(t)
+			rt.CommandTimeout = 20 * time.Second
+			ns := startInOtherNamespace(t, rt)
+			if !namespaceAlive {
+				ns.kill(t)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			start := time.Now()
+			removed, err := rt.RemoveOrphans(ctx)
+			took := time.Since(start) // logged, never asserted
+			if err != nil || len(removed) != 1 || removed[0].ID != ns.id {
+				t.Fatalf("RemoveOrphans = %+v, %v; want %s", removed, err, ns.id)
+			}
+			t.Logf("removed %s in %s: %s", removed[0].ID, took.Round(time.Millisecond), removed[0].Note)
+			if !strings.Contains(removed[0].Note, "not its processes in this pid namespace") {
+				t.Errorf("the note does not say why runsc was not let signal: %q", removed[0].Note)
+			}
+			if namespaceAlive != strings.Contains(removed[0].Note, "were killed") {
+				t.Errorf("namespace alive %v, note %q", namespaceAlive, removed[0].Note)
+			}
+			if ids, err := rt.List(ctx); err != nil || len(ids) != 0 {
+				t.Errorf("runsc list after: %v %v", ids, err)
+			}
+			if left, _ := filepath.Glob(filepath.Join(rt.Root, "*"+ns.id+"*")); len(left) != 0 {
+				t.Errorf("runsc state left: %v", left)
+			}
+			if left, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", ns.id)); len(left) != 0 {
+				t.Errorf("cgroups left: %v", left)
+			}
+			if left := sandboxProcesses(ns.id); len(left) != 0 {
+				t.Errorf("processes of the sandbox left: %v", left)
+			}
+		})
 	}
 }

@@ -19,6 +19,8 @@ import (
 
 	runc "github.com/containerd/go-runc"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"readie.dev/pipeline/internal/lease"
 )
 
 // Flags are runsc's global flags that shape a sandbox. A restore must use the same ones as
@@ -53,6 +55,9 @@ type Runtime struct {
 	// CommandTimeout bounds runsc commands that should return at once (create, start, kill,
 	// delete, state, list). Zero means 30 s.
 	CommandTimeout time.Duration
+	// Lease is the run's: the IDs of its sandboxes carry it (NewID), so that another run can
+	// tell them from the leftovers of a run that is over (RemoveOrphans).
+	Lease *lease.Lease
 }
 
 // ErrRunsc wraps every failed runsc command.
@@ -480,33 +485,6 @@ func (s *stdio) wait(limit time.Duration) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// RemoveOrphans deletes the pipeline sandboxes under this root whose owning process is gone
-// (a run killed with SIGKILL cannot clean up after itself) and returns their IDs. Sandboxes of
-// live runs and sandboxes that are not the pipeline's are left alone.
-func (r *Runtime) RemoveOrphans(ctx context.Context) ([]string, error) {
-	ids, err := r.List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var removed []string
-	var errs []error
-	for _, id := range ids {
-		pid, ok := OwnerPID(id)
-		if !ok || ProcessAlive(pid) {
-			continue
-		}
-		dctx, cancel := r.commandContext(ctx, "delete")
-		err := r.client().Delete(utcLogs(dctx), id, &runc.DeleteOpts{Force: true})
-		cancel()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%w: delete %s: %w", ErrRunsc, id, err))
-			continue
-		}
-		removed = append(removed, id)
-	}
-	return removed, errors.Join(errs...)
 }
 
 // ParseFlags reads back the global flags that Flags.Args wrote (a manifest's runsc_flags), so

@@ -1,0 +1,268 @@
+// Package lease tells the leftovers of a run that is over from the files of a run still going,
+// in directories that many runs share: the checkpoint store, the runsc root, the scratch
+// directory. The runs may be in other pid namespaces (every pod's pipeline has a pid near 1)
+// or on other machines that share the cache, so a pid says nothing; a lock the owning run
+// holds says everything. The kernel drops the lock when its holder dies, however it dies.
+//
+// A run has a random ID (Lease). Before it creates anything named with its ID in a shared
+// directory D, it holds D/.readie-runs/ID.lock: created, flocked (LOCK_EX) and kept open for
+// the run's life (Hold). The descriptor is close-on-exec, so no child (runsc, its sandbox and
+// gofer processes, which may outlive a killed run) inherits the lock and keeps a dead run
+// alive. A sweeper that finds a leftover named with ID asks TakeOver: it opens that lock file
+// and tries LOCK_EX|LOCK_NB. Held: the run is alive, leave it. Acquired, or no lock file: the
+// run is over; the sweeper removes the leftover and then the lock file (Claim.Release), still
+// holding the lock, so two sweepers never work on one dead run at once.
+//
+// Races, and why each is harmless:
+//
+//   - Creation: a sweeper may open a run's new lock file between the run's open(O_CREAT) and
+//     its flock, take the lock and unlink the file. The run's flock then succeeds on an
+//     unlinked inode, or fails while the sweeper holds it. So Hold checks, after its flock,
+//     that the path still names the inode it locked, and otherwise starts again with a new
+//     file. A sweeper holds a fresh file only for an unlink, so this ends at once; Hold gives
+//     up after holdAttempts. The run creates nothing named with its ID before Hold returns,
+//     so the sweeper found nothing of it to remove.
+//   - Unlink while locked: a sweeper that opened a lock file before another sweeper (or the
+//     owner, in Release) unlinked it may then lock the unlinked inode. It concludes "over",
+//     which is true: only a sweeper of a dead run, or a run that has ended, unlinks a lock file.
+//     No one can create a new lock file for that ID again: IDs are never reused.
+//   - Release: a run removes its leftovers before it releases (unlinks, then closes) its lock
+//     files; anything named with its ID found later is a leftover. A leftover it means to
+//     keep (a failed run's staging directory, kept for inspection) must be renamed away from
+//     its ID first.
+//   - This process: flock locks belong to an open file description, so a sweeper's open of
+//     its own run's lock file would not conflict with its own lock. TakeOver therefore never
+//     opens the lock of the lease it is called on (its own run is alive); this also keeps the
+//     lock intact on NFS, where flock is emulated by fcntl locks that any close drops.
+//
+// Across machines the shared directory must be on a file system whose flock is coherent
+// between its clients (a local disk or a hostPath on one node is; NFSv4 with locking is).
+package lease
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// RunsDir is the directory, inside each shared directory, that holds the runs' lock files.
+const RunsDir = ".readie-runs"
+
+// IDLength is the length of a run ID: 12 lowercase hex digits.
+const IDLength = 12
+
+const (
+	lockSuffix   = ".lock"
+	holdAttempts = 1000
+	holdPause    = 10 * time.Millisecond
+)
+
+// ErrReleased reports a Hold on a lease that was already released.
+var ErrReleased = errors.New("lease: already released")
+
+// Lease is one run's claim on its files in shared directories.
+type Lease struct {
+	id       string
+	mu       sync.Mutex
+	held     map[string]*os.File // lock file by shared directory
+	released bool
+}
+
+// New makes a lease with a fresh random ID. It holds nothing yet.
+func New() (*Lease, error) {
+	for {
+		var b [IDLength / 2]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, fmt.Errorf("lease: %w", err)
+		}
+		id := hex.EncodeToString(b[:])
+		// Never all digits: a pipeline from before leases reads a number where the ID stands in
+		// a sandbox ID as a pid, and would judge it by that pid.
+		if strings.Trim(id, "0123456789") != "" {
+			return &Lease{id: id, held: map[string]*os.File{}}, nil
+		}
+	}
+}
+
+// ID is the run's ID, for names of the files it creates in shared directories.
+func (l *Lease) ID() string { return l.id }
+
+// IsID reports whether s has the form of a run ID. Names from before leases carry a pid in
+// the same place, which never has this form.
+func IsID(s string) bool {
+	return len(s) == IDLength && strings.Trim(s, "0123456789abcdef") == "" && strings.Trim(s, "0123456789") != ""
+}
+
+func lockPath(dir, id string) string { return filepath.Join(dir, RunsDir, id+lockSuffix) }
+
+// Hold makes dir's lock file of this lease and holds it until Release; it must be called
+// before anything named with the ID is created in dir. Holding a directory twice is a no-op.
+func (l *Lease) Hold(dir string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.released {
+		return ErrReleased
+	}
+	if _, ok := l.held[dir]; ok {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Join(dir, RunsDir), 0o700); err != nil {
+		return fmt.Errorf("lease: %w", err)
+	}
+	path := lockPath(dir, l.id)
+	for range holdAttempts {
+		f, err := lockNew(path)
+		if err != nil {
+			return err
+		}
+		if f != nil {
+			l.held[dir] = f
+			return nil
+		}
+		time.Sleep(holdPause) // a sweeper has the file this instant, and unlinks it
+	}
+	return fmt.Errorf("lease: could not hold %s: it was taken away %d times", path, holdAttempts)
+}
+
+// lockNew creates (or opens) path, locks it and checks that path still names the locked
+// file. It returns nil, nil when a sweeper took the file away: try again.
+func lockNew(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600) // O_CLOEXEC: Go sets it
+	if err != nil {
+		return nil, fmt.Errorf("lease: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("lease: lock %s: %w", path, err)
+	}
+	locked, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lease: %w", err)
+	}
+	named, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) || err == nil && !os.SameFile(locked, named) {
+		f.Close()
+		return nil, nil
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lease: %w", err)
+	}
+	// For a person looking at the file; nothing reads it.
+	host, _ := os.Hostname()
+	fmt.Fprintf(f, "host %s pid %d since %s\n", host, os.Getpid(), time.Now().UTC().Format(time.RFC3339))
+	return f, nil
+}
+
+// Release removes the lease's lock files and releases their locks; the run must have removed
+// what it created under its ID first. Release is safe to call again.
+func (l *Lease) Release() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.released = true
+	var errs []error
+	for dir, f := range l.held {
+		// Unlink before close: a sweeper that opened the file meanwhile locks an unlinked
+		// inode and rightly takes the run for over.
+		if err := os.Remove(lockPath(dir, l.id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("lease: %w", err))
+		}
+		if err := f.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("lease: %w", err))
+		}
+		delete(l.held, dir)
+	}
+	return errors.Join(errs...)
+}
+
+// Claim is a sweeper's hold on a run that is over: the lock of its lock file in one directory
+// (when it had one), so that no other sweeper works on the same run's leftovers meanwhile.
+type Claim struct {
+	ID   string
+	path string
+	file *os.File
+}
+
+// TakeOver judges the run id in dir. It returns nil, nil when that run is alive (its lock is
+// held), this lease's own run included; a Claim when it is over (its lock file can be locked,
+// or there is none); and an error, with no judgement, when the lock file cannot be read. A
+// nil lease (a process that owns nothing in dir) judges every run by its lock alone.
+func (l *Lease) TakeOver(dir, id string) (*Claim, error) {
+	if l != nil && id == l.id {
+		return nil, nil
+	}
+	path := lockPath(dir, id)
+	f, err := os.OpenFile(path, os.O_RDWR, 0) // never O_CREAT: it is not ours to create
+	if errors.Is(err, fs.ErrNotExist) {
+		return &Claim{ID: id, path: path}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lease: is run %s alive: %w", id, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("lease: is run %s alive: lock %s: %w", id, path, err)
+	}
+	return &Claim{ID: id, path: path, file: f}, nil
+}
+
+// Release removes the dead run's lock file, once its leftovers are gone, and lets go of it.
+func (c *Claim) Release() error {
+	if c.file == nil {
+		return nil
+	}
+	err := os.Remove(c.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		err = nil // another sweeper that claimed it before us removed it
+	}
+	return errors.Join(err, c.file.Close())
+}
+
+// RemoveDeadLocks removes the lock files in dir of runs that are over (killed runs leave
+// theirs) and returns the IDs of those runs. It leaves the files of live runs and this one.
+func (l *Lease) RemoveDeadLocks(dir string) ([]string, error) {
+	names, err := os.ReadDir(filepath.Join(dir, RunsDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lease: %w", err)
+	}
+	var removed []string
+	var errs []error
+	for _, d := range names {
+		id, ok := strings.CutSuffix(d.Name(), lockSuffix)
+		if !ok || !IsID(id) {
+			continue
+		}
+		claim, err := l.TakeOver(dir, id)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if claim == nil {
+			continue
+		}
+		if err := claim.Release(); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, id)
+	}
+	return removed, errors.Join(errs...)
+}

@@ -1,0 +1,242 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	runc "github.com/containerd/go-runc"
+
+	"readie.dev/pipeline/internal/atomicfile"
+	"readie.dev/pipeline/internal/lease"
+)
+
+// Orphan is a sandbox that RemoveOrphans deleted: a leftover of a run that is over.
+type Orphan struct {
+	ID  string
+	Run string // the lease ID of the run that made it
+	// Note says how it was deleted when runsc could not be let do it alone: runsc recorded
+	// pids for it that are not its processes here (it was made in another pid namespace).
+	Note string
+}
+
+// RemoveOrphans deletes the pipeline sandboxes under this root whose run is over (its lease
+// in the root is not held: a run killed with SIGKILL cannot clean up after itself, in this
+// pid namespace or another) and the lock files such runs left, and returns the sandboxes.
+// Sandboxes of live runs, this one's included, and sandboxes that are not the pipeline's are
+// left alone.
+func (r *Runtime) RemoveOrphans(ctx context.Context) ([]Orphan, error) {
+	ids, err := r.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	claims := map[string]*lease.Claim{}
+	var removed []Orphan
+	var errs []error
+	for _, id := range ids {
+		run, ok := OwnerRun(id)
+		if !ok {
+			continue
+		}
+		claim, seen := claims[run]
+		if !seen {
+			if claim, err = r.Lease.TakeOver(r.Root, run); err != nil {
+				errs = append(errs, err)
+			}
+			claims[run] = claim
+		}
+		if claim == nil {
+			continue // alive, or not known to be over
+		}
+		note, err := r.removeOrphan(ctx, id)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%w: delete %s: %w", ErrRunsc, id, err))
+			continue
+		}
+		removed = append(removed, Orphan{ID: id, Run: run, Note: note})
+	}
+	for _, claim := range claims {
+		if claim != nil {
+			errs = append(errs, claim.Release())
+		}
+	}
+	if _, err := r.Lease.RemoveDeadLocks(r.Root); err != nil {
+		errs = append(errs, err)
+	}
+	return removed, errors.Join(errs...)
+}
+
+// removeOrphan deletes one sandbox of a run that is over. runsc's state records the pids of
+// the sandbox's processes as the pid namespace that made it saw them; in another namespace
+// those numbers name strangers (pid 10 of a pod is a kernel thread here), and `runsc delete`
+// would signal them and wait minutes for them to stop. So the pids are checked first: each
+// must be the sandbox's own runsc process here. When one is not, the sandbox's processes that
+// are visible here are killed directly, runsc's state is told to forget the pids, and runsc
+// deletes the rest (cgroups, control socket, state files) without signalling anyone.
+func (r *Runtime) removeOrphan(ctx context.Context, id string) (string, error) {
+	ctx, cancel := r.commandContext(ctx, "delete")
+	defer cancel()
+	note := ""
+	recorded, err := recordedPids(r.Root, id)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) { // gone meanwhile: delete --force succeeds
+		return "", err
+	}
+	own := processesOf(id)
+	var strangers []int
+	for _, pid := range recorded {
+		if pid != 0 && !slices.Contains(own, pid) {
+			strangers = append(strangers, pid)
+		}
+	}
+	if len(strangers) > 0 {
+		for _, pid := range own {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		if err := waitGone(ctx, id, own); err != nil {
+			return "", err
+		}
+		if err := forgetPids(r.Root, id); err != nil {
+			return "", err
+		}
+		note = fmt.Sprintf("runsc recorded pids %v for it, which are not its processes in this pid namespace (it was made in another one): none of them was signalled", strangers)
+		if len(own) > 0 {
+			note += fmt.Sprintf("; its processes seen here (%v) were killed", own)
+		}
+	}
+	if err := r.client().Delete(utcLogs(ctx), id, &runc.DeleteOpts{Force: true}); err != nil {
+		return "", err
+	}
+	return note, nil
+}
+
+// statePaths are runsc's state file of a one-container sandbox and its lock file
+// (runsc/container/state_file.go: "CONTAINER_sandbox:SANDBOX.state" and ".lock").
+func statePaths(root, id string) (state, lock string) {
+	base := filepath.Join(root, id+"_sandbox:"+id)
+	return base + ".state", base + ".lock"
+}
+
+// runscState is the part of runsc's state file that holds pids: the gofer's at the top, the
+// sandbox process's under "sandbox".
+type runscState map[string]json.RawMessage
+
+func (s runscState) pids(path string) (sandboxPid, goferPid int, sandbox map[string]json.RawMessage, err error) {
+	if err := json.Unmarshal(s["sandbox"], &sandbox); err == nil {
+		err = json.Unmarshal(sandbox["pid"], &sandboxPid)
+		if err == nil {
+			err = json.Unmarshal(s["goferPid"], &goferPid)
+		}
+		if err == nil {
+			return sandboxPid, goferPid, sandbox, nil
+		}
+	}
+	return 0, 0, nil, fmt.Errorf("runsc state %s has no sandbox.pid and goferPid: a format this pipeline does not know, so it signals nothing", path)
+}
+
+func readState(path string) (runscState, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var s runscState
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("runsc state %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// recordedPids returns the sandbox and gofer pids runsc recorded for sandbox id.
+func recordedPids(root, id string) ([]int, error) {
+	path, _ := statePaths(root, id)
+	s, err := readState(path)
+	if err != nil {
+		return nil, err
+	}
+	sandboxPid, goferPid, _, err := s.pids(path)
+	if err != nil {
+		return nil, err
+	}
+	return []int{sandboxPid, goferPid}, nil
+}
+
+// forgetPids sets the pids in sandbox id's runsc state to 0 ("no process"), under runsc's own
+// lock of that state, so that `runsc delete` signals and waits for nobody.
+func forgetPids(root, id string) error {
+	path, lockPath := statePaths(root, id)
+	lock, err := os.OpenFile(lockPath, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return fmt.Errorf("lock %s (a runsc command holds it): %w", lockPath, err)
+	}
+	s, err := readState(path)
+	if err != nil {
+		return err
+	}
+	_, _, sandbox, err := s.pids(path)
+	if err != nil {
+		return err
+	}
+	sandbox["pid"] = json.RawMessage("0")
+	if s["sandbox"], err = json.Marshal(sandbox); err != nil {
+		return err
+	}
+	s["goferPid"] = json.RawMessage("0")
+	data, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	return atomicfile.Write(path, data, 0o640)
+}
+
+// processesOf returns the pids, in this pid namespace, of the runsc processes of sandbox id:
+// its sandbox ("runsc-sandbox ... boot ... ID") and gofer ("runsc-gofer ... gofer ... ID").
+func processesOf(id string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if isProcessOf(pid, id) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func isProcessOf(pid int, id string) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	args := strings.Split(strings.TrimSuffix(string(data), "\x00"), "\x00")
+	return len(args) > 1 && (args[0] == "runsc-sandbox" || args[0] == "runsc-gofer") && args[len(args)-1] == id
+}
+
+// waitGone waits until none of pids is a process of sandbox id any more (gone, or a zombie:
+// its cmdline is empty).
+func waitGone(ctx context.Context, id string, pids []int) error {
+	for _, pid := range pids {
+		for isProcessOf(pid, id) {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("process %d still runs after SIGKILL: %w", pid, context.Cause(ctx))
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
