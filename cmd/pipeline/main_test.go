@@ -207,10 +207,18 @@ func TestCaptureVerify(t *testing.T) {
 		t.Fatalf("smoke exit %d\n%s", code, stderr)
 	}
 
+	// An output is immutable: its files say so (image files are shared with the store).
 	pages := filepath.Join(out, "pandas", "pages.img")
+	for path, want := range map[string]os.FileMode{pages: 0o400, filepath.Join(out, manifest.FileName): 0o444,
+		filepath.Join(out, "pandas", manifest.MetaFileName): 0o444, filepath.Join(out, manifest.RestoreSpecFileName): 0o444} {
+		if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != want {
+			t.Errorf("%s: mode %v (%v), want %v", path, fi.Mode().Perm(), err, want)
+		}
+	}
+	// Root writes it anyway: verify names the file, and the store entry it shares.
 	flipByte(t, pages, 4096)
 	code, _, stderr = runCLI(t, "verify", "--config", cfg)
-	if code != exitFailed || !strings.Contains(stderr, pages) {
+	if code != exitFailed || !strings.Contains(stderr, pages) || !strings.Contains(stderr, "shares pages.img with the store entry "+filepath.Join(filepath.Dir(out), "store")) {
 		t.Fatalf("verify after tampering: exit %d\n%s", code, stderr)
 	}
 }

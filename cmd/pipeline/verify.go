@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"os"
 
-	"readie.dev/pipeline/pkg/executorproto"
-	"readie.dev/pipeline/pkg/manifest"
+	"readie.dev/pipeline/internal/run"
+	"readie.dev/pipeline/internal/store"
 )
 
 type verifyCmd struct {
@@ -38,7 +38,7 @@ func (c *verifyCmd) Execute(ctx context.Context, con *console, args []string) er
 	if _, err := os.Stat(cfg.Output); errors.Is(err, os.ErrNotExist) {
 		return usagef("output %s does not exist", cfg.Output)
 	}
-	m, err := manifest.Verify(cfg.Output, executorproto.Version)
+	m, err := run.VerifyOutput(cfg.Output, &store.Store{Dir: cfg.CheckpointCache})
 	if err != nil {
 		return err
 	}

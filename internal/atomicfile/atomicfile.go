@@ -10,12 +10,16 @@ import (
 
 // WriteJSON writes v as indented JSON to path atomically: a temporary file in the same
 // directory, fsync, rename, fsync of the directory. A reader sees the old file or the new one.
-func WriteJSON(path string, v any) error {
+func WriteJSON(path string, v any) error { return WriteJSONPerm(path, v, 0o644) }
+
+// WriteJSONPerm is WriteJSON with the file's permissions (0o444 for an output's files, which
+// nothing writes in place).
+func WriteJSONPerm(path string, v any, perm os.FileMode) error {
 	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
-	return Write(path, append(data, '\n'), 0o644)
+	return Write(path, append(data, '\n'), perm)
 }
 
 // Write writes data to path atomically (see WriteJSON).

@@ -14,7 +14,6 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/pkg/capture"
 	"readie.dev/pipeline/pkg/executorproto"
@@ -262,7 +261,7 @@ func (e *Env) carryOut(ctx context.Context, plan *Plan, m *manifest.Manifest, st
 	if err := e.writeRestoreSpec(filepath.Join(staging, manifest.RestoreSpecFileName)); err != nil {
 		return res, fmt.Errorf("write restore spec: %w", err)
 	}
-	if err := atomicfile.WriteJSON(filepath.Join(staging, manifest.FileName), m); err != nil {
+	if err := writeOutputJSON(filepath.Join(staging, manifest.FileName), m); err != nil {
 		return res, fmt.Errorf("write manifest: %w", err)
 	}
 	return res, nil
@@ -418,7 +417,7 @@ func (e *Env) writeMeta(dir string, sp SetPlan, stored *manifest.Meta) error {
 	meta.ID, meta.Imports = sp.ID, slices.Clone(sp.Imports)
 	meta.Key, meta.KeyParts = sp.Key, sp.KeyParts
 	meta.RestoreMS, meta.MeasuredWith = nil, nil
-	return atomicfile.WriteJSON(filepath.Join(dir, manifest.MetaFileName), &meta)
+	return writeOutputJSON(filepath.Join(dir, manifest.MetaFileName), &meta)
 }
 
 // keepInStore puts a checkpoint reused from the output into the store when the store lacks
@@ -504,7 +503,7 @@ func (e *Env) writeRestoreSpec(path string) error {
 	if err != nil {
 		return err
 	}
-	return atomicfile.WriteJSON(path, spec)
+	return writeOutputJSON(path, spec)
 }
 
 // replaceDir puts staging in place of out: the old output is moved aside first and removed

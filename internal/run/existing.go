@@ -8,7 +8,6 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/sandbox"
@@ -125,7 +124,7 @@ func (e *Env) Measure(ctx context.Context, out string, only []string) (*manifest
 			c.RestoreMS, c.MeasuredWith = stats, x.Env.measuredWith()
 		}
 		x.Manifest.AlphaMsPerMiB, x.Manifest.InterceptMs = costModel(x.Manifest.Checkpoints)
-		return atomicfile.WriteJSON(filepath.Join(out, manifest.FileName), x.Manifest)
+		return writeOutputJSON(filepath.Join(out, manifest.FileName), x.Manifest)
 	})
 }
 
@@ -140,6 +139,6 @@ func (e *Env) Smoke(ctx context.Context, out string, only []string) (*manifest.M
 			e.Log.WithFields(logrus.Fields{"set": c.ID, "ready_ms": round1(smoke.ReadyMS)}).Info("smoke: ok")
 			c.Smoke = smoke
 		}
-		return atomicfile.WriteJSON(filepath.Join(out, manifest.FileName), x.Manifest)
+		return writeOutputJSON(filepath.Join(out, manifest.FileName), x.Manifest)
 	})
 }

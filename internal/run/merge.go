@@ -142,7 +142,7 @@ func Merge(out string, srcs []string) (*manifest.Manifest, error) {
 			if err != nil {
 				return err
 			}
-			if err := atomicfile.Write(filepath.Join(dst, manifest.MetaFileName), meta, 0o644); err != nil {
+			if err := atomicfile.Write(filepath.Join(dst, manifest.MetaFileName), meta, outputJSONPerm); err != nil {
 				return err
 			}
 			c := p.c
@@ -154,11 +154,11 @@ func Merge(out string, srcs []string) (*manifest.Manifest, error) {
 			return err
 		}
 		m.Spec = manifest.RestoreSpecFileName
-		if err := atomicfile.Write(filepath.Join(staging, m.Spec), spec, 0o644); err != nil {
+		if err := atomicfile.Write(filepath.Join(staging, m.Spec), spec, outputJSONPerm); err != nil {
 			return err
 		}
 		m.AlphaMsPerMiB, m.InterceptMs = costModel(m.Checkpoints)
-		return atomicfile.WriteJSON(filepath.Join(staging, manifest.FileName), &m)
+		return writeOutputJSON(filepath.Join(staging, manifest.FileName), &m)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("merge into %s: %w", out, err)

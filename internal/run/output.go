@@ -8,6 +8,9 @@ import (
 	"slices"
 	"strings"
 
+	"readie.dev/pipeline/internal/atomicfile"
+	"readie.dev/pipeline/internal/store"
+	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/manifest"
 )
 
@@ -18,6 +21,18 @@ var (
 	outputFiles = []string{manifest.FileName, manifest.RestoreSpecFileName, "catalogue.json"}
 	carriedOver = []string{"bench", "analysis.json", "plan.json"}
 )
+
+// Outputs are immutable: a file is replaced (atomically, by rename), never written in place,
+// and image files are hard links shared with the store and with other outputs, so a write
+// into one would change them all. Their modes say so.
+const (
+	// outputJSONPerm is manifest.json, meta.json, restore-spec.json and the like.
+	outputJSONPerm = 0o444
+)
+
+func writeOutputJSON(path string, v any) error {
+	return atomicfile.WriteJSONPerm(path, v, outputJSONPerm)
+}
 
 // checkOutput refuses an output path that a run must not replace: a file, or a directory that
 // holds anything the pipeline did not write there (an output is replaced as a whole, so
@@ -76,4 +91,39 @@ func carryOver(from, to string) error {
 		}
 	}
 	return nil
+}
+
+// VerifyOutput verifies out (manifest.Verify) and, when it does not verify, says which store
+// entries of st share a file that does not verify: outputs take their image files from the
+// store by hard link, so such an entry, and every output linked to it, holds the same bytes.
+func VerifyOutput(out string, st *store.Store) (*manifest.Manifest, error) {
+	m, err := manifest.Verify(out, executorproto.Version)
+	if err == nil || m == nil {
+		return m, err
+	}
+	var shared []string
+	for _, c := range m.Checkpoints {
+		entry, perr := st.Path(c.Key)
+		if perr != nil {
+			continue
+		}
+		meta, merr := manifest.LoadMeta(filepath.Join(entry, manifest.MetaFileName))
+		for _, name := range manifest.ImageFiles() {
+			a, aerr := os.Stat(filepath.Join(out, c.Dir, name))
+			b, berr := os.Stat(filepath.Join(entry, name))
+			if aerr != nil || berr != nil || !os.SameFile(a, b) {
+				continue
+			}
+			if merr == nil {
+				if got, herr := manifest.HashFile(filepath.Join(entry, name)); herr == nil && got == meta.Files[name] {
+					continue
+				}
+			}
+			shared = append(shared, fmt.Sprintf("checkpoint %s shares %s with the store entry %s, which does not verify either: every output linked to it holds the same bytes, and the next capture of its key captures it again", c.ID, name, entry))
+		}
+	}
+	if len(shared) > 0 {
+		err = fmt.Errorf("%w\n%s", err, strings.Join(shared, "\n"))
+	}
+	return m, err
 }

@@ -211,8 +211,9 @@ func (s *Store) RemoveDeadPending() ([]string, error) {
 // Abort removes the pending directory.
 func (p *Pending) Abort() error { return os.RemoveAll(p.Dir) }
 
-// Commit makes the pending directory key's entry: meta.json written, every file made 0600 and
-// synced, the directory renamed into place. When another run committed the same key first,
+// Commit makes the pending directory key's entry: meta.json written, every file made read-only
+// (0400: it holds process memory, and outputs share it by hard link, so nothing may write it)
+// and synced, the directory renamed into place. When another run committed the same key first,
 // its entry is kept if it verifies (and this one dropped), or replaced if it does not. It
 // returns the entry's meta.json as it is in the store.
 func (p *Pending) Commit(meta *manifest.Meta) (*manifest.Meta, error) {
@@ -221,7 +222,7 @@ func (p *Pending) Commit(meta *manifest.Meta) (*manifest.Meta, error) {
 		return nil, err
 	}
 	for _, name := range append(manifest.ImageFiles(), manifest.MetaFileName) {
-		if err := syncPrivate(filepath.Join(p.Dir, name)); err != nil {
+		if err := syncReadOnly(filepath.Join(p.Dir, name)); err != nil {
 			return nil, err
 		}
 	}
@@ -256,13 +257,17 @@ func (p *Pending) Commit(meta *manifest.Meta) (*manifest.Meta, error) {
 	return nil, fmt.Errorf("store: commit %s: %w", final, err)
 }
 
-func syncPrivate(path string) error {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+// EntryFilePerm is the mode of every file of an entry, and of the image files that outputs
+// share with it.
+const EntryFilePerm = 0o400
+
+func syncReadOnly(path string) error {
+	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	if err := f.Chmod(0o600); err != nil {
+	if err := f.Chmod(EntryFilePerm); err != nil {
 		return err
 	}
 	return f.Sync()
@@ -319,7 +324,7 @@ func copyFile(src, dst string) error {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, EntryFilePerm)
 	if err != nil {
 		return err
 	}

@@ -168,8 +168,8 @@ func TestCommitLookupAndCorruption(t *testing.T) {
 	}
 	dir, _ := s.Path(key)
 	for _, name := range append(manifest.ImageFiles(), manifest.MetaFileName) {
-		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.Mode().Perm() != 0o600 {
-			t.Errorf("%s: %v %v, want 0600", name, fi.Mode(), err)
+		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.Mode().Perm() != 0o400 {
+			t.Errorf("%s: %v %v, want 0400: read-only, outputs share it", name, fi.Mode(), err)
 		}
 	}
 	if fi, _ := os.Stat(dir); fi.Mode().Perm() != 0o700 {
@@ -306,7 +306,7 @@ func TestLinkFilesAcrossFileSystems(t *testing.T) {
 	}
 	a, _ := os.Stat(filepath.Join(entry, "pages.img"))
 	b, _ := os.Stat(filepath.Join(dst, "pages.img"))
-	if os.SameFile(a, b) || b.Mode().Perm() != 0o600 {
+	if os.SameFile(a, b) || b.Mode().Perm() != 0o400 {
 		t.Errorf("across file systems: same file %v, mode %v", os.SameFile(a, b), b.Mode())
 	}
 }
@@ -386,7 +386,7 @@ func TestLookupIOErrorIsNotCorrupt(t *testing.T) {
 	// CAP_DAC_READ_SEARCH, on this OS thread only, meets a file of mode 000.
 	pages := filepath.Join(dir, "pages.img")
 	os.Chmod(pages, 0)
-	defer os.Chmod(pages, 0o600)
+	defer os.Chmod(pages, EntryFilePerm)
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
