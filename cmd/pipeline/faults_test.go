@@ -135,6 +135,37 @@ func TestFaultImportFails(t *testing.T) {
 	e.checkOutputVerifies(t, good)
 }
 
+// TestFailedRunKeepsItsFiles: without --clean-failed, the directory the failed run names holds
+// the failed set's logs and files, and the next run leaves it alone.
+func TestFailedRunKeepsItsFiles(t *testing.T) {
+	e := newFaultEnv(t)
+	good := e.goodOutput(t)
+	cfg := e.config(t, "  - id: broken\n    imports: [json, not_a_module_readie]\n", "")
+	code, _, stderr := runCLI(t, "capture", "--config", cfg)
+	_, kept, found := strings.Cut(stderr, "staging directory kept for inspection: ")
+	kept, _, _ = strings.Cut(kept, ")")
+	if code != exitFailed || !found {
+		t.Fatalf("exit %d, no kept directory named\n%s", code, stderr)
+	}
+	logs, _ := filepath.Glob(filepath.Join(kept, "broken", "logs", "readie-broken-capture-*-stderr.log"))
+	if len(logs) != 1 {
+		t.Fatalf("the kept directory %s holds no log of the failed capture: %v", kept, logs)
+	}
+	if data, _ := os.ReadFile(logs[0]); !strings.Contains(string(data), "not_a_module_readie") {
+		t.Errorf("the kept log does not say what failed:\n%s", data)
+	}
+	if _, err := os.Stat(filepath.Join(kept, "broken", "capture")); err != nil {
+		t.Errorf("the failed capture's files are not kept: %v", err)
+	}
+	code, _, stderr = runCLI(t, "capture", "--config", good)
+	if code != exitOK {
+		t.Fatalf("the next run: exit %d\n%s", code, stderr)
+	}
+	if _, err := os.Stat(logs[0]); err != nil || strings.Contains(stderr, kept) {
+		t.Errorf("the next run swept the kept directory (%v):\n%s", err, stderr)
+	}
+}
+
 // TestFaultCaptureTimeout: a capture that cannot finish (its import blocks forever) fails when
 // its limit runs out, names the set, the step and the limit, deletes its sandbox and keeps the
 // previous output. The limit is generous for the empty set that is captured first, on any

@@ -246,6 +246,9 @@ func (e *Env) carryOut(ctx context.Context, plan *Plan, m *manifest.Manifest, st
 		res.Sets = append(res.Sets, SetResult{Checkpoint: w.c, Status: w.status, Err: w.err, Timings: w.sp.Timings})
 		if w.err != nil {
 			failed, errs = append(failed, w.sp.ID), append(errs, w.err)
+			if err := keepFailedSet(w, staging, work); err != nil {
+				e.Log.WithField("set", w.sp.ID).WithError(err).Warn("could not keep the failed set's files for inspection")
+			}
 			continue
 		}
 		e.Log.WithFields(logrus.Fields{"set": w.sp.ID, "status": w.status}).Info(string(w.status))
