@@ -153,7 +153,10 @@ func printBench(w io.Writer, r *bench.Report) {
 	tw.Flush()
 	fmt.Fprintf(w, "\nrestore cost model (measure-mode medians): %s\n", r.Fit.Describe())
 	if r.FastestVariant != nil {
-		fmt.Fprintf(w, "fastest restore variant (sum of medians over the sets): %s\n", r.FastestVariant.Name)
+		fmt.Fprintf(w, "fastest restore variant with a warm page cache (an image restored many times; sum of medians over the sets): %s\n", r.FastestVariant.Name)
+	}
+	if r.FastestColdVariant != nil {
+		fmt.Fprintf(w, "fastest restore variant with a cold page cache (the first restore after a pull): %s\n", r.FastestColdVariant.Name)
 	}
 	if len(r.Concurrency) > 0 {
 		fmt.Fprintf(w, "\nrestores at once of %s, from the release of one barrier to each answer (latency over all rounds; throughput: median of the rounds):\n", r.Concurrency[0].Set)

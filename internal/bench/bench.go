@@ -35,6 +35,8 @@ type Variant struct {
 	Name              string            `json:"name"`
 	Flags             []string          `json:"flags"`
 	CheckpointOptions map[string]string `json:"checkpoint_options,omitempty"`
+	// ColdPageCache evicts the image's files from the page cache before each restore.
+	ColdPageCache bool `json:"cold_page_cache,omitempty"`
 }
 
 // VariantPrefix starts the series name of every variant.
@@ -44,7 +46,7 @@ const VariantPrefix = "variant:"
 func Variants(cfg []config.BenchVariant) []Variant {
 	var vs []Variant
 	for _, v := range cfg {
-		vs = append(vs, Variant{Name: VariantPrefix + v.Name, Flags: append([]string{}, v.RestoreFlags...), CheckpointOptions: maps.Clone(v.CheckpointOptions)})
+		vs = append(vs, Variant{Name: VariantPrefix + v.Name, Flags: append([]string{}, v.RestoreFlags...), CheckpointOptions: maps.Clone(v.CheckpointOptions), ColdPageCache: v.PageCache == "cold"})
 	}
 	return vs
 }
@@ -206,11 +208,14 @@ func Execute(ctx context.Context, sets []Set, series []string, rounds int, runne
 	return res, nil
 }
 
-// Fastest returns the variant with the lowest sum of medians over the sets, or false if none
-// was measured.
-func (r *Results) Fastest(variants []Variant) (Variant, bool) {
+// Fastest returns the variant with the lowest sum of medians over the sets among those with a
+// cold page cache (cold) or a warm one, or false if none was measured.
+func (r *Results) Fastest(variants []Variant, cold bool) (Variant, bool) {
 	best, bestSum, found := Variant{}, math.Inf(1), false
 	for _, v := range variants {
+		if v.ColdPageCache != cold {
+			continue
+		}
 		sum := 0.0
 		for _, s := range r.Sets {
 			st, ok := s.Series[v.Name]

@@ -89,8 +89,10 @@ func TestExecuteNamesTheFailedTrial(t *testing.T) {
 }
 
 func TestFastest(t *testing.T) {
-	runner := &fakeRunner{times: map[string]float64{"variant:none": 500, "variant:-direct": 450, "variant:-background": 300}}
-	vs := Variants([]config.BenchVariant{{Name: "none"}, {Name: "-direct", RestoreFlags: []string{"-direct"}}, {Name: "-background", RestoreFlags: []string{"-background"}}})
+	runner := &fakeRunner{times: map[string]float64{"variant:none": 500, "variant:-direct": 450, "variant:-background": 300,
+		"variant:cold,none": 900, "variant:cold,-direct": 700}}
+	vs := Variants([]config.BenchVariant{{Name: "none"}, {Name: "-direct", RestoreFlags: []string{"-direct"}}, {Name: "-background", RestoreFlags: []string{"-background"}},
+		{Name: "cold,none", PageCache: "cold"}, {Name: "cold,-direct", RestoreFlags: []string{"-direct"}, PageCache: "cold"}})
 	var names []string
 	for _, v := range vs {
 		names = append(names, v.Name)
@@ -99,8 +101,12 @@ func TestFastest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v, ok := res.Fastest(vs); !ok || v.Name != "variant:-background" {
+	if v, ok := res.Fastest(vs, false); !ok || v.Name != "variant:-background" {
 		t.Fatalf("fastest = %+v %v", v, ok)
+	}
+	// A cold page cache is another state of the machine, not a choice: compared apart.
+	if v, ok := res.Fastest(vs, true); !ok || v.Name != "variant:cold,-direct" || !v.ColdPageCache {
+		t.Fatalf("fastest with a cold page cache = %+v %v", v, ok)
 	}
 }
 

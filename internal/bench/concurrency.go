@@ -97,6 +97,9 @@ func RunConcurrency(ctx context.Context, r *measure.Restorer, set Set, variants 
 	}
 	all := []series{{Restore, r.Flags, set.Dir}}
 	for _, v := range variants {
+		if v.ColdPageCache {
+			continue // K restores at once of one image share its cache: a warm-cache figure
+		}
 		dir := set.Dir
 		if key := optionsKey(v.CheckpointOptions); key != "" {
 			dir = set.VariantDirs[key]

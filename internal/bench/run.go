@@ -77,8 +77,11 @@ func runOn(ctx context.Context, x *run.Existing, o Options) (*Report, error) {
 		RunscFlags: env.Runtime.Flags.Args(), RestoreFlags: slices.Clone(m.RestoreFlags),
 		CheckpointOptions: maps.Clone(m.CheckpointOptions), Variants: variants, Results: *results,
 	}
-	if v, ok := results.Fastest(variants); ok {
+	if v, ok := results.Fastest(variants, false); ok {
 		report.FastestVariant = &v
+	}
+	if v, ok := results.Fastest(variants, true); ok {
+		report.FastestColdVariant = &v
 	}
 	if len(o.Concurrency) > 0 {
 		if err := measureConcurrency(ctx, x, report, restorer, sets, variants, o); err != nil {

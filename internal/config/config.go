@@ -61,6 +61,10 @@ type BenchVariant struct {
 	Name              string            `yaml:"name"`
 	RestoreFlags      []string          `yaml:"restore_flags"`
 	CheckpointOptions map[string]string `yaml:"checkpoint_options"`
+	// PageCache is "warm" (the default: an image restored many times) or "cold": the image's
+	// files are evicted from the page cache before each restore, as for the first restore
+	// after a pull.
+	PageCache string `yaml:"page_cache"`
 }
 
 // Bench configures `pipeline bench`.
@@ -251,6 +255,9 @@ func (c *Config) validate() error {
 			}
 		}
 		checkOptions(where+".checkpoint_options", v.CheckpointOptions)
+		if v.PageCache != "" && v.PageCache != "warm" && v.PageCache != "cold" {
+			add("%s (%s): page_cache %q: want warm or cold", where, v.Name, v.PageCache)
+		}
 	}
 	if c.Rootfs == "" {
 		add("rootfs is empty")

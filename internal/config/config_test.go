@@ -252,7 +252,7 @@ func TestShards(t *testing.T) {
 
 func TestBenchVariants(t *testing.T) {
 	c, err := Parse(pipeline.DefaultConfig(), "default", "/w", "/c")
-	if err != nil || len(c.Bench.Variants) != 6 || c.Bench.Variants[4].CheckpointOptions["exclude-committed-zero-pages"] != "true" {
+	if err != nil || len(c.Bench.Variants) != 9 || c.Bench.Variants[4].CheckpointOptions["exclude-committed-zero-pages"] != "true" || c.Bench.Variants[7].PageCache != "cold" {
 		t.Fatalf("default variants %+v %v", c.Bench.Variants, err)
 	}
 	for bad, want := range map[string]string{
@@ -261,6 +261,7 @@ func TestBenchVariants(t *testing.T) {
 		"bench:\n  variants:\n    - {name: a, restore_flags: [direct]}\n":        "not a flag",
 		"bench:\n  variants:\n    - {name: a, checkpoint_options: {bogus: x}}\n": "bogus",
 		"bench:\n  variants:\n    - {name: a/b}\n":                               "name",
+		"bench:\n  variants:\n    - {name: a, page_cache: lukewarm}\n":           "page_cache \"lukewarm\": want warm or cold",
 	} {
 		if _, err := Parse([]byte(bad), "x.yaml", "/w", "/c"); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want %q", bad, err, want)
