@@ -289,7 +289,7 @@ func TestBenchShort(t *testing.T) {
 			t.Errorf("series %s has %d runs, want 2", name, len(s.Runs))
 		}
 	}
-	if len(report.Sets[0].Series) != 11 || report.Sets[0].Ratios["cold/restore"] <= 0 || len(report.Explain) != 1 || report.Explain[0].Total <= 0 {
+	if len(report.Sets[0].Series) != 14 || report.Sets[0].Ratios["cold/restore"] <= 0 || len(report.Explain) != 1 || report.Explain[0].Total <= 0 {
 		t.Errorf("bench.json: %d series, ratios %v, explain %+v", len(report.Sets[0].Series), report.Sets[0].Ratios, report.Explain)
 	}
 	// K restores at once, released by one barrier: every restore of every batch answered; how
@@ -317,7 +317,7 @@ func TestBenchShort(t *testing.T) {
 		t.Fatalf("bench.svg: %v", err)
 	}
 	txt, err := os.ReadFile(filepath.Join(latest, "bench.txt"))
-	if err != nil || bytes.Count(txt, []byte("\nBenchmarkRestore/set=small/series=")) != 11*2 || bytes.Count(txt, []byte("\nBenchmarkRestoreAtOnce/set=small/series=")) != 7*(2*1+2*2) {
+	if err != nil || bytes.Count(txt, []byte("\nBenchmarkRestore/set=small/series=")) != 14*2 || bytes.Count(txt, []byte("\nBenchmarkRestoreAtOnce/set=small/series=")) != 7*(2*1+2*2) {
 		t.Errorf("bench.txt: %v\n%s", err, txt)
 	}
 	// A second run keeps the first: history, not overwrite; latest follows the new one.

@@ -92,15 +92,15 @@ type Report struct {
 	Variants          []Variant         `json:"variants"`
 	// FastestVariant is the fastest with a warm page cache (an image restored many times),
 	// FastestColdVariant with a cold one (the first restore after a pull).
-	FastestVariant     *Variant `json:"fastest_variant,omitempty"`
-	FastestColdVariant *Variant `json:"fastest_cold_variant,omitempty"`
-	Explain           []Breakdown       `json:"explain,omitempty"`
+	FastestVariant     *Variant    `json:"fastest_variant,omitempty"`
+	FastestColdVariant *Variant    `json:"fastest_cold_variant,omitempty"`
+	Explain            []Breakdown `json:"explain,omitempty"`
 	// Concurrency holds K restores at once of the largest set, per series and K.
 	Concurrency []Concurrent `json:"concurrency,omitempty"`
 	// RecommendedRestoreFlags are the restore flags fastest at RecommendedAt restores at once
 	// (bench.concurrency); nil when that was not measured. The bench never writes them into the
 	// manifest: only a capture writes a manifest, with the config's runsc.restore_flags.
-	RecommendedRestoreFlags []string `json:"recommended_restore_flags,omitempty"`
+	RecommendedRestoreFlags []string `json:"recommended_restore_flags"` // null: none; []: no flags
 	RecommendedAt           int      `json:"recommended_at,omitempty"`
 	// Recommendation says which flags are fastest at bench.concurrency, the config line that
 	// restores with them, and whether one restore at a time differs.
