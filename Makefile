@@ -101,7 +101,7 @@ bench-jobs: deps runsc image build
 # Unpacking an image (ours beside tar -x) and push/pull of the default output to a local
 # registry (it captures first).
 bench-oci: capture
-	go test -run '^$$' -bench Unpack -benchtime 1x -count 5 -timeout 30m ./internal/oci
+	go test -run '^$$' -bench Unpack -benchtime 1x -count 5 -timeout 30m ./internal/oci/unpack
 	bench/oci.sh
 
 # The pipeline's own hot paths that are not sandboxes.

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"readie.dev/pipeline/internal/config"
-	"readie.dev/pipeline/internal/oci"
+	"readie.dev/pipeline/internal/oci/rootfs"
 )
 
 // rootfsCmd puts the executor layer on a base root filesystem (`make image` runs it on its
@@ -35,7 +35,7 @@ func (c *rootfsCmd) CheckArgs(args []string) error {
 }
 
 func (c *rootfsCmd) Execute(ctx context.Context, con *console, _ []string) error {
-	path, info, err := oci.Assemble(ctx, c.cache, c.base, c.baseDigest, nil)
+	path, info, err := rootfs.Assemble(ctx, c.cache, c.base, c.baseDigest, nil)
 	if err != nil {
 		return usageError{err}
 	}

@@ -6,7 +6,6 @@ package run
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -17,10 +16,11 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
 
-	"readie.dev/pipeline/internal/oci"
-
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/lease"
+	"readie.dev/pipeline/internal/oci/ref"
+	"readie.dev/pipeline/internal/oci/rootfs"
+	"readie.dev/pipeline/internal/oci/unpack"
 	"readie.dev/pipeline/pkg/capture"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
@@ -34,9 +34,6 @@ var ErrSetup = errors.New("setup")
 // RestoreSpecHostDir stands for the per-sandbox host directory in the restore spec that
 // the manifest ships: a worker replaces it (and the environment and root.path), nothing else.
 const RestoreSpecHostDir = "/run/readie/sandboxes/SANDBOX_ID"
-
-// ImageInfoPath is where `make image` records the rootfs digest inside the rootfs.
-const ImageInfoPath = "usr/lib/readie/image.json"
 
 // Env is what every subcommand needs: the config, a runtime, the image and the restore flags.
 // A run over an existing output uses a copy shaped by that output's manifest (forManifest).
@@ -105,11 +102,11 @@ func (e *Env) Close() error { return e.lease.Release() }
 // (unpacked once into the cache, with the executor layered on top).
 func (e *Env) PrepareRootfs(ctx context.Context) error {
 	if e.Config.Image == "" {
-		rootfs, err := OpenRootfs(e.Config.Rootfs)
-		e.Rootfs = rootfs
+		opened, err := OpenRootfs(e.Config.Rootfs)
+		e.Rootfs = opened
 		return err
 	}
-	img, err := oci.OpenImage(ctx, e.Config.Image, e.Config.InsecureRegistries)
+	img, err := ref.Open(ctx, e.Config.Image, e.Config.InsecureRegistries)
 	if err != nil {
 		return fmt.Errorf("%w: image %s: %w", ErrSetup, e.Config.Image, err)
 	}
@@ -118,30 +115,30 @@ func (e *Env) PrepareRootfs(ctx context.Context) error {
 		return err
 	}
 	start := time.Now()
-	base, unpacked, err := oci.UnpackOnce(img, config.CacheDir(), oci.LogLayers(e.Log, "unpack"))
+	base, unpacked, err := unpack.UnpackOnce(img, config.CacheDir(), unpack.LogLayers(e.Log, "unpack"))
 	if err != nil {
 		return fmt.Errorf("%w: image %s: %w", ErrSetup, e.Config.Image, err)
 	}
 	if unpacked {
 		e.Log.WithFields(logrus.Fields{"image": digest.String(), "took": time.Since(start).Round(time.Millisecond)}).Info("unpack: done")
 	}
-	content, err := oci.ContentDigest(img)
+	content, err := unpack.ContentDigest(img)
 	if err != nil {
 		return err
 	}
-	ref := &oci.ImageRef{Ref: e.Config.Image, Digest: digest.String()}
-	path, _, err := oci.Assemble(ctx, config.CacheDir(), base, content, ref)
+	image := &rootfs.ImageRef{Ref: e.Config.Image, Digest: digest.String()}
+	path, _, err := rootfs.Assemble(ctx, config.CacheDir(), base, content, image)
 	if err != nil {
-		if errors.Is(err, oci.ErrPython) {
+		if errors.Is(err, rootfs.ErrPython) {
 			return fmt.Errorf("%w: %w", ErrSetup, err)
 		}
 		return err
 	}
-	rootfs, err := OpenRootfs(path)
+	opened, err := OpenRootfs(path)
 	if err != nil {
 		return err
 	}
-	e.Rootfs, e.Image = rootfs, &manifest.Image{Ref: ref.Ref, Digest: ref.Digest}
+	e.Rootfs, e.Image = opened, &manifest.Image{Ref: image.Ref, Digest: image.Digest}
 	return nil
 }
 
@@ -152,20 +149,11 @@ func OpenRootfs(path string) (manifest.Rootfs, error) {
 	if err != nil {
 		return manifest.Rootfs{}, fmt.Errorf("%w: rootfs %s: %w (run `make image`)", ErrSetup, path, err)
 	}
-	var image struct {
-		Digest string `json:"digest"`
-	}
-	data, err := os.ReadFile(filepath.Join(resolved, ImageInfoPath))
-	if err == nil {
-		err = json.Unmarshal(data, &image)
-	}
-	if err == nil && image.Digest == "" {
-		err = errors.New("no digest")
-	}
+	info, err := rootfs.ReadInfo(resolved)
 	if err != nil {
 		return manifest.Rootfs{}, fmt.Errorf("%w: rootfs %s has no readable image.json: %w (run `make image`)", ErrSetup, resolved, err)
 	}
-	return manifest.Rootfs{Path: resolved, Digest: image.Digest}, nil
+	return manifest.Rootfs{Path: resolved, Digest: info.Digest}, nil
 }
 
 // Launcher starts sandboxes of this environment's shape, each bounded by limit; workDir

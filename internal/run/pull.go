@@ -3,7 +3,7 @@ package run
 import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"readie.dev/pipeline/internal/oci"
+	"readie.dev/pipeline/internal/oci/output"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/manifest"
 )
@@ -12,12 +12,12 @@ import (
 // swap: writeOutput): out changes only when the pulled output verifies. An image of another executor
 // protocol is refused before any layer is read.
 func Pull(img v1.Image, out string, progress func(layer, layers int, bytes int64)) (*manifest.Manifest, error) {
-	if err := oci.CheckProtocol(img, executorproto.Version); err != nil {
+	if err := output.CheckProtocol(img, executorproto.Version); err != nil {
 		return nil, err
 	}
 	var m *manifest.Manifest
 	err := writeOutput(out, func(staging string) error {
-		if err := oci.Extract(img, staging, progress); err != nil {
+		if err := output.Extract(img, staging, progress); err != nil {
 			return err
 		}
 		var err error

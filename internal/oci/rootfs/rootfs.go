@@ -1,4 +1,8 @@
-package oci
+// Package rootfs makes the root filesystem sandboxes run: a base (the Debian package layer of
+// `make image`, or a user's image unpacked) with the pipeline's executor layer on top, named
+// by the digest of both and never written again; and reads back what a rootfs records of
+// itself (Info, at InfoPath).
+package rootfs
 
 import (
 	"bytes"
@@ -13,9 +17,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
-
 	"readie.dev/pipeline/internal/atomicfile"
 )
 
@@ -23,9 +24,9 @@ import (
 // cloudpickle.
 var ErrPython = errors.New("the image cannot run the executor")
 
-// ImageInfo is /usr/lib/readie/image.json in a rootfs: its digest (of the base and the
+// Info is what a rootfs records of itself at InfoPath: its digest (of the base and the
 // executor layer) and where they came from.
-type ImageInfo struct {
+type Info struct {
 	Digest         string `json:"digest"`
 	BaseDigest     string `json:"base_digest"`
 	ExecutorDigest string `json:"executor_digest"`
@@ -42,8 +43,24 @@ type ImageRef struct {
 	Digest string `json:"digest"`
 }
 
-// ImageInfoPath is where a rootfs records its ImageInfo.
-const ImageInfoPath = "usr/lib/readie/image.json"
+// InfoPath is where a rootfs records its Info, relative to its root.
+const InfoPath = "usr/lib/readie/image.json"
+
+// ReadInfo reads the Info that dir (a rootfs) records; an Info without a digest is an error.
+func ReadInfo(dir string) (*Info, error) {
+	data, err := os.ReadFile(filepath.Join(dir, InfoPath))
+	if err != nil {
+		return nil, err
+	}
+	var info Info
+	if err := json.Unmarshal(data, &info); err != nil {
+		return nil, fmt.Errorf("%s: %w", InfoPath, err)
+	}
+	if info.Digest == "" {
+		return nil, fmt.Errorf("%s: no digest", InfoPath)
+	}
+	return &info, nil
+}
 
 // checkPython runs the base's python3 in a chroot (with its own PATH and no bytecode writes)
 // and returns the directory on its path for the executor (sysconfig's purelib).
@@ -79,7 +96,7 @@ print(sysconfig.get_paths()["purelib"])`
 // their digest, and returns its path and info (Reused says it was there already). base (a directory that never changes) is linked,
 // not copied; the executor layer's files are new. It is made once, atomically, and never
 // written again; a rootfs of the same digest is reused as it is.
-func Assemble(ctx context.Context, cacheDir, base, baseDigest string, image *ImageRef) (string, *ImageInfo, error) {
+func Assemble(ctx context.Context, cacheDir, base, baseDigest string, image *ImageRef) (string, *Info, error) {
 	what := base
 	if image != nil {
 		what = "image " + image.Ref
@@ -102,7 +119,7 @@ func Assemble(ctx context.Context, cacheDir, base, baseDigest string, image *Ima
 		return "", nil, err
 	}
 	sum := sha256.Sum256([]byte(baseDigest + " " + executorDigest))
-	info := &ImageInfo{Digest: "sha256:" + hex.EncodeToString(sum[:]), BaseDigest: baseDigest, ExecutorDigest: executorDigest, SitePackages: "/" + site, Image: image}
+	info := &Info{Digest: "sha256:" + hex.EncodeToString(sum[:]), BaseDigest: baseDigest, ExecutorDigest: executorDigest, SitePackages: "/" + site, Image: image}
 	final := filepath.Join(parent, strings.Replace(info.Digest, ":", "-", 1))
 	rootfs := filepath.Join(final, "rootfs")
 	if _, err := os.Stat(filepath.Join(final, "complete")); err == nil {
@@ -126,10 +143,10 @@ func Assemble(ctx context.Context, cacheDir, base, baseDigest string, image *Ima
 	if out, err := compile.CombinedOutput(); err != nil {
 		return "", nil, fmt.Errorf("precompile the executor: %w: %s", err, out)
 	}
-	if err := os.MkdirAll(filepath.Join(tmp, "rootfs", filepath.Dir(ImageInfoPath)), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(tmp, "rootfs", filepath.Dir(InfoPath)), 0o755); err != nil {
 		return "", nil, err
 	}
-	if err := atomicfile.WriteJSON(filepath.Join(tmp, "rootfs", ImageInfoPath), info); err != nil {
+	if err := atomicfile.WriteJSON(filepath.Join(tmp, "rootfs", InfoPath), info); err != nil {
 		return "", nil, err
 	}
 	if err := os.WriteFile(filepath.Join(tmp, "complete"), nil, 0o644); err != nil {
@@ -159,7 +176,7 @@ func overlay(src, dst string) error {
 			}
 			return os.MkdirAll(target, 0o755)
 		}
-		if err := replaceable(target); err != nil {
+		if err := os.RemoveAll(target); err != nil {
 			return err
 		}
 		if d.Type()&os.ModeSymlink != 0 {
@@ -175,77 +192,4 @@ func overlay(src, dst string) error {
 		}
 		return os.WriteFile(target, data, 0o644)
 	})
-}
-
-// OpenImage finds the image REF names: oci-layout:DIR[:TAG|@DIGEST], docker-archive:FILE, or
-// a registry reference.
-func OpenImage(ctx context.Context, ref string, insecure []string) (v1.Image, error) {
-	if file, ok := strings.CutPrefix(ref, "docker-archive:"); ok {
-		img, err := tarball.ImageFromPath(file, nil)
-		if err != nil {
-			return nil, fmt.Errorf("docker archive %s: %w", file, err)
-		}
-		return img, nil
-	}
-	r, err := ParseRef(ref, insecure)
-	if err != nil {
-		return nil, err
-	}
-	return Fetch(ctx, r, nil)
-}
-
-// ContentDigest is the digest of what an image's layers hold, whatever carries them (an OCI
-// layout, a docker archive, a registry): their uncompressed digests, in order.
-func ContentDigest(img v1.Image) (string, error) {
-	cfg, err := img.ConfigFile()
-	if err != nil {
-		return "", err
-	}
-	var ids []string
-	for _, id := range cfg.RootFS.DiffIDs {
-		ids = append(ids, id.String())
-	}
-	data, _ := json.Marshal(ids)
-	sum := sha256.Sum256(data)
-	return "sha256:" + hex.EncodeToString(sum[:]), nil
-}
-
-// UnpackOnce unpacks img under cacheDir/rootfs/oci/<manifest digest>/rootfs, once: a second
-// call for the same image unpacks nothing (and says so with unpacked false). Two runs unpacking
-// the same image at once both end with the one complete directory.
-func UnpackOnce(img v1.Image, cacheDir string, progress func(layer, layers int, bytes int64)) (dir string, unpacked bool, err error) {
-	digest, err := img.Digest()
-	if err != nil {
-		return "", false, err
-	}
-	parent := filepath.Join(cacheDir, "rootfs", "oci")
-	final := filepath.Join(parent, digest.Hex)
-	if _, err := os.Stat(filepath.Join(final, "complete")); err == nil {
-		return filepath.Join(final, "rootfs"), false, nil
-	}
-	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return "", false, err
-	}
-	tmp, err := os.MkdirTemp(parent, ".tmp-")
-	if err != nil {
-		return "", false, err
-	}
-	defer os.RemoveAll(tmp)
-	root := filepath.Join(tmp, "rootfs")
-	if err := os.Mkdir(root, 0o755); err != nil {
-		return "", false, err
-	}
-	if err := Unpack(img, root, progress); err != nil {
-		return "", false, err
-	}
-	if err := os.WriteFile(filepath.Join(tmp, "complete"), nil, 0o644); err != nil {
-		return "", false, err
-	}
-	if err := os.Rename(tmp, final); err != nil {
-		if _, statErr := os.Stat(filepath.Join(final, "complete")); statErr != nil {
-			return "", false, fmt.Errorf("put %s in place: %w", final, err)
-		}
-		return filepath.Join(final, "rootfs"), false, nil
-	}
-	return filepath.Join(final, "rootfs"), true, nil
 }

@@ -1,7 +1,7 @@
-// Package oci speaks OCI at the pipeline's ends, on go-containerregistry: an output directory
-// as a regular OCI image (one layer per checkpoint) pushed to a registry or an OCI layout, and
-// pulled back into an output directory.
-package oci
+// Package ref finds images: references (an OCI layout, a docker archive, a registry), the
+// transport policy for registries (credentials, plain HTTP for which hosts), and opening the
+// image a reference names, in the style of go-containerregistry's name and remote.
+package ref
 
 import (
 	"context"
@@ -13,7 +13,10 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
 // ErrRef reports an image reference the pipeline cannot use.
@@ -83,16 +86,79 @@ func ParseRef(ref string, insecure []string) (Ref, error) {
 	return Ref{Registry: parsed}, nil
 }
 
-// remoteOptions are the registry options of every push and pull: credentials from the Docker
-// config (authn.DefaultKeychain, as every registry client reads them), ctx, and progress.
-func remoteOptions(ctx context.Context, progress *Progress) []remote.Option {
+// RemoteOptions are the registry options of every push and pull: credentials from the Docker
+// config (authn.DefaultKeychain, as every registry client reads them), ctx, and progress
+// updates when updates is not nil.
+func RemoteOptions(ctx context.Context, updates chan<- v1.Update) []remote.Option {
 	opts := []remote.Option{
 		remote.WithAuthFromKeychain(authn.DefaultKeychain),
 		remote.WithContext(ctx),
 		remote.WithTransport(http.DefaultTransport),
 	}
-	if progress != nil {
-		opts = append(opts, remote.WithProgress(progress.updates()))
+	if updates != nil {
+		opts = append(opts, remote.WithProgress(updates))
 	}
 	return opts
+}
+
+// RegistryError names the registry host and what failed; the cause (which names no
+// credential: go-containerregistry never prints them) stays matchable.
+func RegistryError(what string, ref name.Reference, err error) error {
+	return fmt.Errorf("%s %s (registry %s): %w", what, ref, ref.Context().RegistryStr(), err)
+}
+
+// AnnotationRefName is the tag of an image in an OCI layout's index.
+const AnnotationRefName = "org.opencontainers.image.ref.name"
+
+// Fetch finds the image at r (manifest only; layers are read when extracted).
+func Fetch(ctx context.Context, r Ref, progress chan<- v1.Update) (v1.Image, error) {
+	if r.Layout == "" {
+		img, err := remote.Image(r.Registry, RemoteOptions(ctx, progress)...)
+		if err != nil {
+			return nil, RegistryError("pull", r.Registry, err)
+		}
+		return img, nil
+	}
+	p, err := layout.FromPath(r.Layout)
+	if err != nil {
+		return nil, fmt.Errorf("OCI layout %s: %w", r.Layout, err)
+	}
+	index, err := p.ImageIndex()
+	if err != nil {
+		return nil, err
+	}
+	im, err := index.IndexManifest()
+	if err != nil {
+		return nil, err
+	}
+	var found []v1.Descriptor
+	for _, d := range im.Manifests {
+		switch {
+		case r.Digest != "" && d.Digest.String() == r.Digest,
+			r.Digest == "" && r.Tag != "" && d.Annotations[AnnotationRefName] == r.Tag,
+			r.Digest == "" && r.Tag == "":
+			found = append(found, d)
+		}
+	}
+	if len(found) != 1 {
+		return nil, fmt.Errorf("%w: %s: %d images match (name one with :TAG or @DIGEST)", ErrRef, r, len(found))
+	}
+	return p.Image(found[0].Digest)
+}
+
+// Open finds the image ref names: oci-layout:DIR[:TAG|@DIGEST], docker-archive:FILE, or a
+// registry reference.
+func Open(ctx context.Context, ref string, insecure []string) (v1.Image, error) {
+	if file, ok := strings.CutPrefix(ref, "docker-archive:"); ok {
+		img, err := tarball.ImageFromPath(file, nil)
+		if err != nil {
+			return nil, fmt.Errorf("docker archive %s: %w", file, err)
+		}
+		return img, nil
+	}
+	r, err := ParseRef(ref, insecure)
+	if err != nil {
+		return nil, err
+	}
+	return Fetch(ctx, r, nil)
 }

@@ -1,7 +1,12 @@
-package oci
+// Package unpack applies image layers to a directory the way a container runtime would, and
+// unpacks an image once into the cache.
+package unpack
 
 import (
 	"archive/tar"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +18,7 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/sirupsen/logrus"
 )
 
 // ErrLayer reports a layer entry that must not be applied: it would land outside the root.
@@ -31,12 +37,12 @@ const (
 // its name, and nothing is written outside root. It does not use go-containerregistry's
 // mutate.Extract, which has had bugs with opaque whiteouts.
 func Unpack(img v1.Image, root string, progress func(layer, layers int, bytes int64)) error {
-	return forEachLayer(img, func(tr *tar.Reader) error { return applyLayer(tr, root) }, progress)
+	return ForEachLayer(img, func(tr *tar.Reader) error { return applyLayer(tr, root) }, progress)
 }
 
-// forEachLayer runs apply on each layer of img, in order, uncompressed; progress, if set,
+// ForEachLayer runs apply on each layer of img, in order, uncompressed; progress, if set,
 // hears of each layer when it is done.
-func forEachLayer(img v1.Image, apply func(*tar.Reader) error, progress func(layer, layers int, bytes int64)) error {
+func ForEachLayer(img v1.Image, apply func(*tar.Reader) error, progress func(layer, layers int, bytes int64)) error {
 	layers, err := img.Layers()
 	if err != nil {
 		return err
@@ -271,4 +277,68 @@ func emptyLowerEntries(dir, whiteoutRel string, created map[string]bool) error {
 		}
 	}
 	return nil
+}
+
+// ContentDigest is the digest of what an image's layers hold, whatever carries them (an OCI
+// layout, a docker archive, a registry): their uncompressed digests, in order.
+func ContentDigest(img v1.Image) (string, error) {
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return "", err
+	}
+	var ids []string
+	for _, id := range cfg.RootFS.DiffIDs {
+		ids = append(ids, id.String())
+	}
+	data, _ := json.Marshal(ids)
+	sum := sha256.Sum256(data)
+	return "sha256:" + hex.EncodeToString(sum[:]), nil
+}
+
+// UnpackOnce unpacks img under cacheDir/rootfs/oci/<manifest digest>/rootfs, once: a second
+// call for the same image unpacks nothing (and says so with unpacked false). Two runs unpacking
+// the same image at once both end with the one complete directory.
+func UnpackOnce(img v1.Image, cacheDir string, progress func(layer, layers int, bytes int64)) (dir string, unpacked bool, err error) {
+	digest, err := img.Digest()
+	if err != nil {
+		return "", false, err
+	}
+	parent := filepath.Join(cacheDir, "rootfs", "oci")
+	final := filepath.Join(parent, digest.Hex)
+	if _, err := os.Stat(filepath.Join(final, "complete")); err == nil {
+		return filepath.Join(final, "rootfs"), false, nil
+	}
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return "", false, err
+	}
+	tmp, err := os.MkdirTemp(parent, ".tmp-")
+	if err != nil {
+		return "", false, err
+	}
+	defer os.RemoveAll(tmp)
+	root := filepath.Join(tmp, "rootfs")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		return "", false, err
+	}
+	if err := Unpack(img, root, progress); err != nil {
+		return "", false, err
+	}
+	if err := os.WriteFile(filepath.Join(tmp, "complete"), nil, 0o644); err != nil {
+		return "", false, err
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		if _, statErr := os.Stat(filepath.Join(final, "complete")); statErr != nil {
+			return "", false, fmt.Errorf("put %s in place: %w", final, err)
+		}
+		return filepath.Join(final, "rootfs"), false, nil
+	}
+	return filepath.Join(final, "rootfs"), true, nil
+}
+
+// LogLayers reports each finished layer of an unpack or a pull as a log line (what, layer I/N,
+// MiB), in the log's format.
+func LogLayers(log logrus.FieldLogger, what string) func(layer, layers int, bytes int64) {
+	return func(layer, layers int, bytes int64) {
+		log.WithFields(logrus.Fields{"layer": fmt.Sprintf("%d/%d", layer, layers), "mib": fmt.Sprintf("%.1f", float64(bytes)/(1<<20))}).Info(what)
+	}
 }

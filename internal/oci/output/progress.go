@@ -1,13 +1,11 @@
-package oci
+package output
 
 import (
-	"fmt"
 	"io"
 	"sync"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/sirupsen/logrus"
 )
 
 // Progress reports bytes done of total on a transfer, at most once per Every, and once at the
@@ -88,12 +86,4 @@ func (r *progressReader) Read(p []byte) (int, error) {
 		r.report(r.name, r.done, r.total)
 	}
 	return n, err
-}
-
-// LogLayers reports each finished layer of an unpack or a pull as a log line (what, layer I/N,
-// MiB), in the log's format.
-func LogLayers(log logrus.FieldLogger, what string) func(layer, layers int, bytes int64) {
-	return func(layer, layers int, bytes int64) {
-		log.WithFields(logrus.Fields{"layer": fmt.Sprintf("%d/%d", layer, layers), "mib": fmt.Sprintf("%.1f", float64(bytes)/(1<<20))}).Info(what)
-	}
 }

@@ -1,8 +1,7 @@
-package oci
+package output
 
 import (
 	"archive/tar"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -13,50 +12,13 @@ import (
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"readie.dev/pipeline/internal/oci/unpack"
 	"readie.dev/pipeline/pkg/manifest"
 )
 
 // ErrImage reports an image that does not hold a pipeline output this pipeline can use.
 var ErrImage = errors.New("not a usable checkpoint image")
-
-// Fetch finds the image at ref (manifest only; layers are read when extracted).
-func Fetch(ctx context.Context, ref Ref, progress *Progress) (v1.Image, error) {
-	if ref.Layout == "" {
-		img, err := remote.Image(ref.Registry, remoteOptions(ctx, progress)...)
-		if err != nil {
-			return nil, registryError("pull", ref.Registry, err)
-		}
-		return img, nil
-	}
-	p, err := layout.FromPath(ref.Layout)
-	if err != nil {
-		return nil, fmt.Errorf("OCI layout %s: %w", ref.Layout, err)
-	}
-	index, err := p.ImageIndex()
-	if err != nil {
-		return nil, err
-	}
-	im, err := index.IndexManifest()
-	if err != nil {
-		return nil, err
-	}
-	var found []v1.Descriptor
-	for _, d := range im.Manifests {
-		switch {
-		case ref.Digest != "" && d.Digest.String() == ref.Digest,
-			ref.Digest == "" && ref.Tag != "" && d.Annotations[annotationRefName] == ref.Tag,
-			ref.Digest == "" && ref.Tag == "":
-			found = append(found, d)
-		}
-	}
-	if len(found) != 1 {
-		return nil, fmt.Errorf("%w: %s: %d images match (name one with :TAG or @DIGEST)", ErrRef, ref, len(found))
-	}
-	return p.Image(found[0].Digest)
-}
 
 // CheckProtocol refuses an image whose executor protocol differs from implemented, with the
 // words a worker uses, before any layer is read.
@@ -80,7 +42,7 @@ func CheckProtocol(img v1.Image, implemented int) error {
 // nothing else. An entry that would leave dir, or that is not a plain file or directory, is
 // refused with its name.
 func Extract(img v1.Image, dir string, progress func(layer, layers int, bytes int64)) error {
-	return forEachLayer(img, func(tr *tar.Reader) error { return extractLayer(tr, dir) }, progress)
+	return unpack.ForEachLayer(img, func(tr *tar.Reader) error { return extractLayer(tr, dir) }, progress)
 }
 
 func extractLayer(tr *tar.Reader, dir string) error {

@@ -1,4 +1,4 @@
-package oci
+package rootfs
 
 import (
 	"crypto/sha256"

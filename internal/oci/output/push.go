@@ -1,4 +1,7 @@
-package oci
+// Package output is an output directory as an OCI image: one layer per checkpoint directory and
+// one for manifest.json, annotations a worker reads before pulling any layer, the push of it
+// to a registry or an OCI layout, and its extraction back into an output directory.
+package output
 
 import (
 	"archive/tar"
@@ -14,7 +17,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
@@ -23,6 +25,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"readie.dev/pipeline/internal/oci/ref"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/manifest"
 )
@@ -39,7 +42,6 @@ const (
 	AnnotationSpecFingerprint = AnnotationPrefix + "spec-fingerprint"
 	AnnotationRootfsDigest    = AnnotationPrefix + "rootfs-digest"
 	annotationCreated         = "org.opencontainers.image.created"
-	annotationRefName         = "org.opencontainers.image.ref.name"
 )
 
 // epoch is every entry's time in a layer: the same checkpoint gives the same layer digest.
@@ -145,7 +147,7 @@ func dirLayer(out, dir string, files []string) (v1.Layer, error) {
 
 // Push writes the output out as an image to ref and returns the pushed reference with its
 // digest (REF@sha256:...).
-func Push(ctx context.Context, out string, ref Ref, progress *Progress) (string, error) {
+func Push(ctx context.Context, out string, r ref.Ref, progress *Progress) (string, error) {
 	img, m, err := Image(out)
 	if err != nil {
 		return "", err
@@ -163,20 +165,20 @@ func Push(ctx context.Context, out string, ref Ref, progress *Progress) (string,
 	if err != nil {
 		return "", err
 	}
-	if ref.Layout != "" {
-		if ref.Digest != "" {
-			return "", fmt.Errorf("%w: push to an OCI layout takes a tag, not a digest", ErrRef)
+	if r.Layout != "" {
+		if r.Digest != "" {
+			return "", fmt.Errorf("%w: push to an OCI layout takes a tag, not a digest", ref.ErrRef)
 		}
-		if err := writeLayout(ref, img); err != nil {
-			return "", fmt.Errorf("write OCI layout %s: %w", ref.Layout, err)
+		if err := writeLayout(r, img); err != nil {
+			return "", fmt.Errorf("write OCI layout %s: %w", r.Layout, err)
 		}
-		return fmt.Sprintf("oci-layout:%s@%s", ref.Layout, digest), nil
+		return fmt.Sprintf("oci-layout:%s@%s", r.Layout, digest), nil
 	}
-	if err := remote.Write(ref.Registry, img, remoteOptions(ctx, progress)...); err != nil {
-		return "", registryError("push to", ref.Registry, err)
+	if err := remote.Write(r.Registry, img, ref.RemoteOptions(ctx, progress.updates())...); err != nil {
+		return "", ref.RegistryError("push to", r.Registry, err)
 	}
 	progress.done()
-	return ref.Registry.Context().Digest(digest.String()).String(), nil
+	return r.Registry.Context().Digest(digest.String()).String(), nil
 }
 
 // withLayerProgress is img with each layer (named by names, in order) reporting its upload.
@@ -213,23 +215,17 @@ func withLayerProgress(img v1.Image, names []string, report func(string, int64, 
 
 // writeLayout adds img to the OCI layout at ref.Layout (made when missing), replacing an image
 // of the same tag.
-func writeLayout(ref Ref, img v1.Image) error {
-	p, err := layout.FromPath(ref.Layout)
+func writeLayout(r ref.Ref, img v1.Image) error {
+	p, err := layout.FromPath(r.Layout)
 	if err != nil {
-		if p, err = layout.Write(ref.Layout, empty.Index); err != nil {
+		if p, err = layout.Write(r.Layout, empty.Index); err != nil {
 			return err
 		}
 	}
 	var opts []layout.Option
-	if ref.Tag != "" {
-		opts = append(opts, layout.WithAnnotations(map[string]string{annotationRefName: ref.Tag}))
-		return p.ReplaceImage(img, func(d v1.Descriptor) bool { return d.Annotations[annotationRefName] == ref.Tag }, opts...)
+	if r.Tag != "" {
+		opts = append(opts, layout.WithAnnotations(map[string]string{ref.AnnotationRefName: r.Tag}))
+		return p.ReplaceImage(img, func(d v1.Descriptor) bool { return d.Annotations[ref.AnnotationRefName] == r.Tag }, opts...)
 	}
 	return p.AppendImage(img, opts...)
-}
-
-// registryError names the registry host and what failed; the cause (which names no
-// credential: go-containerregistry never prints them) stays matchable.
-func registryError(what string, ref name.Reference, err error) error {
-	return fmt.Errorf("%s %s (registry %s): %w", what, ref, ref.Context().RegistryStr(), err)
 }
