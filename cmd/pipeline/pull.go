@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"readie.dev/pipeline/internal/oci/ref"
-	"readie.dev/pipeline/internal/oci/unpack"
 	"readie.dev/pipeline/internal/run"
 )
 
@@ -37,11 +36,11 @@ func (c *pullCmd) Execute(ctx context.Context, con *console, args []string) erro
 		return err
 	}
 	defer cancel()
-	img, err := ref.Fetch(ctx, r, nil)
+	img, err := ref.Fetch(ctx, r)
 	if err != nil {
 		return err
 	}
-	m, err := run.Pull(img, args[1], unpack.LogLayers(con.log, "pull"))
+	m, err := run.Pull(ctx, img, args[1], run.ImageLimits(cfg.Limits), con.log, "pull")
 	if err != nil {
 		return usageIfSetup(err)
 	}

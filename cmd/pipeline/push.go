@@ -4,27 +4,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"time"
-
-	"github.com/sirupsen/logrus"
 
 	"readie.dev/pipeline/internal/config"
-	"readie.dev/pipeline/internal/oci/output"
 	"readie.dev/pipeline/internal/oci/ref"
+	"readie.dev/pipeline/internal/run"
 )
-
-// progress reports a transfer on stderr, throttled, in the log's format.
-func progress(c *console, what string) *output.Progress {
-	mib := func(n int64) string { return fmt.Sprintf("%.1f", float64(n)/(1<<20)) }
-	return &output.Progress{What: what, Every: time.Second,
-		Report: func(what string, done, total int64) {
-			c.log.WithFields(logrus.Fields{"done_mib": mib(done), "total_mib": mib(total)}).Info(what)
-		},
-		Layer: func(layer string, done, total int64) {
-			c.log.WithFields(logrus.Fields{"layer": layer, "done_mib": mib(done), "total_mib": mib(total)}).Info(what + ": layer")
-		},
-	}
-}
 
 // registryStep parses ref for a push or pull against cfg, bounded by timeouts.registry.
 func registryStep(ctx context.Context, cfg *config.Config, what, arg string) (ref.Ref, context.Context, context.CancelFunc, error) {
@@ -72,7 +56,7 @@ func (c *pushCmd) Execute(ctx context.Context, con *console, args []string) erro
 		return err
 	}
 	defer cancel()
-	pushed, err := output.Push(ctx, cfg.Output, r, progress(con, "push"))
+	pushed, err := run.Push(ctx, cfg.Output, r, con.log)
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,7 @@ import (
 	"readie.dev/pipeline/internal/oci/ref"
 	"readie.dev/pipeline/internal/oci/rootfs"
 	"readie.dev/pipeline/internal/oci/unpack"
+	"readie.dev/pipeline/internal/oci/verify"
 	"readie.dev/pipeline/pkg/capture"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
@@ -99,35 +100,34 @@ func NewEnv(ctx context.Context, cfg *config.Config, log logrus.FieldLogger) (*E
 func (e *Env) Close() error { return e.lease.Release() }
 
 // PrepareRootfs sets e.Rootfs to the sandbox root the config names: its rootfs, or its image
-// (unpacked once into the cache, with the executor layered on top).
+// (fetched and unpacked once into the cache, verified, within timeouts.registry and the
+// config's limits; the executor layered on top, the image's own code run only in sandboxes).
 func (e *Env) PrepareRootfs(ctx context.Context) error {
 	if e.Config.Image == "" {
 		opened, err := OpenRootfs(e.Config.Rootfs)
 		e.Rootfs = opened
 		return err
 	}
-	img, err := ref.Open(ctx, e.Config.Image, e.Config.InsecureRegistries)
+	fetchCtx, cancel := context.WithTimeoutCause(ctx, e.Config.Timeouts.Registry,
+		fmt.Errorf("fetching and unpacking image %s exceeded timeouts.registry (%s)", e.Config.Image, e.Config.Timeouts.Registry))
+	defer cancel()
+	img, err := ref.Open(fetchCtx, e.Config.Image, e.Config.InsecureRegistries)
 	if err != nil {
-		return fmt.Errorf("%w: image %s: %w", ErrSetup, e.Config.Image, err)
-	}
-	digest, err := img.Digest()
-	if err != nil {
-		return err
+		return imageError(fetchCtx, e.Config.Image, err)
 	}
 	start := time.Now()
-	base, unpacked, err := unpack.UnpackOnce(img, config.CacheDir(), unpack.LogLayers(e.Log, "unpack"))
+	unpacked, err := unpack.UnpackOnce(fetchCtx, img, config.CacheDir(), ImageLimits(e.Config.Limits), e.Log, unpack.LogLayers(e.Log, "unpack"))
 	if err != nil {
-		return fmt.Errorf("%w: image %s: %w", ErrSetup, e.Config.Image, err)
+		return imageError(fetchCtx, e.Config.Image, err)
 	}
-	if unpacked {
-		e.Log.WithFields(logrus.Fields{"image": digest.String(), "took": time.Since(start).Round(time.Millisecond)}).Info("unpack: done")
+	if unpacked.Made {
+		e.Log.WithFields(logrus.Fields{"image": unpacked.Manifest, "took": time.Since(start).Round(time.Millisecond)}).Info("unpack: done")
 	}
-	content, err := unpack.ContentDigest(img)
-	if err != nil {
-		return err
-	}
-	image := &rootfs.ImageRef{Ref: e.Config.Image, Digest: digest.String()}
-	path, _, err := rootfs.Assemble(ctx, config.CacheDir(), base, content, image)
+	image := &rootfs.ImageRef{Ref: e.Config.Image, Digest: unpacked.Manifest}
+	path, _, err := rootfs.Assemble(ctx, rootfs.Options{
+		Cache: config.CacheDir(), Base: unpacked.Dir, BaseDigest: unpacked.Content, Image: image,
+		Runtime: e.Runtime, Timeout: e.Config.Timeouts.ImageProbe, Log: e.Log,
+	})
 	if err != nil {
 		if errors.Is(err, rootfs.ErrPython) {
 			return fmt.Errorf("%w: %w", ErrSetup, err)
@@ -140,6 +140,20 @@ func (e *Env) PrepareRootfs(ctx context.Context) error {
 	}
 	e.Rootfs, e.Image = opened, &manifest.Image{Ref: image.Ref, Digest: image.Digest}
 	return nil
+}
+
+// imageError says which image failed. An image the pipeline cannot use (a bad reference, a
+// refused entry, a limit) is bad input (exit 2); bytes that do not match their digest, and a
+// fetch that ran out of time (ctx done: a registry client may keep only the words of its
+// cause), fail the run (exit 1).
+func imageError(ctx context.Context, image string, err error) error {
+	if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+		err = fmt.Errorf("%w: %w", err, ctx.Err())
+	}
+	if errors.Is(err, verify.ErrDigest) || ctx.Err() != nil {
+		return fmt.Errorf("image %s: %w", image, err)
+	}
+	return fmt.Errorf("%w: image %s: %w", ErrSetup, image, err)
 }
 
 // OpenRootfs resolves a rootfs directory (runsc refuses a symlinked root) and reads the digest

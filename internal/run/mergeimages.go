@@ -12,7 +12,6 @@ import (
 
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/oci/ref"
-	"readie.dev/pipeline/internal/oci/unpack"
 	"readie.dev/pipeline/pkg/manifest"
 )
 
@@ -44,10 +43,10 @@ func MergeSources(ctx context.Context, cfg *config.Config, out string, srcs []st
 			}
 		}
 		pullCtx, cancel := context.WithTimeoutCause(ctx, cfg.Timeouts.Registry, fmt.Errorf("pull of %s exceeded its timeout of %s (timeouts.registry)", src, cfg.Timeouts.Registry))
-		img, err := ref.Fetch(pullCtx, r, nil)
+		img, err := ref.Fetch(pullCtx, r)
 		if err == nil {
 			sources[i] = filepath.Join(pulled, strconv.Itoa(i))
-			_, err = Pull(img, sources[i], unpack.LogLayers(log, "pull "+src))
+			_, err = Pull(pullCtx, img, sources[i], ImageLimits(cfg.Limits), log, "pull "+src)
 		}
 		cancel()
 		if err != nil {

@@ -2,6 +2,7 @@ package output
 
 import (
 	"archive/tar"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"readie.dev/pipeline/internal/oci/unpack"
+	"readie.dev/pipeline/internal/oci/verify"
 	"readie.dev/pipeline/pkg/manifest"
 )
 
@@ -38,14 +40,23 @@ func CheckProtocol(img v1.Image, implemented int) error {
 	return (&manifest.Manifest{ExecutorProtocol: protocol}).CheckProtocol(implemented)
 }
 
-// Extract writes the output held in img into dir (which must be empty): the files under Root,
-// nothing else. An entry that would leave dir, or that is not a plain file or directory, is
-// refused with its name.
-func Extract(img v1.Image, dir string, progress func(layer, layers int, bytes int64)) error {
-	return unpack.ForEachLayer(img, func(tr *tar.Reader) error { return extractLayer(tr, dir) }, progress)
+// Extract writes the output held in img into dir (which must be empty), every layer verified
+// (package verify) and within limits: exactly the files under Root/ (the top-level files and
+// those of one directory level), nothing else. An entry anywhere else, a deeper one, or one
+// that is not a plain file or directory is refused with its name. done, when set, hears of
+// each verified layer.
+func Extract(ctx context.Context, img v1.Image, dir string, limits unpack.Limits, done func(verify.Layer)) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	budget := unpack.NewBudget(limits)
+	_, err = verify.Layers(ctx, img, func(_ verify.Layer, tr *tar.Reader) error { return extractLayer(tr, root, budget) }, done)
+	return err
 }
 
-func extractLayer(tr *tar.Reader, dir string) error {
+func extractLayer(tr *tar.Reader, root *os.Root, budget *unpack.Budget) error {
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
@@ -54,40 +65,56 @@ func extractLayer(tr *tar.Reader, dir string) error {
 		if err != nil {
 			return err
 		}
-		rel, ok := strings.CutPrefix(path.Clean(hdr.Name), Root)
-		rel = strings.TrimPrefix(rel, "/")
-		if !ok || (rel != "" && !filepath.IsLocal(rel)) || strings.HasPrefix(path.Clean(hdr.Name), Root+"..") {
-			return fmt.Errorf("%w: entry %q is outside %s/", ErrImage, hdr.Name, Root)
+		if err := budget.Take(hdr); err != nil {
+			return err
 		}
-		target := filepath.Join(dir, rel)
-		switch hdr.Typeflag {
-		case tar.TypeDir:
-			if err := os.MkdirAll(target, 0o755); err != nil {
-				return err
+		rel, err := outputPath(hdr.Name)
+		if err != nil {
+			return err
+		}
+		switch {
+		case hdr.Typeflag == tar.TypeDir && !strings.Contains(rel, "/"):
+			if rel != "" {
+				if err := root.MkdirAll(rel, 0o755); err != nil {
+					return err
+				}
 			}
-		case tar.TypeReg:
-			if rel == "" || strings.Count(rel, "/") > 1 {
-				return fmt.Errorf("%w: entry %q is not a file of an output", ErrImage, hdr.Name)
-			}
-			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-				return err
-			}
-			f, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL, os.FileMode(hdr.Mode).Perm())
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(f, tr)
-			if err == nil {
-				err = f.Sync()
-			}
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
+		case hdr.Typeflag == tar.TypeReg && rel != "" && strings.Count(rel, "/") <= 1:
+			if err := extractFile(tr, root, rel, hdr); err != nil {
 				return fmt.Errorf("%s: %w", hdr.Name, err)
 			}
 		default:
-			return fmt.Errorf("%w: entry %q is not a plain file or directory", ErrImage, hdr.Name)
+			return fmt.Errorf("%w: entry %q is not a file or directory of an output", ErrImage, hdr.Name)
 		}
 	}
+}
+
+// outputPath is an entry's path relative to Root/, or an error when it lies anywhere else.
+func outputPath(name string) (string, error) {
+	clean := path.Clean(name)
+	if clean == Root {
+		return "", nil
+	}
+	rel, ok := strings.CutPrefix(clean, Root+"/")
+	if !ok || !filepath.IsLocal(rel) {
+		return "", fmt.Errorf("%w: entry %q is outside %s/", ErrImage, name, Root)
+	}
+	return rel, nil
+}
+
+func extractFile(r io.Reader, root *os.Root, rel string, hdr *tar.Header) error {
+	if dir := path.Dir(rel); dir != "." {
+		if err := root.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	f, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, os.FileMode(hdr.Mode).Perm())
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, r)
+	if err == nil {
+		err = f.Sync()
+	}
+	return errors.Join(err, f.Close())
 }

@@ -4,17 +4,9 @@
 package output
 
 import (
-	"archive/tar"
-	"bytes"
-	"compress/gzip"
 	"context"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -22,8 +14,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/sirupsen/logrus"
 
 	"readie.dev/pipeline/internal/oci/ref"
 	"readie.dev/pipeline/pkg/executorproto"
@@ -44,30 +36,33 @@ const (
 	annotationCreated         = "org.opencontainers.image.created"
 )
 
-// epoch is every entry's time in a layer: the same checkpoint gives the same layer digest.
-var epoch = time.Unix(0, 0).UTC()
-
-// Image is the output directory out as an OCI image: one layer per checkpoint directory, in
-// the manifest's order, then one with manifest.json and the restore spec. Layers are
-// deterministic (sorted entries, fixed times and owners, gzip at a fixed level), so an
-// unchanged checkpoint keeps its layer digest and a registry already has it.
+// Image is the output directory out as an OCI image, after manifest.Verify: one layer per
+// checkpoint directory, in the manifest's order, then one with manifest.json and the restore
+// spec. Layers are deterministic (sorted entries, fixed times and owners, gzip at a fixed
+// level), so an unchanged checkpoint keeps its layer digest and a registry already has it.
+// They are streamed from the files whenever they are read (hashed once here): out must not
+// change until the image is written (run.Push holds its lock, shared).
 func Image(out string) (v1.Image, *manifest.Manifest, error) {
+	img, m, _, err := image(out)
+	return img, m, err
+}
+
+func image(out string) (v1.Image, *manifest.Manifest, []*fileLayer, error) {
 	m, err := manifest.Verify(out, executorproto.Version)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	var layers []v1.Layer
+	var layers []*fileLayer
 	for _, c := range m.Checkpoints {
-		files := append(manifest.ImageFiles(), manifest.MetaFileName)
-		l, err := dirLayer(out, c.Dir, files)
+		l, err := newFileLayer(out, c.Dir, c.ID, append(manifest.ImageFiles(), manifest.MetaFileName))
 		if err != nil {
-			return nil, nil, fmt.Errorf("layer of %s: %w", c.ID, err)
+			return nil, nil, nil, fmt.Errorf("layer of %s: %w", c.ID, err)
 		}
 		layers = append(layers, l)
 	}
-	top, err := dirLayer(out, ".", []string{manifest.FileName, m.Spec})
+	top, err := newFileLayer(out, ".", manifest.FileName, []string{manifest.FileName, m.Spec})
 	if err != nil {
-		return nil, nil, fmt.Errorf("layer of manifest.json: %w", err)
+		return nil, nil, nil, fmt.Errorf("layer of manifest.json: %w", err)
 	}
 	layers = append(layers, top)
 	created := v1.Time{Time: m.CreatedAt.UTC()}
@@ -77,13 +72,13 @@ func Image(out string) (v1.Image, *manifest.Manifest, error) {
 		RootFS: v1.RootFS{Type: "layers"},
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	img = mutate.MediaType(img, types.OCIManifestSchema1)
 	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
 	for _, l := range layers {
 		if img, err = mutate.Append(img, mutate.Addendum{Layer: l, History: v1.History{Created: created, CreatedBy: "readie pipeline push"}}); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	img = mutate.Annotations(img, map[string]string{
@@ -93,78 +88,33 @@ func Image(out string) (v1.Image, *manifest.Manifest, error) {
 		AnnotationRootfsDigest:    m.Rootfs.Digest,
 		annotationCreated:         m.CreatedAt.UTC().Format(time.RFC3339),
 	}).(v1.Image)
-	return img, m, nil
+	return img, m, layers, nil
 }
 
-// dirLayer is a layer holding files of out/dir under Root/dir, with its parent directories.
-func dirLayer(out, dir string, files []string) (v1.Layer, error) {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	dirs := []string{Root}
-	if dir != "." {
-		dirs = append(dirs, filepath.ToSlash(filepath.Join(Root, dir)))
-	}
-	for _, d := range dirs {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: 0o755, ModTime: epoch, Format: tar.FormatPAX}); err != nil {
-			return nil, err
-		}
-	}
-	files = slices.Sorted(slices.Values(files))
-	for _, name := range files {
-		path := filepath.Join(out, dir, name)
-		f, err := os.Open(path)
-		if err != nil {
-			return nil, err
-		}
-		fi, err := f.Stat()
-		if err != nil {
-			f.Close()
-			return nil, err
-		}
-		// Image files hold process memory: owner-only, as in the store.
-		mode := int64(0o644)
-		if strings.HasSuffix(name, ".img") {
-			mode = 0o600
-		}
-		hdr := &tar.Header{Typeflag: tar.TypeReg, Name: filepath.ToSlash(filepath.Join(Root, dir, name)), Mode: mode, Size: fi.Size(), ModTime: epoch, Format: tar.FormatPAX}
-		if err := tw.WriteHeader(hdr); err != nil {
-			f.Close()
-			return nil, err
-		}
-		_, err = io.Copy(tw, f)
-		f.Close()
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	data := buf.Bytes()
-	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil },
-		tarball.WithCompressionLevel(gzip.BestSpeed), tarball.WithMediaType(types.OCILayer), tarball.WithCompressedCaching)
-}
-
-// Push writes the output out as an image to ref and returns the pushed reference with its
-// digest (REF@sha256:...).
-func Push(ctx context.Context, out string, r ref.Ref, progress *Progress) (string, error) {
-	img, m, err := Image(out)
+// Push writes the output out as an image to r and returns the pushed reference with its
+// digest (REF@sha256:...). It logs each layer it uploads once, when it is done (its
+// uncompressed and compressed MiB), a line a second while a large one goes, and a summary:
+// how many layers it uploaded and how many the destination had already.
+func Push(ctx context.Context, out string, r ref.Ref, log logrus.FieldLogger) (string, error) {
+	img, _, layers, err := image(out)
 	if err != nil {
 		return "", err
 	}
-	if progress != nil && progress.Layer != nil {
-		names := []string{}
-		for _, c := range m.Checkpoints {
-			names = append(names, c.ID)
-		}
-		if img, err = withLayerProgress(img, append(names, manifest.FileName), progress.Layer); err != nil {
-			return "", err
+	for _, l := range layers {
+		l.report = func(l *fileLayer, done int64, final bool) {
+			fields := logrus.Fields{"layer": l.name, "mib": mib(l.uncompressedSize), "compressed_mib": mib(l.size)}
+			if !final {
+				log.WithFields(logrus.Fields{"layer": l.name, "done_compressed_mib": mib(done), "compressed_mib": mib(l.size)}).Info("push: uploading")
+				return
+			}
+			log.WithFields(fields).Info("push: layer")
 		}
 	}
 	digest, err := img.Digest()
 	if err != nil {
 		return "", err
 	}
+	var pushed string
 	if r.Layout != "" {
 		if r.Digest != "" {
 			return "", fmt.Errorf("%w: push to an OCI layout takes a tag, not a digest", ref.ErrRef)
@@ -172,46 +122,27 @@ func Push(ctx context.Context, out string, r ref.Ref, progress *Progress) (strin
 		if err := writeLayout(r, img); err != nil {
 			return "", fmt.Errorf("write OCI layout %s: %w", r.Layout, err)
 		}
-		return fmt.Sprintf("oci-layout:%s@%s", r.Layout, digest), nil
+		pushed = fmt.Sprintf("oci-layout:%s@%s", r.Layout, digest)
+	} else {
+		if err := remote.Write(r.Registry, img, ref.RemoteOptions(ctx)...); err != nil {
+			return "", ref.RegistryError("push to", r.Registry, err)
+		}
+		pushed = r.Registry.Context().Digest(digest.String()).String()
 	}
-	if err := remote.Write(r.Registry, img, ref.RemoteOptions(ctx, progress.updates())...); err != nil {
-		return "", ref.RegistryError("push to", r.Registry, err)
-	}
-	progress.done()
-	return r.Registry.Context().Digest(digest.String()).String(), nil
-}
-
-// withLayerProgress is img with each layer (named by names, in order) reporting its upload.
-func withLayerProgress(img v1.Image, names []string, report func(string, int64, int64)) (v1.Image, error) {
-	layers, err := img.Layers()
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := img.ConfigFile()
-	if err != nil {
-		return nil, err
-	}
-	m, err := img.Manifest()
-	if err != nil {
-		return nil, err
-	}
-	base, err := mutate.ConfigFile(empty.Image, &v1.ConfigFile{Architecture: cfg.Architecture, OS: cfg.OS, Created: cfg.Created, Config: cfg.Config, RootFS: v1.RootFS{Type: "layers"}})
-	if err != nil {
-		return nil, err
-	}
-	base = mutate.ConfigMediaType(mutate.MediaType(base, types.OCIManifestSchema1), types.OCIConfigJSON)
-	for i, l := range layers {
-		if base, err = mutate.Append(base, mutate.Addendum{Layer: &layerProgress{Layer: l, name: names[i], report: report}, History: cfg.History[i]}); err != nil {
-			return nil, err
+	var uploaded int
+	var bytes int64
+	for _, l := range layers {
+		if l.uploaded.Load() {
+			uploaded++
+			bytes += l.size
 		}
 	}
-	wrapped := mutate.Annotations(base, m.Annotations).(v1.Image)
-	want, _ := img.Digest()
-	if got, err := wrapped.Digest(); err != nil || got != want {
-		return nil, fmt.Errorf("push: the image changed when its layers were wrapped for progress (%v)", err)
-	}
-	return wrapped, nil
+	log.WithFields(logrus.Fields{"uploaded": uploaded, "present": len(layers) - uploaded, "compressed_mib": mib(bytes)}).
+		Infof("push: %d layers uploaded (%s MiB compressed), %d already present", uploaded, mib(bytes), len(layers)-uploaded)
+	return pushed, nil
 }
+
+func mib(n int64) string { return fmt.Sprintf("%.1f", float64(n)/(1<<20)) }
 
 // writeLayout adds img to the OCI layout at ref.Layout (made when missing), replacing an image
 // of the same tag.

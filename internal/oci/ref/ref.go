@@ -7,9 +7,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -17,6 +19,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"readie.dev/pipeline/internal/oci/verify"
 )
 
 // ErrRef reports an image reference the pipeline cannot use.
@@ -86,19 +90,32 @@ func ParseRef(ref string, insecure []string) (Ref, error) {
 	return Ref{Registry: parsed}, nil
 }
 
-// RemoteOptions are the registry options of every push and pull: credentials from the Docker
-// config (authn.DefaultKeychain, as every registry client reads them), ctx, and progress
-// updates when updates is not nil.
-func RemoteOptions(ctx context.Context, updates chan<- v1.Update) []remote.Option {
-	opts := []remote.Option{
+// RemoteOptions are the registry options of every push, pull and --image fetch: credentials
+// from the Docker config (authn.DefaultKeychain, as every registry client reads them), ctx
+// (which bounds every request and every blob read), and a transport of our own whose every
+// step has a timeout of its own.
+func RemoteOptions(ctx context.Context) []remote.Option {
+	return []remote.Option{
 		remote.WithAuthFromKeychain(authn.DefaultKeychain),
 		remote.WithContext(ctx),
-		remote.WithTransport(http.DefaultTransport),
+		remote.WithTransport(Transport()),
 	}
-	if updates != nil {
-		opts = append(opts, remote.WithProgress(updates))
+}
+
+// Transport is a fresh HTTP transport for registries. http.DefaultTransport bounds nothing
+// but the dial and the TLS handshake; here a registry that accepts a connection and then
+// says nothing is given up on too. The caller's context bounds the whole.
+func Transport() *http.Transport {
+	return &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		TLSHandshakeTimeout:   30 * time.Second,
+		ResponseHeaderTimeout: 2 * time.Minute, // after the request, its body included, is sent
+		ExpectContinueTimeout: time.Second,
+		IdleConnTimeout:       90 * time.Second,
+		MaxIdleConns:          16,
 	}
-	return opts
 }
 
 // RegistryError names the registry host and what failed; the cause (which names no
@@ -111,9 +128,9 @@ func RegistryError(what string, ref name.Reference, err error) error {
 const AnnotationRefName = "org.opencontainers.image.ref.name"
 
 // Fetch finds the image at r (manifest only; layers are read when extracted).
-func Fetch(ctx context.Context, r Ref, progress chan<- v1.Update) (v1.Image, error) {
+func Fetch(ctx context.Context, r Ref) (v1.Image, error) {
 	if r.Layout == "" {
-		img, err := remote.Image(r.Registry, RemoteOptions(ctx, progress)...)
+		img, err := remote.Image(r.Registry, RemoteOptions(ctx)...)
 		if err != nil {
 			return nil, RegistryError("pull", r.Registry, err)
 		}
@@ -132,7 +149,11 @@ func Fetch(ctx context.Context, r Ref, progress chan<- v1.Update) (v1.Image, err
 		return nil, err
 	}
 	var found []v1.Descriptor
+	var tags []string
 	for _, d := range im.Manifests {
+		if tag := d.Annotations[AnnotationRefName]; tag != "" {
+			tags = append(tags, tag)
+		}
 		switch {
 		case r.Digest != "" && d.Digest.String() == r.Digest,
 			r.Digest == "" && r.Tag != "" && d.Annotations[AnnotationRefName] == r.Tag,
@@ -140,10 +161,34 @@ func Fetch(ctx context.Context, r Ref, progress chan<- v1.Update) (v1.Image, err
 			found = append(found, d)
 		}
 	}
-	if len(found) != 1 {
-		return nil, fmt.Errorf("%w: %s: %d images match (name one with :TAG or @DIGEST)", ErrRef, r, len(found))
+	switch {
+	case len(found) == 0 && r.Tag != "":
+		return nil, fmt.Errorf("%w: %s: no image tagged %q (tags: %s)", ErrRef, r, r.Tag, listOrNone(tags))
+	case len(found) != 1:
+		return nil, fmt.Errorf("%w: %s: %d images match (name one with :TAG or @DIGEST; tags: %s)", ErrRef, r, len(found), listOrNone(tags))
 	}
-	return p.Image(found[0].Digest)
+	img, err := p.Image(found[0].Digest)
+	if err != nil {
+		return nil, err
+	}
+	// The index names the manifest by its digest: a blob file holding other bytes is refused
+	// here, as a registry client refuses a manifest of another digest.
+	raw, err := img.RawManifest()
+	if err != nil {
+		return nil, fmt.Errorf("OCI layout %s: %w", r.Layout, err)
+	}
+	if err := verify.Bytes("OCI layout "+r.Layout+": manifest", raw, found[0].Digest, found[0].Size); err != nil {
+		return nil, err
+	}
+	return img, nil
+}
+
+func listOrNone(tags []string) string {
+	if len(tags) == 0 {
+		return "none"
+	}
+	slices.Sort(tags)
+	return strings.Join(tags, ", ")
 }
 
 // Open finds the image ref names: oci-layout:DIR[:TAG|@DIGEST], docker-archive:FILE, or a
@@ -160,5 +205,5 @@ func Open(ctx context.Context, ref string, insecure []string) (v1.Image, error) 
 	if err != nil {
 		return nil, err
 	}
-	return Fetch(ctx, r, nil)
+	return Fetch(ctx, r)
 }

@@ -1,16 +1,14 @@
 package rootfs
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
+	"archive/tar"
+	"bytes"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
 	"path"
-	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
+	"time"
 
 	pipeline "readie.dev/pipeline"
 )
@@ -19,86 +17,83 @@ import (
 // PYTHONPATH names it).
 const TestingDir = "usr/lib/readie/testing"
 
-// ExecutorLayer writes the pipeline's own layer into dir, as paths relative to a root:
-// readie_executor in sitePackages (a directory on the image's python3 path), the test-only
-// module, the resolver files (/etc/resolv.conf a link into the sandbox's /tmp, since the root
-// is read-only; /etc/readie-resolv.conf the resolvers the executor writes there; /etc/hosts).
-// It returns the layer's digest: "sha256:" over each entry's path and content, sorted.
-func ExecutorLayer(dir, sitePackages string) (string, error) {
+// epoch is every entry's time in the pipeline's layers: the same files give the same bytes,
+// and the precompiled bytecode records it as its source's time.
+var epoch = time.Unix(0, 0).UTC()
+
+// layerFile is one entry of a layer the pipeline writes: a file (0644, root's) or a symlink.
+type layerFile struct {
+	name, link string
+	data       []byte
+}
+
+// ExecutorLayer is the pipeline's own layer as a tar, for an image whose python3 looks in
+// sitePackages: readie_executor there, the test-only module, the resolver files (/etc/resolv.conf
+// a link into the sandbox's /tmp, since the root is read-only; /etc/readie-resolv.conf the
+// resolvers the executor writes there; /etc/hosts). Entries are sorted, root's, 0644, at time
+// 0, with no directory entries (the image's directories keep their modes): the same files give
+// the same bytes.
+func ExecutorLayer(sitePackages string) ([]byte, error) {
 	site := strings.Trim(path.Clean("/"+sitePackages), "/")
 	files := pipeline.ExecutorFiles()
-	copyGlob := func(pattern, dest string) error {
+	var entries []layerFile
+	add := func(pattern, dest string) error {
 		names, err := fs.Glob(files, pattern)
 		if err != nil || len(names) == 0 {
 			return fmt.Errorf("executor files %s: %v", pattern, err)
-		}
-		if err := os.MkdirAll(filepath.Join(dir, dest), 0o755); err != nil {
-			return err
 		}
 		for _, name := range names {
 			data, err := fs.ReadFile(files, name)
 			if err != nil {
 				return err
 			}
-			if err := os.WriteFile(filepath.Join(dir, dest, path.Base(name)), data, 0o644); err != nil {
-				return err
-			}
+			entries = append(entries, layerFile{name: path.Join(dest, path.Base(name)), data: data})
 		}
 		return nil
 	}
-	if err := copyGlob("readie_executor/*.py", path.Join(site, "readie_executor")); err != nil {
-		return "", err
+	if err := add("readie_executor/*.py", path.Join(site, "readie_executor")); err != nil {
+		return nil, err
 	}
-	if err := copyGlob("testing/*.py", TestingDir); err != nil {
-		return "", err
+	if err := add("testing/*.py", TestingDir); err != nil {
+		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Join(dir, "etc"), 0o755); err != nil {
-		return "", err
-	}
-	if err := os.Symlink("../tmp/resolv.conf", filepath.Join(dir, "etc/resolv.conf")); err != nil {
-		return "", err
-	}
-	for name, text := range map[string]string{
-		"etc/readie-resolv.conf": "nameserver 1.1.1.1\nnameserver 8.8.8.8\noptions edns0\n",
-		"etc/hosts":              "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\treadie\n",
-	} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
-			return "", err
-		}
-	}
-	return TreeDigest(dir)
+	entries = append(entries,
+		layerFile{name: "etc/resolv.conf", link: "../tmp/resolv.conf"},
+		layerFile{name: "etc/readie-resolv.conf", data: []byte("nameserver 1.1.1.1\nnameserver 8.8.8.8\noptions edns0\n")},
+		layerFile{name: "etc/hosts", data: []byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\treadie\n")},
+	)
+	return tarOf(entries)
 }
 
-// TreeDigest is "sha256:" over every file and link under dir: its path, and its content's
-// sha256 or its target, in sorted order. Modes and times are not in it.
-func TreeDigest(dir string) (string, error) {
-	var lines []string
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		if d.Type()&fs.ModeSymlink != 0 {
-			target, err := os.Readlink(p)
-			lines = append(lines, "link "+rel+" "+target)
-			return err
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		h := sha256.New()
-		if _, err := io.Copy(h, f); err != nil {
-			return err
-		}
-		lines = append(lines, "file "+rel+" "+hex.EncodeToString(h.Sum(nil)))
-		return nil
-	})
-	if err != nil {
-		return "", err
+// executorModules are the names of readie_executor's modules (what its bytecode may be of).
+func executorModules() []string {
+	names, _ := fs.Glob(pipeline.ExecutorFiles(), "readie_executor/*.py")
+	var modules []string
+	for _, name := range names {
+		modules = append(modules, strings.TrimSuffix(path.Base(name), ".py"))
 	}
-	sort.Strings(lines)
-	sum := sha256.Sum256([]byte(strings.Join(lines, "\n") + "\n"))
-	return "sha256:" + hex.EncodeToString(sum[:]), nil
+	return modules
+}
+
+// tarOf writes entries as a deterministic tar: sorted, root's, 0644 (links 0777), time 0.
+func tarOf(entries []layerFile) ([]byte, error) {
+	slices.SortFunc(entries, func(a, b layerFile) int { return strings.Compare(a.name, b.name) })
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range entries {
+		hdr := &tar.Header{Typeflag: tar.TypeReg, Name: e.name, Mode: 0o644, Size: int64(len(e.data)), ModTime: epoch, Format: tar.FormatPAX}
+		if e.link != "" {
+			hdr = &tar.Header{Typeflag: tar.TypeSymlink, Name: e.name, Linkname: e.link, Mode: 0o777, ModTime: epoch, Format: tar.FormatPAX}
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(e.data); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }

@@ -1,34 +1,36 @@
 // Package rootfs makes the root filesystem sandboxes run: a base (the Debian package layer of
 // `make image`, or a user's image unpacked) with the pipeline's executor layer on top, named
 // by the digest of both and never written again; and reads back what a rootfs records of
-// itself (Info, at InfoPath).
+// itself (Info, at InfoPath). The base's own code (its python3) runs only in gVisor sandboxes.
 package rootfs
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
-	"readie.dev/pipeline/internal/atomicfile"
+	"github.com/sirupsen/logrus"
+
+	"readie.dev/pipeline/internal/oci/unpack"
+	"readie.dev/pipeline/pkg/sandbox"
 )
-
-// ErrPython reports an image without what the executor needs: python3 (3.11 or newer) and
-// cloudpickle.
-var ErrPython = errors.New("the image cannot run the executor")
 
 // Info is what a rootfs records of itself at InfoPath: its digest (of the base and the
 // executor layer) and where they came from.
 type Info struct {
-	Digest         string `json:"digest"`
-	BaseDigest     string `json:"base_digest"`
+	Digest     string `json:"digest"`
+	BaseDigest string `json:"base_digest"`
+	// ExecutorDigest covers the executor layer (for any site), the probe that finds its site
+	// and the precompile: with the base's digest, everything the rootfs is made from.
 	ExecutorDigest string `json:"executor_digest"`
 	SitePackages   string `json:"site_packages"`
 	// Image is the OCI image the base was unpacked from, if it was.
@@ -62,134 +64,129 @@ func ReadInfo(dir string) (*Info, error) {
 	return &info, nil
 }
 
-// checkPython runs the base's python3 in a chroot (with its own PATH and no bytecode writes)
-// and returns the directory on its path for the executor (sysconfig's purelib).
-func checkPython(ctx context.Context, base, what string) (string, error) {
-	const probe = `import sys, sysconfig
-if sys.version_info < (3, 11):
-    print("python3 %d.%d is older than 3.11" % sys.version_info[:2]); sys.exit(3)
-try:
-    import cloudpickle
-except ImportError:
-    print("cloudpickle is missing"); sys.exit(4)
-print(sysconfig.get_paths()["purelib"])`
-	cmd := exec.CommandContext(ctx, "chroot", base, "python3", "-B", "-c", probe)
-	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"}
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	said := strings.TrimSpace(out.String())
-	var exit *exec.ExitError
-	switch {
-	case err == nil && said != "":
-		return strings.TrimPrefix(said, "/"), nil
-	case errors.As(err, &exit) && (exit.ExitCode() == 3 || exit.ExitCode() == 4):
-		return "", fmt.Errorf("%w: %s: %s", ErrPython, what, said)
-	case errors.As(err, &exit) && exit.ExitCode() == 127:
-		return "", fmt.Errorf("%w: %s: python3 is missing (%s)", ErrPython, what, strings.TrimSpace(errOut.String()))
-	default:
-		return "", fmt.Errorf("%w: %s: python3 does not run: %v %s", ErrPython, what, err, strings.TrimSpace(errOut.String()))
-	}
+// Options say what Assemble puts together and how it runs the base's code.
+type Options struct {
+	// Cache is the cache directory; the rootfs goes under Cache/rootfs.
+	Cache string
+	// Base is a directory that never changes, and BaseDigest the digest of its verified
+	// content.
+	Base, BaseDigest string
+	// Image names the image Base was unpacked from, if it was.
+	Image *ImageRef
+	// Runtime runs the base's python3 (the probe, the precompile), with no network whatever
+	// its flags say; Timeout bounds each run (timeouts.image_probe).
+	Runtime *sandbox.Runtime
+	Timeout time.Duration
+	Log     logrus.FieldLogger
 }
 
-// Assemble makes the rootfs of base plus the executor layer under cacheDir/rootfs, named by
-// their digest, and returns its path and info (Reused says it was there already). base (a directory that never changes) is linked,
-// not copied; the executor layer's files are new. It is made once, atomically, and never
-// written again; a rootfs of the same digest is reused as it is.
-func Assemble(ctx context.Context, cacheDir, base, baseDigest string, image *ImageRef) (string, *Info, error) {
-	what := base
-	if image != nil {
-		what = "image " + image.Ref
+func (o Options) what() string {
+	if o.Image != nil {
+		return o.Image.Ref
 	}
-	site, err := checkPython(ctx, base, what)
+	return "base " + o.Base
+}
+
+// Assemble makes the rootfs of the base plus the executor layer under Cache/rootfs, named by
+// the digest of the base and of the executor layer's recipe, once (unpack.Once: a run that
+// finds it made reuses it, a run that finds another making it waits): the base is linked, not
+// copied; the base's python3 says, in a sandbox, where the executor goes and precompiles it
+// into a scratch directory; the executor layer, its bytecode and the Info go on through the
+// one layer applier. The whole is bounded by three times Timeout.
+func Assemble(ctx context.Context, o Options) (string, *Info, error) {
+	executorDigest, err := recipeDigest()
 	if err != nil {
 		return "", nil, err
 	}
-	parent := filepath.Join(cacheDir, "rootfs")
-	if err := os.MkdirAll(parent, 0o755); err != nil {
+	sum := sha256.Sum256([]byte(o.BaseDigest + " " + executorDigest))
+	info := &Info{Digest: "sha256:" + hex.EncodeToString(sum[:]), BaseDigest: o.BaseDigest, ExecutorDigest: executorDigest, Image: o.Image}
+	ctx, cancel := context.WithTimeoutCause(ctx, 3*o.Timeout, fmt.Errorf("making the rootfs of %s exceeded three times timeouts.image_probe (%s)", o.what(), 3*o.Timeout))
+	defer cancel()
+	if err := os.MkdirAll(o.Runtime.Root, 0o700); err != nil {
 		return "", nil, err
 	}
-	stage, err := os.MkdirTemp(parent, ".stage-")
+	complete := func(dir string) bool {
+		_, err := os.Stat(filepath.Join(dir, "complete"))
+		return err == nil
+	}
+	dir, made, err := unpack.Once(ctx, filepath.Join(o.Cache, "rootfs"), strings.Replace(info.Digest, ":", "-", 1), complete, func(tmp string) error {
+		return build(ctx, o, info, tmp)
+	}, o.Log)
 	if err != nil {
 		return "", nil, err
 	}
-	defer os.RemoveAll(stage)
-	executorDigest, err := ExecutorLayer(stage, site)
-	if err != nil {
-		return "", nil, err
-	}
-	sum := sha256.Sum256([]byte(baseDigest + " " + executorDigest))
-	info := &Info{Digest: "sha256:" + hex.EncodeToString(sum[:]), BaseDigest: baseDigest, ExecutorDigest: executorDigest, SitePackages: "/" + site, Image: image}
-	final := filepath.Join(parent, strings.Replace(info.Digest, ":", "-", 1))
-	rootfs := filepath.Join(final, "rootfs")
-	if _, err := os.Stat(filepath.Join(final, "complete")); err == nil {
-		info.Reused = true
-		return rootfs, info, nil
-	}
-	tmp, err := os.MkdirTemp(parent, ".tmp-")
-	if err != nil {
-		return "", nil, err
-	}
-	defer os.RemoveAll(tmp)
-	// Hard links share the base's files: neither copy is ever written again.
-	if out, err := exec.CommandContext(ctx, "cp", "-al", base, filepath.Join(tmp, "rootfs")).CombinedOutput(); err != nil {
-		return "", nil, fmt.Errorf("link %s: %w: %s", base, err, out)
-	}
-	if err := overlay(stage, filepath.Join(tmp, "rootfs")); err != nil {
-		return "", nil, err
-	}
-	compile := exec.CommandContext(ctx, "chroot", filepath.Join(tmp, "rootfs"), "python3", "-m", "compileall", "-q", "/"+site+"/readie_executor")
-	compile.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"}
-	if out, err := compile.CombinedOutput(); err != nil {
-		return "", nil, fmt.Errorf("precompile the executor: %w: %s", err, out)
-	}
-	if err := os.MkdirAll(filepath.Join(tmp, "rootfs", filepath.Dir(InfoPath)), 0o755); err != nil {
-		return "", nil, err
-	}
-	if err := atomicfile.WriteJSON(filepath.Join(tmp, "rootfs", InfoPath), info); err != nil {
-		return "", nil, err
-	}
-	if err := os.WriteFile(filepath.Join(tmp, "complete"), nil, 0o644); err != nil {
-		return "", nil, err
-	}
-	if err := os.Rename(tmp, final); err != nil {
-		// Another run assembled the same digest first: its rootfs is the same.
-		if _, statErr := os.Stat(filepath.Join(final, "complete")); statErr != nil {
-			return "", nil, fmt.Errorf("put %s in place: %w", final, err)
+	rootfs := filepath.Join(dir, "rootfs")
+	if !made {
+		recorded, err := ReadInfo(rootfs)
+		if err != nil {
+			return "", nil, fmt.Errorf("rootfs %s: %w", rootfs, err)
 		}
+		info.SitePackages, info.Reused = recorded.SitePackages, true
 	}
 	return rootfs, info, nil
 }
 
-// overlay copies the tree src onto dst, replacing (never writing into) what is there: dst's
-// files may be hard links to a base that must not change.
-func overlay(src, dst string) error {
-	return filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		target := filepath.Join(dst, rel)
-		if d.IsDir() {
-			if fi, err := os.Lstat(target); err == nil && !fi.IsDir() {
-				os.Remove(target)
-			}
-			return os.MkdirAll(target, 0o755)
-		}
-		if err := os.RemoveAll(target); err != nil {
-			return err
-		}
-		if d.Type()&os.ModeSymlink != 0 {
-			link, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			return os.Symlink(link, target)
-		}
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(target, data, 0o644)
-	})
+// build makes the rootfs in tmp (tmp/rootfs, then tmp/complete).
+func build(ctx context.Context, o Options, info *Info, tmp string) error {
+	scratch := filepath.Join(tmp, "scratch")
+	if err := os.Mkdir(scratch, 0o700); err != nil {
+		return err
+	}
+	code := newImageCode(o.Runtime, o.Timeout, o.what())
+	site, err := code.probe(ctx, o.Base, scratch)
+	if err != nil {
+		return err
+	}
+	info.SitePackages = "/" + site
+	rootfs := filepath.Join(tmp, "rootfs")
+	// Hard links share the base's files: the applier replaces files, never writes into them.
+	if out, err := exec.CommandContext(ctx, "cp", "-al", o.Base, rootfs).CombinedOutput(); err != nil {
+		return fmt.Errorf("link %s: %w: %s", o.Base, err, out)
+	}
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	applier := unpack.NewApplier(root, unpack.NewBudget(unpack.DefaultLimits()))
+	layer, err := ExecutorLayer(site)
+	if err != nil {
+		return err
+	}
+	if err := applier.Apply(tar.NewReader(bytes.NewReader(layer))); err != nil {
+		return fmt.Errorf("image %s: the executor layer: %w", o.what(), err)
+	}
+	bytecode, err := code.precompile(ctx, rootfs, site, scratch)
+	if err != nil {
+		return err
+	}
+	record, err := json.MarshalIndent(info, "", "  ")
+	if err != nil {
+		return err
+	}
+	last, err := tarOf(append(bytecode, layerFile{name: InfoPath, data: append(record, '\n')}))
+	if err != nil {
+		return err
+	}
+	if err := applier.Apply(tar.NewReader(bytes.NewReader(last))); err != nil {
+		return fmt.Errorf("image %s: the executor's bytecode: %w", o.what(), err)
+	}
+	if err := os.RemoveAll(scratch); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(tmp, "complete"), nil, 0o644)
+}
+
+// recipeDigest is "sha256:" over the executor layer (for a placeholder site: the site is the
+// base's, which its digest covers), the probe and the precompile: what decides, with the
+// base, every byte Assemble adds.
+func recipeDigest() (string, error) {
+	layer, err := ExecutorLayer("{purelib}")
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	h.Write(layer)
+	fmt.Fprintf(h, "\x00%s\x00%q\x00%s", probeScript, compileArgs("{purelib}"), pycachePrefix)
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
 }
