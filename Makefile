@@ -45,7 +45,9 @@ $(RUNSC):
 	CGO_ENABLED=0 GOBIN=$(abspath $(dir $@)) go install -ldflags "-X gvisor.dev/gvisor/runsc/version.version=$(RUNSC_LABEL)" $(RUNSC_MODULE)@$(RUNSC_VERSION)
 	$@ --version
 
-image: deps build
+# runsc: the executor layer is put on by `pipeline rootfs`, which runs the base's python3 only
+# in a sandbox.
+image: deps runsc build
 	./images/executor/build-image.sh
 
 capture: deps runsc image build
