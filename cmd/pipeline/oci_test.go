@@ -135,7 +135,7 @@ func TestPushPull(t *testing.T) {
 func TestPullRefusesAnotherProtocol(t *testing.T) {
 	dir := testenv.WorkDir(t)
 	cfg := smallOutput(t, dir)
-	img, _, err := output.Image(filepath.Join(dir, "out"))
+	img, _, err := output.Image(filepath.Join(dir, "out"), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,11 +2,13 @@ package run
 
 import (
 	"context"
+	"errors"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/sirupsen/logrus"
 
 	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/lease"
 	"readie.dev/pipeline/internal/oci/output"
 	"readie.dev/pipeline/internal/oci/ref"
 	"readie.dev/pipeline/internal/oci/unpack"
@@ -36,8 +38,9 @@ func Pull(ctx context.Context, img v1.Image, out string, limits unpack.Limits, l
 
 // Push pushes the output out to r (output.Push) under out's lock taken shared: a capture cannot
 // swap out while it is read, so the image holds one output, never a mix of two. While a run
-// writes out, Push waits for it, bounded by ctx.
-func Push(ctx context.Context, out string, r ref.Ref, log logrus.FieldLogger) (string, error) {
+// writes out, Push waits for it, bounded by ctx. The layers' gzip goes into a scratch
+// directory named after a lease of the push's own, swept like a run's when the push dies.
+func Push(ctx context.Context, out string, r ref.Ref, log logrus.FieldLogger) (_ string, err error) {
 	lock, err := ReadLockOutput(ctx, out, func(pid int) {
 		log.WithField("pid", pid).Info("push: waiting for the run that writes the output")
 	})
@@ -45,7 +48,17 @@ func Push(ctx context.Context, out string, r ref.Ref, log logrus.FieldLogger) (s
 		return "", err
 	}
 	defer lock.Unlock()
-	return output.Push(ctx, out, r, log)
+	l, err := lease.New()
+	if err != nil {
+		return "", err
+	}
+	defer func() { err = errors.Join(err, l.Release()) }()
+	scratch, cleanup, err := scratchDir(l)
+	if err != nil {
+		return "", err
+	}
+	defer cleanup() // before the lease goes: nothing named after it may outlive it
+	return output.Push(ctx, out, scratch, r, log)
 }
 
 // ImageLimits are the config's limits on what unpacking an image or pulling an output writes.

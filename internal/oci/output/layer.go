@@ -2,9 +2,11 @@ package output
 
 import (
 	"archive/tar"
+	"bufio"
 	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -24,15 +26,15 @@ import (
 // epoch is every entry's time in a layer: the same checkpoint gives the same layer digest.
 var epoch = time.Unix(0, 0).UTC()
 
-// fileLayer is a layer of files of an output directory, under Root/dir, streamed from the
-// files each time it is read: a push holds no layer in memory, whatever the output's size. Its
-// digests come from a first pass that writes it into nothing but hashes; every later read
-// hashes again and fails at its end if the bytes differ (the output is read under its shared
-// lock, so they do not).
+// fileLayer is a layer of files of an output directory, under Root/dir. Its gzip is written
+// once, while it is hashed, into a file of a scratch directory, and every read streams that
+// file: a push holds no layer in memory, whatever the output's size, and compresses each
+// layer once. A read that reaches the end checks the bytes against the digest again.
 type fileLayer struct {
 	out, dir string
 	files    []string
 	name     string // for logs: the checkpoint's id, or manifest.json
+	blob     string // the gzip, in the scratch directory
 
 	digest, diffID         v1.Hash
 	size, uncompressedSize int64
@@ -43,11 +45,21 @@ type fileLayer struct {
 
 var _ v1.Layer = (*fileLayer)(nil)
 
-// newFileLayer hashes the layer of files of out/dir (a first streaming pass).
-func newFileLayer(out, dir, name string, files []string) (*fileLayer, error) {
-	l := &fileLayer{out: out, dir: dir, name: name, files: slices.Sorted(slices.Values(files))}
+// newFileLayer writes the gzip of the layer of files of out/dir to blob, hashing it and its
+// tar on the way.
+func newFileLayer(out, dir, name string, files []string, blob string) (*fileLayer, error) {
+	l := &fileLayer{out: out, dir: dir, name: name, files: slices.Sorted(slices.Values(files)), blob: blob}
+	f, err := os.OpenFile(blob, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, err
+	}
 	compressed, uncompressed := &hashCounter{h: sha256.New()}, &hashCounter{h: sha256.New()}
-	if err := l.write(compressed, uncompressed); err != nil {
+	buffered := bufio.NewWriterSize(io.MultiWriter(f, compressed), 1<<16)
+	err = l.write(buffered, uncompressed)
+	if err == nil {
+		err = buffered.Flush()
+	}
+	if err = errors.Join(err, f.Close()); err != nil {
 		return nil, err
 	}
 	l.digest, l.size = compressed.sum(), compressed.n
@@ -123,24 +135,27 @@ func (l *fileLayer) DiffID() (v1.Hash, error)            { return l.diffID, nil 
 func (l *fileLayer) Size() (int64, error)                { return l.size, nil }
 func (l *fileLayer) MediaType() (types.MediaType, error) { return types.OCILayer, nil }
 
-// Compressed streams the layer's gzip, made again from the files; a read that reaches the end
-// checks it against the digest of the first pass, and counts as an upload.
+// Compressed streams the layer's gzip from its file; a read that reaches the end checks it
+// against the digest, and counts as an upload.
 func (l *fileLayer) Compressed() (io.ReadCloser, error) {
-	r := &layerReader{l: l}
-	return r, nil
+	f, err := os.Open(l.blob)
+	if err != nil {
+		return nil, err
+	}
+	return &layerReader{l: l, f: f, hash: &hashCounter{h: sha256.New()}, next: time.Now().Add(time.Second)}, nil
 }
 
-// Uncompressed streams the layer's tar, made again from the files.
+// Uncompressed streams the layer's tar, made again from the output's files.
 func (l *fileLayer) Uncompressed() (io.ReadCloser, error) {
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(l.writeTar(pw)) }()
 	return pr, nil
 }
 
-// layerReader is one read of a layer's gzip, started at its first Read.
+// layerReader is one read of a layer's gzip.
 type layerReader struct {
 	l      *fileLayer
-	pr     *io.PipeReader
+	f      *os.File
 	hash   *hashCounter
 	next   time.Time
 	failed error
@@ -150,12 +165,7 @@ func (r *layerReader) Read(p []byte) (int, error) {
 	if r.failed != nil {
 		return 0, r.failed
 	}
-	if r.pr == nil {
-		pr, pw := io.Pipe()
-		go func() { pw.CloseWithError(r.l.write(pw, nil)) }()
-		r.pr, r.hash, r.next = pr, &hashCounter{h: sha256.New()}, time.Now().Add(time.Second)
-	}
-	n, err := r.pr.Read(p)
+	n, err := r.f.Read(p)
 	r.hash.Write(p[:n])
 	if r.l.report != nil && time.Now().After(r.next) {
 		r.next = time.Now().Add(time.Second)
@@ -163,7 +173,7 @@ func (r *layerReader) Read(p []byte) (int, error) {
 	}
 	if err == io.EOF {
 		if got := r.hash.sum(); got != r.l.digest || r.hash.n != r.l.size {
-			r.failed = fmt.Errorf("%w: layer of %s: the output changed while it was pushed: expected %s (%d bytes), got %s (%d bytes)", verify.ErrDigest, r.l.name, r.l.digest, r.l.size, got, r.hash.n)
+			r.failed = fmt.Errorf("%w: layer of %s: %s changed: expected %s (%d bytes), got %s (%d bytes)", verify.ErrDigest, r.l.name, r.l.blob, r.l.digest, r.l.size, got, r.hash.n)
 			return n, r.failed
 		}
 		r.l.uploaded.Store(true)
@@ -174,12 +184,7 @@ func (r *layerReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (r *layerReader) Close() error {
-	if r.pr != nil {
-		r.pr.Close() // stops the writer
-	}
-	return nil
-}
+func (r *layerReader) Close() error { return r.f.Close() }
 
 // hashCounter is a writer that hashes and counts.
 type hashCounter struct {

@@ -5,8 +5,12 @@ package output
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"path/filepath"
+	"runtime"
 	"strconv"
+	"sync"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -40,31 +44,22 @@ const (
 // checkpoint directory, in the manifest's order, then one with manifest.json and the restore
 // spec. Layers are deterministic (sorted entries, fixed times and owners, gzip at a fixed
 // level), so an unchanged checkpoint keeps its layer digest and a registry already has it.
-// They are streamed from the files whenever they are read (hashed once here): out must not
-// change until the image is written (run.Push holds its lock, shared).
-func Image(out string) (v1.Image, *manifest.Manifest, error) {
-	img, m, _, err := image(out)
+// Their gzip is written once into scratch (a directory the caller removes), where every read
+// of the image takes it from.
+func Image(out, scratch string) (v1.Image, *manifest.Manifest, error) {
+	img, m, _, err := image(out, scratch)
 	return img, m, err
 }
 
-func image(out string) (v1.Image, *manifest.Manifest, []*fileLayer, error) {
+func image(out, scratch string) (v1.Image, *manifest.Manifest, []*fileLayer, error) {
 	m, err := manifest.Verify(out, executorproto.Version)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	var layers []*fileLayer
-	for _, c := range m.Checkpoints {
-		l, err := newFileLayer(out, c.Dir, c.ID, append(manifest.ImageFiles(), manifest.MetaFileName))
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("layer of %s: %w", c.ID, err)
-		}
-		layers = append(layers, l)
-	}
-	top, err := newFileLayer(out, ".", manifest.FileName, []string{manifest.FileName, m.Spec})
+	layers, err := writeLayers(out, m, scratch)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("layer of manifest.json: %w", err)
+		return nil, nil, nil, err
 	}
-	layers = append(layers, top)
 	created := v1.Time{Time: m.CreatedAt.UTC()}
 	img, err := mutate.ConfigFile(empty.Image, &v1.ConfigFile{
 		Architecture: "amd64", OS: "linux", Created: created,
@@ -91,12 +86,43 @@ func image(out string) (v1.Image, *manifest.Manifest, []*fileLayer, error) {
 	return img, m, layers, nil
 }
 
-// Push writes the output out as an image to r and returns the pushed reference with its
-// digest (REF@sha256:...). It logs each layer it uploads once, when it is done (its
+// writeLayers makes the layers of the output out (m its manifest), their gzip in scratch: one
+// per checkpoint, then manifest.json's, as many at once as there are CPUs (gzip is most of a
+// push's work).
+func writeLayers(out string, m *manifest.Manifest, scratch string) ([]*fileLayer, error) {
+	type spec struct {
+		dir, name string
+		files     []string
+	}
+	var specs []spec
+	for _, c := range m.Checkpoints {
+		specs = append(specs, spec{c.Dir, c.ID, append(manifest.ImageFiles(), manifest.MetaFileName)})
+	}
+	specs = append(specs, spec{".", manifest.FileName, []string{manifest.FileName, m.Spec}})
+	layers := make([]*fileLayer, len(specs))
+	errs := make([]error, len(specs))
+	slots := make(chan struct{}, runtime.NumCPU())
+	var wg sync.WaitGroup
+	for i, s := range specs {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			layers[i], errs[i] = newFileLayer(out, s.dir, s.name, s.files, filepath.Join(scratch, fmt.Sprintf("layer-%d.tar.gz", i)))
+			if errs[i] != nil {
+				errs[i] = fmt.Errorf("layer of %s: %w", s.name, errs[i])
+			}
+		})
+	}
+	wg.Wait()
+	return layers, errors.Join(errs...)
+}
+
+// Push writes the output out as an image to r, its layers' gzip in scratch (removed by the
+// caller), and returns the pushed reference with its digest (REF@sha256:...). It logs each layer it uploads once, when it is done (its
 // uncompressed and compressed MiB), a line a second while a large one goes, and a summary:
 // how many layers it uploaded and how many the destination had already.
-func Push(ctx context.Context, out string, r ref.Ref, log logrus.FieldLogger) (string, error) {
-	img, _, layers, err := image(out)
+func Push(ctx context.Context, out, scratch string, r ref.Ref, log logrus.FieldLogger) (string, error) {
+	img, _, layers, err := image(out, scratch)
 	if err != nil {
 		return "", err
 	}

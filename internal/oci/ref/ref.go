@@ -136,6 +136,11 @@ func Fetch(ctx context.Context, r Ref) (v1.Image, error) {
 		}
 		return img, nil
 	}
+	return fetchLayout(r)
+}
+
+// fetchLayout finds the image at r in an OCI layout, by digest, by tag, or the only one.
+func fetchLayout(r Ref) (v1.Image, error) {
 	p, err := layout.FromPath(r.Layout)
 	if err != nil {
 		return nil, fmt.Errorf("OCI layout %s: %w", r.Layout, err)

@@ -94,14 +94,7 @@ func (l *layerState) entry(hdr *tar.Header, r io.Reader) error {
 		return l.hideLower(dir)
 	}
 	if hidden, ok := strings.CutPrefix(base, whiteoutPrefix); ok {
-		if hidden == "" || hidden == "." || hidden == ".." || strings.Contains(hidden, "/") {
-			return fmt.Errorf("%w %q: a whiteout of %q", ErrLayer, hdr.Name, hidden)
-		}
-		// A whiteout hides lower layers' entries, never this layer's own.
-		if name := path.Join(dir, hidden); !l.inLayer[name] {
-			return l.root.RemoveAll(name)
-		}
-		return nil
+		return l.whiteout(dir, hidden, hdr.Name)
 	}
 	l.inLayer[rel] = true
 	if dir != "." {
@@ -109,43 +102,9 @@ func (l *layerState) entry(hdr *tar.Header, r io.Reader) error {
 			return err
 		}
 	}
-	switch {
-	case hdr.Typeflag == tar.TypeDir:
-		if fi, err := l.root.Lstat(rel); err == nil && !fi.IsDir() {
-			if err := l.root.Remove(rel); err != nil {
-				return err
-			}
-		}
-		if err := l.root.Mkdir(rel, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-			return err
-		}
-		l.dirTimes = append(l.dirTimes, dirTime{rel, hdr.ModTime})
-	case isRegular(hdr):
-		if err := l.replace(rel); err != nil {
-			return err
-		}
-		if err := l.writeFile(rel, hdr, r); err != nil {
-			return err
-		}
-	case hdr.Typeflag == tar.TypeSymlink:
-		if err := l.replace(rel); err != nil {
-			return err
-		}
-		if err := l.root.Symlink(hdr.Linkname, rel); err != nil {
-			return err
-		}
-		return l.root.Lchown(rel, hdr.Uid, hdr.Gid)
-	case hdr.Typeflag == tar.TypeLink:
-		return l.link(rel, hdr)
-	case hdr.Typeflag == tar.TypeFifo:
-		if err := l.replace(rel); err != nil {
-			return err
-		}
-		if err := l.mkfifo(dir, base); err != nil {
-			return err
-		}
-	default:
-		return nil // device nodes and the like: a sandbox gets its own /dev
+	made, err := l.make(rel, hdr, r)
+	if err != nil || !made {
+		return err
 	}
 	if err := l.root.Lchown(rel, hdr.Uid, hdr.Gid); err != nil {
 		return err
@@ -158,6 +117,57 @@ func (l *layerState) entry(hdr *tar.Header, r io.Reader) error {
 		l.root.Chtimes(rel, hdr.ModTime, hdr.ModTime)
 	}
 	return nil
+}
+
+// whiteout hides name of lower layers (.wh.NAME in dir), never this layer's own.
+func (l *layerState) whiteout(dir, name, entry string) error {
+	if name == "" || name == "." || name == ".." || strings.Contains(name, "/") {
+		return fmt.Errorf("%w %q: a whiteout of %q", ErrLayer, entry, name)
+	}
+	if p := path.Join(dir, name); !l.inLayer[p] {
+		return l.root.RemoveAll(p)
+	}
+	return nil
+}
+
+// make makes the entry at rel (replacing a lower layer's) and says whether its mode, owner and
+// times are still to be set: a symlink and a hard link are done, and so are what a sandbox
+// never sees (device nodes: it gets its own /dev).
+func (l *layerState) make(rel string, hdr *tar.Header, r io.Reader) (bool, error) {
+	switch {
+	case hdr.Typeflag == tar.TypeDir:
+		if fi, err := l.root.Lstat(rel); err == nil && !fi.IsDir() {
+			if err := l.root.Remove(rel); err != nil {
+				return false, err
+			}
+		}
+		if err := l.root.Mkdir(rel, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return false, err
+		}
+		l.dirTimes = append(l.dirTimes, dirTime{rel, hdr.ModTime})
+		return true, nil
+	case isRegular(hdr):
+		if err := l.replace(rel); err != nil {
+			return false, err
+		}
+		return true, l.writeFile(rel, hdr, r)
+	case hdr.Typeflag == tar.TypeSymlink:
+		if err := l.replace(rel); err != nil {
+			return false, err
+		}
+		if err := l.root.Symlink(hdr.Linkname, rel); err != nil {
+			return false, err
+		}
+		return false, l.root.Lchown(rel, hdr.Uid, hdr.Gid)
+	case hdr.Typeflag == tar.TypeLink:
+		return false, l.link(rel, hdr)
+	case hdr.Typeflag == tar.TypeFifo:
+		if err := l.replace(rel); err != nil {
+			return false, err
+		}
+		return true, l.mkfifo(path.Dir(rel), path.Base(rel))
+	}
+	return false, nil
 }
 
 func (l *layerState) writeFile(rel string, hdr *tar.Header, r io.Reader) error {
