@@ -100,11 +100,12 @@ bench-incremental: deps runsc image build
 bench-jobs: deps runsc image build
 	bench/jobs.sh
 
-# Unpacking an image (ours beside tar -x) and push/pull of the default output to a local
-# registry (it captures first).
+# Unpacking an image (ours beside tar -x), push/pull of the default output to a local
+# registry (it captures first), and push's peak memory for an output of 1 and of 12 sets.
 bench-oci: capture
 	go test -run '^$$' -bench Unpack -benchtime 1x -count 5 -timeout 30m ./internal/oci/unpack
 	bench/oci.sh
+	bench/push-rss.sh
 
 # The pipeline's own hot paths that are not sandboxes.
 bench-go:
