@@ -45,7 +45,9 @@ $(RUNSC):
 	CGO_ENABLED=0 GOBIN=$(abspath $(dir $@)) go install -ldflags "-X gvisor.dev/gvisor/runsc/version.version=$(RUNSC_LABEL)" $(RUNSC_MODULE)@$(RUNSC_VERSION)
 	$@ --version
 
-image: deps build
+# runsc: the executor layer is put on by `pipeline rootfs`, which runs the base's python3 only
+# in a sandbox.
+image: deps runsc build
 	./images/executor/build-image.sh
 
 capture: deps runsc image build
@@ -98,11 +100,12 @@ bench-incremental: deps runsc image build
 bench-jobs: deps runsc image build
 	bench/jobs.sh
 
-# Unpacking an image (ours beside tar -x) and push/pull of the default output to a local
-# registry (it captures first).
+# Unpacking an image (ours beside tar -x), push/pull of the default output to a local
+# registry (it captures first), and push's peak memory for an output of 1 and of 12 sets.
 bench-oci: capture
-	go test -run '^$$' -bench Unpack -benchtime 1x -count 5 -timeout 30m ./internal/oci
+	go test -run '^$$' -bench Unpack -benchtime 1x -count 5 -timeout 30m ./internal/oci/unpack
 	bench/oci.sh
+	bench/push-rss.sh
 
 # The pipeline's own hot paths that are not sandboxes.
 bench-go:

@@ -15,7 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
-	"readie.dev/pipeline/internal/oci"
+	"readie.dev/pipeline/internal/oci/output"
 	"readie.dev/pipeline/internal/testenv"
 )
 
@@ -95,8 +95,8 @@ func TestPushPull(t *testing.T) {
 	}
 	json.Unmarshal([]byte(skopeo(t, "inspect", "--raw", "--tls-verify=false", "docker://"+ref)), &raw)
 	if raw.MediaType != "application/vnd.oci.image.manifest.v1+json" || len(raw.Layers) != 3 ||
-		raw.Annotations[oci.AnnotationProtocol] != "2" || raw.Annotations["org.opencontainers.image.created"] == "" ||
-		!strings.HasPrefix(raw.Annotations[oci.AnnotationRootfsDigest], "sha256:") {
+		raw.Annotations[output.AnnotationProtocol] != "2" || raw.Annotations["org.opencontainers.image.created"] == "" ||
+		!strings.HasPrefix(raw.Annotations[output.AnnotationRootfsDigest], "sha256:") {
 		t.Errorf("image manifest: %+v", raw)
 	}
 
@@ -135,13 +135,13 @@ func TestPushPull(t *testing.T) {
 func TestPullRefusesAnotherProtocol(t *testing.T) {
 	dir := testenv.WorkDir(t)
 	cfg := smallOutput(t, dir)
-	img, _, err := oci.Image(filepath.Join(dir, "out"))
+	img, _, err := output.Image(filepath.Join(dir, "out"), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	m, _ := img.Manifest()
 	annotations := m.Annotations
-	annotations[oci.AnnotationProtocol] = "3"
+	annotations[output.AnnotationProtocol] = "3"
 	img = mutate.Annotations(img, annotations).(v1.Image)
 	p, err := layout.Write(filepath.Join(dir, "layout"), empty.Index)
 	if err != nil {

@@ -5,7 +5,7 @@ import (
 	"flag"
 	"fmt"
 
-	"readie.dev/pipeline/internal/oci"
+	"readie.dev/pipeline/internal/oci/ref"
 	"readie.dev/pipeline/internal/run"
 )
 
@@ -22,7 +22,7 @@ func (*pullCmd) CheckArgs(args []string) error {
 	if len(args) != 2 {
 		return fmt.Errorf("want an image reference and an output directory")
 	}
-	_, err := oci.ParseRef(args[0], nil)
+	_, err := ref.ParseRef(args[0], nil)
 	return err
 }
 
@@ -31,16 +31,16 @@ func (c *pullCmd) Execute(ctx context.Context, con *console, args []string) erro
 	if err != nil {
 		return err
 	}
-	ref, ctx, cancel, err := registryStep(ctx, cfg, "pull", args[0])
+	r, ctx, cancel, err := registryStep(ctx, cfg, "pull", args[0])
 	if err != nil {
 		return err
 	}
 	defer cancel()
-	img, err := oci.Fetch(ctx, ref, nil)
+	img, err := ref.Fetch(ctx, r)
 	if err != nil {
 		return err
 	}
-	m, err := run.Pull(img, args[1], oci.LogLayers(con.log, "pull"))
+	m, err := run.Pull(ctx, img, args[1], run.ImageLimits(cfg.Limits), con.log, "pull")
 	if err != nil {
 		return usageIfSetup(err)
 	}

@@ -4,35 +4,20 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"time"
-
-	"github.com/sirupsen/logrus"
 
 	"readie.dev/pipeline/internal/config"
-	"readie.dev/pipeline/internal/oci"
+	"readie.dev/pipeline/internal/oci/ref"
+	"readie.dev/pipeline/internal/run"
 )
 
-// progress reports a transfer on stderr, throttled, in the log's format.
-func progress(c *console, what string) *oci.Progress {
-	mib := func(n int64) string { return fmt.Sprintf("%.1f", float64(n)/(1<<20)) }
-	return &oci.Progress{What: what, Every: time.Second,
-		Report: func(what string, done, total int64) {
-			c.log.WithFields(logrus.Fields{"done_mib": mib(done), "total_mib": mib(total)}).Info(what)
-		},
-		Layer: func(layer string, done, total int64) {
-			c.log.WithFields(logrus.Fields{"layer": layer, "done_mib": mib(done), "total_mib": mib(total)}).Info(what + ": layer")
-		},
-	}
-}
-
 // registryStep parses ref for a push or pull against cfg, bounded by timeouts.registry.
-func registryStep(ctx context.Context, cfg *config.Config, what, arg string) (oci.Ref, context.Context, context.CancelFunc, error) {
-	ref, err := oci.ParseRef(arg, cfg.InsecureRegistries)
+func registryStep(ctx context.Context, cfg *config.Config, what, arg string) (ref.Ref, context.Context, context.CancelFunc, error) {
+	r, err := ref.ParseRef(arg, cfg.InsecureRegistries)
 	if err != nil {
-		return oci.Ref{}, nil, nil, usageError{err}
+		return ref.Ref{}, nil, nil, usageError{err}
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, cfg.Timeouts.Registry, fmt.Errorf("%s exceeded its timeout of %s (timeouts.registry)", what, cfg.Timeouts.Registry))
-	return ref, ctx, cancel, nil
+	return r, ctx, cancel, nil
 }
 
 type pushCmd struct {
@@ -54,7 +39,7 @@ func (*pushCmd) CheckArgs(args []string) error {
 	if len(args) != 1 {
 		return fmt.Errorf("want one image reference, e.g. registry.example.com/readie/checkpoints:v1")
 	}
-	_, err := oci.ParseRef(args[0], nil)
+	_, err := ref.ParseRef(args[0], nil)
 	return err
 }
 
@@ -66,12 +51,12 @@ func (c *pushCmd) Execute(ctx context.Context, con *console, args []string) erro
 	if err := c.out.apply(cfg, nil); err != nil {
 		return err
 	}
-	ref, ctx, cancel, err := registryStep(ctx, cfg, "push", args[0])
+	r, ctx, cancel, err := registryStep(ctx, cfg, "push", args[0])
 	if err != nil {
 		return err
 	}
 	defer cancel()
-	pushed, err := oci.Push(ctx, cfg.Output, ref, progress(con, "push"))
+	pushed, err := run.Push(ctx, cfg.Output, r, con.log)
 	if err != nil {
 		return err
 	}

@@ -2,17 +2,19 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"strings"
 
 	"readie.dev/pipeline/internal/config"
-	"readie.dev/pipeline/internal/oci"
+	"readie.dev/pipeline/internal/oci/rootfs"
 )
 
 // rootfsCmd puts the executor layer on a base root filesystem (`make image` runs it on its
 // Debian package layer): the same code that layers the executor onto a user's image.
 type rootfsCmd struct {
+	config                  configFlag
 	base, baseDigest, cache string
 }
 
@@ -22,6 +24,7 @@ func (*rootfsCmd) Synopsis() string {
 	return "put the executor layer on --base (a directory that never changes); print the rootfs path"
 }
 func (c *rootfsCmd) SetFlags(fs *flag.FlagSet) {
+	c.config.register(fs) // runsc, its root and timeouts.image_probe: the base's python3 runs in a sandbox
 	fs.StringVar(&c.base, "base", "", "the base root filesystem")
 	fs.StringVar(&c.baseDigest, "base-digest", "", "the base's content digest (sha256:...)")
 	fs.StringVar(&c.cache, "cache", config.CacheDir(), "the cache the rootfs goes under (CACHE/rootfs/sha256-DIGEST)")
@@ -35,9 +38,24 @@ func (c *rootfsCmd) CheckArgs(args []string) error {
 }
 
 func (c *rootfsCmd) Execute(ctx context.Context, con *console, _ []string) error {
-	path, info, err := oci.Assemble(ctx, c.cache, c.base, c.baseDigest, nil)
+	cfg, err := c.config.load()
 	if err != nil {
+		return err
+	}
+	env, err := newEnv(ctx, cfg, con.log)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	path, info, err := rootfs.Assemble(ctx, rootfs.Options{
+		Cache: c.cache, Base: c.base, BaseDigest: c.baseDigest,
+		Runtime: env.Runtime, Timeout: cfg.Timeouts.ImageProbe, Log: con.log,
+	})
+	if errors.Is(err, rootfs.ErrPython) {
 		return usageError{err}
+	}
+	if err != nil {
+		return err
 	}
 	if info.Reused {
 		con.log.WithField("digest", info.Digest).Info("rootfs reused")

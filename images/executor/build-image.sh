@@ -44,10 +44,18 @@ else
   rm -rf "$tmp"/usr/share/doc/* "$tmp"/usr/share/man/* "$tmp"/var/cache/apt/*.bin "$tmp"/var/lib/apt/lists/*
   rm -f "$tmp"/etc/resolv.conf "$tmp"/etc/hosts
   # Precompile the standard library: the root is read-only in the sandbox, so .pyc files
-  # cannot be written at run time and every cold start would compile again.
+  # cannot be written at run time and every cold start would compile again. This chroot runs
+  # Debian's own python3 from packages apt verified, in the tree whose maintainer scripts
+  # mmdebstrap has just run as root in a chroot: no user image's code (that runs only in
+  # gVisor sandboxes: `pipeline rootfs`, `--image`).
   chroot "$tmp" python3 -m compileall -q -j0 /usr/lib/python3 /usr/lib/python3.11 >/dev/null 2>&1 || true
   mv "$tmp" "$layer/rootfs"
-  (cd "$layer/rootfs" && find . -xdev -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum) | sha256sum | cut -d' ' -f1 > "$layer/digest"
+  # The digest covers what changes behaviour: every entry's type, mode (setuid included),
+  # owner and link target, and every regular file's content.
+  (cd "$layer/rootfs" && {
+    find . -xdev -printf '%y %m %U:%G %p -> %l\n' | LC_ALL=C sort
+    find . -xdev -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
+  }) | sha256sum | cut -d' ' -f1 > "$layer/digest"
   touch "$layer/complete"
 fi
 # end package layer

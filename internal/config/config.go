@@ -81,8 +81,43 @@ type Timeouts struct {
 	Restore      time.Duration `yaml:"restore"`
 	Smoke        time.Duration `yaml:"smoke"`
 	RunscCommand time.Duration `yaml:"runsc_command"`
-	// Registry bounds one push or pull, retries included.
+	// Registry bounds one push or pull, retries included, and the fetch and unpack of an
+	// --image.
 	Registry time.Duration `yaml:"registry"`
+	// ImageProbe bounds each run of an image's own code while its rootfs is made (the python3
+	// probe, the precompile of the executor), each in a sandbox.
+	ImageProbe time.Duration `yaml:"image_probe"`
+}
+
+// Limits bound what unpacking an image (--image) or pulling an output may write: a small layer
+// can claim any size (a sparse entry, gzip of zeros).
+type Limits struct {
+	// ImageBytes bounds all regular files together, at their expanded size.
+	ImageBytes Size `yaml:"image_bytes"`
+	// ImageEntries bounds the tar entries of all layers.
+	ImageEntries int64 `yaml:"image_entries"`
+	// ImageFileBytes bounds one regular file, at its expanded size.
+	ImageFileBytes Size `yaml:"image_file_bytes"`
+}
+
+// Size is a byte count, written as an integer or with a binary unit: 512MiB, 64GiB, 2TiB.
+type Size int64
+
+var sizePattern = regexp.MustCompile(`^([0-9]+)\s*(B|KiB|MiB|GiB|TiB)?$`)
+
+// UnmarshalYAML reads a Size.
+func (s *Size) UnmarshalYAML(node *yaml.Node) error {
+	m := sizePattern.FindStringSubmatch(strings.TrimSpace(node.Value))
+	if node.Kind != yaml.ScalarNode || m == nil {
+		return fmt.Errorf("line %d: %q is not a size (bytes, or a number with B, KiB, MiB, GiB or TiB)", node.Line, node.Value)
+	}
+	n, err := strconv.ParseInt(m[1], 10, 64)
+	shift := map[string]uint{"": 0, "B": 0, "KiB": 10, "MiB": 20, "GiB": 30, "TiB": 40}[m[2]]
+	if err != nil || n > (1<<62)>>shift {
+		return fmt.Errorf("line %d: size %q is too large", node.Line, node.Value)
+	}
+	*s = Size(n << shift)
+	return nil
 }
 
 // Config is pipeline.yaml.
@@ -100,6 +135,7 @@ type Config struct {
 	// number of CPUs, at most 4).
 	Jobs     int      `yaml:"jobs"`
 	Timeouts Timeouts `yaml:"timeouts"`
+	Limits   Limits   `yaml:"limits"`
 	// PassEnv names variables of the pipeline's environment to pass into every sandbox. Nothing
 	// else of it is passed: a checkpoint ships to every sandbox, with whatever it holds.
 	PassEnv []string `yaml:"pass_env"`
@@ -277,9 +313,17 @@ func (c *Config) validate() error {
 	for name, d := range map[string]time.Duration{
 		"capture": c.Timeouts.Capture, "restore": c.Timeouts.Restore,
 		"smoke": c.Timeouts.Smoke, "runsc_command": c.Timeouts.RunscCommand, "registry": c.Timeouts.Registry,
+		"image_probe": c.Timeouts.ImageProbe,
 	} {
 		if d <= 0 {
 			add("timeouts.%s must be a positive duration such as 90s", name)
+		}
+	}
+	for name, n := range map[string]int64{
+		"image_bytes": int64(c.Limits.ImageBytes), "image_entries": c.Limits.ImageEntries, "image_file_bytes": int64(c.Limits.ImageFileBytes),
+	} {
+		if n <= 0 {
+			add("limits.%s must be positive", name)
 		}
 	}
 	for _, name := range c.PassEnv {

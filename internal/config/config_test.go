@@ -24,8 +24,11 @@ func TestDefaultConfig(t *testing.T) {
 	if c.Rootfs != "/cache/readie/rootfs/default" || c.Output != "/repo/out" || c.Runsc.Network != "none" {
 		t.Errorf("config %+v", c)
 	}
-	if c.Timeouts.Capture != 5*time.Minute || c.RestoreRuns != 5 {
+	if c.Timeouts.Capture != 5*time.Minute || c.RestoreRuns != 5 || c.Timeouts.ImageProbe != 2*time.Minute {
 		t.Errorf("timeouts %+v runs %d", c.Timeouts, c.RestoreRuns)
+	}
+	if c.Limits != (Limits{ImageBytes: 64 << 30, ImageEntries: 1_000_000, ImageFileBytes: 16 << 30}) {
+		t.Errorf("limits %+v", c.Limits)
 	}
 	sel, err := c.Select(nil, nil)
 	if err != nil {
@@ -105,6 +108,15 @@ func lineOf(text, part string) int {
 	return strings.Count(text[:strings.Index(text, part)], "\n") + 1
 }
 
+func TestSizes(t *testing.T) {
+	for text, want := range map[string]Size{"4096": 4096, "512MiB": 512 << 20, "1 KiB": 1 << 10, "2TiB": 2 << 40, "7B": 7} {
+		c, err := Parse([]byte("limits:\n  image_file_bytes: "+text+"\n"), "test.yaml", "/repo", "/cache")
+		if err != nil || c.Limits.ImageFileBytes != want {
+			t.Errorf("%q: %v %v, want %d", text, c.Limits.ImageFileBytes, err, want)
+		}
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	valid := string(pipeline.DefaultConfig())
 	replace := func(old, new string) string {
@@ -137,6 +149,11 @@ func TestParseErrors(t *testing.T) {
 		{"bad network", replace("network: none", "network: wifi"), "runsc.network"},
 		{"host uds off", replace("host_uds: create", "host_uds: none"), "host_uds"},
 		{"restore flag", replace(`restore_flags: ["-direct"]`, `restore_flags: ["direct"]`), "not a flag"},
+		{"size without a number", replace("image_bytes: 64GiB", "image_bytes: lots"), fmt.Sprintf("line %d: \"lots\" is not a size", lineOf(valid, "image_bytes: 64GiB"))},
+		{"size in decimal units", replace("image_bytes: 64GiB", "image_bytes: 64GB"), `"64GB" is not a size`},
+		{"size too large", replace("image_bytes: 64GiB", "image_bytes: 99999999TiB"), "too large"},
+		{"zero limit", replace("image_entries: 1000000", "image_entries: 0"), "limits.image_entries"},
+		{"zero probe timeout", replace("image_probe: 2m", "image_probe: 0s"), "timeouts.image_probe"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

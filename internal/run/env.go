@@ -6,7 +6,6 @@ package run
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -17,10 +16,12 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
 
-	"readie.dev/pipeline/internal/oci"
-
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/lease"
+	"readie.dev/pipeline/internal/oci/ref"
+	"readie.dev/pipeline/internal/oci/rootfs"
+	"readie.dev/pipeline/internal/oci/unpack"
+	"readie.dev/pipeline/internal/oci/verify"
 	"readie.dev/pipeline/pkg/capture"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
@@ -34,9 +35,6 @@ var ErrSetup = errors.New("setup")
 // RestoreSpecHostDir stands for the per-sandbox host directory in the restore spec that
 // the manifest ships: a worker replaces it (and the environment and root.path), nothing else.
 const RestoreSpecHostDir = "/run/readie/sandboxes/SANDBOX_ID"
-
-// ImageInfoPath is where `make image` records the rootfs digest inside the rootfs.
-const ImageInfoPath = "usr/lib/readie/image.json"
 
 // Env is what every subcommand needs: the config, a runtime, the image and the restore flags.
 // A run over an existing output uses a copy shaped by that output's manifest (forManifest).
@@ -102,47 +100,60 @@ func NewEnv(ctx context.Context, cfg *config.Config, log logrus.FieldLogger) (*E
 func (e *Env) Close() error { return e.lease.Release() }
 
 // PrepareRootfs sets e.Rootfs to the sandbox root the config names: its rootfs, or its image
-// (unpacked once into the cache, with the executor layered on top).
+// (fetched and unpacked once into the cache, verified, within timeouts.registry and the
+// config's limits; the executor layered on top, the image's own code run only in sandboxes).
 func (e *Env) PrepareRootfs(ctx context.Context) error {
 	if e.Config.Image == "" {
-		rootfs, err := OpenRootfs(e.Config.Rootfs)
-		e.Rootfs = rootfs
+		opened, err := OpenRootfs(e.Config.Rootfs)
+		e.Rootfs = opened
 		return err
 	}
-	img, err := oci.OpenImage(ctx, e.Config.Image, e.Config.InsecureRegistries)
+	fetchCtx, cancel := context.WithTimeoutCause(ctx, e.Config.Timeouts.Registry,
+		fmt.Errorf("fetching and unpacking image %s exceeded timeouts.registry (%s)", e.Config.Image, e.Config.Timeouts.Registry))
+	defer cancel()
+	img, err := ref.Open(fetchCtx, e.Config.Image, e.Config.InsecureRegistries)
 	if err != nil {
-		return fmt.Errorf("%w: image %s: %w", ErrSetup, e.Config.Image, err)
-	}
-	digest, err := img.Digest()
-	if err != nil {
-		return err
+		return imageError(fetchCtx, e.Config.Image, err)
 	}
 	start := time.Now()
-	base, unpacked, err := oci.UnpackOnce(img, config.CacheDir(), oci.LogLayers(e.Log, "unpack"))
+	unpacked, err := unpack.UnpackOnce(fetchCtx, img, config.CacheDir(), ImageLimits(e.Config.Limits), e.Log, unpack.LogLayers(e.Log, "unpack"))
 	if err != nil {
-		return fmt.Errorf("%w: image %s: %w", ErrSetup, e.Config.Image, err)
+		return imageError(fetchCtx, e.Config.Image, err)
 	}
-	if unpacked {
-		e.Log.WithFields(logrus.Fields{"image": digest.String(), "took": time.Since(start).Round(time.Millisecond)}).Info("unpack: done")
+	if unpacked.Made {
+		e.Log.WithFields(logrus.Fields{"image": unpacked.Manifest, "took": time.Since(start).Round(time.Millisecond)}).Info("unpack: done")
 	}
-	content, err := oci.ContentDigest(img)
+	image := &rootfs.ImageRef{Ref: e.Config.Image, Digest: unpacked.Manifest}
+	path, _, err := rootfs.Assemble(ctx, rootfs.Options{
+		Cache: config.CacheDir(), Base: unpacked.Dir, BaseDigest: unpacked.Content, Image: image,
+		Runtime: e.Runtime, Timeout: e.Config.Timeouts.ImageProbe, Log: e.Log,
+	})
 	if err != nil {
-		return err
-	}
-	ref := &oci.ImageRef{Ref: e.Config.Image, Digest: digest.String()}
-	path, _, err := oci.Assemble(ctx, config.CacheDir(), base, content, ref)
-	if err != nil {
-		if errors.Is(err, oci.ErrPython) {
+		if errors.Is(err, rootfs.ErrPython) {
 			return fmt.Errorf("%w: %w", ErrSetup, err)
 		}
 		return err
 	}
-	rootfs, err := OpenRootfs(path)
+	opened, err := OpenRootfs(path)
 	if err != nil {
 		return err
 	}
-	e.Rootfs, e.Image = rootfs, &manifest.Image{Ref: ref.Ref, Digest: ref.Digest}
+	e.Rootfs, e.Image = opened, &manifest.Image{Ref: image.Ref, Digest: image.Digest}
 	return nil
+}
+
+// imageError says which image failed. An image the pipeline cannot use (a bad reference, a
+// refused entry, a limit) is bad input (exit 2); bytes that do not match their digest, and a
+// fetch that ran out of time (ctx done: a registry client may keep only the words of its
+// cause), fail the run (exit 1).
+func imageError(ctx context.Context, image string, err error) error {
+	if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+		err = fmt.Errorf("%w: %w", err, ctx.Err())
+	}
+	if errors.Is(err, verify.ErrDigest) || ctx.Err() != nil {
+		return fmt.Errorf("image %s: %w", image, err)
+	}
+	return fmt.Errorf("%w: image %s: %w", ErrSetup, image, err)
 }
 
 // OpenRootfs resolves a rootfs directory (runsc refuses a symlinked root) and reads the digest
@@ -152,20 +163,11 @@ func OpenRootfs(path string) (manifest.Rootfs, error) {
 	if err != nil {
 		return manifest.Rootfs{}, fmt.Errorf("%w: rootfs %s: %w (run `make image`)", ErrSetup, path, err)
 	}
-	var image struct {
-		Digest string `json:"digest"`
-	}
-	data, err := os.ReadFile(filepath.Join(resolved, ImageInfoPath))
-	if err == nil {
-		err = json.Unmarshal(data, &image)
-	}
-	if err == nil && image.Digest == "" {
-		err = errors.New("no digest")
-	}
+	info, err := rootfs.ReadInfo(resolved)
 	if err != nil {
 		return manifest.Rootfs{}, fmt.Errorf("%w: rootfs %s has no readable image.json: %w (run `make image`)", ErrSetup, resolved, err)
 	}
-	return manifest.Rootfs{Path: resolved, Digest: image.Digest}, nil
+	return manifest.Rootfs{Path: resolved, Digest: info.Digest}, nil
 }
 
 // Launcher starts sandboxes of this environment's shape, each bounded by limit; workDir

@@ -11,7 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"readie.dev/pipeline/internal/config"
-	"readie.dev/pipeline/internal/oci"
+	"readie.dev/pipeline/internal/oci/ref"
 	"readie.dev/pipeline/pkg/manifest"
 )
 
@@ -30,7 +30,7 @@ func MergeSources(ctx context.Context, cfg *config.Config, out string, srcs []st
 		if fi, err := os.Stat(src); err == nil && fi.IsDir() {
 			continue
 		}
-		ref, err := oci.ParseRef(src, cfg.InsecureRegistries)
+		r, err := ref.ParseRef(src, cfg.InsecureRegistries)
 		if err != nil {
 			return nil, fmt.Errorf("%w: merge source %s is neither a directory nor an image: %w", ErrSetup, src, err)
 		}
@@ -43,10 +43,10 @@ func MergeSources(ctx context.Context, cfg *config.Config, out string, srcs []st
 			}
 		}
 		pullCtx, cancel := context.WithTimeoutCause(ctx, cfg.Timeouts.Registry, fmt.Errorf("pull of %s exceeded its timeout of %s (timeouts.registry)", src, cfg.Timeouts.Registry))
-		img, err := oci.Fetch(pullCtx, ref, nil)
+		img, err := ref.Fetch(pullCtx, r)
 		if err == nil {
 			sources[i] = filepath.Join(pulled, strconv.Itoa(i))
-			_, err = Pull(img, sources[i], oci.LogLayers(log, "pull "+src))
+			_, err = Pull(pullCtx, img, sources[i], ImageLimits(cfg.Limits), log, "pull "+src)
 		}
 		cancel()
 		if err != nil {

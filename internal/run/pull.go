@@ -1,23 +1,32 @@
 package run
 
 import (
-	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"context"
+	"errors"
 
-	"readie.dev/pipeline/internal/oci"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/sirupsen/logrus"
+
+	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/lease"
+	"readie.dev/pipeline/internal/oci/output"
+	"readie.dev/pipeline/internal/oci/ref"
+	"readie.dev/pipeline/internal/oci/unpack"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/manifest"
 )
 
 // Pull writes the output that img holds into out as a capture would (lock, staging, verify,
-// swap: writeOutput): out changes only when the pulled output verifies. An image of another executor
-// protocol is refused before any layer is read.
-func Pull(img v1.Image, out string, progress func(layer, layers int, bytes int64)) (*manifest.Manifest, error) {
-	if err := oci.CheckProtocol(img, executorproto.Version); err != nil {
+// swap: writeOutput): out changes only when every layer matched its digests and the pulled
+// output verifies. An image of another executor protocol is refused before any layer is read.
+// Layer reads stop with ctx; what the layers may write is bounded by limits.
+func Pull(ctx context.Context, img v1.Image, out string, limits unpack.Limits, log logrus.FieldLogger, what string) (*manifest.Manifest, error) {
+	if err := output.CheckProtocol(img, executorproto.Version); err != nil {
 		return nil, err
 	}
 	var m *manifest.Manifest
 	err := writeOutput(out, func(staging string) error {
-		if err := oci.Extract(img, staging, progress); err != nil {
+		if err := output.Extract(ctx, img, staging, limits, unpack.LogLayers(log, what)); err != nil {
 			return err
 		}
 		var err error
@@ -25,4 +34,34 @@ func Pull(img v1.Image, out string, progress func(layer, layers int, bytes int64
 		return err
 	})
 	return m, err
+}
+
+// Push pushes the output out to r (output.Push) under out's lock taken shared: a capture cannot
+// swap out while it is read, so the image holds one output, never a mix of two. While a run
+// writes out, Push waits for it, bounded by ctx. The layers' gzip goes into a scratch
+// directory named after a lease of the push's own, swept like a run's when the push dies.
+func Push(ctx context.Context, out string, r ref.Ref, log logrus.FieldLogger) (_ string, err error) {
+	lock, err := ReadLockOutput(ctx, out, func(pid int) {
+		log.WithField("pid", pid).Info("push: waiting for the run that writes the output")
+	})
+	if err != nil {
+		return "", err
+	}
+	defer lock.Unlock()
+	l, err := lease.New()
+	if err != nil {
+		return "", err
+	}
+	defer func() { err = errors.Join(err, l.Release()) }()
+	scratch, cleanup, err := scratchDir(l)
+	if err != nil {
+		return "", err
+	}
+	defer cleanup() // before the lease goes: nothing named after it may outlive it
+	return output.Push(ctx, out, scratch, r, log)
+}
+
+// ImageLimits are the config's limits on what unpacking an image or pulling an output writes.
+func ImageLimits(l config.Limits) unpack.Limits {
+	return unpack.Limits{Bytes: int64(l.ImageBytes), Entries: l.ImageEntries, FileBytes: int64(l.ImageFileBytes)}
 }

@@ -1,6 +1,7 @@
 package run
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/internal/lease"
@@ -49,6 +51,49 @@ func TestLockOutput(t *testing.T) {
 		t.Fatalf("lock after release = %+v, %v", again, err)
 	}
 	again.Unlock()
+}
+
+// TestLockSharedAndExclusive: readers share the lock and a writer is refused while they hold
+// it, saying that it is being read; a reader waits while a writer holds it (bounded by its
+// context) and gets it once the writer is gone; the writer's pid stays in the file for errors.
+func TestLockSharedAndExclusive(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	r1, err := ReadLockOutput(context.Background(), out, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := ReadLockOutput(context.Background(), out, nil)
+	if err != nil {
+		t.Fatalf("a second reader: %v", err)
+	}
+	if _, err := LockOutput(out); !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), "is being read by another run") {
+		t.Fatalf("a writer beside readers: %v", err)
+	}
+	r1.Unlock()
+	r2.Unlock()
+
+	w, err := LockOutput(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	var waitedFor int
+	if _, err := ReadLockOutput(ctx, out, func(pid int) { waitedFor = pid }); !errors.Is(err, ErrLocked) || !errors.Is(err, context.DeadlineExceeded) ||
+		waitedFor != os.Getpid() || !strings.Contains(err.Error(), "waiting for pid "+strconv.Itoa(os.Getpid())) {
+		t.Fatalf("a reader while a writer holds it: %v (waited for %d)", err, waitedFor)
+	}
+	w.Unlock()
+	r, err := ReadLockOutput(context.Background(), out, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Unlock()
+	if again, err := LockOutput(out); err != nil || again.Stale != 0 {
+		t.Fatalf("a writer after the reader: %+v %v", again, err)
+	} else {
+		again.Unlock()
+	}
 }
 
 func TestLockTakesOverFromADeadRun(t *testing.T) {

@@ -19,12 +19,15 @@ const scratchPrefix = "readie-scratch-"
 
 // workDir is a short scratch directory for bundles and sockets (108-byte socket paths), named
 // after this run's lease so that a later run can remove it if this one is killed.
-func (e *Env) workDir() (string, func(), error) {
+func (e *Env) workDir() (string, func(), error) { return scratchDir(e.lease) }
+
+// scratchDir is a scratch directory named after the lease l (a run's, or a push's).
+func scratchDir(l *lease.Lease) (string, func(), error) {
 	tmp := os.TempDir()
-	if err := e.lease.Hold(tmp); err != nil {
+	if err := l.Hold(tmp); err != nil {
 		return "", nil, err
 	}
-	dir, err := os.MkdirTemp(tmp, scratchPrefix+e.lease.ID()+"-")
+	dir, err := os.MkdirTemp(tmp, scratchPrefix+l.ID()+"-")
 	if err != nil {
 		return "", nil, err
 	}

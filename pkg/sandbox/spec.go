@@ -63,7 +63,9 @@ type SpecOptions struct {
 	Mode Mode
 	// Rootfs is the image's root filesystem (absolute path); mounted read-only.
 	Rootfs string
-	// HostDir is the per-sandbox host directory bind-mounted on ExecutorDir.
+	// HostDir is the per-sandbox host directory bind-mounted on ExecutorDir. Empty only with
+	// Args: a sandbox that runs something other than the executor then has no host directory
+	// at all, and runsc makes no mount point in the root for one.
 	HostDir string
 	// ImageDir is where gVisor writes the checkpoint (capture mode only).
 	ImageDir string
@@ -89,8 +91,8 @@ func Spec(o SpecOptions) (*specs.Spec, error) {
 	default:
 		return nil, fmt.Errorf("%w: unknown mode %q", ErrSpec, o.Mode)
 	}
-	if !filepath.IsAbs(o.Rootfs) || !filepath.IsAbs(o.HostDir) {
-		return nil, fmt.Errorf("%w: rootfs %q and host dir %q must be absolute", ErrSpec, o.Rootfs, o.HostDir)
+	if !filepath.IsAbs(o.Rootfs) || !filepath.IsAbs(o.HostDir) && (o.HostDir != "" || o.Args == nil) {
+		return nil, fmt.Errorf("%w: rootfs %q and host dir %q must be absolute (no host dir only with args)", ErrSpec, o.Rootfs, o.HostDir)
 	}
 	for k := range o.CheckpointOptions {
 		if o.Mode != ModeCapture || k == "" || k == "enable" || k == "path" || strings.ContainsAny(k, "/= ") {
@@ -141,7 +143,6 @@ func Spec(o SpecOptions) (*specs.Spec, error) {
 			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 			// A function may want scratch space; the root is read-only.
 			{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}},
-			{Destination: ExecutorDir, Type: "bind", Source: o.HostDir, Options: []string{"rbind", "rw"}},
 		},
 		Linux: &specs.Linux{
 			Namespaces: []specs.LinuxNamespace{
@@ -149,6 +150,9 @@ func Spec(o SpecOptions) (*specs.Spec, error) {
 				{Type: specs.MountNamespace}, {Type: specs.NetworkNamespace},
 			},
 		},
+	}
+	if o.HostDir != "" {
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: ExecutorDir, Type: "bind", Source: o.HostDir, Options: []string{"rbind", "rw"}})
 	}
 	if o.Mode == ModeCapture {
 		s.Annotations = map[string]string{

@@ -97,11 +97,29 @@ func TestSpecRejectsBadOptions(t *testing.T) {
 		{Mode: ModeCapture, Rootfs: "/r", HostDir: "/h"},                   // no image dir
 		{Mode: ModeSandbox, Rootfs: "/r", HostDir: "/h", ImageDir: "/img"}, // image dir outside capture
 		{Mode: ModeSandbox, Rootfs: "/r", HostDir: "/h", Env: []string{"NOEQUALS"}},
+		{Mode: ModeSandbox, Rootfs: "/r"}, // no host dir for the executor
 	}
 	for _, o := range bad {
 		if _, err := Spec(o); !errors.Is(err, ErrSpec) {
 			t.Errorf("Spec(%+v) = %v, want ErrSpec", o, err)
 		}
+	}
+}
+
+// TestSpecWithoutHostDir: a sandbox that runs something other than the executor may have no
+// host directory: it then has no bind mount at all, so runsc makes no mount point in its root.
+func TestSpecWithoutHostDir(t *testing.T) {
+	s, err := Spec(SpecOptions{Mode: ModeSandbox, Rootfs: "/r", Args: []string{"python3", "-c", "pass"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range s.Mounts {
+		if m.Type == "bind" || m.Destination == ExecutorDir {
+			t.Errorf("mount %+v", m)
+		}
+	}
+	if !s.Root.Readonly {
+		t.Error("the root is writable")
 	}
 }
 

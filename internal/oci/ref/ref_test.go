@@ -1,0 +1,78 @@
+package ref
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+
+	"readie.dev/pipeline/internal/oci/verify"
+)
+
+// taggedLayout writes two random images tagged v1 and v2 into an OCI layout.
+func taggedLayout(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "layout")
+	p, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tag := range []string{"v2", "v1"} {
+		img, err := random.Image(64, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{AnnotationRefName: tag})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// TestFetchLayoutTags: a tag the layout lacks is refused listing the tags it has.
+func TestFetchLayoutTags(t *testing.T) {
+	dir := taggedLayout(t)
+	if _, err := Fetch(context.Background(), Ref{Layout: dir, Tag: "v1"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Fetch(context.Background(), Ref{Layout: dir, Tag: "v3"})
+	if !errors.Is(err, ErrRef) || !strings.Contains(err.Error(), `no image tagged "v3" (tags: v1, v2)`) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestFetchLayoutRefusesOtherManifestBytes: the index names a manifest by its digest; a blob
+// file of that name holding another manifest is refused naming both digests, as a registry
+// client refuses a manifest of another digest.
+func TestFetchLayoutRefusesOtherManifestBytes(t *testing.T) {
+	dir := taggedLayout(t)
+	p, _ := layout.FromPath(dir)
+	index, _ := p.ImageIndex()
+	im, _ := index.IndexManifest()
+	want := im.Manifests[0].Digest
+	img, _ := p.Image(im.Manifests[1].Digest)
+	other, _ := mutate.Annotations(img, map[string]string{"forged": "yes"}).(interface{ RawManifest() ([]byte, error) }).RawManifest()
+	if err := os.WriteFile(filepath.Join(dir, "blobs", "sha256", want.Hex), other, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Fetch(context.Background(), Ref{Layout: dir, Digest: want.String()})
+	if !errors.Is(err, verify.ErrDigest) || !strings.Contains(err.Error(), "expected "+want.String()) || !strings.Contains(err.Error(), "got "+verify.Sum(other).String()) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestTransportHasTimeouts: the registry transport bounds each step, unlike
+// http.DefaultTransport.
+func TestTransportHasTimeouts(t *testing.T) {
+	tr := Transport()
+	if tr.ResponseHeaderTimeout <= 0 || tr.TLSHandshakeTimeout <= 0 || tr.DialContext == nil || tr.IdleConnTimeout <= 0 {
+		t.Fatalf("transport %+v", tr)
+	}
+}

@@ -1,0 +1,192 @@
+// Package rootfs makes the root filesystem sandboxes run: a base (the Debian package layer of
+// `make image`, or a user's image unpacked) with the pipeline's executor layer on top, named
+// by the digest of both and never written again; and reads back what a rootfs records of
+// itself (Info, at InfoPath). The base's own code (its python3) runs only in gVisor sandboxes.
+package rootfs
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"readie.dev/pipeline/internal/oci/unpack"
+	"readie.dev/pipeline/pkg/sandbox"
+)
+
+// Info is what a rootfs records of itself at InfoPath: its digest (of the base and the
+// executor layer) and where they came from.
+type Info struct {
+	Digest     string `json:"digest"`
+	BaseDigest string `json:"base_digest"`
+	// ExecutorDigest covers the executor layer (for any site), the probe that finds its site
+	// and the precompile: with the base's digest, everything the rootfs is made from.
+	ExecutorDigest string `json:"executor_digest"`
+	SitePackages   string `json:"site_packages"`
+	// Image is the OCI image the base was unpacked from, if it was.
+	Image *ImageRef `json:"image,omitempty"`
+	// Reused says Assemble found the rootfs made already.
+	Reused bool `json:"-"`
+}
+
+// ImageRef names an image: the reference given and the manifest digest found.
+type ImageRef struct {
+	Ref    string `json:"ref"`
+	Digest string `json:"digest"`
+}
+
+// InfoPath is where a rootfs records its Info, relative to its root.
+const InfoPath = "usr/lib/readie/image.json"
+
+// ReadInfo reads the Info that dir (a rootfs) records; an Info without a digest is an error.
+func ReadInfo(dir string) (*Info, error) {
+	data, err := os.ReadFile(filepath.Join(dir, InfoPath))
+	if err != nil {
+		return nil, err
+	}
+	var info Info
+	if err := json.Unmarshal(data, &info); err != nil {
+		return nil, fmt.Errorf("%s: %w", InfoPath, err)
+	}
+	if info.Digest == "" {
+		return nil, fmt.Errorf("%s: no digest", InfoPath)
+	}
+	return &info, nil
+}
+
+// Options say what Assemble puts together and how it runs the base's code.
+type Options struct {
+	// Cache is the cache directory; the rootfs goes under Cache/rootfs.
+	Cache string
+	// Base is a directory that never changes, and BaseDigest the digest of its verified
+	// content.
+	Base, BaseDigest string
+	// Image names the image Base was unpacked from, if it was.
+	Image *ImageRef
+	// Runtime runs the base's python3 (the probe, the precompile), with no network whatever
+	// its flags say; Timeout bounds each run (timeouts.image_probe).
+	Runtime *sandbox.Runtime
+	Timeout time.Duration
+	Log     logrus.FieldLogger
+}
+
+func (o Options) what() string {
+	if o.Image != nil {
+		return o.Image.Ref
+	}
+	return "base " + o.Base
+}
+
+// Assemble makes the rootfs of the base plus the executor layer under Cache/rootfs, named by
+// the digest of the base and of the executor layer's recipe, once (unpack.Once: a run that
+// finds it made reuses it, a run that finds another making it waits): the base is linked, not
+// copied; the base's python3 says, in a sandbox, where the executor goes and precompiles it
+// into a scratch directory; the executor layer, its bytecode and the Info go on through the
+// one layer applier. The whole is bounded by three times Timeout.
+func Assemble(ctx context.Context, o Options) (string, *Info, error) {
+	executorDigest, err := recipeDigest()
+	if err != nil {
+		return "", nil, err
+	}
+	sum := sha256.Sum256([]byte(o.BaseDigest + " " + executorDigest))
+	info := &Info{Digest: "sha256:" + hex.EncodeToString(sum[:]), BaseDigest: o.BaseDigest, ExecutorDigest: executorDigest, Image: o.Image}
+	ctx, cancel := context.WithTimeoutCause(ctx, 3*o.Timeout, fmt.Errorf("making the rootfs of %s exceeded three times timeouts.image_probe (%s)", o.what(), 3*o.Timeout))
+	defer cancel()
+	if err := os.MkdirAll(o.Runtime.Root, 0o700); err != nil {
+		return "", nil, err
+	}
+	complete := func(dir string) bool {
+		_, err := os.Stat(filepath.Join(dir, "complete"))
+		return err == nil
+	}
+	dir, made, err := unpack.Once(ctx, filepath.Join(o.Cache, "rootfs"), strings.Replace(info.Digest, ":", "-", 1), complete, func(tmp string) error {
+		return build(ctx, o, info, tmp)
+	}, o.Log)
+	if err != nil {
+		return "", nil, err
+	}
+	rootfs := filepath.Join(dir, "rootfs")
+	if !made {
+		recorded, err := ReadInfo(rootfs)
+		if err != nil {
+			return "", nil, fmt.Errorf("rootfs %s: %w", rootfs, err)
+		}
+		info.SitePackages, info.Reused = recorded.SitePackages, true
+	}
+	return rootfs, info, nil
+}
+
+// build makes the rootfs in tmp (tmp/rootfs, then tmp/complete).
+func build(ctx context.Context, o Options, info *Info, tmp string) error {
+	scratch := filepath.Join(tmp, "scratch")
+	if err := os.Mkdir(scratch, 0o700); err != nil {
+		return err
+	}
+	code := newImageCode(o.Runtime, o.Timeout, o.what())
+	site, err := code.probe(ctx, o.Base, scratch)
+	if err != nil {
+		return err
+	}
+	info.SitePackages = "/" + site
+	rootfs := filepath.Join(tmp, "rootfs")
+	// Hard links share the base's files: the applier replaces files, never writes into them.
+	if out, err := exec.CommandContext(ctx, "cp", "-al", o.Base, rootfs).CombinedOutput(); err != nil {
+		return fmt.Errorf("link %s: %w: %s", o.Base, err, out)
+	}
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	applier := unpack.NewApplier(root, unpack.NewBudget(unpack.DefaultLimits()))
+	layer, err := ExecutorLayer(site)
+	if err != nil {
+		return err
+	}
+	if err := applier.Apply(tar.NewReader(bytes.NewReader(layer))); err != nil {
+		return fmt.Errorf("image %s: the executor layer: %w", o.what(), err)
+	}
+	bytecode, err := code.precompile(ctx, rootfs, site, scratch)
+	if err != nil {
+		return err
+	}
+	record, err := json.MarshalIndent(info, "", "  ")
+	if err != nil {
+		return err
+	}
+	last, err := tarOf(append(bytecode, layerFile{name: InfoPath, data: append(record, '\n')}))
+	if err != nil {
+		return err
+	}
+	if err := applier.Apply(tar.NewReader(bytes.NewReader(last))); err != nil {
+		return fmt.Errorf("image %s: the executor's bytecode: %w", o.what(), err)
+	}
+	if err := os.RemoveAll(scratch); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(tmp, "complete"), nil, 0o644)
+}
+
+// recipeDigest is "sha256:" over the executor layer (for a placeholder site: the site is the
+// base's, which its digest covers), the probe and the precompile: what decides, with the
+// base, every byte Assemble adds.
+func recipeDigest() (string, error) {
+	layer, err := ExecutorLayer("{purelib}")
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	h.Write(layer)
+	fmt.Fprintf(h, "\x00%s\x00%q\x00%s", probeScript, compileArgs("{purelib}"), pycachePrefix)
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}

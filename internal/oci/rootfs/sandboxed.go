@@ -1,0 +1,180 @@
+package rootfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	runc "github.com/containerd/go-runc"
+
+	"readie.dev/pipeline/pkg/sandbox"
+)
+
+// ErrPython reports an image without what the executor needs: python3 (3.11 or newer) and
+// cloudpickle.
+var ErrPython = errors.New("the image cannot run the executor")
+
+// probeScript finds the directory on the image's python3 path where the executor goes
+// (sysconfig's purelib, with its links resolved inside the image), after checking the version
+// and cloudpickle. Exit 3 and 4 say what is missing.
+const probeScript = `import os, sys, sysconfig
+if sys.version_info < (3, 11):
+    print("python3 %d.%d is older than 3.11" % sys.version_info[:2]); sys.exit(3)
+try:
+    import cloudpickle
+except ImportError:
+    print("cloudpickle is missing"); sys.exit(4)
+print(os.path.realpath(sysconfig.get_paths()["purelib"]))`
+
+// pycachePrefix is where the precompile writes bytecode, inside the sandbox: the one
+// directory it may write (the host directory on sandbox.ExecutorDir), never the root.
+const pycachePrefix = sandbox.ExecutorDir + "/pycache"
+
+// compileArgs precompiles the executor: the root is read-only in every sandbox, so bytecode
+// not made here would be compiled again at every cold start.
+func compileArgs(site string) []string {
+	return []string{"python3", "-m", "compileall", "-q", path.Join("/", site, "readie_executor")}
+}
+
+// imageCode runs an image's own code while a rootfs is made: each run in a gVisor sandbox of
+// the pipeline's making (no network, the root read-only, nothing of the host but an empty
+// scratch directory where asked), bounded by timeout; never on the host, where a chroot
+// would not hold it.
+type imageCode struct {
+	rt      *sandbox.Runtime
+	timeout time.Duration
+	what    string // the image, for errors
+}
+
+func newImageCode(rt *sandbox.Runtime, timeout time.Duration, what string) *imageCode {
+	isolated := *rt
+	isolated.Flags = sandbox.Flags{Network: "none", Overlay: "none", HostUDS: "none", Extra: slices.Clone(rt.Flags.Extra)}
+	return &imageCode{rt: &isolated, timeout: timeout, what: what}
+}
+
+// run runs args in a sandbox whose root is rootfs, with hostDir (or nothing, when empty) on
+// sandbox.ExecutorDir; bundles go in workDir. It returns the start of what the process wrote
+// on stdout, and an error naming the image and the step.
+func (c *imageCode) run(ctx context.Context, step, rootfs, workDir, hostDir string, env, args []string) (string, error) {
+	fail := func(err error) error { return fmt.Errorf("image %s: %s: %w", c.what, step, err) }
+	spec, err := sandbox.Spec(sandbox.SpecOptions{Mode: sandbox.ModeSandbox, Rootfs: rootfs, HostDir: hostDir, Env: env, Args: args})
+	if err != nil {
+		return "", fail(err)
+	}
+	id, err := c.rt.NewID("image", strings.ReplaceAll(step, " ", "-"))
+	if err != nil {
+		return "", fail(err)
+	}
+	sb, err := c.rt.NewSandbox(id, workDir, hostDir, spec)
+	if err != nil {
+		return "", fail(err)
+	}
+	runCtx, cancel := context.WithTimeoutCause(ctx, c.timeout, fmt.Errorf("%s exceeded its timeout of %s (timeouts.image_probe)", step, c.timeout))
+	_, runErr := sb.Run(runCtx)
+	cancel()
+	deleteErr := sb.Delete(ctx)
+	stdout := head(sb.Stdout, 64<<10)
+	if runErr != nil {
+		if tail := sb.Tail(10); tail != "" {
+			runErr = fmt.Errorf("%w\nits stderr (last lines):\n%s", runErr, tail)
+		}
+		return stdout, fail(errors.Join(runErr, deleteErr))
+	}
+	if deleteErr != nil {
+		return stdout, fail(deleteErr)
+	}
+	return stdout, nil
+}
+
+// probe runs the image's python3 on base (read-only, with no host directory: runsc then makes
+// no mount point in it) and returns the directory where the executor goes, relative to the
+// root.
+func (c *imageCode) probe(ctx context.Context, base, workDir string) (string, error) {
+	out, err := c.run(ctx, "python3 probe", base, workDir, "", nil, []string{"python3", "-B", "-c", probeScript})
+	said := strings.TrimSpace(out)
+	var exit *runc.ExitError
+	switch {
+	case err == nil:
+		site := path.Clean(said)
+		if !path.IsAbs(site) || site == "/" || strings.ContainsAny(site, "\n\x00") || len(site) > 1024 {
+			return "", fmt.Errorf("%w: %s: python3's purelib directory %q is not an absolute path below /", ErrPython, c.what, said)
+		}
+		return strings.TrimPrefix(site, "/"), nil
+	case errors.As(err, &exit) && (exit.Status == 3 || exit.Status == 4):
+		return "", fmt.Errorf("%w: %s: %s", ErrPython, c.what, said)
+	case strings.Contains(err.Error(), "error finding executable"):
+		return "", fmt.Errorf("%w: %s: python3 is missing (%w)", ErrPython, c.what, err)
+	}
+	return "", fmt.Errorf("%w: %s: python3 does not run: %w", ErrPython, c.what, err)
+}
+
+// pycName is a bytecode file's name as compileall writes it: MODULE.TAG.pyc.
+var pycName = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*)\.[a-z]+-[0-9]+\.pyc$`)
+
+// precompile runs the image's python3 on rootfs (read-only) to compile the executor into a
+// fresh host directory, and returns the bytecode as layer entries for its __pycache__: files
+// of the executor's modules only, regular, at most 1 MiB each.
+func (c *imageCode) precompile(ctx context.Context, rootfs, site, workDir string) ([]layerFile, error) {
+	host := filepath.Join(workDir, "host")
+	if err := os.Mkdir(host, 0o755); err != nil {
+		return nil, err
+	}
+	if _, err := c.run(ctx, "precompile", rootfs, workDir, host, []string{"PYTHONPYCACHEPREFIX=" + pycachePrefix}, compileArgs(site)); err != nil {
+		return nil, err
+	}
+	root, err := os.OpenRoot(host)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	dir := path.Join(strings.TrimPrefix(pycachePrefix, sandbox.ExecutorDir+"/"), site, "readie_executor")
+	d, err := root.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("image %s: precompile wrote no bytecode: %w", c.what, err)
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return nil, err
+	}
+	modules := executorModules()
+	var files []layerFile
+	for _, name := range names {
+		m := pycName.FindStringSubmatch(name)
+		if m == nil || !slices.Contains(modules, m[1]) {
+			continue
+		}
+		p := path.Join(dir, name)
+		if fi, err := root.Lstat(p); err != nil || !fi.Mode().IsRegular() || fi.Size() > 1<<20 {
+			return nil, fmt.Errorf("image %s: precompile: %s is not a regular file of at most 1 MiB", c.what, name)
+		}
+		data, err := root.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, layerFile{name: path.Join(site, "readie_executor", "__pycache__", name), data: data})
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("image %s: precompile wrote no bytecode of the executor", c.what)
+	}
+	return files, nil
+}
+
+// head returns up to limit bytes from the start of the file at p.
+func head(p string, limit int64) string {
+	f, err := os.Open(p)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	data, _ := io.ReadAll(io.LimitReader(f, limit))
+	return string(data)
+}

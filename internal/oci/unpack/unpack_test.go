@@ -1,0 +1,502 @@
+package unpack
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
+)
+
+// entry is one tar entry of a test layer.
+type entry struct {
+	name, body, link string
+	typ              byte
+	mode             int64
+	uid              int
+}
+
+func layerOf(t *testing.T, entries ...entry) v1.Layer {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range entries {
+		typ := e.typ
+		if typ == 0 {
+			typ = tar.TypeReg
+		}
+		mode := e.mode
+		if mode == 0 {
+			mode = 0o644
+			if typ == tar.TypeDir {
+				mode = 0o755
+			}
+		}
+		hdr := &tar.Header{Name: e.name, Typeflag: typ, Mode: mode, Linkname: e.link, Uid: e.uid, Gid: e.uid}
+		if typ == tar.TypeReg {
+			hdr.Size = int64(len(e.body))
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(tw, e.body)
+	}
+	tw.Close()
+	data := buf.Bytes()
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func imageOf(t *testing.T, layers ...v1.Layer) v1.Image {
+	t.Helper()
+	img, err := mutate.AppendLayers(empty.Image, layers...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+func TestUnpackWhiteoutsModesLinks(t *testing.T) {
+	root := t.TempDir()
+	lower := layerOf(t,
+		entry{name: "a/", typ: tar.TypeDir},
+		entry{name: "a/keep", body: "keep"},
+		entry{name: "a/gone", body: "gone"},
+		entry{name: "d/", typ: tar.TypeDir},
+		entry{name: "d/old", body: "old"},
+		entry{name: "d/sub/", typ: tar.TypeDir},
+		entry{name: "d/sub/deeper", body: "deeper"},
+		entry{name: "bin/tool", body: "#!/bin/sh\n", mode: 0o4755, uid: 1000},
+		entry{name: "bin/tool-link", typ: tar.TypeLink, link: "bin/tool"},
+		entry{name: "bin/sh-link", typ: tar.TypeSymlink, link: "/bin/tool"},
+		entry{name: "dev/null", typ: tar.TypeChar},
+	)
+	upper := layerOf(t,
+		entry{name: "d/before", body: "made before the marker"},
+		entry{name: "a/.wh.gone"},
+		entry{name: "d/.wh..wh..opq"},
+		entry{name: "d/after", body: "made after the marker"},
+	)
+	if _, err := Unpack(context.Background(), imageOf(t, lower, upper), root, DefaultLimits(), nil); err != nil {
+		t.Fatal(err)
+	}
+	exists := func(p string) bool { _, err := os.Lstat(filepath.Join(root, p)); return err == nil }
+	for p, want := range map[string]bool{
+		"a/keep": true, "a/gone": false, "d/old": false, "d/sub": false, "d/before": true, "d/after": true, "dev/null": false,
+	} {
+		if exists(p) != want {
+			t.Errorf("%s exists = %v, want %v", p, !want, want)
+		}
+	}
+	tool, _ := os.Stat(filepath.Join(root, "bin/tool"))
+	link, _ := os.Stat(filepath.Join(root, "bin/tool-link"))
+	if tool == nil || tool.Mode()&os.ModeSetuid == 0 || tool.Mode().Perm() != 0o755 || !os.SameFile(tool, link) {
+		t.Errorf("bin/tool: %v; a hard link to it: %v", tool, link)
+	}
+	if uid := tool.Sys().(*syscallStat).Uid; uid != 1000 {
+		t.Errorf("bin/tool owner %d, want 1000", uid)
+	}
+	if target, err := os.Readlink(filepath.Join(root, "bin/sh-link")); err != nil || target != "/bin/tool" {
+		t.Errorf("symlink: %q %v", target, err)
+	}
+}
+
+// TestUnpackRefusesHostileLayers: each entry that would land outside the root is refused with
+// an error naming it, and nothing is written outside the root.
+func TestUnpackRefusesHostileLayers(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		entries []entry
+		want    string
+	}{
+		{"path traversal", []entry{{name: "../escaped", body: "x"}}, `"../escaped"`},
+		{"deeper traversal", []entry{{name: "a/../../escaped", body: "x"}}, `"a/../../escaped"`},
+		{"absolute name", []entry{{name: "/escaped", body: "x"}}, `"/escaped"`},
+		{"write through a symlink", []entry{{name: "out", typ: tar.TypeSymlink, link: "OUTSIDE"}, {name: "out/escaped", body: "x"}}, `"out/escaped": it would be written through the symlink`},
+		{"whiteout of ..", []entry{{name: "etc/.wh..."}}, `a whiteout of ".."`},
+		{"hard link to outside", []entry{{name: "h", typ: tar.TypeLink, link: "../OUTSIDE/secret"}}, `"h"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			root, outside := filepath.Join(dir, "root"), filepath.Join(dir, "outside")
+			os.MkdirAll(root, 0o755)
+			os.MkdirAll(outside, 0o755)
+			os.WriteFile(filepath.Join(outside, "secret"), []byte("s"), 0o600)
+			for i := range tc.entries {
+				tc.entries[i].link = strings.ReplaceAll(tc.entries[i].link, "OUTSIDE", outside)
+				if tc.entries[i].typ == tar.TypeLink {
+					tc.entries[i].link = strings.ReplaceAll(tc.entries[i].link, outside, "../outside")
+				}
+			}
+			_, err := Unpack(context.Background(), imageOf(t, layerOf(t, tc.entries...)), root, DefaultLimits(), nil)
+			if !errors.Is(err, ErrLayer) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want ErrLayer naming %s", err, tc.want)
+			}
+			entries, _ := os.ReadDir(outside)
+			if len(entries) != 1 {
+				t.Errorf("something was written outside the root: %v", entries)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "escaped")); err == nil {
+				t.Error("an entry escaped the root")
+			}
+		})
+	}
+}
+
+// TestUnpackOnceConcurrently: runs that unpack the same image at once all end with the one
+// complete directory; a later call unpacks nothing.
+func TestUnpackOnceConcurrently(t *testing.T) {
+	cache := t.TempDir()
+	img := imageOf(t, layerOf(t, entry{name: "etc/", typ: tar.TypeDir}, entry{name: "etc/os-release", body: "ID=test\n"}))
+	var wg sync.WaitGroup
+	dirs := make([]string, 6)
+	errs := make([]error, 6)
+	for i := range dirs {
+		wg.Go(func() {
+			u, err := UnpackOnce(context.Background(), img, cache, DefaultLimits(), logrus.New(), nil)
+			if err == nil {
+				dirs[i] = u.Dir
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for i := range dirs {
+		if errs[i] != nil || dirs[i] != dirs[0] {
+			t.Fatalf("unpack %d: %s %v (first: %s)", i, dirs[i], errs[i], dirs[0])
+		}
+	}
+	if data, err := os.ReadFile(filepath.Join(dirs[0], "etc/os-release")); err != nil || string(data) != "ID=test\n" {
+		t.Fatalf("%q %v", data, err)
+	}
+	if names := dirNames(t, filepath.Join(cache, "rootfs", "oci")); len(names) != 1 {
+		t.Errorf("left in the cache: %v", names)
+	}
+	if u, err := UnpackOnce(context.Background(), img, cache, DefaultLimits(), logrus.New(), nil); err != nil || u.Made {
+		t.Errorf("a second unpack: %+v, %v", u, err)
+	}
+}
+
+// dirNames lists the entries of dir that are not hidden (lock files are).
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), ".") || strings.HasPrefix(e.Name(), ".tmp-") {
+			names = append(names, e.Name())
+		}
+	}
+	return names
+}
+
+// TestOpaqueWhiteoutHidesNestedLowerEntries: an opaque whiteout hides every lower entry of its
+// directory, nested ones included, even under a directory the same layer also lists; the
+// layer's own entries stay, before or after the marker, listed or implied.
+func TestOpaqueWhiteoutHidesNestedLowerEntries(t *testing.T) {
+	lower := []entry{
+		{name: "d/", typ: tar.TypeDir}, {name: "d/sub/", typ: tar.TypeDir}, {name: "d/sub/old", body: "old"},
+		{name: "d/sub/deeper/", typ: tar.TypeDir}, {name: "d/sub/deeper/older", body: "older"}, {name: "d/other", body: "other"},
+	}
+	for _, tc := range []struct {
+		name  string
+		upper []entry
+	}{
+		{"issue 16: the directory listed, the marker last", []entry{{name: "d/sub/", typ: tar.TypeDir}, {name: "d/sub/new", body: "new"}, {name: "d/.wh..wh..opq"}}},
+		{"the marker first", []entry{{name: "d/.wh..wh..opq"}, {name: "d/sub/", typ: tar.TypeDir}, {name: "d/sub/new", body: "new"}}},
+		{"the directory only implied", []entry{{name: "d/sub/new", body: "new"}, {name: "d/.wh..wh..opq"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			if _, err := Unpack(context.Background(), imageOf(t, layerOf(t, lower...), layerOf(t, tc.upper...)), root, DefaultLimits(), nil); err != nil {
+				t.Fatal(err)
+			}
+			for p, want := range map[string]bool{"d/sub/new": true, "d/sub/old": false, "d/sub/deeper": false, "d/other": false} {
+				if _, err := os.Lstat(filepath.Join(root, p)); (err == nil) != want {
+					t.Errorf("%s exists = %v, want %v", p, err == nil, want)
+				}
+			}
+		})
+	}
+}
+
+// rawHeader is a ustar header block, written by hand: archive/tar writes no GNU sparse records.
+func rawHeader(name string, typ byte, size int64) []byte {
+	b := make([]byte, 512)
+	copy(b[0:], name)
+	copy(b[100:], "0000644\x00")
+	copy(b[108:], "0000000\x00")
+	copy(b[116:], "0000000\x00")
+	copy(b[124:], fmt.Sprintf("%011o\x00", size))
+	copy(b[136:], "00000000000\x00")
+	b[156] = typ
+	copy(b[257:], "ustar\x0000")
+	copy(b[148:], "        ")
+	sum := 0
+	for _, c := range b {
+		sum += int(c)
+	}
+	copy(b[148:], fmt.Sprintf("%06o\x00 ", sum))
+	return b
+}
+
+func paxRecord(k, v string) string {
+	rest := " " + k + "=" + v + "\n"
+	for n := len(rest); ; {
+		s := fmt.Sprintf("%d%s", n, rest)
+		if len(s) == n {
+			return s
+		}
+		n = len(s)
+	}
+}
+
+func padBlock(b []byte) []byte {
+	if r := len(b) % 512; r != 0 {
+		b = append(b, make([]byte, 512-r)...)
+	}
+	return b
+}
+
+// sparseLayer is a layer of a few KiB whose one entry (PAX sparse 1.0, all hole) expands to
+// size bytes of zeros.
+func sparseLayer(t *testing.T, size int64) v1.Layer {
+	t.Helper()
+	var buf bytes.Buffer
+	records := paxRecord("GNU.sparse.major", "1") + paxRecord("GNU.sparse.minor", "0") +
+		paxRecord("GNU.sparse.name", "big") + paxRecord("GNU.sparse.realsize", strconv.FormatInt(size, 10))
+	buf.Write(rawHeader("PaxHeaders/big", tar.TypeXHeader, int64(len(records))))
+	buf.Write(padBlock([]byte(records)))
+	buf.Write(rawHeader("GNUSparseFile.0/big", tar.TypeReg, 512))
+	buf.Write(padBlock([]byte("0\n")))
+	buf.Write(make([]byte, 1024))
+	data := buf.Bytes()
+	if hdr, err := tar.NewReader(bytes.NewReader(data)).Next(); err != nil || hdr.Size != size {
+		t.Fatalf("the sparse layer reads as %+v, %v", hdr, err)
+	}
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// TestLimitsRefuseBeforeWriting: a sparse entry of 2 GiB in a 3 KiB layer, too many entries,
+// too many bytes: each refused naming the entry and the limit's key, before its bytes are
+// written, and nothing in the cache is complete.
+func TestLimitsRefuseBeforeWriting(t *testing.T) {
+	small := Limits{Bytes: 1 << 20, Entries: 5, FileBytes: 1 << 20}
+	many, big := make([]entry, 6), make([]entry, 3)
+	for i := range many {
+		many[i] = entry{name: fmt.Sprintf("f%d", i), body: "x"}
+	}
+	for i := range big {
+		big[i] = entry{name: fmt.Sprintf("big%d", i), body: strings.Repeat("x", 600<<10)}
+	}
+	for _, tc := range []struct {
+		name  string
+		layer v1.Layer
+		want  string
+	}{
+		{"sparse", sparseLayer(t, 2<<30), `entry "big": 2 GiB exceeds the limit on one file, 1 MiB (limits.image_file_bytes)`},
+		{"entries", layerOf(t, many...), `entry "f5": more than 5 entries (limits.image_entries)`},
+		{"bytes", layerOf(t, big...), `entry "big1": the files come to more than 1 MiB (limits.image_bytes)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cache := t.TempDir()
+			_, err := UnpackOnce(context.Background(), imageOf(t, tc.layer), cache, small, logrus.New(), nil)
+			if !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want ErrLimit saying %s", err, tc.want)
+			}
+			if names := dirNames(t, filepath.Join(cache, "rootfs", "oci")); len(names) != 0 {
+				t.Errorf("left in the cache: %v", names)
+			}
+		})
+	}
+}
+
+// lockAsAnotherRun holds the unpack lock of img in cache the way another run's process would
+// (flock is per open file) until release is called.
+func lockAsAnotherRun(t *testing.T, img v1.Image, cache string) (hex string, release func()) {
+	t.Helper()
+	raw, err := img.RawManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(raw)
+	hex = fmt.Sprintf("%x", sum)
+	parent := filepath.Join(cache, "rootfs", "oci")
+	os.MkdirAll(parent, 0o755)
+	f, err := os.OpenFile(filepath.Join(parent, "."+hex+".lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	return hex, func() { f.Close() }
+}
+
+// TestUnpackOnceLivenessByLock: a run that holds the lock is alive whatever its pid (another
+// pid namespace, another machine): its work directory stays, and a second run waits for it,
+// bounded by its context. Once the lock is free, what that run left is a dead run's leftover:
+// removed, logged, and the image unpacked.
+func TestUnpackOnceLivenessByLock(t *testing.T) {
+	cache := t.TempDir()
+	img := imageOf(t, layerOf(t, entry{name: "etc/os-release", body: "ID=test\n"}))
+	hex, release := lockAsAnotherRun(t, img, cache)
+	work := filepath.Join(cache, "rootfs", "oci", ".tmp-"+hex+"-alive")
+	os.MkdirAll(filepath.Join(work, "rootfs", "etc"), 0o755)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	log, hook := logtest.NewNullLogger()
+	_, err := UnpackOnce(ctx, img, cache, DefaultLimits(), log, nil)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "waiting for another run") {
+		t.Fatalf("with the lock held elsewhere: %v, want a bounded wait", err)
+	}
+	if _, err := os.Stat(work); err != nil {
+		t.Fatalf("the live run's work directory was touched: %v", err)
+	}
+
+	release() // the holder dies: the kernel drops its flock
+	u, err := UnpackOnce(context.Background(), img, cache, DefaultLimits(), log, nil)
+	if err != nil || !u.Made {
+		t.Fatalf("after the holder died: %+v %v", u, err)
+	}
+	if _, err := os.Stat(work); !os.IsNotExist(err) {
+		t.Errorf("the dead run's work directory is still there: %v", err)
+	}
+	var said bool
+	for _, e := range hook.AllEntries() {
+		said = said || e.Message == "removed what a run that died left" && e.Data["dir"] == work
+	}
+	if !said {
+		t.Errorf("the removal was not logged: %v", hook.AllEntries())
+	}
+}
+
+// blockingImage is an image whose layer of digest block never gives a byte.
+type blockingImage struct {
+	v1.Image
+	block v1.Hash
+}
+
+type blockingLayer struct{ v1.Layer }
+
+func (l blockingLayer) Compressed() (io.ReadCloser, error) {
+	r, _ := io.Pipe() // no one writes
+	return r, nil
+}
+
+func (i blockingImage) LayerByDigest(h v1.Hash) (v1.Layer, error) {
+	l, err := i.Image.LayerByDigest(h)
+	if h == i.block {
+		return blockingLayer{l}, err
+	}
+	return l, err
+}
+
+// TestHelperUnpackOnce is the process TestUnpackOnceAfterSIGKILL kills: it unpacks the image
+// of READIE_TEST_UNPACK_LAYOUT into READIE_TEST_UNPACK_CACHE, blocking in its last layer.
+// Without them it does nothing.
+func TestHelperUnpackOnce(t *testing.T) {
+	dir, cache := os.Getenv("READIE_TEST_UNPACK_LAYOUT"), os.Getenv("READIE_TEST_UNPACK_CACHE")
+	if dir == "" {
+		return
+	}
+	p, err := layout.FromPath(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	index, _ := p.ImageIndex()
+	im, _ := index.IndexManifest()
+	img, err := p.Image(im.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := img.Manifest()
+	_, err = UnpackOnce(context.Background(), blockingImage{img, m.Layers[len(m.Layers)-1].Digest}, cache, DefaultLimits(), logrus.New(), nil)
+	t.Fatalf("the unpack returned: %v", err)
+}
+
+// TestUnpackOnceAfterSIGKILL: a run in another pid namespace (its pid means nothing here),
+// killed with SIGKILL in the middle of an unpack, leaves its work directory; the next run
+// knows it for a dead run's by the lock alone, removes it, says so, and unpacks.
+func TestUnpackOnceAfterSIGKILL(t *testing.T) {
+	cache := t.TempDir()
+	dir := filepath.Join(t.TempDir(), "layout")
+	img := imageOf(t, layerOf(t, entry{name: "etc/first", body: "first layer\n"}), layerOf(t, entry{name: "etc/second", body: "second\n"}))
+	p, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.AppendImage(img); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("unshare", "--pid", "--fork", "--kill-child", "--mount-proc", os.Args[0], "-test.run=^TestHelperUnpackOnce$")
+	cmd.Env = append(os.Environ(), "READIE_TEST_UNPACK_LAYOUT="+dir, "READIE_TEST_UNPACK_CACHE="+cache)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := img.RawManifest()
+	hex := fmt.Sprintf("%x", sha256.Sum256(raw))
+	pattern := filepath.Join(cache, "rootfs", "oci", ".tmp-"+hex+"-*", "rootfs", "etc", "first")
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if found, _ := filepath.Glob(pattern); len(found) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("the run did not unpack its first layer within 2 minutes:\n%s", out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cmd.Process.Kill() // unshare, which kills its child with it
+	cmd.Wait()
+
+	log, hook := logtest.NewNullLogger()
+	from, _ := p.Image(mustDigest(t, img))
+	u, err := UnpackOnce(context.Background(), from, cache, DefaultLimits(), log, nil)
+	if err != nil || !u.Made {
+		t.Fatalf("after the kill: %+v %v\n%s", u, err, out.String())
+	}
+	if left, _ := filepath.Glob(filepath.Join(cache, "rootfs", "oci", ".tmp-*")); len(left) != 0 {
+		t.Errorf("left: %v", left)
+	}
+	if len(hook.AllEntries()) != 1 || hook.LastEntry().Message != "removed what a run that died left" {
+		t.Errorf("logged %v", hook.AllEntries())
+	}
+	if data, err := os.ReadFile(filepath.Join(u.Dir, "etc", "second")); err != nil || string(data) != "second\n" {
+		t.Errorf("etc/second: %q %v", data, err)
+	}
+}
