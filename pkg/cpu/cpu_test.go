@@ -1,4 +1,4 @@
-package cpu
+package cpu_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/cpu"
 )
 
 // pinnedGVisor is the source of the runsc that `make runsc` installs, in the module cache.
@@ -56,33 +57,33 @@ func TestNamesAreGVisors(t *testing.T) {
 	if len(theirs) < 100 {
 		t.Fatalf("read only %d names from gVisor's table", len(theirs))
 	}
-	if got, want := Names(), Normalize(theirs); !slices.Equal(got, want) {
-		t.Errorf("names differ from gVisor's: only ours %v, only gVisor's %v", Missing(got, want), Missing(want, got))
+	if got, want := cpu.Names(), cpu.Normalize(theirs); !slices.Equal(got, want) {
+		t.Errorf("names differ from gVisor's: only ours %v, only gVisor's %v", cpu.Missing(got, want), cpu.Missing(want, got))
 	}
 	for _, name := range []string{"avx512ifma", "avx512_bf16", "clflushopt", "AVX2", "sse3"} {
-		if Known(name) {
+		if cpu.Known(name) {
 			t.Errorf("%s is known, but gVisor has no such name", name)
 		}
 	}
 }
 
 func TestSets(t *testing.T) {
-	if got := Normalize([]string{"sse2", "fpu", "sse2", "avx"}); !slices.Equal(got, []string{"avx", "fpu", "sse2"}) {
+	if got := cpu.Normalize([]string{"sse2", "fpu", "sse2", "avx"}); !slices.Equal(got, []string{"avx", "fpu", "sse2"}) {
 		t.Errorf("Normalize: %v", got)
 	}
-	if got := Missing([]string{"avx2", "fpu", "avx512f", "avx512bw"}, []string{"fpu", "avx2"}); !slices.Equal(got, []string{"avx512bw", "avx512f"}) {
+	if got := cpu.Missing([]string{"avx2", "fpu", "avx512f", "avx512bw"}, []string{"fpu", "avx2"}); !slices.Equal(got, []string{"avx512bw", "avx512f"}) {
 		t.Errorf("Missing: %v", got)
 	}
-	if got := Missing([]string{"fpu"}, []string{"fpu", "sse"}); got != nil {
-		t.Errorf("Missing of a subset: %v", got)
+	if got := cpu.Missing([]string{"fpu"}, []string{"fpu", "sse"}); got != nil {
+		t.Errorf("cpu.Missing of a subset: %v", got)
 	}
-	if got := Intersect([]string{"sse", "fpu", "avx"}, []string{"avx", "fpu"}, []string{"fpu", "avx", "sse2"}); !slices.Equal(got, []string{"avx", "fpu"}) {
+	if got := cpu.Intersect([]string{"sse", "fpu", "avx"}, []string{"avx", "fpu"}, []string{"fpu", "avx", "sse2"}); !slices.Equal(got, []string{"avx", "fpu"}) {
 		t.Errorf("Intersect: %v", got)
 	}
-	if Intersect() != nil {
-		t.Error("Intersect of nothing is not nil")
+	if cpu.Intersect() != nil {
+		t.Error("cpu.Intersect of nothing is not nil")
 	}
-	if got := Unknown([]string{"fpu", "bogus", "AVX2", "bogus"}); !slices.Equal(got, []string{"AVX2", "bogus"}) {
+	if got := cpu.Unknown([]string{"fpu", "bogus", "AVX2", "bogus"}); !slices.Equal(got, []string{"AVX2", "bogus"}) {
 		t.Errorf("Unknown: %v", got)
 	}
 }
@@ -90,17 +91,17 @@ func TestSets(t *testing.T) {
 func TestParseHosts(t *testing.T) {
 	good := []struct {
 		name, text string
-		want       []Host
+		want       []cpu.Host
 	}{
-		{"runsc cpu-features alone", "sse2,fpu,avx\n", []Host{{Features: []string{"avx", "fpu", "sse2"}}}},
-		{"with the cache line", "fpu,sse\nclflush size\t: 64\n", []Host{{Features: []string{"fpu", "sse"}, CacheLine: 64}}},
-		{"two hosts, comments, blanks", "# type a\nfpu,avx2\nclflush size : 64\n\n# type b\n fpu , sse \n", []Host{
+		{"runsc cpu-features alone", "sse2,fpu,avx\n", []cpu.Host{{Features: []string{"avx", "fpu", "sse2"}}}},
+		{"with the cache line", "fpu,sse\nclflush size\t: 64\n", []cpu.Host{{Features: []string{"fpu", "sse"}, CacheLine: 64}}},
+		{"two hosts, comments, blanks", "# type a\nfpu,avx2\nclflush size : 64\n\n# type b\n fpu , sse \n", []cpu.Host{
 			{Features: []string{"avx2", "fpu"}, CacheLine: 64}, {Features: []string{"fpu", "sse"}}}},
-		{"no newline at the end", "fpu", []Host{{Features: []string{"fpu"}}}},
+		{"no newline at the end", "fpu", []cpu.Host{{Features: []string{"fpu"}}}},
 	}
 	for _, tt := range good {
 		t.Run(tt.name, func(t *testing.T) {
-			hosts, err := ParseHosts(strings.NewReader(tt.text), "f.txt")
+			hosts, err := cpu.ParseHosts(strings.NewReader(tt.text), "f.txt")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -112,8 +113,8 @@ func TestParseHosts(t *testing.T) {
 					t.Errorf("host %d: %v, want %v", i, hosts[i], tt.want[i])
 				}
 			}
-			// String writes what ParseHosts reads.
-			again, err := ParseHosts(strings.NewReader(hosts[0].String()), "again")
+			// String writes what cpu.ParseHosts reads.
+			again, err := cpu.ParseHosts(strings.NewReader(hosts[0].String()), "again")
 			if err != nil || !slices.Equal(again[0].Features, hosts[0].Features) || again[0].CacheLine != hosts[0].CacheLine {
 				t.Errorf("String does not read back: %q: %v %v", hosts[0].String(), again, err)
 			}
@@ -132,9 +133,9 @@ func TestParseHosts(t *testing.T) {
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := ParseHosts(strings.NewReader(tt.text), "f.txt")
-			if err == nil || !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "f.txt") {
-				t.Errorf("error %v, want ErrFormat naming f.txt and %q", err, tt.want)
+			_, err := cpu.ParseHosts(strings.NewReader(tt.text), "f.txt")
+			if err == nil || !errors.Is(err, cpu.ErrFormat) || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "f.txt") {
+				t.Errorf("error %v, want cpu.ErrFormat naming f.txt and %q", err, tt.want)
 			}
 		})
 	}
@@ -145,15 +146,15 @@ func FuzzParseHosts(f *testing.F) {
 	f.Add("# c\nfpu\n\nsse2,avx\n")
 	f.Add("clflush size: 64")
 	f.Fuzz(func(t *testing.T, text string) {
-		hosts, err := ParseHosts(strings.NewReader(text), "fuzz")
+		hosts, err := cpu.ParseHosts(strings.NewReader(text), "fuzz")
 		if err != nil {
 			return
 		}
 		for _, h := range hosts {
-			if len(h.Features) == 0 || Unknown(h.Features) != nil || !slices.IsSorted(h.Features) {
+			if len(h.Features) == 0 || cpu.Unknown(h.Features) != nil || !slices.IsSorted(h.Features) {
 				t.Fatalf("%q gave %v", text, h)
 			}
-			again, err := ParseHosts(strings.NewReader(h.String()), "again")
+			again, err := cpu.ParseHosts(strings.NewReader(h.String()), "again")
 			if err != nil || !slices.Equal(again[0].Features, h.Features) || again[0].CacheLine != h.CacheLine {
 				t.Fatalf("%v does not read back: %v %v", h, again, err)
 			}
@@ -170,19 +171,19 @@ func TestCPUInfo(t *testing.T) {
 	}
 	faulting := write("faulting", "processor\t: 0\nflags\t\t: fpu vme cpuid_fault avx2\nclflush size\t: 64\n\nprocessor\t: 1\nclflush size\t: 128\n")
 	plain := write("plain", "processor\t: 0\nflags\t\t: fpu vme avx2 cpuid\nclflush size\t: 32\n")
-	if ok, err := CPUIDFaulting(faulting); !ok || err != nil {
+	if ok, err := cpu.CPUIDFaulting(faulting); !ok || err != nil {
 		t.Errorf("faulting: %v %v", ok, err)
 	}
-	if ok, err := CPUIDFaulting(plain); ok || err != nil {
+	if ok, err := cpu.CPUIDFaulting(plain); ok || err != nil {
 		t.Errorf("plain: %v %v", ok, err)
 	}
-	if n, err := ReadCacheLine(faulting); n != 64 || err != nil {
+	if n, err := cpu.ReadCacheLine(faulting); n != 64 || err != nil {
 		t.Errorf("cache line %d %v, want the first CPU's 64", n, err)
 	}
-	if n, err := ReadCacheLine(plain); n != 32 || err != nil {
+	if n, err := cpu.ReadCacheLine(plain); n != 32 || err != nil {
 		t.Errorf("cache line %d %v", n, err)
 	}
-	if _, err := ReadCacheLine(write("none", "processor : 0\n")); err == nil || !strings.Contains(err.Error(), `no "clflush size" line`) {
+	if _, err := cpu.ReadCacheLine(write("none", "processor : 0\n")); err == nil || !strings.Contains(err.Error(), `no "clflush size" line`) {
 		t.Errorf("no cache line: %v", err)
 	}
 }
@@ -191,7 +192,7 @@ func TestCPUInfo(t *testing.T) {
 // the annotation takes (a sandbox given all of them starts: pkg/capture's tests).
 func TestReadHost(t *testing.T) {
 	runsc := testenv.RunscPath(t)
-	h, err := ReadHost(context.Background(), runsc, 30*time.Second)
+	h, err := cpu.ReadHost(context.Background(), runsc, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +200,7 @@ func TestReadHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := Normalize(strings.Split(strings.TrimSpace(string(raw)), ",")); !slices.Equal(h.Features, want) {
+	if want := cpu.Normalize(strings.Split(strings.TrimSpace(string(raw)), ",")); !slices.Equal(h.Features, want) {
 		t.Errorf("features %v, runsc printed %v", h.Features, want)
 	}
 	for _, f := range []string{"fpu", "sse2", "lm"} {
@@ -207,7 +208,7 @@ func TestReadHost(t *testing.T) {
 			t.Errorf("an x86-64 host without %s: %v", f, h.Features)
 		}
 	}
-	if want, err := ReadCacheLine(CPUInfo); err != nil || h.CacheLine != want {
+	if want, err := cpu.ReadCacheLine(cpu.CPUInfo); err != nil || h.CacheLine != want {
 		t.Errorf("cache line %d, /proc/cpuinfo says %d (%v)", h.CacheLine, want, err)
 	}
 }
@@ -217,13 +218,13 @@ func TestReadHost(t *testing.T) {
 func TestReadHostTimeout(t *testing.T) {
 	stuck := filepath.Join(t.TempDir(), "runsc")
 	os.WriteFile(stuck, []byte("#!/bin/sh\nexec sleep 600\n"), 0o755)
-	_, err := ReadHost(context.Background(), stuck, 200*time.Millisecond)
+	_, err := cpu.ReadHost(context.Background(), stuck, 200*time.Millisecond)
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "cpu-features exceeded its timeout of 200ms") {
 		t.Errorf("error %v", err)
 	}
 	failing := filepath.Join(t.TempDir(), "runsc")
 	os.WriteFile(failing, []byte("#!/bin/sh\necho 'no such command' >&2\nexit 3\n"), 0o755)
-	if _, err := ReadHost(context.Background(), failing, time.Minute); err == nil || !strings.Contains(err.Error(), "no such command") {
+	if _, err := cpu.ReadHost(context.Background(), failing, time.Minute); err == nil || !strings.Contains(err.Error(), "no such command") {
 		t.Errorf("a failing runsc: %v", err)
 	}
 }
