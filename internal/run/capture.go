@@ -15,6 +15,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"readie.dev/pipeline/internal/atomicfile"
+	"readie.dev/pipeline/internal/cpubaseline"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/pkg/capture"
 	"readie.dev/pipeline/pkg/executorproto"
@@ -155,7 +156,7 @@ func (e *Env) Capture(ctx context.Context, out string, o CaptureOptions) (*Resul
 	if err != nil {
 		return nil, err
 	}
-	m, err := e.newManifest(version)
+	m, err := e.newManifest(version, plan.cpu)
 	if err != nil {
 		return nil, err
 	}
@@ -258,6 +259,12 @@ func (e *Env) carryOut(ctx context.Context, plan *Plan, m *manifest.Manifest, st
 	if len(failed) > 0 {
 		return res, fmt.Errorf("%w: %s\n%w", errFailedSets, strings.Join(failed, ", "), errors.Join(errs...))
 	}
+	if m.CPU.Baseline != nil {
+		enforced := !slices.ContainsFunc(m.Checkpoints, func(c manifest.Checkpoint) bool {
+			return c.CPUCheck == nil || c.CPUCheck.Verdict != manifest.CPUEnforced
+		})
+		m.CPU.Enforced = &enforced
+	}
 	m.AlphaMsPerMiB, m.InterceptMs = costModel(m.Checkpoints)
 	if err := e.writeRestoreSpec(filepath.Join(staging, manifest.RestoreSpecFileName)); err != nil {
 		return res, fmt.Errorf("write restore spec: %w", err)
@@ -324,6 +331,9 @@ func (e *Env) prepare(ctx context.Context, plan *Plan, w *setWork, staging, work
 			return err
 		}
 		log.WithFields(logrus.Fields{"bytes": w.meta.Bytes(), "took": time.Since(start).Round(time.Millisecond)}).Info("capture: done")
+		if err := e.judgeCPU(plan, w); err != nil {
+			return err
+		}
 		return e.smoke(ctx, w, work)
 	}
 
@@ -360,11 +370,30 @@ func (e *Env) prepare(ctx context.Context, plan *Plan, w *setWork, staging, work
 	if stats != nil {
 		w.c.RestoreMS = *stats
 	}
+	if err := e.judgeCPU(plan, w); err != nil {
+		return err
+	}
 	if sp.Action == Keep {
 		return nil
 	}
 	w.measure = stats == nil || o.Remeasure
 	return e.smoke(ctx, w, work)
+}
+
+// judgeCPU refuses, with a CPU baseline, a checkpoint whose capture saw features outside it
+// that the config does not accept (exit 2: the config asks for what this host cannot do).
+func (e *Env) judgeCPU(plan *Plan, w *setWork) error {
+	b := e.Config.CPUBaseline
+	if b == nil {
+		return nil
+	}
+	if err := cpubaseline.Judge(w.meta.CPUCheck, b.Enforced(), cpubaseline.Host{CPUIDFaulting: plan.faulting}); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrSetup, w.sp.ID, err)
+	}
+	if w.meta.CPUCheck.Verdict != manifest.CPUEnforced {
+		e.Log.WithFields(logrus.Fields{"set": w.sp.ID, "verdict": w.meta.CPUCheck.Verdict, "cpuid": strings.Join(w.meta.CPUCheck.Outside["cpuid"], ",")}).Warn("cpu baseline not enforced (enforce: false): only the library controls keep it")
+	}
+	return nil
 }
 
 func (e *Env) smoke(ctx context.Context, w *setWork, work string) error {
@@ -407,7 +436,7 @@ func (e *Env) finish(w *setWork, staging string) error {
 	if err := st.Use(w.sp.Key, w.sp.ID); err != nil {
 		e.Log.WithField("set", w.sp.ID).WithError(err).Warn("could not record the store entry's use")
 	}
-	w.c.Bytes, w.c.CapturedAt = w.meta.Bytes(), w.meta.CapturedAt
+	w.c.Bytes, w.c.CapturedAt, w.c.CPUCheck = w.meta.Bytes(), w.meta.CapturedAt, w.meta.CPUCheck
 	w.done = true
 	return nil
 }
@@ -464,7 +493,7 @@ func (e *Env) measuredWith() *manifest.Measured {
 
 func round1(ms float64) float64 { return float64(int64(ms*10+0.5)) / 10 }
 
-func (e *Env) newManifest(version string) (*manifest.Manifest, error) {
+func (e *Env) newManifest(version string, need manifest.CPU) (*manifest.Manifest, error) {
 	spec, err := e.restoreSpec()
 	if err != nil {
 		return nil, err
@@ -493,6 +522,7 @@ func (e *Env) newManifest(version string) (*manifest.Manifest, error) {
 		RootReadonly:      spec.Root.Readonly,
 		Rootfs:            e.Rootfs,
 		Image:             e.Image,
+		CPU:               &need,
 		CreatedAt:         time.Now().UTC(),
 		Spec:              manifest.RestoreSpecFileName,
 		Checkpoints:       []manifest.Checkpoint{},

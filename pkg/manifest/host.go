@@ -3,6 +3,7 @@ package manifest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -87,19 +88,26 @@ func CheckHost(m *Manifest, h Host) Report {
 		case h.CPU.CacheLine != c.CacheLine:
 			problems = append(problems, fmt.Sprintf("cache line %d bytes, the checkpoints need %d (restore requires them equal)", h.CPU.CacheLine, c.CacheLine))
 		}
-		if c.Unenforced() {
-			warnings = append(warnings, "the CPU baseline is not enforced: the build host has no CPUID faulting, so only numpy, glibc, OpenSSL and OpenBLAS were kept within it; other code that runs CPUID itself may have chosen instructions beyond it (put cpu.controls into the restore environment)")
-		}
 	}
 	r := Report{Restores: len(problems) == 0, Checkpoints: []Verdict{}}
 	for _, c := range m.Checkpoints {
 		v := Verdict{ID: c.ID, Restores: len(problems) == 0, Problems: problems, Warnings: warnings}
-		if c.CPUCheck != nil && m.CPU.Unenforced() {
-			if seen := c.CPUCheck.Outside["cpuid"]; len(seen) > 0 {
-				v.Warnings = append(append([]string{}, warnings...), "its capture saw through CPUID: "+strings.Join(seen, ", "))
-			}
+		if m.CPU.Unenforced() {
+			v.Warnings = append(slices.Clone(warnings), unenforced(c.CPUCheck))
 		}
 		r.Checkpoints = append(r.Checkpoints, v)
 	}
 	return r
+}
+
+// unenforced is the warning for a checkpoint of an unenforced CPU baseline.
+func unenforced(check *CPUCheck) string {
+	saw := ""
+	if check != nil {
+		if seen := slices.Concat(check.Outside["cpuid"], check.Outside["cpuid_unnamed"]); len(seen) > 0 {
+			saw = " (at capture, the CPUID instruction showed " + strings.Join(seen, ", ") + ")"
+		}
+	}
+	return "the CPU baseline is not enforced (cpu.enforced false): only numpy, glibc, OpenSSL and OpenBLAS were verified to stay within it; other code that runs CPUID itself may have chosen instructions beyond it" +
+		saw + "; put cpu.controls into the restore environment"
 }
