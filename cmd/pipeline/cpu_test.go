@@ -170,6 +170,12 @@ func TestCPUBaselineEnforcement(t *testing.T) {
 	if code != exitUsage || !strings.Contains(stderr, "cpu_baseline names features this host lacks: ") {
 		t.Errorf("a baseline beyond the host: exit %d\n%s", code, stderr)
 	}
+	// A host type whose cache line differs from this host's: no checkpoint from here restores there.
+	otherLine := featuresFile(t, dir, "line.txt", host, cpu.Host{Features: host.Features, CacheLine: 2 * host.CacheLine})
+	code, _, stderr = runCLI(t, "plan", "--config", withBaseline(t, tc, "{file: "+otherLine+"}"))
+	if code != exitUsage || !strings.Contains(stderr, "host type 2 has a cache line of "+strconv.Itoa(2*host.CacheLine)+" bytes, this host "+strconv.Itoa(host.CacheLine)) {
+		t.Errorf("a host type of another cache line: exit %d\n%s", code, stderr)
+	}
 	// An unknown name: a config error that names it.
 	code, _, stderr = runCLI(t, "plan", "--config", withBaseline(t, tc, "[fpu, sse2, avx512ifma]"))
 	if code != exitUsage || !strings.Contains(stderr, "names gVisor does not know: avx512ifma") {

@@ -114,7 +114,9 @@ def main():
         baseline = os.environ.get(cpucheck.BASELINE_ENV)
         if baseline is not None:
             # After the imports, before the checkpoint: what the checkpoint will hold.
+            started = time.monotonic()
             print(cpucheck.report(cpucheck.parse_baseline(baseline)), flush=True)
+            log(f"cpu check in {(time.monotonic() - started) * 1000:.1f} ms")
         print(f"{checkpoint.MARKER} imports={','.join(cfg.preimport)}", flush=True)
         try:
             result = checkpoint.trigger()
