@@ -102,7 +102,7 @@ func TestCPUBaselineEnforcement(t *testing.T) {
 	below := featuresFile(t, dir, "below.txt", cpu.Host{Features: minus(host.Features, removed...), CacheLine: host.CacheLine})
 	enforced := withBaseline(t, tc, "{file: "+below+"}")
 
-	code, stdout, stderr := runCLI(t, "capture", "--config", enforced)
+	code, stdout, stderr := runCLI(t, "capture", "--config", enforced, "--jobs", "1")
 	if faulting {
 		// A host that traps CPUID enforces the baseline: nothing to refuse.
 		if code != exitOK || !*loadManifest(t, tc.output).CPU.Enforced {
@@ -117,6 +117,10 @@ func TestCPUBaselineEnforcement(t *testing.T) {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("the refusal does not say %q:\n%s", want, stderr)
 		}
+	}
+	// The reason holds for every set on this host: the sets after the first are not captured.
+	if !strings.Contains(stderr, "js: not captured: this host cannot enforce the CPU baseline (see empty)") {
+		t.Errorf("the second set was captured after the first was refused:\n%s", stderr)
 	}
 	if _, err := os.Stat(tc.output); !os.IsNotExist(err) {
 		t.Errorf("a refused capture wrote the output: %v", err)
@@ -259,7 +263,6 @@ func writeText(t *testing.T, dir, name, text string) string {
 	}
 	return path
 }
-
 
 // TestBaselineShardsMerge: two shards built as if on hosts of different CPU types (their
 // baselines come from two features files, each listing host types whose features differ) with

@@ -14,6 +14,10 @@ import (
 // whose capture could not show that it does.
 var ErrBaseline = errors.New("CPU baseline not held")
 
+// ErrUnenforceable marks a refusal that holds for every capture on this host: the CPUID
+// instruction shows features outside the baseline, whatever a set imports.
+var ErrUnenforceable = errors.New("this host cannot enforce the CPU baseline")
+
 // Host is what the judgement needs to know of the build host.
 type Host struct {
 	// CPUIDFaulting: the host lets gVisor trap the CPUID instruction (cpuid_fault).
@@ -38,9 +42,9 @@ func Judge(check *manifest.CPUCheck, enforce bool, h Host) error {
 		if !enforce {
 			return nil
 		}
-		return fmt.Errorf("%w: the sandbox cannot hide features outside cpu_baseline from code that runs the CPUID instruction itself: %s; %s. "+
+		return fmt.Errorf("%w: %w: the sandbox cannot hide features outside cpu_baseline from code that runs the CPUID instruction itself: %s; %s. "+
 			"numpy, glibc, OpenSSL and OpenBLAS stayed within the baseline (the library controls); to accept that, set cpu_baseline's enforce: false",
-			ErrBaseline, seenThroughCPUID(check), whyNotHidden(check, h))
+			ErrBaseline, ErrUnenforceable, seenThroughCPUID(check), whyNotHidden(check, h))
 	case manifest.CPUViolated:
 		var parts []string
 		for _, name := range libraries {

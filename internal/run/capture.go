@@ -311,6 +311,9 @@ func (e *Env) prepare(ctx context.Context, plan *Plan, w *setWork, staging, work
 	st := e.Store()
 	if sp.Action == Capture {
 		w.status = Captured
+		if first := plan.unenforceable.Load(); first != nil {
+			return fmt.Errorf("%w: %s: not captured: %w (see %s)", ErrSetup, sp.ID, cpubaseline.ErrUnenforceable, *first)
+		}
 		if sp.unreadable != nil {
 			return fmt.Errorf("%s: %w", sp.ID, sp.unreadable)
 		}
@@ -388,6 +391,9 @@ func (e *Env) judgeCPU(plan *Plan, w *setWork) error {
 		return nil
 	}
 	if err := cpubaseline.Judge(w.meta.CPUCheck, b.Enforced(), cpubaseline.Host{CPUIDFaulting: plan.faulting}); err != nil {
+		if errors.Is(err, cpubaseline.ErrUnenforceable) {
+			plan.unenforceable.CompareAndSwap(nil, &w.sp.ID)
+		}
 		return fmt.Errorf("%w: %s: %w", ErrSetup, w.sp.ID, err)
 	}
 	if w.meta.CPUCheck.Verdict != manifest.CPUEnforced {

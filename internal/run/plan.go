@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/sirupsen/logrus"
 
@@ -82,6 +83,9 @@ type Plan struct {
 	cpu manifest.CPU
 	// faulting: this host has CPUID faulting (the judgement of a baseline's check says why not).
 	faulting bool
+	// unenforceable is the first capture's refusal that holds for every set on this host (the
+	// CPUID instruction shows features beyond the baseline): the sets not yet captured are not.
+	unenforceable atomic.Pointer[string] // the set whose capture showed it
 }
 
 // CaptureOptions are the choices of a capture beyond the config.
