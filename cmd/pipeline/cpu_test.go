@@ -151,6 +151,10 @@ func TestCPUBaselineEnforcement(t *testing.T) {
 	if code, stdout, stderr := runCLI(t, "verify", "--config", unenforced); code != exitOK {
 		t.Fatalf("verify: %s%s", stdout, stderr)
 	}
+	// Restored again as a worker would, with the manifest's controls in the environment.
+	if code, stdout, stderr := runCLI(t, "smoke", "--config", unenforced); code != exitOK {
+		t.Fatalf("smoke: %s%s", stdout, stderr)
+	}
 	code, stdout, stderr = runCLI(t, "check-host", "--config", unenforced)
 	if code != exitOK || strings.Count(stdout, "warning: the CPU baseline is not enforced") != 2 || !strings.Contains(stdout, "js: restores") {
 		t.Errorf("check-host on an unenforced output: exit %d\n%s%s", code, stdout, stderr)
