@@ -61,7 +61,8 @@ func shardCounts(lines [][]string) []string {
 
 // TestKubernetesManifests: the files under deploy/kubernetes decode strictly (an unknown
 // field fails) into the Kubernetes API's own Job type; the capture job is an Indexed Job
-// whose shard count equals its completions; every pipeline command line parses.
+// whose shard count equals its completions and whose pods are pinned to a machine family;
+// every pipeline command line parses.
 func TestKubernetesManifests(t *testing.T) {
 	files, _ := filepath.Glob("../../deploy/kubernetes/*.yaml")
 	if len(files) < 2 {
@@ -109,6 +110,11 @@ func TestKubernetesManifests(t *testing.T) {
 				if n != strconv.Itoa(int(*job.Spec.Completions)) {
 					t.Errorf("%s: --shard .../%s but completions %d", file, n, *job.Spec.Completions)
 				}
+			}
+			// A checkpoint needs its capture host's CPU features: the capture pods are pinned.
+			if spec := job.Spec.Template.Spec; len(spec.NodeSelector) == 0 && (spec.Affinity == nil || spec.Affinity.NodeAffinity == nil ||
+				spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil) {
+				t.Errorf("%s: the capture pods are not pinned to a machine family (node selector or required node affinity)", file)
 			}
 			if c := job.Spec.Template.Spec.Containers[0]; c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
 				t.Errorf("%s: the capture container is not privileged: runsc cannot start", file)

@@ -19,6 +19,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	pipeline "readie.dev/pipeline"
+	"readie.dev/pipeline/internal/cpubaseline"
+	"readie.dev/pipeline/pkg/cpu"
 )
 
 // EmptySetID is the package set with no imports that every run captures first.
@@ -144,6 +146,66 @@ type Config struct {
 	InsecureRegistries []string `yaml:"insecure_registries"`
 	Checkpoints        []Set    `yaml:"checkpoints"`
 	Bench              Bench    `yaml:"bench"`
+	// CPUBaseline, when set, is the CPU every checkpoint is captured for: the sandboxes are
+	// given these features only, so the checkpoints restore on every host that has them.
+	CPUBaseline *CPUBaseline `yaml:"cpu_baseline"`
+}
+
+// CPUBaseline is cpu_baseline: a list of gVisor feature names (`cpu_baseline: [fpu, sse2,
+// ...]`), or a mapping with features or file (`runsc cpu-features` outputs, one line per worker
+// host type, whose intersection is the baseline) and enforce.
+type CPUBaseline struct {
+	Features []string `yaml:"features"`
+	// File holds the host types (pkg/cpu's features file format), relative to the config.
+	File string `yaml:"file"`
+	// Enforce (default true) refuses a capture whose sandbox can see a feature outside the
+	// baseline; false accepts one that only the library controls keep (no CPUID faulting).
+	Enforce *bool `yaml:"enforce"`
+	// Hosts are File's host types, read when the config is parsed.
+	Hosts []cpu.Host `yaml:"-"`
+}
+
+// UnmarshalYAML takes the list form as well as the mapping.
+func (b *CPUBaseline) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.SequenceNode {
+		return n.Decode(&b.Features)
+	}
+	type plain CPUBaseline // without this method
+	return n.Decode((*plain)(b))
+}
+
+// Enforced reports whether the baseline must be enforced (enforce, default true).
+func (b *CPUBaseline) Enforced() bool { return b.Enforce == nil || *b.Enforce }
+
+// resolve reads File (a path already resolved) and checks the names: the baseline's features
+// become the list given, or the intersection of File's host types.
+func (b *CPUBaseline) resolve() error {
+	switch {
+	case b.File != "" && b.Features != nil:
+		return errors.New("cpu_baseline: give features or file, not both")
+	case b.File != "":
+		hosts, err := cpu.ReadHosts(b.File)
+		if err != nil {
+			return fmt.Errorf("cpu_baseline.file: %w", err)
+		}
+		b.Hosts = hosts
+		var sets [][]string
+		for _, h := range hosts {
+			sets = append(sets, h.Features)
+		}
+		b.Features = cpu.Intersect(sets...)
+		if len(b.Features) == 0 {
+			return fmt.Errorf("cpu_baseline.file: the host types of %s have no feature in common", b.File)
+		}
+	case len(b.Features) == 0:
+		return errors.New("cpu_baseline: list feature names as `runsc cpu-features` prints them, or give file: a file of its outputs")
+	default:
+		if bad := cpu.Unknown(b.Features); len(bad) > 0 {
+			return fmt.Errorf("cpu_baseline: names gVisor does not know: %s (runsc cpu-features prints the names it knows; they are case-sensitive)", strings.Join(bad, ", "))
+		}
+		b.Features = cpu.Normalize(b.Features)
+	}
+	return nil
 }
 
 var (
@@ -188,6 +250,12 @@ func Parse(data []byte, name, baseDir, cacheDir string) (*Config, error) {
 	c.Rootfs = resolve(c.Rootfs)
 	c.CheckpointCache = resolve(c.CheckpointCache)
 	c.Output = resolve(c.Output)
+	if c.CPUBaseline != nil {
+		c.CPUBaseline.File = resolve(c.CPUBaseline.File)
+		if err := c.CPUBaseline.resolve(); err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, name, err)
+		}
+	}
 	return &c, nil
 }
 
@@ -329,6 +397,9 @@ func (c *Config) validate() error {
 	for _, name := range c.PassEnv {
 		if !envPattern.MatchString(name) {
 			add("pass_env: %q is not an environment variable name", name)
+		}
+		if c.CPUBaseline != nil && slices.Contains(cpubaseline.ControlNames(), name) {
+			add("pass_env: %s is set by cpu_baseline's library controls; it cannot be passed in as well", name)
 		}
 	}
 	if len(c.Checkpoints) == 0 {

@@ -285,3 +285,56 @@ func TestBenchVariants(t *testing.T) {
 		}
 	}
 }
+
+// TestCPUBaseline: the list form, the mapping with features or a file of host types (their
+// intersection, relative to the config), enforce's default, and every bad form named.
+func TestCPUBaseline(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "hosts.txt"), []byte("# type a\nfpu,sse2,avx2,avx512f\nclflush size : 64\n# type b\nsse2,fpu,avx2\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "bad.txt"), []byte("fpu,sse2\nfpu,AVX2\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "disjoint.txt"), []byte("fpu\nsse2\n"), 0o644)
+	sets := "checkpoints:\n  - id: a\n    imports: [json]\n"
+	parse := func(text string) (*Config, error) {
+		return Parse([]byte(sets+text), "test.yaml", dir, "/cache")
+	}
+	c, err := parse("cpu_baseline: [sse2, fpu, avx2, fpu]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := c.CPUBaseline; strings.Join(b.Features, ",") != "avx2,fpu,sse2" || !b.Enforced() || b.Hosts != nil {
+		t.Errorf("list form: %+v", b)
+	}
+	c, err = parse("cpu_baseline:\n  file: hosts.txt\n  enforce: false\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := c.CPUBaseline; strings.Join(b.Features, ",") != "avx2,fpu,sse2" || b.Enforced() || len(b.Hosts) != 2 || b.Hosts[0].CacheLine != 64 || b.File != filepath.Join(dir, "hosts.txt") {
+		t.Errorf("file form: %+v", b)
+	}
+	c, err = parse("cpu_baseline: {features: [fpu], enforce: true}\n")
+	if err != nil || strings.Join(c.CPUBaseline.Features, ",") != "fpu" || !c.CPUBaseline.Enforced() {
+		t.Errorf("mapping with features: %+v %v", c.CPUBaseline, err)
+	}
+	if c, err := parse(""); err != nil || c.CPUBaseline != nil {
+		t.Errorf("no baseline: %+v %v", c, err)
+	}
+	for _, tt := range []struct{ name, yaml, want string }{
+		{"unknown names", "cpu_baseline: [fpu, avx512ifma, AVX2]\n", "cpu_baseline: names gVisor does not know: AVX2, avx512ifma"},
+		{"unknown names in a file", "cpu_baseline: {file: bad.txt}\n", "bad.txt: line 2: names gVisor does not know: AVX2"},
+		{"missing file", "cpu_baseline: {file: nope.txt}\n", "nope.txt"},
+		{"nothing in common", "cpu_baseline: {file: disjoint.txt}\n", "have no feature in common"},
+		{"both", "cpu_baseline: {file: hosts.txt, features: [fpu]}\n", "features or file, not both"},
+		{"empty list", "cpu_baseline: []\n", "list feature names"},
+		{"unknown key", "cpu_baseline: {file: hosts.txt, enforced: false}\n", "unknown key cpu_baseline.enforced (did you mean cpu_baseline.enforce?)"},
+		{"not a bool", "cpu_baseline: {file: hosts.txt, enforce: maybe}\n", `cpu_baseline.enforce: "maybe" is not true or false`},
+		{"a scalar", "cpu_baseline: fpu\n", "cpu_baseline: want a list"},
+		{"a control in pass_env", "pass_env: [GLIBC_TUNABLES]\ncpu_baseline: [fpu]\n", "pass_env: GLIBC_TUNABLES is set by cpu_baseline's library controls"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parse(tt.yaml)
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "test.yaml") {
+				t.Errorf("error %v, want ErrInvalid naming test.yaml and %q", err, tt.want)
+			}
+		})
+	}
+}

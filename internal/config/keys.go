@@ -25,7 +25,10 @@ func checkKeys(data []byte) error {
 	return errors.Join(problems...)
 }
 
-var durationType = reflect.TypeOf(time.Duration(0))
+var (
+	durationType = reflect.TypeOf(time.Duration(0))
+	baselineType = reflect.TypeOf(CPUBaseline{})
+)
 
 func walkKeys(n *yaml.Node, t reflect.Type, path string, problems *[]error) {
 	add := func(n *yaml.Node, format string, args ...any) {
@@ -37,6 +40,12 @@ func walkKeys(n *yaml.Node, t reflect.Type, path string, problems *[]error) {
 	}
 	if n.Kind == yaml.AliasNode || (n.Kind == yaml.ScalarNode && n.Tag == "!!null") {
 		return
+	}
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == baselineType && n.Kind != yaml.MappingNode {
+		t = reflect.TypeOf([]string{}) // cpu_baseline's list form
 	}
 	switch {
 	case t == durationType:

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"readie.dev/pipeline/internal/cpubaseline"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/pkg/capture"
 	"readie.dev/pipeline/pkg/executorproto"
@@ -154,7 +155,7 @@ func (e *Env) Capture(ctx context.Context, out string, o CaptureOptions) (*Resul
 	if err != nil {
 		return nil, err
 	}
-	m, err := e.newManifest(version)
+	m, err := e.newManifest(version, plan.cpu)
 	if err != nil {
 		return nil, err
 	}
@@ -260,6 +261,12 @@ func (e *Env) carryOut(ctx context.Context, plan *Plan, m *manifest.Manifest, st
 	if len(failed) > 0 {
 		return res, fmt.Errorf("%w: %s\n%w", errFailedSets, strings.Join(failed, ", "), errors.Join(errs...))
 	}
+	if m.CPU.Baseline != nil {
+		enforced := !slices.ContainsFunc(m.Checkpoints, func(c manifest.Checkpoint) bool {
+			return c.CPUCheck == nil || c.CPUCheck.Verdict != manifest.CPUEnforced
+		})
+		m.CPU.Enforced = &enforced
+	}
 	m.AlphaMsPerMiB, m.InterceptMs = costModel(m.Checkpoints)
 	if err := e.writeRestoreSpec(filepath.Join(staging, manifest.RestoreSpecFileName)); err != nil {
 		return res, fmt.Errorf("write restore spec: %w", err)
@@ -306,6 +313,9 @@ func (e *Env) prepare(ctx context.Context, plan *Plan, w *setWork, staging, work
 	st := e.Store()
 	if sp.Action == Capture {
 		w.status = Captured
+		if first := plan.unenforceable.Load(); first != nil {
+			return fmt.Errorf("%w: %s: not captured: %w (see %s)", ErrSetup, sp.ID, cpubaseline.ErrUnenforceable, *first)
+		}
 		if sp.unreadable != nil {
 			return fmt.Errorf("%s: %w", sp.ID, sp.unreadable)
 		}
@@ -326,6 +336,9 @@ func (e *Env) prepare(ctx context.Context, plan *Plan, w *setWork, staging, work
 			return err
 		}
 		log.WithFields(logrus.Fields{"bytes": w.meta.Bytes(), "took": time.Since(start).Round(time.Millisecond)}).Info("capture: done")
+		if err := e.judgeCPU(plan, w); err != nil {
+			return err
+		}
 		return e.smoke(ctx, w, work)
 	}
 
@@ -362,11 +375,33 @@ func (e *Env) prepare(ctx context.Context, plan *Plan, w *setWork, staging, work
 	if stats != nil {
 		w.c.RestoreMS = *stats
 	}
+	if err := e.judgeCPU(plan, w); err != nil {
+		return err
+	}
 	if sp.Action == Keep {
 		return nil
 	}
 	w.measure = stats == nil || o.Remeasure
 	return e.smoke(ctx, w, work)
+}
+
+// judgeCPU refuses, with a CPU baseline, a checkpoint whose capture saw features outside it
+// that the config does not accept (exit 2: the config asks for what this host cannot do).
+func (e *Env) judgeCPU(plan *Plan, w *setWork) error {
+	b := e.Config.CPUBaseline
+	if b == nil {
+		return nil
+	}
+	if err := cpubaseline.Judge(w.meta.CPUCheck, b.Enforced(), cpubaseline.Host{CPUIDFaulting: plan.faulting}); err != nil {
+		if errors.Is(err, cpubaseline.ErrUnenforceable) {
+			plan.unenforceable.CompareAndSwap(nil, &w.sp.ID)
+		}
+		return fmt.Errorf("%w: %s: %w", ErrSetup, w.sp.ID, err)
+	}
+	if w.meta.CPUCheck.Verdict != manifest.CPUEnforced {
+		e.Log.WithFields(logrus.Fields{"set": w.sp.ID, "verdict": w.meta.CPUCheck.Verdict, "cpuid": strings.Join(w.meta.CPUCheck.Outside["cpuid"], ",")}).Warn("cpu baseline not enforced (enforce: false): only the library controls keep it")
+	}
+	return nil
 }
 
 func (e *Env) smoke(ctx context.Context, w *setWork, work string) error {
@@ -409,7 +444,7 @@ func (e *Env) finish(w *setWork, staging string) error {
 	if err := st.Use(w.sp.Key, w.sp.ID); err != nil {
 		e.Log.WithField("set", w.sp.ID).WithError(err).Warn("could not record the store entry's use")
 	}
-	w.c.Bytes, w.c.CapturedAt = w.meta.Bytes(), w.meta.CapturedAt
+	w.c.Bytes, w.c.CapturedAt, w.c.CPUCheck = w.meta.Bytes(), w.meta.CapturedAt, w.meta.CPUCheck
 	w.done = true
 	return nil
 }
@@ -466,7 +501,7 @@ func (e *Env) measuredWith() *manifest.Measured {
 
 func round1(ms float64) float64 { return float64(int64(ms*10+0.5)) / 10 }
 
-func (e *Env) newManifest(version string) (*manifest.Manifest, error) {
+func (e *Env) newManifest(version string, need manifest.CPU) (*manifest.Manifest, error) {
 	spec, err := e.restoreSpec()
 	if err != nil {
 		return nil, err
@@ -495,6 +530,7 @@ func (e *Env) newManifest(version string) (*manifest.Manifest, error) {
 		RootReadonly:      spec.Root.Readonly,
 		Rootfs:            e.Rootfs,
 		Image:             e.Image,
+		CPU:               &need,
 		CreatedAt:         time.Now().UTC(),
 		Spec:              manifest.RestoreSpecFileName,
 		Checkpoints:       []manifest.Checkpoint{},

@@ -17,6 +17,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/cpubaseline"
 	"readie.dev/pipeline/internal/lease"
 	"readie.dev/pipeline/internal/oci/ref"
 	"readie.dev/pipeline/internal/oci/rootfs"
@@ -53,11 +54,28 @@ type Env struct {
 	Log          logrus.FieldLogger
 	// CleanFailed removes the staging directory of a failed run instead of leaving it.
 	CleanFailed bool
-	// sandboxEnv holds the variables the config passes into every sandbox, and nothing else.
-	sandboxEnv []string
+	// passEnv holds the variables the config passes into every sandbox.
+	passEnv []string
+	// controls are the CPU baseline's library controls (cpubaseline.Controls): in every
+	// sandbox's environment, as a worker puts them into its restore environment.
+	controls map[string]string
 	// lease is this run's: its sandboxes, scratch directories and pending store entries are
 	// named after it, so other runs leave them alone while it lives (package lease).
 	lease *lease.Lease
+}
+
+// sandboxEnv is what every sandbox gets besides its base environment: pass_env and the CPU
+// baseline's library controls, nothing else.
+func (e *Env) sandboxEnv() []string {
+	return append(slices.Clone(e.passEnv), cpubaseline.Env(e.controls)...)
+}
+
+// baseline is the config's CPU baseline (nil without one).
+func (e *Env) baseline() []string {
+	if e.Config.CPUBaseline == nil {
+		return nil
+	}
+	return e.Config.CPUBaseline.Features
 }
 
 // NewEnv checks the runsc binary named by cfg; it changes nothing on disk. The rootfs is
@@ -91,7 +109,9 @@ func NewEnv(ctx context.Context, cfg *config.Config, log logrus.FieldLogger) (*E
 		return nil, err
 	}
 	rt.Lease = l
-	return &Env{Config: cfg, Runtime: rt, RunscSHA256: binary.SHA256, RestoreFlags: slices.Clone(cfg.Runsc.RestoreFlags), Log: log, sandboxEnv: env, lease: l}, nil
+	e := &Env{Config: cfg, Runtime: rt, RunscSHA256: binary.SHA256, RestoreFlags: slices.Clone(cfg.Runsc.RestoreFlags), Log: log, passEnv: env, lease: l}
+	e.controls = cpubaseline.Controls(e.baseline())
+	return e, nil
 }
 
 // Close ends the run: it releases its lease, so its lock files in shared directories go.
@@ -173,7 +193,7 @@ func OpenRootfs(path string) (manifest.Rootfs, error) {
 // Launcher starts sandboxes of this environment's shape, each bounded by limit; workDir
 // holds their bundles.
 func (e *Env) Launcher(workDir string, limit time.Duration) measure.Launcher {
-	return measure.Launcher{Runtime: e.Runtime, Rootfs: e.Rootfs.Path, WorkDir: workDir, Env: e.sandboxEnv, Timeout: limit}
+	return measure.Launcher{Runtime: e.Runtime, Rootfs: e.Rootfs.Path, WorkDir: workDir, Env: e.sandboxEnv(), Timeout: limit}
 }
 
 // Restorer restores checkpoints of this environment with its restore flags, each restore
@@ -188,11 +208,12 @@ func (e *Env) Smoker(workDir string) *measure.Restorer {
 }
 
 // CaptureRequest is the one place a capture of set is described: into dir, with this
-// environment's rootfs, sandbox environment and timeout, and the given checkpoint options.
+// environment's rootfs, sandbox environment, CPU baseline and timeout, and the given
+// checkpoint options.
 func (e *Env) CaptureRequest(set config.Set, dir, workDir, runscVersion string, options map[string]string) capture.Request {
 	return capture.Request{
 		ID: set.ID, Imports: set.Imports, Rootfs: e.Rootfs.Path, Dir: dir, WorkDir: workDir,
-		Env: e.sandboxEnv, CheckpointOptions: options,
+		Env: e.sandboxEnv(), CheckpointOptions: options, CPUBaseline: e.baseline(),
 		Timeout: e.Config.Timeouts.Capture, RunscVersion: runscVersion,
 	}
 }

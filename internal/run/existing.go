@@ -98,6 +98,10 @@ func (e *Env) forManifest(m *manifest.Manifest) (*Env, error) {
 	x.Runtime = &rt
 	x.Rootfs = rootfs
 	x.RestoreFlags = slices.Clone(m.RestoreFlags)
+	x.controls = nil
+	if m.CPU != nil {
+		x.controls = m.CPU.Controls // restored as a worker is told to: with the capture's controls
+	}
 	spec, err := x.restoreSpec()
 	if err != nil {
 		return nil, err

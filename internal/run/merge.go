@@ -13,6 +13,7 @@ import (
 	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/store"
+	"readie.dev/pipeline/pkg/cpu"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/manifest"
 )
@@ -20,24 +21,64 @@ import (
 // ErrMerge reports sources that cannot be merged into one output.
 var ErrMerge = errors.New("merge refused")
 
+// agreed is one field that every source of a merge must share; list is set for a field whose
+// value is a set of names, so that a refusal can name the ones that differ.
+type agreed struct {
+	field, value string
+	list         []string
+}
+
 // agreement are the manifest fields every source of a merge must share: one worker restores
-// every checkpoint of the result with the same runsc, flags, spec and rootfs.
-func agreement(m *manifest.Manifest) []struct{ field, value string } {
+// every checkpoint of the result with the same runsc, flags, spec and rootfs, on hosts with
+// the same CPU needs (shards captured with one cpu_baseline share them whatever CPU types
+// their build hosts had).
+func agreement(m *manifest.Manifest) []agreed {
 	join := func(v []string) string { return "[" + strings.Join(v, " ") + "]" }
-	var options []string
-	for _, k := range slices.Sorted(maps.Keys(m.CheckpointOptions)) {
-		options = append(options, k+"="+m.CheckpointOptions[k])
+	pairs := func(kv map[string]string) string {
+		var out []string
+		for _, k := range slices.Sorted(maps.Keys(kv)) {
+			out = append(out, k+"="+kv[k])
+		}
+		return join(out)
 	}
-	return []struct{ field, value string }{
-		{"executor_protocol", fmt.Sprint(m.ExecutorProtocol)},
-		{"runsc.sha256", m.Runsc.SHA256},
-		{"runsc.version", m.Runsc.Version},
-		{"runsc_flags", join(m.RunscFlags)},
-		{"restore_flags", join(m.RestoreFlags)},
-		{"checkpoint_options", join(options)},
-		{"spec_fingerprint", m.SpecFingerprint},
-		{"rootfs.digest", m.Rootfs.Digest},
+	c := m.CPU
+	if c == nil {
+		c = &manifest.CPU{} // an output made before cpu was recorded
 	}
+	enforced := ""
+	if c.Enforced != nil {
+		enforced = fmt.Sprint(*c.Enforced)
+	}
+	return []agreed{
+		{field: "executor_protocol", value: fmt.Sprint(m.ExecutorProtocol)},
+		{field: "runsc.sha256", value: m.Runsc.SHA256},
+		{field: "runsc.version", value: m.Runsc.Version},
+		{field: "runsc_flags", value: join(m.RunscFlags)},
+		{field: "restore_flags", value: join(m.RestoreFlags)},
+		{field: "checkpoint_options", value: pairs(m.CheckpointOptions)},
+		{field: "spec_fingerprint", value: m.SpecFingerprint},
+		{field: "rootfs.digest", value: m.Rootfs.Digest},
+		{field: "cpu.features", value: join(c.Features), list: c.Features},
+		{field: "cpu.cache_line", value: fmt.Sprint(c.CacheLine)},
+		{field: "cpu.baseline", value: join(c.Baseline), list: c.Baseline},
+		{field: "cpu.enforced", value: enforced},
+		{field: "cpu.controls", value: pairs(c.Controls)},
+	}
+}
+
+// disagreement says how two sources differ on one field.
+func disagreement(want, have agreed, first, other string) error {
+	if want.list == nil && have.list == nil {
+		return fmt.Errorf("%w: the sources disagree on %s: %s has %s, %s has %s", ErrMerge, have.field, first, want.value, other, have.value)
+	}
+	only := func(a, b []string) string {
+		if d := cpu.Missing(a, b); len(d) > 0 {
+			return strings.Join(d, ", ")
+		}
+		return "nothing"
+	}
+	return fmt.Errorf("%w: the sources disagree on %s: only %s has %s; only %s has %s", ErrMerge, have.field,
+		first, only(want.list, have.list), other, only(have.list, want.list))
 }
 
 // keyDifference names the key parts in which two checkpoints of one set differ.
@@ -89,7 +130,7 @@ func Merge(out string, srcs []string) (*manifest.Manifest, error) {
 	for _, s := range sources[1:] {
 		for i, have := range agreement(s.m) {
 			if have.value != want[i].value {
-				return nil, fmt.Errorf("%w: the sources disagree on %s: %s has %s, %s has %s", ErrMerge, have.field, first.dir, want[i].value, s.dir, have.value)
+				return nil, disagreement(want[i], have, first.dir, s.dir)
 			}
 		}
 	}

@@ -8,11 +8,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/sirupsen/logrus"
 
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/store"
+	"readie.dev/pipeline/pkg/cpu"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/sandbox"
@@ -77,6 +79,13 @@ type Plan struct {
 	Dropped []Dropped       `json:"dropped"`
 
 	old *manifest.Manifest // the existing output's manifest, if it has a usable one
+	// cpu is what the checkpoints will need of a host's CPU (the manifest's cpu).
+	cpu manifest.CPU
+	// faulting: this host has CPUID faulting (the judgement of a baseline's check says why not).
+	faulting bool
+	// unenforceable is the first capture's refusal that holds for every set on this host (the
+	// CPUID instruction shows features beyond the baseline): the sets not yet captured are not.
+	unenforceable atomic.Pointer[string] // the set whose capture showed it
 }
 
 // CaptureOptions are the choices of a capture beyond the config.
@@ -88,19 +97,20 @@ type CaptureOptions struct {
 	Remeasure bool
 }
 
-// keyBase holds the key inputs every set of a run shares.
-func (e *Env) keyBase(ctx context.Context) (store.KeyInputs, error) {
+// keyBase holds the key inputs every set of a run shares, and what the checkpoints will need
+// of a host's CPU.
+func (e *Env) keyBase(ctx context.Context) (store.KeyInputs, manifest.CPU, error) {
 	spec, err := e.restoreSpec()
 	if err != nil {
-		return store.KeyInputs{}, err
+		return store.KeyInputs{}, manifest.CPU{}, err
 	}
 	fingerprint, err := sandbox.Fingerprint(spec, e.Runtime.Flags)
 	if err != nil {
-		return store.KeyInputs{}, err
+		return store.KeyInputs{}, manifest.CPU{}, err
 	}
-	cpu, err := store.HostCPU(ctx, e.Runtime.Path, e.Config.Timeouts.RunscCommand)
+	need, err := e.cpuNeeds(ctx)
 	if err != nil {
-		return store.KeyInputs{}, err
+		return store.KeyInputs{}, manifest.CPU{}, err
 	}
 	return store.KeyInputs{
 		Schema:            store.KeySchema,
@@ -111,8 +121,33 @@ func (e *Env) keyBase(ctx context.Context) (store.KeyInputs, error) {
 		RootfsDigest:      e.Rootfs.Digest,
 		ExecutorProtocol:  executorproto.Version,
 		PassEnv:           store.PassEnvValues(e.Config.PassEnv, os.LookupEnv),
-		CPU:               cpu,
-	}, nil
+		CPU:               store.CPU{Features: strings.Join(need.Features, ","), CacheLine: need.CacheLine, Controls: need.Controls},
+	}, need, nil
+}
+
+// cpuNeeds is what the checkpoints of this run will need of a host's CPU: this host's
+// features, or the config's baseline, which must be part of them, and this host's cache line,
+// which every host type of the baseline's file that names one must share.
+func (e *Env) cpuNeeds(ctx context.Context) (manifest.CPU, error) {
+	host, err := cpu.ReadHost(ctx, e.Runtime.Path, e.Config.Timeouts.RunscCommand)
+	if err != nil {
+		return manifest.CPU{}, err
+	}
+	need := manifest.CPU{Features: host.Features, CacheLine: host.CacheLine}
+	b := e.Config.CPUBaseline
+	if b == nil {
+		return need, nil
+	}
+	if missing := cpu.Missing(b.Features, host.Features); len(missing) > 0 {
+		return manifest.CPU{}, fmt.Errorf("%w: cpu_baseline names features this host lacks: %s (a sandbox can only be given features of the host it runs on: build on a host that has them, or leave them out of the baseline)", ErrSetup, strings.Join(missing, ", "))
+	}
+	for i, h := range b.Hosts {
+		if h.CacheLine != 0 && h.CacheLine != host.CacheLine {
+			return manifest.CPU{}, fmt.Errorf("%w: cpu_baseline.file %s: host type %d has a cache line of %d bytes, this host %d: restore requires them equal, so no checkpoint from here restores there (build one output per cache line)", ErrSetup, b.File, i+1, h.CacheLine, host.CacheLine)
+		}
+	}
+	need.Features, need.Baseline, need.Controls = b.Features, b.Features, e.controls
+	return need, nil
 }
 
 // Store is the checkpoint store the config names, written under this run's lease.
@@ -133,11 +168,16 @@ func loadOld(out string) *manifest.Manifest {
 // Plan decides what a capture into out does with each set; it changes nothing on disk. The
 // rootfs must be open (OpenRootfs) in e.
 func (e *Env) Plan(ctx context.Context, out string, o CaptureOptions) (*Plan, error) {
-	base, err := e.keyBase(ctx)
+	base, need, err := e.keyBase(ctx)
 	if err != nil {
 		return nil, err
 	}
-	p := &Plan{Out: out, Rootfs: e.Rootfs, Sets: []SetPlan{}, Dropped: []Dropped{}, old: loadOld(out)}
+	p := &Plan{Out: out, Rootfs: e.Rootfs, Sets: []SetPlan{}, Dropped: []Dropped{}, old: loadOld(out), cpu: need}
+	if e.Config.CPUBaseline != nil {
+		if p.faulting, err = cpu.CPUIDFaulting(cpu.CPUInfo); err != nil {
+			return nil, err
+		}
+	}
 	old := map[string]*manifest.Checkpoint{}
 	if p.old != nil {
 		for i := range p.old.Checkpoints {

@@ -4,23 +4,16 @@
 package store
 
 import (
-	"bufio"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
 	"slices"
-	"strconv"
-	"strings"
-	"time"
 )
 
 // KeySchema is the version of the key's own encoding: bump it when KeyInputs changes meaning,
 // so no key of the old encoding can match.
-const KeySchema = 1
+const KeySchema = 2
 
 // EnvValue is a pass_env variable in a key: its name and the sha256 of its value ("unset" when
 // the pipeline's environment lacks it), never the value itself.
@@ -33,10 +26,15 @@ type EnvValue struct {
 // saved feature set must be part of the host's, and the CLFLUSH cache line size must match.
 // The CPU model, stepping and cache sizes are not checked, so they are not here.
 type CPU struct {
-	// Features is `runsc cpu-features`: the host features as this runsc sees them.
+	// Features are the features the sandboxes are given, sorted, joined by commas: the build
+	// host's, or the config's cpu_baseline (part of the build host's), so build hosts of
+	// different CPU types with one baseline share keys.
 	Features string `json:"features"`
 	// CacheLine is the CLFLUSH line size in bytes (CPUID leaf 1, /proc/cpuinfo "clflush size").
 	CacheLine int `json:"cache_line"`
+	// Controls are a baseline's library controls, in the capture's environment and so in the
+	// saved memory.
+	Controls map[string]string `json:"controls,omitempty"`
 }
 
 // KeyInputs are the parts of a checkpoint's key. Each is there because changing it changes
@@ -141,49 +139,4 @@ func Diff(a, b map[string]string) []string {
 	}
 	slices.Sort(names)
 	return names
-}
-
-// HostCPU reads what restore checks of this host's CPU, with the runsc binary at runsc;
-// `runsc cpu-features` gets limit (timeouts.runsc_command).
-func HostCPU(ctx context.Context, runsc string, limit time.Duration) (CPU, error) {
-	ctx, cancel := context.WithTimeoutCause(ctx, limit, fmt.Errorf("runsc cpu-features exceeded its timeout of %s", limit))
-	defer cancel()
-	cmd := exec.CommandContext(ctx, runsc, "cpu-features")
-	cmd.WaitDelay = time.Second // a child that keeps stdout open must not hold us past the limit
-	out, err := cmd.Output()
-	if ctx.Err() != nil {
-		return CPU{}, fmt.Errorf("%s cpu-features: %w: %w", runsc, context.Cause(ctx), ctx.Err())
-	}
-	if err != nil {
-		return CPU{}, fmt.Errorf("%s cpu-features: %w", runsc, err)
-	}
-	line, err := clflushSize("/proc/cpuinfo")
-	if err != nil {
-		return CPU{}, err
-	}
-	return CPU{Features: strings.TrimSpace(string(out)), CacheLine: line}, nil
-}
-
-// clflushSize reads the first "clflush size" of a /proc/cpuinfo.
-func clflushSize(path string) (int, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if ok && strings.TrimSpace(k) == "clflush size" {
-			n, err := strconv.Atoi(strings.TrimSpace(v))
-			if err != nil {
-				return 0, fmt.Errorf("%s: clflush size %q: %w", path, v, err)
-			}
-			return n, nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	return 0, fmt.Errorf("%s has no clflush size", path)
 }

@@ -5,10 +5,12 @@ package capture
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,6 +23,13 @@ import (
 
 // Marker is the line the executor prints just before it triggers the checkpoint.
 const Marker = "readie-executor: checkpoint begin"
+
+// CPUCheckPrefix starts the line on which the executor reports its CPU check (one JSON object,
+// manifest.CPUCheck), before Marker, when a capture has a CPU baseline.
+const CPUCheckPrefix = "readie-executor: cpu-check "
+
+// CPUBaselineEnv tells the executor the baseline to check against (gVisor names, commas).
+const CPUBaselineEnv = "READIE_CPU_BASELINE"
 
 // ErrCapture wraps every failed capture.
 var ErrCapture = errors.New("capture failed")
@@ -39,8 +48,12 @@ type Request struct {
 	Env []string
 	// CheckpointOptions are extra gVisor checkpoint annotations (sandbox.SpecOptions).
 	CheckpointOptions map[string]string
-	Timeout           time.Duration
-	RunscVersion      string
+	// CPUBaseline, when not nil, are the only CPU features the sandbox is given, and the
+	// executor checks from inside it, after its imports, what its code can see of the CPU
+	// against them: the result is the meta's CPUCheck. Env should hold the library controls.
+	CPUBaseline  []string
+	Timeout      time.Duration
+	RunscVersion string
 }
 
 // Run captures req and returns the checkpoint's meta.json contents, already written to Dir.
@@ -61,9 +74,13 @@ func Run(ctx context.Context, rt *sandbox.Runtime, req Request) (*manifest.Meta,
 	if err := os.MkdirAll(hostDir, 0o755); err != nil {
 		return nil, fail(err)
 	}
+	env := req.Env
+	if req.CPUBaseline != nil {
+		env = append(slices.Clone(env), CPUBaselineEnv+"="+strings.Join(req.CPUBaseline, ","))
+	}
 	spec, err := sandbox.Spec(sandbox.SpecOptions{
-		Mode: sandbox.ModeCapture, Rootfs: req.Rootfs, HostDir: hostDir,
-		ImageDir: req.Dir, Imports: req.Imports, Env: req.Env, CheckpointOptions: req.CheckpointOptions,
+		Mode: sandbox.ModeCapture, Rootfs: req.Rootfs, HostDir: hostDir, ImageDir: req.Dir, Imports: req.Imports,
+		Env: env, CheckpointOptions: req.CheckpointOptions, CPUFeatures: req.CPUBaseline,
 	})
 	if err != nil {
 		return nil, fail(err)
@@ -110,6 +127,11 @@ func Run(ctx context.Context, rt *sandbox.Runtime, req Request) (*manifest.Meta,
 		ID: req.ID, Imports: append([]string{}, req.Imports...), RunscVersion: req.RunscVersion,
 		SpecFingerprint: fingerprint, CapturedAt: time.Now().UTC(), Files: map[string]manifest.File{},
 	}
+	if req.CPUBaseline != nil {
+		if meta.CPUCheck, err = cpuCheck(stdout); err != nil {
+			return nil, withTail(fail(err))
+		}
+	}
 	for _, name := range manifest.ImageFiles() {
 		f, err := manifest.HashFile(filepath.Join(req.Dir, name))
 		if err != nil {
@@ -124,6 +146,22 @@ func Run(ctx context.Context, rt *sandbox.Runtime, req Request) (*manifest.Meta,
 		return nil, fail(fmt.Errorf("write meta.json: %w", err))
 	}
 	return meta, nil
+}
+
+// cpuCheck reads the executor's CPU check from its stdout.
+func cpuCheck(stdout []byte) (*manifest.CPUCheck, error) {
+	for line := range strings.Lines(string(stdout)) {
+		report, ok := strings.CutPrefix(strings.TrimSpace(line), CPUCheckPrefix)
+		if !ok {
+			continue
+		}
+		var check manifest.CPUCheck
+		if err := json.Unmarshal([]byte(report), &check); err != nil || check.Verdict == "" {
+			return nil, fmt.Errorf("the executor's CPU check is not readable: %q (%v)", report, err)
+		}
+		return &check, nil
+	}
+	return nil, fmt.Errorf("the executor reported no CPU check (no %q on its stdout): does the image's executor predate it?", strings.TrimSpace(CPUCheckPrefix))
 }
 
 // freshDir makes dir, which must be absent or empty: runsc refuses to save over image files.

@@ -5,12 +5,16 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"readie.dev/pipeline/internal/cpubaseline"
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/capture"
+	"readie.dev/pipeline/pkg/cpu"
+	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
@@ -86,5 +90,77 @@ func TestFailedDeleteIsJoined(t *testing.T) {
 	if !errors.Is(err, capture.ErrCapture) || !strings.Contains(err.Error(), "exited with status 3") ||
 		!strings.Contains(err.Error(), "delete") || !strings.Contains(err.Error(), "destroying container: device or resource busy") {
 		t.Fatalf("capture whose run and delete fail = %v; want both", err)
+	}
+}
+
+// belowHost is this host's features without its widest vector extension (every avx512*
+// feature, or avx2 on a host without AVX-512): a baseline that a host without CPUID faulting
+// cannot enforce on code that runs CPUID itself.
+func belowHost(t *testing.T) (baseline, removed []string) {
+	t.Helper()
+	h, err := cpu.ReadHost(context.Background(), testenv.RunscPath(t), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range h.Features {
+		if strings.HasPrefix(f, "avx512") {
+			removed = append(removed, f)
+		} else {
+			baseline = append(baseline, f)
+		}
+	}
+	if removed == nil {
+		removed, baseline = []string{"avx2"}, slices.DeleteFunc(baseline, func(f string) bool { return f == "avx2" })
+	}
+	return baseline, removed
+}
+
+// TestCPUCheck: a numpy capture with a baseline below this host's features. With the
+// baseline's library controls, numpy, glibc and OpenSSL chose nothing outside it (seen from
+// inside the sandbox, after the import); without them, numpy and glibc chose the removed
+// features. The CPUID instruction shows them either way unless the host has CPUID faulting.
+func TestCPUCheck(t *testing.T) {
+	baseline, removed := belowHost(t)
+	faulting, err := cpu.CPUIDFaulting(cpu.CPUInfo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := testenv.Runtime(t)
+	work := testenv.WorkDir(t)
+	capture1 := func(id string, env []string) *manifest.CPUCheck {
+		t.Helper()
+		meta, err := capture.Run(context.Background(), rt, capture.Request{
+			ID: id, Imports: []string{"numpy"}, Rootfs: testenv.Rootfs(t), Dir: filepath.Join(work, id), WorkDir: work,
+			Env: env, CPUBaseline: baseline, Timeout: 2 * time.Minute,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if meta.CPUCheck == nil {
+			t.Fatal("no CPU check in meta.json")
+		}
+		return meta.CPUCheck
+	}
+	controlled := capture1("controls", cpubaseline.Env(cpubaseline.Controls(baseline)))
+	t.Logf("with the controls: %+v", controlled)
+	want := manifest.CPULibraries
+	if faulting {
+		want = manifest.CPUEnforced
+	}
+	if controlled.Verdict != want || controlled.Checked["numpy"] == "" || controlled.Checked["glibc"] == "" {
+		t.Errorf("with the controls: %+v, want verdict %s with numpy and glibc checked", controlled, want)
+	}
+	for _, place := range []string{"cpuinfo", "numpy", "glibc", "openssl", "openblas"} {
+		if seen := controlled.Outside[place]; len(seen) > 0 {
+			t.Errorf("with the controls, %s chose %v", place, seen)
+		}
+	}
+	if !faulting && len(cpu.Missing(removed, controlled.Outside["cpuid"])) > 0 {
+		t.Errorf("CPUID run directly (no CPUID faulting here) saw %v, want all of %v", controlled.Outside["cpuid"], removed)
+	}
+	bare := capture1("bare", nil)
+	t.Logf("without them: %+v", bare)
+	if bare.Verdict != manifest.CPUViolated || len(bare.Outside["numpy"]) == 0 || len(bare.Outside["glibc"]) == 0 || len(bare.Outside["cpuinfo"]) > 0 {
+		t.Errorf("without the controls: %+v, want numpy and glibc beyond the baseline (and /proc/cpuinfo within it)", bare)
 	}
 }

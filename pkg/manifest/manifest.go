@@ -85,6 +85,8 @@ type Checkpoint struct {
 	// MeasuredWith are the settings restore_ms was measured with (absent in older manifests).
 	MeasuredWith *Measured `json:"measured_with,omitempty"`
 	Smoke        Smoke     `json:"smoke"`
+	// CPUCheck is what the capture saw of the CPU from inside the sandbox (with a baseline).
+	CPUCheck *CPUCheck `json:"cpu_check,omitempty"`
 }
 
 // Manifest describes a whole output directory.
@@ -111,7 +113,10 @@ type Manifest struct {
 	RootReadonly    bool     `json:"root_readonly"`
 	Rootfs          Rootfs   `json:"rootfs"`
 	// Image is the user's image the rootfs was made from (config image, --image), if any.
-	Image       *Image       `json:"image,omitempty"`
+	Image *Image `json:"image,omitempty"`
+	// CPU is what the checkpoints need of a host's CPU; nil in outputs made before it was
+	// recorded.
+	CPU         *CPU         `json:"cpu,omitempty"`
 	CreatedAt   time.Time    `json:"created_at"`
 	Spec        string       `json:"spec"`
 	Checkpoints []Checkpoint `json:"checkpoints"`
@@ -137,6 +142,8 @@ type Meta struct {
 	// reuse can keep them.
 	RestoreMS    *Stats    `json:"restore_ms,omitempty"`
 	MeasuredWith *Measured `json:"measured_with,omitempty"`
+	// CPUCheck is what the capture saw of the CPU from inside the sandbox (with a baseline).
+	CPUCheck *CPUCheck `json:"cpu_check,omitempty"`
 }
 
 // Bytes is the total size of the checkpoint's image files.

@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"readie.dev/pipeline/pkg/cpu"
 )
 
 // Mode selects the executor's startup path (the EXECUTOR_MODE of the protocol spec).
@@ -37,6 +39,9 @@ const (
 	annotationCheckpointPrefix = "dev.gvisor.internal.checkpoint."
 	annotationCheckpointEnable = annotationCheckpointPrefix + "enable"
 	annotationCheckpointPath   = annotationCheckpointPrefix + "path"
+	// AnnotationCPUFeatures gives a sandbox only the listed CPU features (and the host's that
+	// are among them): an allow-list of gVisor's names, saved with a checkpoint.
+	AnnotationCPUFeatures = "dev.gvisor.internal.cpufeatures"
 
 	maxOpenFiles = 1024
 )
@@ -76,6 +81,10 @@ type SpecOptions struct {
 	CheckpointOptions map[string]string
 	// Env adds KEY=VALUE entries after the base environment; restore may differ here.
 	Env []string
+	// CPUFeatures, when not nil, are the only CPU features the sandbox is given (capture mode
+	// only: a checkpoint keeps them). gVisor's names; runsc refuses any other with a message
+	// that says nothing, so they are checked here.
+	CPUFeatures []string
 	// Args replaces the executor's argv, for a sandbox of the same shape running something else
 	// (the benchmark's floor runs /bin/true). A restore spec never sets it.
 	Args []string
@@ -101,6 +110,14 @@ func Spec(o SpecOptions) (*specs.Spec, error) {
 	}
 	if (o.Mode == ModeCapture) != (o.ImageDir != "") {
 		return nil, fmt.Errorf("%w: an image directory is set exactly in capture mode", ErrSpec)
+	}
+	if o.CPUFeatures != nil {
+		if o.Mode != ModeCapture {
+			return nil, fmt.Errorf("%w: CPU features are given in capture mode only (a checkpoint keeps them)", ErrSpec)
+		}
+		if bad := cpu.Unknown(o.CPUFeatures); len(bad) > 0 {
+			return nil, fmt.Errorf("%w: CPU features gVisor does not know: %s", ErrSpec, strings.Join(bad, ", "))
+		}
 	}
 	for _, kv := range o.Env {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
@@ -161,6 +178,9 @@ func Spec(o SpecOptions) (*specs.Spec, error) {
 		}
 		for k, v := range o.CheckpointOptions {
 			s.Annotations[annotationCheckpointPrefix+k] = v
+		}
+		if o.CPUFeatures != nil {
+			s.Annotations[AnnotationCPUFeatures] = strings.Join(o.CPUFeatures, ",")
 		}
 	}
 	return s, nil

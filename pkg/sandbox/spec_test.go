@@ -97,7 +97,9 @@ func TestSpecRejectsBadOptions(t *testing.T) {
 		{Mode: ModeCapture, Rootfs: "/r", HostDir: "/h"},                   // no image dir
 		{Mode: ModeSandbox, Rootfs: "/r", HostDir: "/h", ImageDir: "/img"}, // image dir outside capture
 		{Mode: ModeSandbox, Rootfs: "/r", HostDir: "/h", Env: []string{"NOEQUALS"}},
-		{Mode: ModeSandbox, Rootfs: "/r"}, // no host dir for the executor
+		{Mode: ModeSandbox, Rootfs: "/r"},                                              // no host dir for the executor
+		{Mode: ModeSandbox, Rootfs: "/r", HostDir: "/h", CPUFeatures: []string{"fpu"}}, // outside capture
+		{Mode: ModeCapture, Rootfs: "/r", HostDir: "/h", ImageDir: "/img", CPUFeatures: []string{"fpu", "avx512ifma"}},
 	}
 	for _, o := range bad {
 		if _, err := Spec(o); !errors.Is(err, ErrSpec) {
@@ -120,6 +122,27 @@ func TestSpecWithoutHostDir(t *testing.T) {
 	}
 	if !s.Root.Readonly {
 		t.Error("the root is writable")
+	}
+}
+
+// TestSpecCPUFeatures: the annotation in capture mode, names as given; none without them; an
+// empty list is an annotation that allows nothing (gVisor boots the sandbox with no features).
+func TestSpecCPUFeatures(t *testing.T) {
+	o := testOptions(ModeCapture)
+	if _, ok := mustSpec(t, o).Annotations[AnnotationCPUFeatures]; ok {
+		t.Error("an annotation without CPU features")
+	}
+	o.CPUFeatures = []string{"fpu", "sse2", "avx2"}
+	if got := mustSpec(t, o).Annotations[AnnotationCPUFeatures]; got != "fpu,sse2,avx2" {
+		t.Errorf("annotation %q", got)
+	}
+	o.CPUFeatures = []string{}
+	if got, ok := mustSpec(t, o).Annotations[AnnotationCPUFeatures]; !ok || got != "" {
+		t.Errorf("empty list: %q %v", got, ok)
+	}
+	o.CPUFeatures = []string{"fpu", "AVX2", "clflushopt"}
+	if _, err := Spec(o); !errors.Is(err, ErrSpec) || !strings.Contains(err.Error(), "AVX2, clflushopt") {
+		t.Errorf("unknown names: %v", err)
 	}
 }
 

@@ -5,8 +5,9 @@ import os
 import socket
 import sys
 import time
+import warnings
 
-from . import calls, checkpoint, protocol, settings as settings_mod
+from . import calls, checkpoint, cpucheck, protocol, settings as settings_mod
 
 EXIT_OK = 0
 EXIT_SETTINGS = 2
@@ -90,7 +91,17 @@ def preimport(names):
     return True
 
 
+def quiet_numpy_cpu_warning():
+    """A CPU baseline's NPY_DISABLE_CPU_FEATURES names the dispatch targets of every numpy
+    version, so a numpy that lacks some of them warns at import that it cannot disable those.
+    That is no problem, and the warning would land in every call's output that imports numpy."""
+    warnings.filterwarnings("ignore", category=RuntimeWarning, message=(
+        r"During parsing environment variable:? 'NPY_DISABLE_CPU_FEATURES':\s*"
+        r"You cannot disable CPU features? \(.*\), since (they are|it is) not part of the dispatched"))
+
+
 def main():
+    quiet_numpy_cpu_warning()
     try:
         cfg = settings_mod.from_environ(os.environ)
     except settings_mod.SettingsError as e:
@@ -100,6 +111,12 @@ def main():
     if cfg.mode == "capture":
         if not preimport(cfg.preimport):
             return EXIT_IMPORT
+        baseline = os.environ.get(cpucheck.BASELINE_ENV)
+        if baseline is not None:
+            # After the imports, before the checkpoint: what the checkpoint will hold.
+            started = time.monotonic()
+            print(cpucheck.report(cpucheck.parse_baseline(baseline)), flush=True)
+            log(f"cpu check in {(time.monotonic() - started) * 1000:.1f} ms")
         print(f"{checkpoint.MARKER} imports={','.join(cfg.preimport)}", flush=True)
         try:
             result = checkpoint.trigger()

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/oci/ref"
+	"readie.dev/pipeline/internal/run"
+	"readie.dev/pipeline/pkg/cpu"
+	"readie.dev/pipeline/pkg/manifest"
+)
+
+// checkHostCmd is `pipeline check-host`: would the checkpoints of an output restore on this
+// host, or on a host described by a features file?
+type checkHostCmd struct {
+	config      configFlag
+	out         outFlag
+	image       string
+	cpuFeatures string
+	runsc       string
+}
+
+func (*checkHostCmd) Name() string { return "check-host" }
+func (*checkHostCmd) Usage() string {
+	return "check-host [--out OUT | --image REF] [--cpu-features FILE] [--runsc PATH]"
+}
+func (*checkHostCmd) Synopsis() string {
+	return "say, checkpoint by checkpoint, whether an output restores on this host (or the host of a features file); exit 1 when some do not"
+}
+func (c *checkHostCmd) SetFlags(fs *flag.FlagSet) {
+	c.config.register(fs)
+	c.out.register(fs)
+	fs.StringVar(&c.image, "image", "", "check the output held by the image `REF` of pipeline push (HOST/REPO[:TAG|@DIGEST] or oci-layout:DIR[:TAG]) instead of an output directory")
+	fs.StringVar(&c.cpuFeatures, "cpu-features", "", "the host's CPU from `FILE`: the line that runsc cpu-features prints there, optionally followed by its \"clflush size : N\" line of /proc/cpuinfo (default: this host's)")
+	fs.StringVar(&c.runsc, "runsc", "", "the host's runsc binary at `PATH` (default: the config's runsc.path)")
+}
+
+func (c *checkHostCmd) CheckArgs(args []string) error {
+	if err := readsOutput(args); err != nil {
+		return err
+	}
+	if c.image != "" && (c.out.dir != "" || len(args) > 0) {
+		return errors.New("--image and an output directory: name one")
+	}
+	if c.image != "" {
+		if _, err := ref.ParseRef(c.image, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// errDoesNotRestore reports checkpoints that would not restore on the host (exit 1).
+var errDoesNotRestore = errors.New("checkpoints do not restore")
+
+func (c *checkHostCmd) Execute(ctx context.Context, con *console, args []string) error {
+	cfg, err := c.config.load()
+	if err != nil {
+		return err
+	}
+	if c.runsc == "" {
+		c.runsc = cfg.Runsc.Path
+	}
+	host, where, err := c.host(ctx, cfg.Timeouts.RunscCommand)
+	if err != nil {
+		return err
+	}
+	var m *manifest.Manifest
+	if c.image != "" {
+		if m, err = c.pull(ctx, con, cfg); err != nil {
+			return err
+		}
+	} else {
+		if err := c.out.apply(cfg, args); err != nil {
+			return err
+		}
+		if m, err = manifest.Load(filepath.Join(cfg.Output, manifest.FileName)); err != nil {
+			return usageError{err}
+		}
+	}
+	report := manifest.CheckHost(m, host)
+	if con.json {
+		err = writeJSON(con.stdout, struct {
+			Host manifest.Host `json:"host"`
+			manifest.Report
+		}{host, report})
+	} else {
+		err = printReport(con, host, where, report)
+	}
+	if err != nil {
+		return err
+	}
+	if !report.Restores {
+		var failed []string
+		for _, v := range report.Checkpoints {
+			if !v.Restores {
+				failed = append(failed, v.ID)
+			}
+		}
+		return fmt.Errorf("%w on %s: %s", errDoesNotRestore, where, strings.Join(failed, ", "))
+	}
+	return nil
+}
+
+// host describes the host checked: this one, or the CPU of --cpu-features with the runsc of
+// --runsc; where says which, for people.
+func (c *checkHostCmd) host(ctx context.Context, limit time.Duration) (manifest.Host, string, error) {
+	if _, err := os.Stat(c.runsc); err != nil {
+		return manifest.Host{}, "", usagef("runsc %s: %v (name the host's runsc with --runsc)", c.runsc, err)
+	}
+	if c.cpuFeatures == "" {
+		h, err := manifest.ReadHost(ctx, c.runsc, limit)
+		return h, "this host", err
+	}
+	hosts, err := cpu.ReadHosts(c.cpuFeatures)
+	if err != nil {
+		return manifest.Host{}, "", usageError{err}
+	}
+	if len(hosts) != 1 {
+		return manifest.Host{}, "", usagef("--cpu-features %s describes %d host types: check-host checks one host (one features line and its clflush size line)", c.cpuFeatures, len(hosts))
+	}
+	h, err := manifest.ReadHost(ctx, c.runsc, limit)
+	if err != nil {
+		return manifest.Host{}, "", err
+	}
+	h.CPU = hosts[0]
+	return h, "the host of " + c.cpuFeatures, nil
+}
+
+// pull fetches the output an image holds into a temporary directory (verified, as `pipeline
+// pull` does) and returns its manifest.
+func (c *checkHostCmd) pull(ctx context.Context, con *console, cfg *config.Config) (*manifest.Manifest, error) {
+	r, ctx, cancel, err := registryStep(ctx, cfg, "pull", c.image)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	img, err := ref.Fetch(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp("", "readie-check-host-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	m, err := run.Pull(ctx, img, filepath.Join(tmp, "out"), run.ImageLimits(cfg.Limits), con.log, "pull")
+	if err != nil {
+		return nil, usageIfSetup(err)
+	}
+	return m, nil
+}
+
+func printReport(con *console, h manifest.Host, where string, r manifest.Report) error {
+	line := "unknown (not checked)"
+	if h.CPU.CacheLine != 0 {
+		line = fmt.Sprintf("%d bytes", h.CPU.CacheLine)
+	}
+	fmt.Fprintf(con.stdout, "%s: runsc %s, executor protocol %d, %d CPU features, cache line %s\n",
+		where, h.RunscVersion, h.ExecutorProtocol, len(h.CPU.Features), line)
+	for _, v := range r.Checkpoints {
+		if v.Restores {
+			fmt.Fprintf(con.stdout, "%s: restores\n", v.ID)
+		} else {
+			fmt.Fprintf(con.stdout, "%s: does not restore: %s\n", v.ID, strings.Join(v.Problems, "; "))
+		}
+		for _, w := range v.Warnings {
+			fmt.Fprintf(con.stdout, "  warning: %s\n", w)
+		}
+	}
+	return nil
+}

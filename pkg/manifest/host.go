@@ -1,0 +1,113 @@
+package manifest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"readie.dev/pipeline/pkg/cpu"
+	"readie.dev/pipeline/pkg/executorproto"
+	"readie.dev/pipeline/pkg/sandbox"
+)
+
+// Host is what a worker host offers a checkpoint: its runsc, the executor protocol the worker
+// speaks, and its CPU as restore sees it.
+type Host struct {
+	// RunscVersion is the version string of the host's runsc (`runsc --version`).
+	RunscVersion string `json:"runsc_version"`
+	// RunscSHA256 is the digest of the host's runsc binary; "" when unknown (not compared).
+	RunscSHA256 string `json:"runsc_sha256,omitempty"`
+	// ExecutorProtocol is the executor protocol the worker implements.
+	ExecutorProtocol int `json:"executor_protocol"`
+	// CPU is the host's CPU; a CacheLine of 0 is unknown (not compared).
+	CPU cpu.Host `json:"cpu"`
+}
+
+// ReadHost describes this host: the runsc binary at runsc (its version, its sha256 and its
+// `runsc cpu-features`, each command bounded by limit), the cache line from /proc/cpuinfo,
+// and the executor protocol of pkg/executorproto.
+func ReadHost(ctx context.Context, runsc string, limit time.Duration) (Host, error) {
+	version, err := (&sandbox.Runtime{Path: runsc, CommandTimeout: limit}).Version(ctx)
+	if err != nil {
+		return Host{}, err
+	}
+	binary, err := HashFile(runsc)
+	if err != nil {
+		return Host{}, err
+	}
+	c, err := cpu.ReadHost(ctx, runsc, limit)
+	if err != nil {
+		return Host{}, err
+	}
+	return Host{RunscVersion: version, RunscSHA256: binary.SHA256, ExecutorProtocol: executorproto.Version, CPU: c}, nil
+}
+
+// Verdict says whether one checkpoint restores on a host, and why not.
+type Verdict struct {
+	ID       string `json:"id"`
+	Restores bool   `json:"restores"`
+	// Problems are the reasons it does not restore there, each naming what differs.
+	Problems []string `json:"problems,omitempty"`
+	// Warnings are what could not be checked, or holds only in part.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// Report is CheckHost's answer: a verdict per checkpoint.
+type Report struct {
+	// Restores is true when every checkpoint restores on the host.
+	Restores    bool      `json:"restores"`
+	Checkpoints []Verdict `json:"checkpoints"`
+}
+
+// CheckHost compares what the checkpoints of m need with what host h offers, as runsc's
+// restore will: the runsc version string (exact; and the binary's sha256 when both are known),
+// the executor protocol, the CPU features (the checkpoints' must be part of the host's) and
+// the cache line (equal). It names every missing feature and differing value.
+func CheckHost(m *Manifest, h Host) Report {
+	var problems, warnings []string
+	if err := m.CheckProtocol(h.ExecutorProtocol); err != nil {
+		problems = append(problems, err.Error())
+	}
+	if h.RunscVersion != m.Runsc.Version {
+		problems = append(problems, fmt.Sprintf("runsc version %q, the checkpoints were saved by %q (restore requires the same version string)", h.RunscVersion, m.Runsc.Version))
+	} else if h.RunscSHA256 != "" && m.Runsc.SHA256 != "" && h.RunscSHA256 != m.Runsc.SHA256 {
+		problems = append(problems, fmt.Sprintf("runsc binary %s, the checkpoints were saved by %s: another build under the same version string", h.RunscSHA256, m.Runsc.SHA256))
+	}
+	switch c := m.CPU; {
+	case c == nil:
+		warnings = append(warnings, "the manifest records no cpu (made before the pipeline recorded it): the CPU is checked only by runsc restore")
+	default:
+		if missing := cpu.Missing(c.Features, h.CPU.Features); len(missing) > 0 {
+			problems = append(problems, "missing CPU features: "+strings.Join(missing, ", "))
+		}
+		switch {
+		case h.CPU.CacheLine == 0:
+			warnings = append(warnings, fmt.Sprintf("cache line not checked: the host's features carry no %q line (the checkpoints need %d bytes)", "clflush size", c.CacheLine))
+		case h.CPU.CacheLine != c.CacheLine:
+			problems = append(problems, fmt.Sprintf("cache line %d bytes, the checkpoints need %d (restore requires them equal)", h.CPU.CacheLine, c.CacheLine))
+		}
+	}
+	r := Report{Restores: len(problems) == 0, Checkpoints: []Verdict{}}
+	for _, c := range m.Checkpoints {
+		v := Verdict{ID: c.ID, Restores: len(problems) == 0, Problems: problems, Warnings: warnings}
+		if m.CPU.Unenforced() {
+			v.Warnings = append(slices.Clone(warnings), unenforced(c.CPUCheck))
+		}
+		r.Checkpoints = append(r.Checkpoints, v)
+	}
+	return r
+}
+
+// unenforced is the warning for a checkpoint of an unenforced CPU baseline.
+func unenforced(check *CPUCheck) string {
+	saw := ""
+	if check != nil {
+		if seen := slices.Concat(check.Outside["cpuid"], check.Outside["cpuid_unnamed"]); len(seen) > 0 {
+			saw = " (at capture, the CPUID instruction showed " + strings.Join(seen, ", ") + ")"
+		}
+	}
+	return "the CPU baseline is not enforced (cpu.enforced false): only numpy, glibc, OpenSSL and OpenBLAS were verified to stay within it; other code that runs CPUID itself may have chosen instructions beyond it" +
+		saw + "; put cpu.controls into the restore environment"
+}

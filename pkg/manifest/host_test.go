@@ -1,0 +1,132 @@
+package manifest
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"readie.dev/pipeline/internal/atomicfile"
+	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/cpu"
+)
+
+func withCPU(c *CPU) *Manifest {
+	m := sample()
+	m.CPU = c
+	m.Checkpoints = append(m.Checkpoints, Checkpoint{ID: "pandas", Imports: []string{"pandas"}, Dir: "pandas"})
+	return m
+}
+
+func hostOf(m *Manifest) Host {
+	return Host{RunscVersion: m.Runsc.Version, RunscSHA256: m.Runsc.SHA256, ExecutorProtocol: m.ExecutorProtocol,
+		CPU: cpu.Host{Features: []string{"avx", "avx2", "fpu", "sse2"}, CacheLine: 64}}
+}
+
+func TestCheckHost(t *testing.T) {
+	need := &CPU{Features: []string{"avx", "avx2", "fpu"}, CacheLine: 64}
+	no := false
+	tests := []struct {
+		name     string
+		cpu      *CPU
+		change   func(*Host)
+		restores bool
+		problems []string
+		warnings []string
+	}{
+		{"the same host", need, func(*Host) {}, true, nil, nil},
+		{"features lacking and a cache line", need, func(h *Host) {
+			h.CPU.Features = []string{"fpu", "sse2"}
+			h.CPU.CacheLine = 128
+		}, false, []string{"missing CPU features: avx, avx2", "cache line 128 bytes, the checkpoints need 64"}, nil},
+		{"no cache line in the features file", need, func(h *Host) { h.CPU.CacheLine = 0 }, true, nil,
+			[]string{"cache line not checked: the host's features carry no \"clflush size\" line (the checkpoints need 64 bytes)"}},
+		{"another runsc", need, func(h *Host) { h.RunscVersion = "other" }, false, []string{`runsc version "other", the checkpoints were saved by "v"`}, nil},
+		{"another runsc build", need, func(h *Host) { h.RunscSHA256 = "sha256:99" }, false, []string{"runsc binary sha256:99, the checkpoints were saved by sha256:ab"}, nil},
+		{"runsc sha256 unknown", need, func(h *Host) { h.RunscSHA256 = "" }, true, nil, nil},
+		{"another protocol", need, func(h *Host) { h.ExecutorProtocol = 3 }, false, []string{"the artifacts speak executor protocol 2, this worker implements 3"}, nil},
+		{"an output from before cpu", nil, func(h *Host) { h.CPU.Features = nil }, true, nil, []string{"the manifest records no cpu"}},
+		{"an unenforced baseline", &CPU{Features: need.Features, CacheLine: 64, Baseline: need.Features, Enforced: &no, Controls: map[string]string{"NPY_DISABLE_CPU_FEATURES": "AVX512F"}},
+			func(*Host) {}, true, nil, []string{"the CPU baseline is not enforced"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := withCPU(tt.cpu)
+			h := hostOf(m)
+			tt.change(&h)
+			r := CheckHost(m, h)
+			if r.Restores != tt.restores || len(r.Checkpoints) != 2 {
+				t.Fatalf("%+v", r)
+			}
+			for _, v := range r.Checkpoints {
+				if v.Restores != tt.restores || len(v.Problems) != len(tt.problems) || len(v.Warnings) != len(tt.warnings) {
+					t.Fatalf("%s: %+v", v.ID, v)
+				}
+				for i, want := range tt.problems {
+					if !strings.Contains(v.Problems[i], want) {
+						t.Errorf("%s: problem %q, want %q", v.ID, v.Problems[i], want)
+					}
+				}
+				for i, want := range tt.warnings {
+					if !strings.Contains(v.Warnings[i], want) {
+						t.Errorf("%s: warning %q, want %q", v.ID, v.Warnings[i], want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestCPURoundTrip: cpu and cpu_check survive manifest.json; a manifest without them (an
+// older output) loads with CPU nil.
+func TestCPURoundTrip(t *testing.T) {
+	no := false
+	m := withCPU(&CPU{Features: []string{"fpu"}, CacheLine: 64, Baseline: []string{"fpu"}, Enforced: &no, Controls: map[string]string{"A": "b"}})
+	m.Checkpoints[0].CPUCheck = &CPUCheck{Verdict: CPULibraries, Outside: map[string][]string{"cpuid": {"avx512f"}}, Checked: map[string]string{"numpy": "1.24.2"}}
+	path := filepath.Join(t.TempDir(), FileName)
+	if err := atomicfile.WriteJSON(path, m); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.CPU.Unenforced() || got.CPU.CacheLine != 64 || got.Checkpoints[0].CPUCheck.Outside["cpuid"][0] != "avx512f" || got.Checkpoints[1].CPUCheck != nil {
+		t.Errorf("%+v %+v", got.CPU, got.Checkpoints)
+	}
+	old := sample()
+	data, _ := json.Marshal(old)
+	if strings.Contains(string(data), `"cpu"`) {
+		t.Errorf("a manifest without cpu writes one: %s", data)
+	}
+	atomicfile.Write(path, data, 0o644)
+	if got, err := Load(path); err != nil || got.CPU != nil || got.CPU.Unenforced() {
+		t.Errorf("an older manifest: %v %+v", err, got)
+	}
+	yes := true
+	if (&CPU{Enforced: &yes}).Unenforced() || (&CPU{}).Unenforced() {
+		t.Error("Unenforced without an unenforced baseline")
+	}
+}
+
+// TestReadHostThisHost: this host, read with the real runsc, restores a manifest that needs
+// exactly what it has.
+func TestReadHostThisHost(t *testing.T) {
+	runsc := testenv.RunscPath(t)
+	h, err := ReadHost(context.Background(), runsc, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(h.RunscSHA256, "sha256:") || h.RunscVersion == "" || h.CPU.CacheLine == 0 || !slices.Contains(h.CPU.Features, "sse2") {
+		t.Fatalf("%+v", h)
+	}
+	m := sample()
+	m.Runsc.Version, m.Runsc.SHA256 = h.RunscVersion, h.RunscSHA256
+	m.CPU = &CPU{Features: h.CPU.Features, CacheLine: h.CPU.CacheLine}
+	if r := CheckHost(m, h); !r.Restores || len(r.Checkpoints[0].Warnings) > 0 {
+		t.Errorf("%+v", r)
+	}
+}
