@@ -1,0 +1,662 @@
+// Package analyze is `pipeline analyze`: it measures, in sandboxes of the real image and spec
+// shape, what each module a corpus imports costs a start: whether it imports at all, its cold
+// import time, the memory it adds to a checkpoint, what it leaves loaded (its closure), and its
+// own share of each with the rest of its closure already loaded; plus the host's cold start and
+// restore line. Every measurement is cached by a digest of what it depends on, so a second
+// analysis of the same corpus starts no sandbox.
+package analyze
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"readie.dev/pipeline/internal/analysis"
+	"readie.dev/pipeline/internal/bench"
+	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/corpus"
+	"readie.dev/pipeline/internal/run"
+	"readie.dev/pipeline/pkg/capture"
+	"readie.dev/pipeline/pkg/catalogue"
+	"readie.dev/pipeline/pkg/measure"
+)
+
+// Options shape an analysis.
+type Options struct {
+	// Runs is how many fresh sandboxes each timed import is the median of (analysis.runs).
+	Runs int
+	// Jobs is how many probes run at a time; timed imports and restores always run alone.
+	Jobs int
+	// Timeout bounds one sandbox (analysis.timeout); captures have timeouts.capture.
+	Timeout time.Duration
+	// CacheDir holds the measurements (analysis.cache).
+	CacheDir string
+	// RestoreRuns is how many measure-mode restores each point of the restore line is the
+	// median of (restore_runs).
+	RestoreRuns int
+	// CacheOnly measures nothing: an analysis the cache cannot answer whole fails with
+	// ErrNotCached.
+	CacheOnly bool
+	Log       logrus.FieldLogger
+}
+
+// ErrNotCached reports that a CacheOnly analysis needed a measurement.
+var ErrNotCached = errNotCached
+
+// Report says what an analysis did.
+type Report struct {
+	// Modules is how many distinct modules were analysed (the corpus's and their closures').
+	Modules int
+	// Measured is how many of them were measured by this run (the rest came from the cache).
+	Measured int
+	// Sandboxes is how many sandboxes this run started.
+	Sandboxes int64
+	// Unavailable are the modules the image lacks or that fail to import, with why.
+	Unavailable map[string]string
+	Took        time.Duration
+}
+
+// codeDigest names the measuring code: a change to it measures everything again.
+var codeDigest = func() string {
+	sum := sha256.Sum256([]byte("analyze/1\n" + importCode + "\n" + resolveScript))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}()
+
+type analyzer struct {
+	o     Options
+	env   *run.Env
+	log   logrus.FieldLogger
+	cache *cache
+	base  key
+	host  string
+	cpu   string
+	box   *sandboxes
+
+	// The scratch directory is made when the first sandbox needs it: a cached analysis
+	// starts none and sweeps nothing.
+	scratchOnce sync.Once
+	work        string
+	cleanup     func()
+	scratchErr  error
+}
+
+// Run analyses the modules that names resolve to in the image of env's config.
+func Run(ctx context.Context, env *run.Env, names []string, o Options) (*analysis.File, *Report, error) {
+	start := time.Now()
+	if o.Runs < 1 || o.RestoreRuns < 1 || o.Jobs < 1 || o.Timeout <= 0 || o.CacheDir == "" {
+		return nil, nil, fmt.Errorf("%w: analysis options %+v", run.ErrSetup, o)
+	}
+	if len(names) == 0 {
+		return nil, nil, fmt.Errorf("%w: no names to analyse", run.ErrSetup)
+	}
+	if err := env.PrepareRootfs(ctx); err != nil {
+		return nil, nil, err
+	}
+	fp, err := env.SpecFingerprint()
+	if err != nil {
+		return nil, nil, err
+	}
+	machine := bench.ThisMachine()
+	cpu := fmt.Sprintf("%s x%d", machine.CPUModel, machine.CPUs)
+	hostSum := sha256.Sum256([]byte(cpu))
+	a := &analyzer{
+		o: o, env: env, log: o.Log, cpu: cpu,
+		cache: &cache{dir: o.CacheDir, readOnly: o.CacheOnly},
+		base: key{Code: codeDigest, RootfsDigest: env.Rootfs.Digest, RunscSHA256: env.RunscSHA256, Spec: fp,
+			RunscFlags: env.Runtime.Flags.Args()},
+		host: "sha256:" + hex.EncodeToString(hostSum[:]),
+	}
+	if a.log == nil {
+		a.log = logrus.New()
+	}
+	defer func() {
+		if a.cleanup != nil {
+			a.cleanup()
+		}
+	}()
+	f, rep, err := a.run(ctx, names)
+	if rep != nil {
+		rep.Took = time.Since(start)
+		if a.box != nil {
+			rep.Sandboxes = a.box.started.Load()
+		}
+	}
+	return f, rep, err
+}
+
+// sandboxes returns the sandbox starter, making the scratch directory (and sweeping what runs
+// that died left) the first time.
+func (a *analyzer) sandboxes(ctx context.Context) (*sandboxes, error) {
+	a.scratchOnce.Do(func() {
+		a.work, a.cleanup, a.scratchErr = a.env.Scratch(ctx)
+		if a.scratchErr == nil {
+			a.box.launcher = a.env.Launcher(a.work, a.o.Timeout)
+		}
+	})
+	return a.box, a.scratchErr
+}
+
+func (a *analyzer) key(kind string) key {
+	k := a.base
+	k.Kind = kind
+	k.RunscFlags = slices.Clone(k.RunscFlags)
+	return k
+}
+
+// timedKey is the key of a time: it holds only on this kind of host, with these runs.
+func (a *analyzer) timedKey(kind string) key {
+	k := a.key(kind)
+	k.Host, k.Runs = a.host, a.o.Runs
+	return k
+}
+
+// probe is what one cold import told about a module: whether it imports, whether the executor
+// had it loaded already, and what it added to sys.modules.
+type probe struct {
+	Error  string   `json:"error,omitempty"`
+	Loaded bool     `json:"loaded"`
+	Added  []string `json:"added"`
+}
+
+// found is what the name probe says about one dotted name.
+type found struct {
+	Module bool   `json:"module"`
+	Error  string `json:"error,omitempty"`
+}
+
+func (a *analyzer) run(ctx context.Context, names []string) (*analysis.File, *Report, error) {
+	a.box = &sandboxes{}
+	rep := &Report{Unavailable: map[string]string{}}
+
+	// 1. Names to modules, and the image's standard library.
+	var stdlib []string
+	probeErrors := map[string]string{}
+	isModule := func(ctx context.Context, candidates []string) (map[string]bool, error) {
+		answers, std, err := a.findModules(ctx, candidates)
+		if err != nil {
+			return nil, err
+		}
+		stdlib = std
+		out := map[string]bool{}
+		for name, f := range answers {
+			out[name] = f.Module
+			if f.Error != "" {
+				probeErrors[name] = f.Error
+			}
+		}
+		return out, nil
+	}
+	resolved, err := corpus.Resolve(ctx, names, isModule)
+	if err != nil {
+		return nil, nil, err
+	}
+	stdlibSet := map[string]bool{}
+	for _, s := range stdlib {
+		stdlibSet[s] = true
+	}
+
+	// 2. Availability and closures, several at a time, until closures name no new package.
+	probes := map[string]probe{}
+	var queue []string
+	for _, r := range resolved {
+		if r.Found && !slices.Contains(queue, r.Module) {
+			queue = append(queue, r.Module)
+		}
+	}
+	for len(queue) > 0 {
+		slices.Sort(queue)
+		got, err := a.probeAll(ctx, queue)
+		if err != nil {
+			return nil, nil, err
+		}
+		queue = nil
+		for m, p := range got {
+			probes[m] = p
+		}
+		for _, m := range slices.Sorted(maps.Keys(got)) {
+			if got[m].Error != "" {
+				continue
+			}
+			for _, name := range got[m].Added {
+				top, _, _ := strings.Cut(name, ".")
+				if catalogue.IsModuleName(top) && !strings.HasPrefix(top, "__") && !stdlibSet[top] {
+					if _, known := probes[top]; !known && !slices.Contains(queue, top) {
+						queue = append(queue, top)
+					}
+				}
+			}
+		}
+	}
+	// A closure member that does not import by itself (Cython's cython_runtime, say) is left
+	// out of closures: no start can load it alone.
+	available := map[string]bool{}
+	for m, p := range probes {
+		if p.Error == "" {
+			available[m] = true
+		}
+	}
+	closures := map[string][]string{}
+	for m := range available {
+		var c []string
+		for _, member := range analysis.Closure(m, probes[m].Added, stdlibSet, available) {
+			if available[member] {
+				c = append(c, member)
+			}
+		}
+		closures[m] = c
+	}
+
+	// 3. Timed imports, one sandbox at a time: cold, then own (after the rest of the closure).
+	figures, err := a.measureAll(ctx, probes, closures, rep)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	// 4. The host: a bare cold start, and the restore line over images of three sizes.
+	host, err := a.measureHost(ctx, figures)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	f := &analysis.File{
+		Version: analysis.Version,
+		Image:   analysis.Image{RootfsDigest: a.base.RootfsDigest, Runsc: a.base.RunscSHA256, SpecDigest: a.base.Spec, Runs: a.o.Runs},
+		Stdlib:  slices.Clone(stdlib),
+		Names:   map[string]analysis.Entry{},
+		Host:    host,
+	}
+	slices.Sort(f.Stdlib)
+	for _, name := range names {
+		r := resolved[name]
+		switch {
+		case !r.Found:
+			f.Names[name] = analysis.Entry{Module: r.Module, Error: notFound(name, r.Module, probeErrors)}
+			rep.Unavailable[r.Module] = f.Names[name].Error
+		case !available[r.Module]:
+			f.Names[name] = analysis.Entry{Module: r.Module, Error: probes[r.Module].Error}
+			rep.Unavailable[r.Module] = f.Names[name].Error
+		default:
+			f.Names[name] = figures[r.Module]
+		}
+	}
+	for m := range available {
+		if _, ok := f.Names[m]; !ok {
+			f.Names[m] = figures[m]
+		}
+	}
+	rep.Modules = len(f.Modules())
+	if err := f.Validate(); err != nil {
+		return nil, nil, fmt.Errorf("the analysis does not hold together (a bug): %w", err)
+	}
+	return f, rep, nil
+}
+
+// notFound says why name resolves to no module: the probe's error for its longest prefix that
+// raised one, or that the image lacks its top-level package.
+func notFound(name, top string, errs map[string]string) string {
+	for p := name; ; {
+		if e, ok := errs[p]; ok {
+			return fmt.Sprintf("%s: %s", p, e)
+		}
+		dot := strings.LastIndexByte(p, '.')
+		if dot < 0 {
+			break
+		}
+		p = p[:dot]
+	}
+	return fmt.Sprintf("no module named %s in the image", top)
+}
+
+// findModules answers which candidates are modules, and the image's stdlib, from the cache or
+// from one probe sandbox for what the cache lacks.
+func (a *analyzer) findModules(ctx context.Context, candidates []string) (map[string]found, []string, error) {
+	answers := map[string]found{}
+	var missing []string
+	for _, c := range candidates {
+		k := a.key("find")
+		k.Module = c
+		var f found
+		ok, err := a.cache.get(k, &f)
+		if err != nil {
+			return nil, nil, err
+		}
+		if ok {
+			answers[c] = f
+		} else {
+			missing = append(missing, c)
+		}
+	}
+	var stdlib []string
+	stdKey := a.key("stdlib")
+	ok, err := a.cache.get(stdKey, &stdlib)
+	if err != nil {
+		return nil, nil, err
+	}
+	if ok && len(missing) == 0 {
+		return answers, stdlib, nil
+	}
+	if a.cache.readOnly {
+		return nil, nil, fmt.Errorf("%w: whether %d names are modules", errNotCached, len(missing))
+	}
+	box, err := a.sandboxes(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	start := time.Now()
+	res, err := box.resolve(ctx, missing)
+	if err != nil {
+		return nil, nil, fmt.Errorf("resolving names in the image: %w", err)
+	}
+	a.log.WithFields(logrus.Fields{"names": len(missing), "took": time.Since(start).Round(time.Millisecond)}).Info("analyze: names resolved in the image")
+	if err := a.cache.put(stdKey, res.Stdlib); err != nil {
+		return nil, nil, err
+	}
+	for _, c := range missing {
+		f := found{Module: res.Modules[c], Error: res.Errors[c]}
+		k := a.key("find")
+		k.Module = c
+		if err := a.cache.put(k, f); err != nil {
+			return nil, nil, err
+		}
+		answers[c] = f
+	}
+	return answers, res.Stdlib, nil
+}
+
+// probeAll probes modules, Options.Jobs at a time: a cold import each, for availability and
+// closure (not timed: sandboxes run side by side).
+func (a *analyzer) probeAll(ctx context.Context, modules []string) (map[string]probe, error) {
+	out := make(map[string]probe, len(modules))
+	var mu sync.Mutex
+	var errs []error
+	slots := make(chan struct{}, a.o.Jobs)
+	var wg sync.WaitGroup
+	done, measured := 0, 0
+	for _, m := range modules {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			k := a.key("probe")
+			k.Module = m
+			p, fresh, err := lookup(a.cache, k, func() (probe, error) {
+				box, err := a.sandboxes(ctx)
+				if err != nil {
+					return probe{}, err
+				}
+				r, err := box.importOnce(ctx, "probe", nil, m)
+				if err != nil {
+					return probe{}, err
+				}
+				return probe{Error: r.Error, Loaded: r.Loaded, Added: r.Added}, nil
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			out[m] = p
+			done++
+			if fresh {
+				measured++
+				a.log.WithFields(logrus.Fields{"module": m, "done": fmt.Sprintf("%d/%d", done, len(modules)), "available": p.Error == ""}).Info("analyze: probed")
+			}
+		})
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return nil, context.Cause(ctx)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if measured > 0 {
+		a.log.WithFields(logrus.Fields{"modules": len(modules), "probed": measured}).Info("analyze: availability and closures")
+	}
+	return out, nil
+}
+
+// figuresOf are a module's timed runs: cold, and own (after its preload).
+type runs struct {
+	Runs []importRun `json:"runs"`
+}
+
+// timed runs Options.Runs cold starts whose call imports preload then module, one at a time.
+func (a *analyzer) timed(ctx context.Context, kind string, preload []string, module string) (runs, bool, error) {
+	k := a.timedKey(kind)
+	k.Module, k.Preload = module, slices.Clone(preload)
+	return lookup(a.cache, k, func() (runs, error) {
+		box, err := a.sandboxes(ctx)
+		if err != nil {
+			return runs{}, err
+		}
+		var out runs
+		for i := range a.o.Runs {
+			r, err := box.importOnce(ctx, kind, preload, module)
+			if err == nil && r.Error != "" {
+				err = fmt.Errorf("%s import of %s failed in run %d of %d (after importing %v): %s", kind, module, i+1, a.o.Runs, preload, r.Error)
+			}
+			if err != nil {
+				return runs{}, err
+			}
+			out.Runs = append(out.Runs, r)
+		}
+		return out, nil
+	})
+}
+
+func (r runs) medians() (ms, mib float64) {
+	var t, m []float64
+	for _, x := range r.Runs {
+		t = append(t, x.Ms)
+		m = append(m, x.DirtyMiB)
+	}
+	slices.Sort(t)
+	slices.Sort(m)
+	return round3(max(measure.Percentile(t, 50), 0)), round3(max(measure.Percentile(m, 50), 0))
+}
+
+func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
+
+// measureAll times every available module that the executor does not already hold: its cold
+// import, and its own import after the rest of its closure (analysis.OwnSteps). It logs each
+// module done, of the total, with the time left.
+func (a *analyzer) measureAll(ctx context.Context, probes map[string]probe, closures map[string][]string, rep *Report) (map[string]analysis.Entry, error) {
+	steps := analysis.OwnSteps(closures)
+	// What is left to measure, to say how long it will take.
+	toMeasure := 0
+	for _, s := range steps {
+		if probes[s.Module].Loaded {
+			continue
+		}
+		if !a.cached(a.timedKey("cold"), s.Module, nil) || (s.Measure && len(s.Preload) > 0 && !a.cached(a.timedKey("own"), s.Module, s.Preload)) {
+			toMeasure++
+		}
+	}
+	out := map[string]analysis.Entry{}
+	start := time.Now()
+	measured := 0
+	for i, s := range steps {
+		m := s.Module
+		e := analysis.Entry{Module: m, Available: true, Closure: closures[m]}
+		fresh := false
+		if !probes[m].Loaded {
+			cold, coldFresh, err := a.timed(ctx, "cold", nil, m)
+			if err != nil {
+				return nil, err
+			}
+			e.ImportMs, e.MiB = cold.medians()
+			e.OwnMs, e.OwnMiB = e.ImportMs, e.MiB
+			fresh = coldFresh
+			switch {
+			case !s.Measure:
+				// Its import cycle's first member carries the cycle.
+				e.OwnMs, e.OwnMiB = 0, 0
+			case len(s.Preload) > 0:
+				own, ownFresh, err := a.timed(ctx, "own", s.Preload, m)
+				if err != nil {
+					return nil, err
+				}
+				e.OwnMs, e.OwnMiB = own.medians()
+				fresh = fresh || ownFresh
+			}
+		}
+		out[m] = e
+		if fresh {
+			measured++
+			fields := logrus.Fields{"module": m, "done": fmt.Sprintf("%d/%d", i+1, len(steps)), "import_ms": e.ImportMs, "mib": e.MiB, "own_ms": e.OwnMs}
+			if left := toMeasure - measured; left > 0 {
+				fields["left"] = (time.Since(start) / time.Duration(measured) * time.Duration(left)).Round(time.Second).String()
+			} else {
+				fields["left"] = "0s"
+			}
+			a.log.WithFields(fields).Info("analyze: measured")
+		}
+	}
+	rep.Measured = measured
+	return out, nil
+}
+
+// cached reports whether the cache holds the timed runs of module after preload.
+func (a *analyzer) cached(k key, module string, preload []string) bool {
+	k.Module, k.Preload = module, slices.Clone(preload)
+	var r runs
+	ok, err := a.cache.get(k, &r)
+	return ok && err == nil
+}
+
+// restoreLine is the restore line's measurement: captures of Sets, and the median of
+// Options.RestoreRuns measure-mode restores of each.
+type restoreLine struct {
+	MiB      []float64 `json:"mib"`
+	MedianMs []float64 `json:"median_ms"`
+}
+
+// measureHost measures the cold start of the bare executor and the restore line: the empty
+// checkpoint and the checkpoints of the two modules whose images are the largest and about half
+// of that, so the line spans the sizes a plan chooses from.
+func (a *analyzer) measureHost(ctx context.Context, figures map[string]analysis.Entry) (*analysis.Host, error) {
+	cold, _, err := a.timed(ctx, "cold-start", nil, "")
+	if err != nil {
+		return nil, err
+	}
+	var starts []float64
+	for _, r := range cold.Runs {
+		starts = append(starts, r.ColdMs)
+	}
+	slices.Sort(starts)
+	h := &analysis.Host{CPU: a.cpu, ColdStartMs: round3(measure.Percentile(starts, 50))}
+
+	sets := [][]string{{}}
+	var modules []string
+	for m, e := range figures {
+		if e.MiB > 0.5 {
+			modules = append(modules, m)
+		}
+	}
+	slices.SortFunc(modules, func(x, y string) int {
+		if figures[x].MiB != figures[y].MiB {
+			return cmpFloat(figures[y].MiB, figures[x].MiB)
+		}
+		return strings.Compare(x, y)
+	})
+	if len(modules) > 0 {
+		largest := modules[0]
+		sets = append(sets, []string{largest})
+		half, best := "", math.Inf(1)
+		for _, m := range modules[1:] {
+			if d := math.Abs(figures[m].MiB - figures[largest].MiB/2); d < best {
+				half, best = m, d
+			}
+		}
+		if half != "" {
+			sets = append(sets, []string{half})
+		}
+	}
+	k := a.timedKey("restore-line")
+	k.Runs = a.o.RestoreRuns
+	k.RestoreFlags = slices.Clone(a.env.RestoreFlags)
+	k.CheckpointOptions = a.env.Config.Runsc.CheckpointOptions
+	k.Sets = sets
+	line, fresh, err := lookup(a.cache, k, func() (restoreLine, error) { return a.measureRestoreLine(ctx, sets) })
+	if err != nil {
+		return nil, err
+	}
+	var sizes []int64
+	for _, mib := range line.MiB {
+		sizes = append(sizes, int64(mib*(1<<20)))
+	}
+	fit := measure.CostModel(sizes, line.MedianMs)
+	h.EmptyMiB = round3(line.MiB[0])
+	h.InterceptMs, h.AlphaMsPerMiB, h.RSquared = round3(max(fit.Intercept, 0)), round3(max(fit.Slope, 0)), round3(fit.RSquared)
+	for _, s := range sets {
+		name := strings.Join(s, ",")
+		if name == "" {
+			name = config.EmptySetID
+		}
+		h.RestoreSets = append(h.RestoreSets, name)
+	}
+	if fresh {
+		a.log.WithFields(logrus.Fields{"cold_start_ms": h.ColdStartMs, "empty_mib": h.EmptyMiB, "alpha_ms_per_mib": h.AlphaMsPerMiB, "intercept_ms": h.InterceptMs, "sets": strings.Join(h.RestoreSets, " ")}).Info("analyze: restore line measured")
+	}
+	return h, nil
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// measureRestoreLine captures each set into the scratch directory, times its restores one at a
+// time, and removes the images.
+func (a *analyzer) measureRestoreLine(ctx context.Context, sets [][]string) (restoreLine, error) {
+	box, err := a.sandboxes(ctx)
+	if err != nil {
+		return restoreLine{}, err
+	}
+	version, err := a.env.Runtime.Version(ctx)
+	if err != nil {
+		return restoreLine{}, err
+	}
+	var line restoreLine
+	for i, set := range sets {
+		dir := filepath.Join(a.work, fmt.Sprintf("line-%d", i))
+		box.started.Add(int64(1 + a.o.RestoreRuns))
+		meta, err := capture.Run(ctx, a.env.Runtime, a.env.CaptureRequest(config.Set{ID: "analyze", Imports: set}, dir, a.work, version, a.env.Config.Runsc.CheckpointOptions))
+		if err != nil {
+			os.RemoveAll(dir)
+			return restoreLine{}, fmt.Errorf("restore line: %w", err)
+		}
+		stats, err := a.env.Restorer(a.work).MeasureRuns(ctx, "analyze", dir, a.o.RestoreRuns)
+		os.RemoveAll(dir)
+		if err != nil {
+			return restoreLine{}, fmt.Errorf("restore line: %w", err)
+		}
+		line.MiB = append(line.MiB, float64(meta.Bytes())/(1<<20))
+		line.MedianMs = append(line.MedianMs, stats.Median)
+	}
+	return line, nil
+}
