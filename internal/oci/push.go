@@ -23,6 +23,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"readie.dev/pipeline/pkg/catalogue"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/manifest"
 )
@@ -63,7 +64,11 @@ func Image(out string) (v1.Image, *manifest.Manifest, error) {
 		}
 		layers = append(layers, l)
 	}
-	top, err := dirLayer(out, ".", []string{manifest.FileName, m.Spec})
+	topFiles := []string{manifest.FileName, m.Spec}
+	if _, err := os.Stat(filepath.Join(out, catalogue.FileName)); err == nil {
+		topFiles = append(topFiles, catalogue.FileName) // pull rebuilds it for the manifest
+	}
+	top, err := dirLayer(out, ".", topFiles)
 	if err != nil {
 		return nil, nil, fmt.Errorf("layer of manifest.json: %w", err)
 	}

@@ -21,8 +21,10 @@ func Pull(img v1.Image, out string, progress func(layer, layers int, bytes int64
 			return err
 		}
 		var err error
-		m, err = manifest.Verify(staging, executorproto.Version)
-		return err
+		if m, err = manifest.Verify(staging, executorproto.Version); err != nil {
+			return err
+		}
+		return pulledCatalogue(staging, m)
 	})
 	return m, err
 }
