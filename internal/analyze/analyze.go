@@ -402,6 +402,11 @@ func (a *analyzer) probeAll(ctx context.Context, modules []string) (map[string]p
 					return probe{}, err
 				}
 				r, err := box.importOnce(ctx, "probe", nil, m)
+				if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+					// An import that never finishes is a fact of the image, like one that
+					// raises: the module is unavailable, and stays so in the cache.
+					return probe{Error: fmt.Sprintf("its import did not finish within %s (analysis.timeout)", a.o.Timeout)}, nil
+				}
 				if err != nil {
 					return probe{}, err
 				}
