@@ -213,10 +213,10 @@ func (c *benchCmd) replay(ctx context.Context, con *console, env *run.Env, out s
 	s := report.Summary
 	fmt.Fprintf(con.stdout, "%d requests drawn from %d servable ones of the %s part (%d unservable), %d rounds interleaved after a warm-up; medians:\n\n",
 		len(report.Requests), report.Eligible, report.Part, report.Unservable, report.Rounds)
-	tw := tabwriter.NewWriter(con.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "line\timports\tchoice\tcold ms\tchosen ms\tpredicted ms\t")
+	tw := newTable(con.stdout)
+	fmt.Fprintln(tw, "line\tcold ms\tchosen ms\tpredicted ms\tchoice\timports\t")
 	for _, r := range report.Requests {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%.0f\t%.0f\t%.0f\t\n", r.Line, orDash(strings.Join(r.Imports, ",")), r.Choice, r.ColdMs, r.ChosenMs, r.PredictedMs)
+		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.0f\t%s\t%s\t\n", r.Line, r.ColdMs, r.ChosenMs, r.PredictedMs, r.Choice, orDash(strings.Join(r.Imports, ",")))
 	}
 	tw.Flush()
 	fmt.Fprintf(con.stdout, "\nmean start to the first answer: cold %.0f ms, chosen %.0f ms (%.2fx cold, %.0f ms saved); predicted %.0f ms: measured %+.1f%% (per request, mean |error| %.1f%%)\n",
