@@ -129,6 +129,13 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 		t.Errorf("second analyze of the same corpus: %+v, want no sandbox and nothing measured (first %+v)", second, first)
 	}
 
+	// A corpus the analysis has not seen: named, with its line, exit 2.
+	other := filepath.Join(dir, "other.jsonl")
+	os.WriteFile(other, []byte("{\"imports\": [\"numpy\"]}\n{\"imports\": [\"torch\"]}\n"), 0o644)
+	if code, _, stderr := runCLI(t, "plan-sets", "--config", cfg, "--corpus", other); code != exitUsage || !strings.Contains(stderr, "torch (line 2)") {
+		t.Errorf("plan-sets of a corpus not analysed: exit %d\n%s", code, stderr)
+	}
+
 	code, stdout, stderr := runCLI(t, "plan-sets", "--config", cfg, "--corpus", corpusPath, "--max-sets", "2")
 	if code != exitOK {
 		t.Fatalf("plan-sets exit %d\n%s", code, stderr)
@@ -331,12 +338,18 @@ func TestCorpusErrorsExit2(t *testing.T) {
 		{[]string{"analyze"}, "--corpus FILE is required"},
 		{[]string{"plan-sets", "--corpus", badLine}, "line 3"},
 		{[]string{"plan-sets", "--corpus", empty, "--max-sets", "-1"}, "--max-sets -1"},
+		{[]string{"plan-sets", "--corpus", write("good.jsonl", "{\"imports\": [\"numpy\"]}\n")}, "invalid analysis"},
+		{[]string{"plan-sets", "--corpus", write("good2.jsonl", "{\"imports\": [\"numpy\"]}\n"), "--analysis", filepath.Join(dir, "none.json")}, "none.json does not exist: run `pipeline analyze"},
+		{[]string{"capture", "--plan", filepath.Join(dir, "none.json")}, "--plan: open"},
+		{[]string{"capture", "--plan", write("plan.json", `{"version": 1, "sets": [{"id": "empty", "imports": ["numpy"]}]}`)}, `id "empty" is reserved`},
+		{[]string{"select", "pandas"}, "catalogue.json does not exist"},
 		{[]string{"bench", "--corpus", badName}, "line 2"},
 		{[]string{"bench", "--corpus", badName, "--sample", "0"}, "--sample 0"},
 		{[]string{"bench", "--corpus", badName, "--part", "middle"}, `--part "middle"`},
+		{[]string{"bench", "--corpus", badName, "--explain"}, "--only and --explain are for the set benchmark"},
 		{[]string{"select", "pan das"}, `"pan das" is not a dotted Python name`},
 	} {
-		args := append(tc.args, "--config", cfg)
+		args := append([]string{tc.args[0], "--config", cfg}, tc.args[1:]...)
 		code, _, stderr := runCLI(t, args...)
 		if code != exitUsage || !strings.Contains(stderr, tc.want) {
 			t.Errorf("%v: exit %d, want 2 naming %q\n%s", tc.args, code, tc.want, stderr)

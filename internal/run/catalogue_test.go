@@ -194,3 +194,29 @@ func discardLog() *logrus.Logger {
 	log.SetOutput(io.Discard)
 	return log
 }
+
+// analyze and plan-sets write into an output only under its lock: while a capture holds it,
+// the write is refused, naming the holder, and nothing is written.
+func TestWriteInOutputTakesTheLock(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	held, err := LockOutput(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(path string) error { return os.WriteFile(path, []byte("x"), 0o644) }
+	if err := WriteInOutput(out, "analysis.json", write); !errors.Is(err, ErrLocked) {
+		t.Fatalf("write into a locked output: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(out, "analysis.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("written anyway: %v", err)
+	}
+	held.Unlock()
+	if err := WriteInOutput(out, "analysis.json", write); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "a-file")
+	os.WriteFile(file, nil, 0o644)
+	if err := WriteInOutput(file, "analysis.json", write); !errors.Is(err, ErrSetup) {
+		t.Errorf("an output that is a file: %v", err)
+	}
+}
