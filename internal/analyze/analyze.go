@@ -439,7 +439,7 @@ func (a *analyzer) probeAll(ctx context.Context, modules []string) (map[string]p
 	return out, nil
 }
 
-// figuresOf are a module's timed runs: cold, and own (after its preload).
+// runs are the timed cold starts of one kind (cold, own, cold-start) of one module.
 type runs struct {
 	Runs []importRun `json:"runs"`
 }
