@@ -104,7 +104,7 @@ bench-catalogue: deps runsc build image-catalogue $(BENCHSTAT)
 	$(PIPELINE) plan-sets --config bench/catalogue.yaml --corpus $(CORPUS)
 	$(PIPELINE) capture --config bench/catalogue.yaml --plan out-catalogue/plan.json
 	$(PIPELINE) bench --config bench/catalogue.yaml --corpus $(CORPUS) --sample $(SAMPLE) --rounds 3
-	$(BENCHSTAT) -filter '.name:CorpusMean' -col /series out-catalogue/bench/latest/bench.txt
+	$(BENCHSTAT) -filter '.name:Corpus' -row .name -col /series out-catalogue/bench/latest/bench.txt
 
 # Incremental capture (first, unchanged, one set changed) and parallel capture (--jobs 1 and 2),
 # side by side; ROUNDS=5 by default.

@@ -100,13 +100,13 @@ func (c *analyzeCmd) Execute(ctx context.Context, con *console, args []string) e
 	}
 	if con.json {
 		return writeJSON(con.stdout, map[string]any{
-			"analysis": path, "modules": rep.Modules, "measured": rep.Measured, "sandboxes": rep.Sandboxes,
+			"analysis": path, "modules": rep.Modules, "measured": rep.Measured, "cached": rep.Cached, "sandboxes": rep.Sandboxes,
 			"unavailable": rep.Unavailable, "took_s": rep.Took.Seconds(), "host": f.Host,
 		})
 	}
 	printAnalysis(con, f)
-	fmt.Fprintf(con.stdout, "\n%d modules analysed (%d measured now, %d from the cache), %d sandboxes, %s; wrote %s\n",
-		rep.Modules, rep.Measured, rep.Modules-rep.Measured, rep.Sandboxes, rep.Took.Round(1e8), path)
+	fmt.Fprintf(con.stdout, "\n%d modules analysed: %d measured now, %d from the cache, %d loaded by the executor already or unavailable; %d sandboxes, %s; wrote %s\n",
+		rep.Modules, rep.Measured, rep.Cached, rep.Modules-rep.Measured-rep.Cached, rep.Sandboxes, rep.Took.Round(1e8), path)
 	return nil
 }
 

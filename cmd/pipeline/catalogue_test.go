@@ -82,6 +82,7 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 	type analyzeReport struct {
 		Modules     int               `json:"modules"`
 		Measured    int               `json:"measured"`
+		Cached      int               `json:"cached"`
 		Sandboxes   int64             `json:"sandboxes"`
 		Unavailable map[string]string `json:"unavailable"`
 	}
@@ -98,7 +99,7 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 		return rep
 	}
 	first := analyzeOnce()
-	if first.Sandboxes == 0 || first.Measured == 0 || first.Unavailable["transformers"] == "" {
+	if first.Sandboxes == 0 || first.Measured == 0 || first.Cached != 0 || first.Unavailable["transformers"] == "" {
 		t.Fatalf("first analyze: %+v", first)
 	}
 	a, err := analysis.Load(filepath.Join(out, analysis.FileName))
@@ -125,7 +126,7 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 	if a.Host == nil || a.Host.ColdStartMs <= 0 || a.Host.EmptyMiB < 1 || len(a.Host.RestoreSets) < 2 {
 		t.Errorf("host: %+v", a.Host)
 	}
-	if second := analyzeOnce(); second.Sandboxes != 0 || second.Measured != 0 || second.Modules != first.Modules {
+	if second := analyzeOnce(); second.Sandboxes != 0 || second.Measured != 0 || second.Cached != first.Measured || second.Modules != first.Modules {
 		t.Errorf("second analyze of the same corpus: %+v, want no sandbox and nothing measured (first %+v)", second, first)
 	}
 
