@@ -138,7 +138,8 @@ func measureConcurrency(ctx context.Context, x *run.Existing, report *Report, re
 		report.Recommendation = fmt.Sprintf("bench.concurrency %d was not measured (--concurrency %v): no restore flags recommended", workers, o.Concurrency)
 		return nil
 	}
-	flags := seriesFlags(best.Series, x.Manifest.RestoreFlags, variants)
+	// Never nil once measured: no flags is [] in bench.json, not measured null.
+	flags := append([]string{}, seriesFlags(best.Series, x.Manifest.RestoreFlags, variants)...)
 	report.RecommendedRestoreFlags, report.RecommendedAt = flags, workers
 	report.Recommendation = fmt.Sprintf("fastest at %d at once (bench.concurrency): %s %v, recorded in bench.json; to restore with them, capture with %s",
 		workers, best.Series, flags, RestoreFlagsLine(flags))

@@ -92,7 +92,7 @@ type Report struct {
 	// RecommendedRestoreFlags are the restore flags fastest at RecommendedAt restores at once
 	// (bench.concurrency); nil when that was not measured. The bench never writes them into the
 	// manifest: only a capture writes a manifest, with the config's runsc.restore_flags.
-	RecommendedRestoreFlags []string `json:"recommended_restore_flags,omitempty"`
+	RecommendedRestoreFlags []string `json:"recommended_restore_flags"`
 	RecommendedAt           int      `json:"recommended_at,omitempty"`
 	// Recommendation says which flags are fastest at bench.concurrency, the config line that
 	// restores with them, and whether one restore at a time differs.
