@@ -18,7 +18,7 @@ GOTEST_FLAGS ?= -race -timeout 30m
 export READIE_RUNSC := $(RUNSC)
 export READIE_ROOTFS := $(abspath $(ROOTFS))
 
-.PHONY: all build runsc image deps test test-go test-python check-golden golden lint capture bench bench-sizes bench-incremental bench-jobs bench-oci bench-go bench-proto clean
+.PHONY: all build runsc image deps test test-go test-python check-golden golden lint capture bench bench-sizes image-catalogue bench-catalogue bench-incremental bench-jobs bench-oci bench-go bench-proto clean
 
 all: build
 
@@ -91,6 +91,22 @@ bench: deps runsc image build $(BENCHSTAT)
 bench-sizes: deps runsc build $(BENCHSTAT)
 	READIE_PACKAGES=$(abspath bench/sizes-packages.txt) READIE_LINK=$(abspath build/rootfs-sizes) ./images/executor/build-image.sh
 	$(PIPELINE) bench --capture --config bench/sizes.yaml --variants=false --concurrency "" --rounds 5
+
+# The catalogue image: the commonly requested stacks Debian ships (bench/catalogue-packages.txt),
+# beside the default image (a few GB; built once, then cached).
+image-catalogue: deps build
+	READIE_PACKAGES=$(abspath bench/catalogue-packages.txt) READIE_LINK=$(abspath build/rootfs-catalogue) ./images/executor/build-image.sh
+
+# Which sets to checkpoint, end to end on the catalogue image: analyze a corpus, plan the sets,
+# capture them, and replay SAMPLE held-out requests beside cold starts (bench/catalogue.yaml).
+CORPUS ?= ../shared/corpus/requests.jsonl
+SAMPLE ?= 40
+bench-catalogue: deps runsc build image-catalogue $(BENCHSTAT)
+	$(PIPELINE) analyze --config bench/catalogue.yaml --corpus $(CORPUS)
+	$(PIPELINE) plan-sets --config bench/catalogue.yaml --corpus $(CORPUS)
+	$(PIPELINE) capture --config bench/catalogue.yaml --plan out-catalogue/plan.json
+	$(PIPELINE) bench --config bench/catalogue.yaml --corpus $(CORPUS) --sample $(SAMPLE) --rounds 3
+	$(BENCHSTAT) -filter '.name:Corpus' -row .name -col /series out-catalogue/bench/latest/bench.txt
 
 # Incremental capture (first, unchanged, one set changed) and parallel capture (--jobs 1 and 2),
 # side by side; ROUNDS=5 by default.

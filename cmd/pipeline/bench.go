@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"text/tabwriter"
 
 	"readie.dev/pipeline/internal/bench"
+	"readie.dev/pipeline/internal/corpus"
 	"readie.dev/pipeline/internal/run"
 )
 
@@ -28,6 +30,12 @@ type benchCmd struct {
 	explain     bool
 	// cleanFailed is capture's --clean-failed, for --capture.
 	cleanFailed bool
+	// corpus, sample and part replay a corpus instead (bench --corpus).
+	corpus corpusFlag
+	sample int
+	part   string
+	// corpusData is the corpus, read before anything else is done.
+	corpusData *corpus.Corpus
 }
 
 func (*benchCmd) Name() string  { return "bench" }
@@ -46,6 +54,9 @@ func (c *benchCmd) SetFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.variants, "variants", true, "also measure the restore variants of the config's bench.variants")
 	fs.BoolVar(&c.explain, "explain", false, "break one restore per set down from runsc's debug log")
 	fs.StringVar(&c.concurrency, "concurrency", fmt.Sprintf("1,%d", runtime.NumCPU()), "restores at once to measure on the largest set, comma-separated (empty: none)")
+	c.corpus.register(fs, "replay this corpus instead: requests started where the output's catalogue chooses, beside cold starts (--sample, --part, --rounds)")
+	fs.IntVar(&c.sample, "sample", 20, "with --corpus: how many requests to draw, deterministically")
+	fs.StringVar(&c.part, "part", bench.PartHeldOut, "with --corpus: the part to draw from: held-out, planned or all")
 }
 
 // concurrencies parses --concurrency.
@@ -73,6 +84,16 @@ func (c *benchCmd) CheckArgs(args []string) error {
 	if _, err := c.concurrencies(); err != nil {
 		return err
 	}
+	if c.corpus.path != "" {
+		switch {
+		case c.sample < 1:
+			return fmt.Errorf("--sample %d: want at least 1 request", c.sample)
+		case c.part != bench.PartHeldOut && c.part != bench.PartPlanned && c.part != bench.PartAll:
+			return fmt.Errorf("--part %q: want held-out, planned or all", c.part)
+		case c.only.list != "" || c.explain:
+			return errors.New("--only and --explain are for the set benchmark, not for --corpus")
+		}
+	}
 	return readsOutput(args)
 }
 
@@ -90,6 +111,11 @@ func (c *benchCmd) Execute(ctx context.Context, con *console, args []string) err
 	}
 	if err := c.runs.apply(cfg); err != nil {
 		return err
+	}
+	if c.corpus.path != "" {
+		if c.corpusData, err = c.corpus.load(); err != nil {
+			return err
+		}
 	}
 	var opts run.CaptureOptions
 	if c.capture {
@@ -115,6 +141,9 @@ func (c *benchCmd) Execute(ctx context.Context, con *console, args []string) err
 		if err != nil {
 			return usageIfSetup(err)
 		}
+	}
+	if c.corpus.path != "" {
+		return c.replay(ctx, con, env, out)
 	}
 	report, err := bench.Run(ctx, env, out, bench.Options{Only: c.only.ids(), Rounds: c.rounds, Variants: c.variants, Explain: c.explain, Concurrency: ks})
 	if err != nil {
@@ -172,4 +201,29 @@ func printBench(w io.Writer, r *bench.Report) {
 		fmt.Fprintln(w, "\nwhere one restore's time goes (runsc --debug is on for these, which slows them):")
 		bench.WriteBreakdowns(w, r.Explain)
 	}
+}
+
+// replay is bench --corpus: the corpus's requests started where the catalogue chooses, beside
+// cold starts of the same call.
+func (c *benchCmd) replay(ctx context.Context, con *console, env *run.Env, out string) error {
+	report, err := bench.RunCorpus(ctx, env, out, bench.CorpusOptions{Corpus: c.corpusData, Path: c.corpus.path, Sample: c.sample, Part: c.part, Rounds: c.rounds})
+	if err != nil {
+		return usageIfSetup(err)
+	}
+	if con.json {
+		return writeJSON(con.stdout, report)
+	}
+	s := report.Summary
+	fmt.Fprintf(con.stdout, "%d requests drawn from %d servable ones of the %s part (%d unservable), %d rounds interleaved after a warm-up; medians:\n\n",
+		len(report.Requests), report.Eligible, report.Part, report.Unservable, report.Rounds)
+	tw := newTable(con.stdout)
+	fmt.Fprintln(tw, "line\tcold ms\tchosen ms\tpredicted ms\tchoice\timports\t")
+	for _, r := range report.Requests {
+		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.0f\t%s\t%s\t\n", r.Line, r.ColdMs, r.ChosenMs, r.PredictedMs, r.Choice, orDash(strings.Join(r.Imports, ",")))
+	}
+	tw.Flush()
+	fmt.Fprintf(con.stdout, "\nmean start to the first answer: cold %.0f ms, chosen %.0f ms (%.2fx cold, %.0f ms saved); predicted %.0f ms: measured %+.1f%% (per request, mean |error| %.1f%%)\n",
+		s.MeanColdMs, s.MeanChosenMs, s.ChosenOverCold, s.SavedMs, s.MeanPredictedMs, s.ModelErrorPct, s.MeanAbsErrorPct)
+	fmt.Fprintf(con.stdout, "wrote corpus.json, bench.txt (for benchstat) and corpus.svg into %s\n", report.Dir)
+	return nil
 }

@@ -4,10 +4,17 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"time"
 
+	"readie.dev/pipeline/internal/analysis"
+	"readie.dev/pipeline/internal/analyze"
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/run"
+	"readie.dev/pipeline/internal/setplan"
+	"readie.dev/pipeline/pkg/catalogue"
 )
 
 // selectionFlags choose what a capture works on and how: `capture` and `plan` share them, so
@@ -23,6 +30,8 @@ type selectionFlags struct {
 	jobs      int
 	recapture bool
 	remeasure bool
+	// plan is --plan: a plan.json whose sets replace the config's.
+	plan string
 }
 
 func (f *selectionFlags) register(fs *flag.FlagSet) {
@@ -43,6 +52,7 @@ func (f *selectionFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.jobs, "jobs", 0, "sets captured and smoke-tested at a time (default: the config's jobs)")
 	fs.BoolVar(&f.recapture, "recapture", false, "capture every selected set again, ignoring the output's and the store's checkpoints")
 	fs.BoolVar(&f.remeasure, "remeasure", false, "time the restores of reused checkpoints again instead of keeping their timings")
+	fs.StringVar(&f.plan, "plan", "", "a plan.json of plan-sets: its sets replace the config's checkpoints, and catalogue.json compares their predicted image sizes with the real ones")
 }
 
 func (f *selectionFlags) CheckArgs(args []string) error {
@@ -80,6 +90,18 @@ func (f *selectionFlags) options(cfg *config.Config) (run.CaptureOptions, error)
 	if err := f.runs.apply(cfg); err != nil {
 		return run.CaptureOptions{}, err
 	}
+	var predicted map[string]float64
+	if f.plan != "" {
+		p, err := setplan.Load(f.plan)
+		if err != nil {
+			return run.CaptureOptions{}, usageError{fmt.Errorf("--plan: %w", err)}
+		}
+		cfg.Checkpoints = p.ConfigSets()
+		predicted = map[string]float64{}
+		for _, s := range p.Sets {
+			predicted[s.ID] = s.PredictedMiB
+		}
+	}
 	sel, err := cfg.Select(f.only.ids(), f.sets)
 	if err != nil {
 		return run.CaptureOptions{}, usageError{err}
@@ -97,7 +119,7 @@ func (f *selectionFlags) options(cfg *config.Config) (run.CaptureOptions, error)
 	if f.jobs > 0 {
 		cfg.Jobs = f.jobs
 	}
-	return run.CaptureOptions{Selection: sel, Recapture: f.recapture, Remeasure: f.remeasure}, nil
+	return run.CaptureOptions{Selection: sel, Recapture: f.recapture, Remeasure: f.remeasure, Predicted: predicted}, nil
 }
 
 type captureCmd struct {
@@ -123,10 +145,14 @@ func (c *captureCmd) Execute(ctx context.Context, con *console, args []string) e
 	defer env.Close()
 	env.CleanFailed = c.cleanFailed
 	start := time.Now()
+	opts.Analysis = cachedAnalysis(ctx, env, cfg, opts.Selection, con)
 	res, err := env.Capture(ctx, cfg.Output, opts)
 	if res != nil {
 		if werr := printSummary(con, res); werr != nil && err == nil {
 			err = werr
+		}
+		if res.Catalogue != nil && !con.json {
+			printPrediction(con, res.Catalogue)
 		}
 	}
 	if err != nil {
@@ -134,4 +160,50 @@ func (c *captureCmd) Execute(ctx context.Context, con *console, args []string) e
 	}
 	con.log.WithField("took", time.Since(start).Round(time.Millisecond)).Infof("wrote %s", cfg.Output)
 	return nil
+}
+
+// cachedAnalysis is the analysis of the selected sets' imports that the analysis cache holds
+// whole, for catalogue.json when the output has no analysis.json; nil when there is none. It
+// measures nothing.
+func cachedAnalysis(ctx context.Context, env *run.Env, cfg *config.Config, sel *config.Selection, con *console) *analysis.File {
+	if _, err := os.Stat(filepath.Join(cfg.Output, analysis.FileName)); err == nil {
+		return nil // the capture takes the output's own
+	}
+	var names []string
+	for _, s := range sel.Sets {
+		for _, m := range s.Imports {
+			if !slices.Contains(names, m) {
+				names = append(names, m)
+			}
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	a, _, err := analyze.Run(ctx, env, names, analyze.Options{
+		Runs: cfg.Analysis.Runs, Jobs: 1, Timeout: cfg.Analysis.Timeout, CacheDir: cfg.Analysis.Cache,
+		RestoreRuns: cfg.RestoreRuns, CacheOnly: true, Log: con.log,
+	})
+	if err != nil {
+		con.log.WithError(err).Debug("catalogue: no analysis of these sets in the analysis cache")
+		return nil
+	}
+	return a
+}
+
+// printPrediction compares the planned sets' predicted image sizes with the real ones.
+func printPrediction(con *console, c *catalogue.Catalogue) {
+	if c.Prediction == nil {
+		return
+	}
+	fmt.Fprintln(con.stdout, "\npredicted against real image sizes (capture --plan):")
+	tw := newTable(con.stdout)
+	fmt.Fprintln(tw, "set\tpredicted MiB\treal MiB\terror\t")
+	for _, cp := range c.Checkpoints {
+		if cp.PredictedMiB > 0 {
+			fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%+.1f%%\t\n", cp.ID, cp.PredictedMiB, cp.ImageMiB, 100*(cp.PredictedMiB/cp.ImageMiB-1))
+		}
+	}
+	tw.Flush()
+	fmt.Fprintf(con.stdout, "mean absolute error %.2f MiB (%.1f%%) over %d sets\n", c.Prediction.MeanAbsErrorMiB, c.Prediction.MeanAbsErrorPct, c.Prediction.Sets)
 }

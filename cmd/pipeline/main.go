@@ -35,7 +35,7 @@ const (
 func commands() commandSet {
 	return commandSet{name: "pipeline", commands: []command{
 		&captureCmd{}, &planCmd{}, &mergeCmd{}, &pushCmd{}, &pullCmd{}, &measureCmd{}, &smokeCmd{},
-		&verifyCmd{}, &checkHostCmd{}, &benchCmd{}, newCacheGroup(), &rootfsCmd{}, &specCmd{}, &versionCmd{},
+		&verifyCmd{}, &checkHostCmd{}, &benchCmd{}, &analyzeCmd{}, &planSetsCmd{}, &selectCmd{}, newCacheGroup(), &rootfsCmd{}, &specCmd{}, &versionCmd{},
 	}}
 }
 

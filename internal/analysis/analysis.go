@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -36,6 +37,27 @@ type File struct {
 	Stdlib []string `json:"stdlib"`
 	// Names holds an entry per name of the corpus and per module that a closure names.
 	Names map[string]Entry `json:"names"`
+	// Host holds what was measured of this host besides the modules (absent in analyses
+	// written before it was measured).
+	Host *Host `json:"host,omitempty"`
+}
+
+// Host is what the analysis measured of the host and the image besides the modules: the cost
+// model's constants, for planning when no output's manifest gives the restore line.
+type Host struct {
+	// CPU names the machine the times were measured on (model and count).
+	CPU string `json:"cpu"`
+	// ColdStartMs is a cold start of the bare executor, from `runsc create` to the answer of a
+	// call that imports nothing (median of Image.Runs fresh sandboxes).
+	ColdStartMs float64 `json:"cold_start_ms"`
+	// EmptyMiB is the image of the empty checkpoint (its files together).
+	EmptyMiB float64 `json:"empty_mib"`
+	// InterceptMs and AlphaMsPerMiB are the restore line fitted to measure-mode restore medians
+	// of RestoreSets checkpoints of different sizes, with its RSquared.
+	InterceptMs   float64  `json:"intercept_ms"`
+	AlphaMsPerMiB float64  `json:"alpha_ms_per_mib"`
+	RestoreSets   []string `json:"restore_sets"`
+	RSquared      float64  `json:"r_squared"`
 }
 
 // Image is what the figures were measured on.
@@ -160,6 +182,14 @@ func (f *File) Validate() error {
 		for _, c := range e.Closure {
 			if !available[c] {
 				add("%s: closure member %s is not an available module of the analysis", n, c)
+			}
+		}
+	}
+	if h := f.Host; h != nil {
+		for _, v := range []float64{h.ColdStartMs, h.EmptyMiB, h.InterceptMs, h.AlphaMsPerMiB} {
+			if !(v >= 0) || math.IsInf(v, 1) {
+				add("host: %v: want finite figures >= 0", *h)
+				break
 			}
 		}
 	}

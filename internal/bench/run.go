@@ -141,7 +141,8 @@ func measureConcurrency(ctx context.Context, x *run.Existing, report *Report, re
 		report.Recommendation = fmt.Sprintf("bench.concurrency %d was not measured (--concurrency %v): no restore flags recommended", workers, o.Concurrency)
 		return nil
 	}
-	flags := seriesFlags(best.Series, x.Manifest.RestoreFlags, variants)
+	// Never nil once measured: no flags is [] in bench.json, not measured null.
+	flags := append([]string{}, seriesFlags(best.Series, x.Manifest.RestoreFlags, variants)...)
 	report.RecommendedRestoreFlags, report.RecommendedAt = flags, workers
 	report.Recommendation = fmt.Sprintf("fastest at %d at once (bench.concurrency): %s %v, recorded in bench.json; to restore with them, capture with %s",
 		workers, best.Series, flags, RestoreFlagsLine(flags))
@@ -170,21 +171,9 @@ func seriesFlags(series string, manifestFlags []string, variants []Variant) []st
 // writeRun writes bench.json, bench.txt and bench.svg of one run into OUT/bench/<UTC time>/,
 // keeping earlier runs, and points OUT/bench/latest at it.
 func writeRun(out string, report *Report, results *Results) (string, error) {
-	history := filepath.Join(out, "bench")
-	if err := os.MkdirAll(history, 0o755); err != nil {
+	dir, err := newRunDir(out, report.CreatedAt)
+	if err != nil {
 		return "", err
-	}
-	stamp := report.CreatedAt.UTC().Format("20060102T150405Z")
-	dir := filepath.Join(history, stamp)
-	for n := 2; ; n++ { // never over an earlier run's files, even one in the same second
-		err := os.Mkdir(dir, 0o755)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, fs.ErrExist) {
-			return "", err
-		}
-		dir = filepath.Join(history, fmt.Sprintf("%s-%d", stamp, n))
 	}
 	if err := atomicfile.WriteJSON(filepath.Join(dir, "bench.json"), report); err != nil {
 		return "", err
@@ -202,16 +191,40 @@ func writeRun(out string, report *Report, results *Results) (string, error) {
 	if err := atomicfile.Write(filepath.Join(dir, "bench.svg"), svg.Bytes(), 0o644); err != nil {
 		return "", err
 	}
-	// latest, replaced atomically: a new link beside it, renamed over it.
+	return dir, pointLatest(dir)
+}
+
+// newRunDir makes the directory of one bench run, OUT/bench/<UTC time>/, never over an
+// earlier run's files (even one of the same second).
+func newRunDir(out string, created time.Time) (string, error) {
+	history := filepath.Join(out, "bench")
+	if err := os.MkdirAll(history, 0o755); err != nil {
+		return "", err
+	}
+	stamp := created.UTC().Format("20060102T150405Z")
+	dir := filepath.Join(history, stamp)
+	for n := 2; ; n++ {
+		err := os.Mkdir(dir, 0o755)
+		if err == nil {
+			return dir, nil
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return "", err
+		}
+		dir = filepath.Join(history, fmt.Sprintf("%s-%d", stamp, n))
+	}
+}
+
+// pointLatest points OUT/bench/latest at the run directory dir, atomically: a new link beside
+// it, renamed over it.
+func pointLatest(dir string) error {
+	history := filepath.Dir(dir)
 	tmp := filepath.Join(history, ".latest-"+filepath.Base(dir))
 	os.Remove(tmp)
 	if err := os.Symlink(filepath.Base(dir), tmp); err != nil {
-		return "", err
+		return err
 	}
-	if err := os.Rename(tmp, filepath.Join(history, "latest")); err != nil {
-		return "", err
-	}
-	return dir, nil
+	return os.Rename(tmp, filepath.Join(history, "latest"))
 }
 
 // captureVariantImages captures every set again for each distinct set of checkpoint options

@@ -77,6 +77,16 @@ type Bench struct {
 	Concurrency int `yaml:"concurrency"`
 }
 
+// Analysis configures `pipeline analyze`: how import costs are measured in sandboxes of the image.
+type Analysis struct {
+	// Runs is how many fresh sandboxes each timed import is the median of.
+	Runs int `yaml:"runs"`
+	// Timeout bounds one analysis sandbox (a cold start and its import, or the name probe).
+	Timeout time.Duration `yaml:"timeout"`
+	// Cache holds the measurements by a digest of what they depend on, shared by every run.
+	Cache string `yaml:"cache"`
+}
+
 // Timeouts bound every wait on something outside the process.
 type Timeouts struct {
 	Capture      time.Duration `yaml:"capture"`
@@ -149,6 +159,7 @@ type Config struct {
 	// CPUBaseline, when set, is the CPU every checkpoint is captured for: the sandboxes are
 	// given these features only, so the checkpoints restore on every host that has them.
 	CPUBaseline *CPUBaseline `yaml:"cpu_baseline"`
+	Analysis    Analysis     `yaml:"analysis"`
 }
 
 // CPUBaseline is cpu_baseline: a list of gVisor feature names (`cpu_baseline: [fpu, sse2,
@@ -256,6 +267,7 @@ func Parse(data []byte, name, baseDir, cacheDir string) (*Config, error) {
 			return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, name, err)
 		}
 	}
+	c.Analysis.Cache = resolve(c.Analysis.Cache)
 	return &c, nil
 }
 
@@ -374,6 +386,15 @@ func (c *Config) validate() error {
 	}
 	if c.Jobs < 0 || c.Jobs > 64 {
 		add("jobs %d: want 0 (the number of CPUs, at most 4) to 64", c.Jobs)
+	}
+	if c.Analysis.Runs < 1 || c.Analysis.Runs > 100 {
+		add("analysis.runs %d: want 1..100", c.Analysis.Runs)
+	}
+	if c.Analysis.Timeout <= 0 {
+		add("analysis.timeout must be a positive duration such as 2m")
+	}
+	if c.Analysis.Cache == "" {
+		add("analysis.cache is empty")
 	}
 	if c.RestoreRuns < 1 || c.RestoreRuns > 1000 {
 		add("restore_runs %d: want 1..1000", c.RestoreRuns)

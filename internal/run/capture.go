@@ -17,6 +17,7 @@ import (
 	"readie.dev/pipeline/internal/cpubaseline"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/pkg/capture"
+	"readie.dev/pipeline/pkg/catalogue"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
@@ -117,10 +118,11 @@ type SetResult struct {
 	Timings string
 }
 
-// Result is what a capture did, set by set; Manifest is nil when a set failed.
+// Result is what a capture did, set by set; Manifest and Catalogue are nil when a set failed.
 type Result struct {
-	Manifest *manifest.Manifest
-	Sets     []SetResult
+	Manifest  *manifest.Manifest
+	Catalogue *catalogue.Catalogue
+	Sets      []SetResult
 }
 
 // Capture carries out the plan of a capture into out: each selected set is reused from the
@@ -274,6 +276,13 @@ func (e *Env) carryOut(ctx context.Context, plan *Plan, m *manifest.Manifest, st
 	if err := writeOutputJSON(filepath.Join(staging, manifest.FileName), m); err != nil {
 		return res, fmt.Errorf("write manifest: %w", err)
 	}
+	in := e.catalogueInputs(plan.Out, m, o)
+	c, err := writeCatalogue(staging, m, in)
+	if err != nil {
+		return res, err
+	}
+	res.Catalogue = c
+	e.Log.WithFields(logrus.Fields{"modules": len(in.Modules), "from": in.From}).Debug("catalogue: written")
 	return res, nil
 }
 

@@ -128,7 +128,10 @@ func (e *Env) Measure(ctx context.Context, out string, only []string) (*manifest
 			c.RestoreMS, c.MeasuredWith = stats, x.Env.measuredWith()
 		}
 		x.Manifest.AlphaMsPerMiB, x.Manifest.InterceptMs = costModel(x.Manifest.Checkpoints)
-		return writeOutputJSON(filepath.Join(out, manifest.FileName), x.Manifest)
+		if err := writeOutputJSON(filepath.Join(out, manifest.FileName), x.Manifest); err != nil {
+			return err
+		}
+		return rebuildCatalogue(out, x.Manifest) // its restore medians changed
 	})
 }
 

@@ -199,7 +199,15 @@ func Merge(out string, srcs []string) (*manifest.Manifest, error) {
 			return err
 		}
 		m.AlphaMsPerMiB, m.InterceptMs = costModel(m.Checkpoints)
-		return writeOutputJSON(filepath.Join(staging, manifest.FileName), &m)
+		if err := writeOutputJSON(filepath.Join(staging, manifest.FileName), &m); err != nil {
+			return err
+		}
+		in, err := mergeCatalogueInputs(sources)
+		if err != nil {
+			return err
+		}
+		_, err = writeCatalogue(staging, &m, in)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("merge into %s: %w", out, err)

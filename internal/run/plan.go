@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"readie.dev/pipeline/internal/analysis"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -95,6 +96,12 @@ type CaptureOptions struct {
 	Recapture bool
 	// Remeasure times the restores of reused checkpoints again.
 	Remeasure bool
+	// Analysis gives catalogue.json its module figures when the output holds no analysis.json
+	// of this image (the caller found one in the analysis cache); nil: none.
+	Analysis *analysis.File
+	// Predicted is the planned image size of each set by id (capture --plan), compared with
+	// the real one in catalogue.json.
+	Predicted map[string]float64
 }
 
 // keyBase holds the key inputs every set of a run shares, and what the checkpoints will need

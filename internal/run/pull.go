@@ -30,8 +30,10 @@ func Pull(ctx context.Context, img v1.Image, out string, limits unpack.Limits, l
 			return err
 		}
 		var err error
-		m, err = manifest.Verify(staging, executorproto.Version)
-		return err
+		if m, err = manifest.Verify(staging, executorproto.Version); err != nil {
+			return err
+		}
+		return pulledCatalogue(staging, m)
 	})
 	return m, err
 }

@@ -8,6 +8,7 @@ import (
 
 	"readie.dev/pipeline/internal/analysis"
 	"readie.dev/pipeline/internal/corpus"
+	"readie.dev/pipeline/pkg/catalogue"
 )
 
 // corpusPath is the corpus BenchmarkSampleCorpus plans: $READIE_CORPUS, or the sample corpus
@@ -21,21 +22,32 @@ func corpusPath() string {
 
 // BenchmarkSampleCorpus plans the sample corpus with the synthetic image's figures and reports
 // each strategy's expected mean start cost (ms per request) on the planned and held-out parts.
+// READIE_ANALYSIS names a real analysis.json (analyze's) to plan with instead, under the restore
+// line and cold start it measured.
 func BenchmarkSampleCorpus(b *testing.B) {
 	c, err := corpus.Load(corpusPath())
 	if err != nil {
 		b.Fatal(err)
 	}
-	a := syntheticAnalysis(c.Names())
+	a, model := syntheticAnalysis(c.Names()), syntheticModel()
+	if path := os.Getenv("READIE_ANALYSIS"); path != "" {
+		if a, err = analysis.Load(path); err != nil {
+			b.Fatal(err)
+		}
+		if a.Host == nil {
+			b.Fatalf("%s has no host figures", path)
+		}
+		model = catalogue.CostModel{InterceptMs: a.Host.InterceptMs, AlphaMsPerMiB: a.Host.AlphaMsPerMiB, ColdStartMs: a.Host.ColdStartMs, EmptyMiB: a.Host.EmptyMiB}
+	}
 	var res *Result
 	for b.Loop() {
-		if res, err = Plan(c, a, syntheticModel(), DefaultOptions()); err != nil {
+		if res, err = Plan(c, a, model, DefaultOptions()); err != nil {
 			b.Fatal(err)
 		}
 	}
 	var buf bytes.Buffer
 	res.WriteSummary(&buf)
-	readie := readieGreedy(b, c, a, DefaultOptions())
+	readie := readieGreedy(b, c, a, model, DefaultOptions())
 	fmt.Fprintf(&buf, "readie's closure-blind greedy, priced with closures: %d sets, %.1f MiB, mean %.1f ms planned, %.1f ms held out\n",
 		len(readie.Sets), readie.TotalMiB, readie.Planned.MeanMs, readie.HeldOut.MeanMs)
 	b.Log("\n" + buf.String())
@@ -69,12 +81,12 @@ func closureBlind(a *analysis.File) *analysis.File {
 
 // readieGreedy plans with readie's closure-blind greedy and prices its sets with the real
 // (closure-aware) model: what readie's planner would achieve on this image.
-func readieGreedy(b *testing.B, c *corpus.Corpus, a *analysis.File, opt Options) *Strategy {
-	blind, err := Plan(c, closureBlind(a), syntheticModel(), opt)
+func readieGreedy(b *testing.B, c *corpus.Corpus, a *analysis.File, model catalogue.CostModel, opt Options) *Strategy {
+	blind, err := Plan(c, closureBlind(a), model, opt)
 	if err != nil {
 		b.Fatal(err)
 	}
-	p, err := newProblem(c, a, syntheticModel())
+	p, err := newProblem(c, a, model)
 	if err != nil {
 		b.Fatal(err)
 	}

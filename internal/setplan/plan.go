@@ -88,9 +88,11 @@ func (o Options) validate() error {
 
 // Result is plan.json.
 type Result struct {
-	Version    int                  `json:"version"`
-	Options    Options              `json:"options"`
-	CostModel  catalogue.CostModel  `json:"cost_model"`
+	Version   int                 `json:"version"`
+	Options   Options             `json:"options"`
+	CostModel catalogue.CostModel `json:"cost_model"`
+	// CostSource says where the cost model's figures were measured (set by the caller).
+	CostSource string               `json:"cost_source,omitempty"`
 	Corpus     CorpusSummary        `json:"corpus"`
 	Sets       []Set                `json:"sets"`
 	Strategies map[string]*Strategy `json:"strategies"`

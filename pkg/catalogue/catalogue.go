@@ -31,13 +31,27 @@ type Catalogue struct {
 	CostModel   CostModel         `json:"cost_model"`
 	Checkpoints []Checkpoint      `json:"checkpoints"`
 	Modules     map[string]Module `json:"modules"`
+	// Prediction compares the predicted image sizes of planned checkpoints with their real
+	// ones (absent when no checkpoint was planned).
+	Prediction *Prediction `json:"prediction,omitempty"`
+}
+
+// Prediction is how far the plan's predicted image sizes were from the captured ones.
+type Prediction struct {
+	// Sets is the number of checkpoints with a prediction.
+	Sets int `json:"sets"`
+	// MeanAbsErrorMiB and MeanAbsErrorPct are the mean of |real - predicted|, in MiB and in
+	// percent of the real size.
+	MeanAbsErrorMiB float64 `json:"mean_abs_error_mib"`
+	MeanAbsErrorPct float64 `json:"mean_abs_error_pct"`
 }
 
 // Checkpoint is one captured package set.
 type Checkpoint struct {
 	ID      string   `json:"id"`
 	Imports []string `json:"imports"`
-	// Closure is every analysed module the checkpoint holds loaded.
+	// Closure is every analysed module the checkpoint holds loaded. An import that is not an
+	// analysed module is held too, but not priced: no request resolves to it.
 	Closure []string `json:"closure"`
 	// ImageMiB is the measured size of its image (pages.img); PredictedMiB what the cost model
 	// predicted before the capture (0: not planned).
@@ -131,13 +145,18 @@ func NewRouter(c *Catalogue) (*Router, error) {
 			problems = append(problems, fmt.Errorf("%s: image_mib, predicted_mib and restore_median_ms must be finite numbers >= 0", where))
 		}
 		s := x.NewSet()
-		for _, m := range slices.Concat(cp.Imports, cp.Closure) {
+		for i, m := range slices.Concat(cp.Imports, cp.Closure) {
 			j, ok := x.Position(m)
-			if !ok {
+			switch {
+			case ok:
+				s.Or(x.Closure(j))
+			case i < len(cp.Imports) && IsModuleName(m) && !x.Unavailable(m):
+				// Captured without an analysis of it: held, not priced.
+			case x.Unavailable(m):
+				problems = append(problems, fmt.Errorf("%s: %q does not import in the image (the analysis says so), yet the checkpoint holds it", where, m))
+			default:
 				problems = append(problems, fmt.Errorf("%s: %q is not an available module of the catalogue", where, m))
-				continue
 			}
-			s.Or(x.Closure(j))
 		}
 		loaded[i] = s
 		order = append(order, i)

@@ -154,8 +154,9 @@ func TestInvalidCatalogues(t *testing.T) {
 		{"version", bad(func(c *Catalogue) { c.Version = 2 }), "version 2"},
 		{"bad id", bad(func(c *Catalogue) { c.Checkpoints[1].ID = "pan das" }), `"pan das": id`},
 		{"duplicate id", bad(func(c *Catalogue) { c.Checkpoints[1].ID = "empty" }), "duplicate id"},
-		{"unknown import", bad(func(c *Catalogue) { c.Checkpoints[1].Imports = []string{"torch"} }), `"torch" is not an available module`},
-		{"unavailable import", bad(func(c *Catalogue) { c.Checkpoints[1].Imports = []string{"transformers"} }), `"transformers" is not an available module`},
+		{"unknown closure member", bad(func(c *Catalogue) { c.Checkpoints[1].Closure = []string{"torch"} }), `"torch" is not an available module`},
+		{"bad import name", bad(func(c *Catalogue) { c.Checkpoints[1].Imports = []string{"torch vision"} }), `"torch vision" is not an available module`},
+		{"unavailable import", bad(func(c *Catalogue) { c.Checkpoints[1].Imports = []string{"transformers"} }), `"transformers" does not import in the image`},
 		{"negative size", bad(func(c *Catalogue) { c.Checkpoints[1].ImageMiB = -1 }), "finite numbers >= 0"},
 		{"closure member unknown", bad(func(c *Catalogue) {
 			c.Modules["pandas"] = Module{Available: true, Closure: []string{"pytz"}}
@@ -170,6 +171,21 @@ func TestInvalidCatalogues(t *testing.T) {
 				t.Fatalf("error %v, want ErrInvalid naming %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// A checkpoint captured without an analysis of one of its imports holds it unpriced: no request
+// resolves to it, so it neither helps nor hurts a choice.
+func TestUnanalysedImport(t *testing.T) {
+	torch := Checkpoint{ID: "torch", Imports: []string{"torch", "pandas"}, Closure: []string{"pandas"}, ImageMiB: 240}
+	c := catalogue(model(), emptyCP, pandasCP, torch)
+	r, err := NewRouter(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := r.Select([]string{"torch", "pandas"})
+	if ch.Checkpoint != "pandas" || !slices.Equal(ch.Unknown, []string{"torch"}) {
+		t.Errorf("choice %+v: want pandas (smaller than torch's image, same cost otherwise) with torch unknown", ch)
 	}
 }
 

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -23,7 +24,23 @@ func (r *Runtime) NewID(setID, step string) (string, error) {
 	}
 	var b [4]byte
 	rand.Read(b[:])
-	return fmt.Sprintf("readie-%s-%s-%s-%s", setID, step, r.Lease.ID(), hex.EncodeToString(b[:])), nil
+	return fmt.Sprintf("readie-%s-%s-%s-%s", shortSetID(setID), step, r.Lease.ID(), hex.EncodeToString(b[:])), nil
+}
+
+// maxSetIDInID bounds the set's part of a sandbox ID: runsc binds its control socket at
+// ROOT/runsc-ID.sock (then /var/run, /run, /tmp), and a Unix socket path holds at most 107
+// bytes, so a set id of 64 characters made sandboxes that runsc could not create ("unable to
+// find location to write socket file").
+const maxSetIDInID = 24
+
+// shortSetID is setID, or for a longer one its first characters and 8 hex digits of its
+// sha256: still readable in `runsc list`, still distinct.
+func shortSetID(setID string) string {
+	if len(setID) <= maxSetIDInID {
+		return setID
+	}
+	sum := sha256.Sum256([]byte(setID))
+	return setID[:maxSetIDInID-9] + "-" + hex.EncodeToString(sum[:4])
 }
 
 // OwnerRun returns the lease ID of the run that a pipeline sandbox ID carries. IDs of

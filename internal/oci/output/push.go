@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -22,6 +23,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"readie.dev/pipeline/internal/oci/ref"
+	"readie.dev/pipeline/pkg/catalogue"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/manifest"
 )
@@ -98,7 +100,11 @@ func writeLayers(out string, m *manifest.Manifest, scratch string) ([]*fileLayer
 	for _, c := range m.Checkpoints {
 		specs = append(specs, spec{c.Dir, c.ID, append(manifest.ImageFiles(), manifest.MetaFileName)})
 	}
-	specs = append(specs, spec{".", manifest.FileName, []string{manifest.FileName, m.Spec}})
+	top := []string{manifest.FileName, m.Spec}
+	if _, err := os.Stat(filepath.Join(out, catalogue.FileName)); err == nil {
+		top = append(top, catalogue.FileName) // pull rebuilds it when it is absent
+	}
+	specs = append(specs, spec{".", manifest.FileName, top})
 	layers := make([]*fileLayer, len(specs))
 	errs := make([]error, len(specs))
 	slots := make(chan struct{}, runtime.NumCPU())

@@ -1,0 +1,365 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"readie.dev/pipeline/internal/analysis"
+	"readie.dev/pipeline/internal/bench"
+	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/run"
+	"readie.dev/pipeline/internal/setplan"
+	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/catalogue"
+	"readie.dev/pipeline/pkg/manifest"
+	"readie.dev/pipeline/pkg/sandbox"
+)
+
+// A small corpus on the default image: numpy and pandas (and what pandas pulls in), modules the
+// executor already holds (re, collections), a name imported from a module (pandas.DataFrame),
+// one the image lacks, and a request with no imports.
+const smallCorpus = `{"imports": ["pandas", "numpy"], "weight": 3}
+{"imports": ["numpy", "json"]}
+{"imports": ["re", "collections"]}
+{"imports": ["pandas.DataFrame"]}
+{"imports": ["transformers.AutoModel"]}
+{"imports": []}
+{"imports": ["pandas"], "weight": 2}
+{"imports": ["numpy"]}
+`
+
+// catalogueConfig writes a config with one timed run per measurement, to keep the test short.
+func catalogueConfig(t *testing.T, dir string) string {
+	t.Helper()
+	text := fmt.Sprintf(`runsc:
+  path: %s
+  root: %s
+rootfs: %s
+output: %s
+checkpoint_cache: %s
+restore_runs: 1
+timeouts:
+  capture: 3m
+  restore: 1m
+  smoke: 1m
+  runsc_command: 30s
+analysis:
+  runs: 1
+  timeout: 2m
+  cache: %s
+checkpoints:
+  - id: numpy
+    imports: [numpy]
+`, testenv.RunscPath(t), runscRoot(t, dir), testenv.Rootfs(t), filepath.Join(dir, "out"), filepath.Join(dir, "store"), filepath.Join(dir, "analysis-cache"))
+	path := filepath.Join(dir, "pipeline.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestAnalyzePlanCaptureSelect runs the stages for real on the default image: analyze (twice:
+// the second measures nothing), plan-sets, capture --plan, the catalogue, Select's choice
+// restored and answering with the request's modules loaded, and a short corpus replay.
+func TestAnalyzePlanCaptureSelect(t *testing.T) {
+	dir := testenv.WorkDir(t)
+	cfg := catalogueConfig(t, dir)
+	out := filepath.Join(dir, "out")
+	corpusPath := filepath.Join(dir, "corpus.jsonl")
+	os.WriteFile(corpusPath, []byte(smallCorpus), 0o644)
+
+	type analyzeReport struct {
+		Modules     int               `json:"modules"`
+		Measured    int               `json:"measured"`
+		Cached      int               `json:"cached"`
+		Sandboxes   int64             `json:"sandboxes"`
+		Unavailable map[string]string `json:"unavailable"`
+	}
+	analyzeOnce := func() analyzeReport {
+		t.Helper()
+		code, stdout, stderr := runCLI(t, "analyze", "--config", cfg, "--corpus", corpusPath, "--log-format", "json")
+		if code != exitOK {
+			t.Fatalf("analyze exit %d\n%s", code, stderr)
+		}
+		var rep analyzeReport
+		if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+			t.Fatalf("analyze JSON summary: %v\n%s", err, stdout)
+		}
+		return rep
+	}
+	first := analyzeOnce()
+	if first.Sandboxes == 0 || first.Measured == 0 || first.Cached != 0 || first.Unavailable["transformers"] == "" {
+		t.Fatalf("first analyze: %+v", first)
+	}
+	a, err := analysis.Load(filepath.Join(out, analysis.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pandas, numpy := a.Names["pandas"], a.Names["numpy"]
+	if !pandas.Available || !slices.Contains(pandas.Closure, "numpy") || !slices.Contains(pandas.Closure, "pandas") {
+		t.Errorf("pandas: %+v (its closure must hold numpy)", pandas)
+	}
+	if e := a.Names["pandas.DataFrame"]; e.Module != "pandas" || !e.Available {
+		t.Errorf("pandas.DataFrame resolves to %+v, want the module pandas", e)
+	}
+	if e := a.Names["transformers.AutoModel"]; e.Module != "transformers" || e.Available || !strings.Contains(e.Error, "transformers") {
+		t.Errorf("transformers.AutoModel: %+v", e)
+	}
+	// numpy adds about 10 MiB of private memory; re is loaded by the executor already.
+	if numpy.ImportMs <= 0 || numpy.MiB < 1 || numpy.OwnMiB < 1 || pandas.OwnMs <= 0 {
+		t.Errorf("numpy %+v, pandas %+v", numpy, pandas)
+	}
+	if e := a.Names["re"]; !e.Available || e.ImportMs != 0 || e.MiB != 0 || !slices.Equal(e.Closure, []string{"re"}) {
+		t.Errorf("re (loaded by the executor): %+v", e)
+	}
+	if a.Host == nil || a.Host.ColdStartMs <= 0 || a.Host.EmptyMiB < 1 || len(a.Host.RestoreSets) < 2 {
+		t.Errorf("host: %+v", a.Host)
+	}
+	if second := analyzeOnce(); second.Sandboxes != 0 || second.Measured != 0 || second.Cached != first.Measured || second.Modules != first.Modules {
+		t.Errorf("second analyze of the same corpus: %+v, want no sandbox and nothing measured (first %+v)", second, first)
+	}
+
+	// A corpus the analysis has not seen: named, with its line, exit 2.
+	other := filepath.Join(dir, "other.jsonl")
+	os.WriteFile(other, []byte("{\"imports\": [\"numpy\"]}\n{\"imports\": [\"torch\"]}\n"), 0o644)
+	if code, _, stderr := runCLI(t, "plan-sets", "--config", cfg, "--corpus", other); code != exitUsage || !strings.Contains(stderr, "torch (line 2)") {
+		t.Errorf("plan-sets of a corpus not analysed: exit %d\n%s", code, stderr)
+	}
+
+	code, stdout, stderr := runCLI(t, "plan-sets", "--config", cfg, "--corpus", corpusPath, "--max-sets", "2")
+	if code != exitOK {
+		t.Fatalf("plan-sets exit %d\n%s", code, stderr)
+	}
+	for _, want := range []string{"cold", "empty", "top-k", "greedy", "plan", "checkpoints:", "measured by analyze"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("plan-sets output lacks %q:\n%s", want, stdout)
+		}
+	}
+	plan, err := setplan.Load(filepath.Join(out, setplan.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range setplan.Strategies() {
+		s := plan.Strategies[name]
+		if s == nil || s.Planned.MeanMs <= 0 || s.HeldOut.MeanMs <= 0 || s.Planned.P90Ms < s.Planned.P50Ms {
+			t.Errorf("strategy %s: %+v", name, s)
+		}
+	}
+	if len(plan.Sets) == 0 || len(plan.Sets) > 2 {
+		t.Fatalf("plan sets: %+v", plan.Sets)
+	}
+	// The printed block is a config's checkpoints, as capture takes it.
+	block := stdout[strings.Index(stdout, "checkpoints:"):]
+	if _, err := config.Parse([]byte(block), "block", dir, dir); err != nil {
+		t.Errorf("the printed checkpoints block does not parse as a config: %v\n%s", err, block)
+	}
+
+	if code, _, stderr := runCLI(t, "capture", "--config", cfg, "--plan", filepath.Join(out, setplan.FileName)); code != exitOK {
+		t.Fatalf("capture --plan exit %d\n%s", code, stderr)
+	}
+	m, err := manifest.Load(filepath.Join(out, manifest.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Checkpoints) != len(plan.Sets)+1 {
+		t.Fatalf("manifest holds %d checkpoints, want empty and the plan's %d", len(m.Checkpoints), len(plan.Sets))
+	}
+	for _, name := range []string{analysis.FileName, setplan.FileName} {
+		if _, err := os.Stat(filepath.Join(out, name)); err != nil {
+			t.Errorf("the capture did not carry %s over: %v", name, err)
+		}
+	}
+	cat, err := catalogue.Load(filepath.Join(out, catalogue.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCatalogue(t, cat, m, a, plan)
+
+	// Select's choice for a request restores and answers with its modules already loaded.
+	want := plan.Sets[0].Imports
+	code, stdout, stderr = runCLI(t, "select", "--config", cfg, "--log-format", "json", strings.Join(want, ","))
+	if code != exitOK {
+		t.Fatalf("select exit %d\n%s", code, stderr)
+	}
+	var ch catalogue.Choice
+	if err := json.Unmarshal([]byte(stdout), &ch); err != nil {
+		t.Fatal(err)
+	}
+	if ch.Cold || len(ch.Import) != 0 || ch.PredictedMs <= 0 || ch.Why == "" {
+		t.Fatalf("select %v: %+v, want a checkpoint that holds them", want, ch)
+	}
+	restoreAndCheck(t, cfg, out, m, ch)
+
+	code, _, stderr = runCLI(t, "bench", "--config", cfg, "--corpus", corpusPath, "--part", "all", "--sample", "2", "--rounds", "1")
+	if code != exitOK {
+		t.Fatalf("bench --corpus exit %d\n%s", code, stderr)
+	}
+	data, err := os.ReadFile(filepath.Join(out, "bench", "latest", "corpus.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep bench.CorpusReport
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Requests) != 2 || rep.Summary.MeanColdMs <= 0 || rep.Summary.MeanChosenMs <= 0 || rep.Summary.MeanPredictedMs <= 0 || rep.Unservable != 1 {
+		t.Errorf("corpus.json: %+v", rep)
+	}
+	for _, r := range rep.Requests {
+		if r.Choice == "" || len(r.Cold.Runs) != 1 || len(r.Chosen.Runs) != 1 {
+			t.Errorf("request %+v", r)
+		}
+	}
+	for _, name := range []string{"bench.txt", "corpus.svg"} {
+		if fi, err := os.Stat(filepath.Join(out, "bench", "latest", name)); err != nil || fi.Size() == 0 {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// checkCatalogue checks catalogue.json against the manifest, the analysis and the plan.
+func checkCatalogue(t *testing.T, cat *catalogue.Catalogue, m *manifest.Manifest, a *analysis.File, plan *setplan.Result) {
+	t.Helper()
+	if len(cat.Checkpoints) != len(m.Checkpoints) {
+		t.Fatalf("catalogue has %d checkpoints, the manifest %d", len(cat.Checkpoints), len(m.Checkpoints))
+	}
+	for i, c := range m.Checkpoints {
+		got := cat.Checkpoints[i]
+		if got.ID != c.ID || got.RestoreMedianMs != c.RestoreMS.Median || got.ImageMiB <= 0 || abs(got.ImageMiB-float64(c.Bytes)/(1<<20)) > 0.01 {
+			t.Errorf("catalogue checkpoint %+v, manifest %+v", got, c)
+		}
+		if c.ID == config.EmptySetID {
+			continue
+		}
+		if got.PredictedMiB <= 0 {
+			t.Errorf("%s: no predicted size", c.ID)
+		}
+		for _, imp := range c.Imports {
+			if !slices.Contains(got.Closure, imp) {
+				t.Errorf("%s: closure %v lacks its import %s", c.ID, got.Closure, imp)
+			}
+		}
+	}
+	if cat.Prediction == nil || cat.Prediction.Sets != len(plan.Sets) || cat.Prediction.MeanAbsErrorMiB < 0 {
+		t.Errorf("prediction %+v", cat.Prediction)
+	}
+	for name, mod := range a.Modules() {
+		if got, ok := cat.Modules[name]; !ok || got.Available != mod.Available || got.ImportMs != mod.ImportMs {
+			t.Errorf("module %s: catalogue %+v, analysis %+v", name, got, mod)
+		}
+	}
+	if cat.CostModel.ColdStartMs != a.Host.ColdStartMs || cat.CostModel.EmptyMiB <= 0 {
+		t.Errorf("cost model %+v", cat.CostModel)
+	}
+}
+
+// restoreAndCheck restores the chosen checkpoint as a worker would and calls it: the call sees
+// every module of the choice already in sys.modules (the smoke request reports the missing).
+func restoreAndCheck(t *testing.T, cfgPath, out string, m *manifest.Manifest, ch catalogue.Choice) {
+	t.Helper()
+	cfg, err := config.Load(cfgPath, config.CacheDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	env, err := run.NewEnv(ctx, cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	if err := env.PrepareRootfs(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var dir string
+	for _, c := range m.Checkpoints {
+		if c.ID == ch.Checkpoint {
+			dir = filepath.Join(out, c.Dir)
+		}
+	}
+	if dir == "" {
+		t.Fatalf("the manifest has no checkpoint %s", ch.Checkpoint)
+	}
+	work := testenv.WorkDir(t)
+	if _, err := env.Smoker(work).Smoke(ctx, ch.Checkpoint, dir, ch.Modules); err != nil {
+		t.Fatalf("restore of %s for %v: %v", ch.Checkpoint, ch.Modules, err)
+	}
+	rt := &sandbox.Runtime{Path: cfg.Runsc.Path, Root: cfg.Runsc.Root, Flags: sandbox.DefaultFlags()}
+	if ids, err := rt.List(ctx); err != nil || len(ids) != 0 {
+		t.Errorf("sandboxes left: %v %v", ids, err)
+	}
+}
+
+func abs(v float64) float64 {
+	if v < 0 {
+		return -v
+	}
+	return v
+}
+
+// TestCorpusErrorsExit2 gives analyze, plan-sets and bench --corpus bad corpora: each exits 2
+// naming the line (or the emptiness) before it starts a sandbox, and changes nothing on disk.
+func TestCorpusErrorsExit2(t *testing.T) {
+	dir := testenv.WorkDir(t)
+	cfg := catalogueConfig(t, dir)
+	out := filepath.Join(dir, "out")
+	os.MkdirAll(out, 0o755)
+	os.WriteFile(filepath.Join(out, analysis.FileName), []byte("{}"), 0o644) // must stay as it is
+	write := func(name, text string) string {
+		path := filepath.Join(dir, name)
+		os.WriteFile(path, []byte(text), 0o644)
+		return path
+	}
+	badLine := write("bad.jsonl", "{\"imports\": [\"pandas\"]}\n\n{\"imports\": \"pandas\"}\n")
+	badName := write("name.jsonl", "{\"imports\": [\"pandas\"]}\n{\"imports\": [\"pan das\"]}\n")
+	badWeight := write("weight.jsonl", "{\"imports\": [], \"weight\": -2}\n")
+	empty := write("empty.jsonl", "\n\n")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"analyze", "--corpus", badLine}, "line 3"},
+		{[]string{"analyze", "--corpus", badName}, "line 2"},
+		{[]string{"analyze", "--corpus", badWeight}, "line 1"},
+		{[]string{"analyze", "--corpus", empty}, "no requests"},
+		{[]string{"analyze", "--corpus", filepath.Join(dir, "absent.jsonl")}, "absent.jsonl"},
+		{[]string{"analyze"}, "--corpus FILE is required"},
+		{[]string{"plan-sets", "--corpus", badLine}, "line 3"},
+		{[]string{"plan-sets", "--corpus", empty, "--max-sets", "-1"}, "--max-sets -1"},
+		{[]string{"plan-sets", "--corpus", write("good.jsonl", "{\"imports\": [\"numpy\"]}\n")}, "invalid analysis"},
+		{[]string{"plan-sets", "--corpus", write("good2.jsonl", "{\"imports\": [\"numpy\"]}\n"), "--analysis", filepath.Join(dir, "none.json")}, "none.json does not exist: run `pipeline analyze"},
+		{[]string{"capture", "--plan", filepath.Join(dir, "none.json")}, "--plan: open"},
+		{[]string{"capture", "--plan", write("plan.json", `{"version": 1, "sets": [{"id": "empty", "imports": ["numpy"]}]}`)}, `id "empty" is reserved`},
+		{[]string{"select", "pandas"}, "catalogue.json does not exist"},
+		{[]string{"bench", "--corpus", badName}, "line 2"},
+		{[]string{"bench", "--corpus", badName, "--sample", "0"}, "--sample 0"},
+		{[]string{"bench", "--corpus", badName, "--part", "middle"}, `--part "middle"`},
+		{[]string{"bench", "--corpus", badName, "--explain"}, "--only and --explain are for the set benchmark"},
+		{[]string{"select", "pan das"}, `"pan das" is not a dotted Python name`},
+	} {
+		args := append([]string{tc.args[0], "--config", cfg}, tc.args[1:]...)
+		code, _, stderr := runCLI(t, args...)
+		if code != exitUsage || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, want 2 naming %q\n%s", tc.args, code, tc.want, stderr)
+		}
+	}
+	if data, _ := os.ReadFile(filepath.Join(out, analysis.FileName)); !bytes.Equal(data, []byte("{}")) {
+		t.Errorf("analysis.json changed: %q", data)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(dir, "analysis-cache")); len(entries) != 0 {
+		t.Errorf("the analysis cache was written: %v", entries)
+	}
+}

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"math"
+	"path/filepath"
+	"slices"
+
+	"readie.dev/pipeline/internal/analysis"
+	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/run"
+	"readie.dev/pipeline/internal/setplan"
+	"readie.dev/pipeline/pkg/catalogue"
+	"readie.dev/pipeline/pkg/manifest"
+)
+
+type planSetsCmd struct {
+	config    configFlag
+	out       outFlag
+	corpus    corpusFlag
+	analysis  string
+	maxSets   int
+	budgetMiB float64
+}
+
+func (*planSetsCmd) Name() string  { return "plan-sets" }
+func (*planSetsCmd) Usage() string { return "plan-sets --corpus FILE [flags]" }
+func (*planSetsCmd) Synopsis() string {
+	return "choose the package sets that minimise a corpus's expected start cost; write OUT/plan.json"
+}
+func (c *planSetsCmd) SetFlags(fs *flag.FlagSet) {
+	d := setplan.DefaultOptions()
+	c.config.register(fs)
+	c.out.register(fs)
+	c.corpus.register(fs, "the corpus of requests, as analyzed (required)")
+	fs.StringVar(&c.analysis, "analysis", "", "the corpus's analysis (default: OUT/analysis.json)")
+	fs.IntVar(&c.maxSets, "max-sets", d.MaxSets, "K: the most sets to checkpoint besides empty")
+	fs.Float64Var(&c.budgetMiB, "budget-mib", d.BudgetMiB, "the most MiB of predicted images the sets may take together (empty aside)")
+}
+
+func (c *planSetsCmd) CheckArgs(args []string) error {
+	if c.corpus.path == "" {
+		return errors.New("--corpus FILE is required")
+	}
+	if c.maxSets < 0 || c.maxSets > 1000 {
+		return fmt.Errorf("--max-sets %d: want 0..1000", c.maxSets)
+	}
+	if !(c.budgetMiB >= 0) || math.IsInf(c.budgetMiB, 0) {
+		return fmt.Errorf("--budget-mib %v: want a number of MiB >= 0", c.budgetMiB)
+	}
+	return noArgs(args)
+}
+
+func (c *planSetsCmd) Execute(ctx context.Context, con *console, args []string) error {
+	cfg, err := c.config.load()
+	if err != nil {
+		return err
+	}
+	if err := c.out.apply(cfg, nil); err != nil {
+		return err
+	}
+	cp, err := c.corpus.load()
+	if err != nil {
+		return err
+	}
+	path := c.analysis
+	if path == "" {
+		path = filepath.Join(cfg.Output, analysis.FileName)
+	}
+	a, err := analysis.Load(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return usagef("%s does not exist: run `pipeline analyze --corpus %s` first", path, c.corpus.path)
+		}
+		return usageError{err}
+	}
+	model, source, err := costModel(cfg.Output, a)
+	if err != nil {
+		return err
+	}
+	res, err := setplan.Plan(cp, a, model, setplan.Options{MaxSets: c.maxSets, BudgetMiB: c.budgetMiB})
+	if err != nil {
+		return usageError{err}
+	}
+	res.CostSource = source
+	if err := run.WriteInOutput(cfg.Output, setplan.FileName, res.Save); err != nil {
+		return usageIfSetup(err)
+	}
+	if con.json {
+		return writeJSON(con.stdout, res)
+	}
+	fmt.Fprintf(con.stdout, "cost model: %s\n", source)
+	if err := res.WriteSummary(con.stdout); err != nil {
+		return err
+	}
+	tw := newTable(con.stdout)
+	fmt.Fprintln(tw, "set\tpredicted MiB\trestore ms\tserved weight\tholds\t")
+	for _, s := range res.Sets {
+		fmt.Fprintf(tw, "%s\t%.1f\t%.0f\t%.0f\t%d modules\t\n", s.ID, s.PredictedMiB, s.RestoreMs, s.ServedWeight, len(s.Closure))
+	}
+	tw.Flush()
+	fmt.Fprintf(con.stdout, "\nwrote %s; `pipeline capture --plan %s` captures these sets:\n\n", filepath.Join(cfg.Output, setplan.FileName), filepath.Join(cfg.Output, setplan.FileName))
+	return setplan.WriteConfigBlock(con.stdout, res.ConfigSets())
+}
+
+// costModel is this host's cost model for planning: the restore line of the output's manifest
+// when it has two image sizes or more and was made from the analysed image, else the line the
+// analysis measured; the cold start always from the analysis. source says which.
+func costModel(out string, a *analysis.File) (catalogue.CostModel, string, error) {
+	h := a.Host
+	if h == nil {
+		return catalogue.CostModel{}, "", usagef("the analysis has no host figures (cold start, restore line): run `pipeline analyze` again")
+	}
+	model := catalogue.CostModel{InterceptMs: h.InterceptMs, AlphaMsPerMiB: h.AlphaMsPerMiB, ColdStartMs: h.ColdStartMs, EmptyMiB: h.EmptyMiB}
+	measured := fmt.Sprintf("restore %.2f ms/MiB + %.0f ms measured by analyze (R² %.2f over %d checkpoints), empty image %.1f MiB; cold start %.0f ms measured by analyze",
+		model.AlphaMsPerMiB, model.InterceptMs, h.RSquared, len(h.RestoreSets), model.EmptyMiB, model.ColdStartMs)
+	path := filepath.Join(out, manifest.FileName)
+	m, err := manifest.Load(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return model, measured + " (no manifest in the output)", nil
+	}
+	if err != nil {
+		return model, measured + fmt.Sprintf(" (the output's manifest cannot be read: %v)", err), nil
+	}
+	if err := run.MatchesManifest(a, m); err != nil {
+		return model, measured + fmt.Sprintf(" (not the output's manifest's: %v)", err), nil
+	}
+	var sizes []int64
+	empty := -1.0
+	for _, cp := range m.Checkpoints {
+		if !slices.Contains(sizes, cp.Bytes) {
+			sizes = append(sizes, cp.Bytes)
+		}
+		if cp.ID == config.EmptySetID {
+			empty = float64(cp.Bytes) / (1 << 20)
+		}
+	}
+	if len(sizes) < 2 || empty < 0 || m.AlphaMsPerMiB < 0 || m.InterceptMs < 0 {
+		return model, measured + fmt.Sprintf(" (%s has %d image sizes: too few for a line)", path, len(sizes)), nil
+	}
+	model.AlphaMsPerMiB, model.InterceptMs, model.EmptyMiB = m.AlphaMsPerMiB, m.InterceptMs, empty
+	return model, fmt.Sprintf("restore %.2f ms/MiB + %.0f ms from %s (%d checkpoints, %d sizes), empty image %.1f MiB; cold start %.0f ms measured by analyze",
+		model.AlphaMsPerMiB, model.InterceptMs, path, len(m.Checkpoints), len(sizes), model.EmptyMiB, model.ColdStartMs), nil
+}

@@ -1,0 +1,131 @@
+package analyze
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"strings"
+
+	"readie.dev/pipeline/pkg/measure"
+)
+
+// importCode runs inside the executor, as the first call of a cold start: it imports PRELOAD
+// off the clock, then times the import of MODULE and reports what the import added to
+// sys.modules and to the process's private dirty memory (the sum of Private_Dirty over
+// /proc/self/smaps: what a checkpoint's pages.img grows by; TestDirtyTracksPagesImg shows it
+// against real captures), and whether MODULE was loaded
+// already (the executor's own imports, cloudpickle and much of the standard library).
+const importCode = `import importlib, os, sys, time
+def dirty():
+    total = 0
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            if line.startswith("Private_Dirty:"):
+                total += int(line.split()[1]) * 1024
+    return total
+for name in PRELOAD:
+    importlib.import_module(name)
+before = set(sys.modules)
+loaded = MODULE in before
+error = ""
+r0 = dirty()
+t0 = time.perf_counter()
+if MODULE:
+    try:
+        importlib.import_module(MODULE)
+    except BaseException as e:
+        error = (type(e).__name__ + ": " + str(e))[:500]
+t1 = time.perf_counter()
+r1 = dirty()
+result = {"ms": (t1 - t0) * 1000.0, "dirty": r1 - r0, "added": sorted(k for k in set(sys.modules) - before if isinstance(k, str)), "error": error, "loaded": loaded}
+`
+
+// importRequest builds the call that imports preload, then module (none when empty), and
+// reports on the second import. Names are validated dotted identifiers; they reach Python as
+// JSON string literals, which Python reads as its own.
+func importRequest(preload []string, module string) ([]byte, error) {
+	list, err := measure.PyList(preload)
+	if err != nil {
+		return nil, err
+	}
+	name, err := json.Marshal(module)
+	if err != nil {
+		return nil, err
+	}
+	code := strings.NewReplacer("PRELOAD", string(list), "MODULE", string(name)).Replace(importCode)
+	literal, err := json.Marshal(code)
+	if err != nil {
+		return nil, err
+	}
+	return measure.EvalRequest(fmt.Sprintf(`(lambda ns: (__import__("builtins").exec(%s, ns), ns["result"])[1])({})`, literal))
+}
+
+// importResult is what one import call reported.
+type importResult struct {
+	// Ms is the import's time inside the executor; DirtyMiB what it added to the process's
+	// private dirty memory.
+	Ms       float64  `json:"ms"`
+	DirtyMiB float64  `json:"dirty_mib"`
+	Added    []string `json:"added"`
+	// Error is the exception the import raised ("" when it imported).
+	Error string `json:"error,omitempty"`
+	// Loaded says the module was in sys.modules before the call imported it.
+	Loaded bool `json:"loaded"`
+}
+
+// decodeImport reads the answer to importRequest.
+func decodeImport(response []byte) (importResult, error) {
+	v, err := measure.DecodeEnvelope(response)
+	if err != nil {
+		return importResult{}, err
+	}
+	d, ok := v.(map[any]any)
+	if !ok {
+		return importResult{}, fmt.Errorf("import call returned %T, not a dict", v)
+	}
+	var r importResult
+	ms, okMs := number(d["ms"])
+	dirty, okDirty := number(d["dirty"])
+	added, okAdded := d["added"].([]any)
+	r.Error, _ = d["error"].(string)
+	r.Loaded, _ = d["loaded"].(bool)
+	if !okMs || !okDirty || !okAdded || ms < 0 || math.IsNaN(ms) {
+		return importResult{}, fmt.Errorf("import call returned an unexpected dict: ms %v, dirty %v, added %T", d["ms"], d["dirty"], d["added"])
+	}
+	r.Ms, r.DirtyMiB = ms, dirty/(1<<20)
+	for _, a := range added {
+		if s, ok := a.(string); ok {
+			r.Added = append(r.Added, s)
+		}
+	}
+	return r, nil
+}
+
+// number reads a pickled int or float.
+func number(v any) (float64, bool) {
+	switch x := v.(type) {
+	case int64:
+		return float64(x), true
+	case float64:
+		return x, true
+	}
+	return 0, false
+}
+
+// resolveScript runs as `python3 -c` in a sandbox of the image: it prints the image's
+// sys.stdlib_module_names, then, for each dotted name of argv, whether it is a module
+// (importlib.util.find_spec, which imports parent packages). Each name's line "? NAME" comes
+// before its answer "= NAME 1|0 [error]", flushed: a name whose probe kills the interpreter
+// is the one asked last without an answer, and the pipeline asks again without it.
+const resolveScript = `import importlib.util, sys
+print("stdlib " + " ".join(sorted(sys.stdlib_module_names)), flush=True)
+for name in sys.argv[1:]:
+    print("? " + name, flush=True)
+    try:
+        found = importlib.util.find_spec(name) is not None
+        why = ""
+    except BaseException as e:
+        found = False
+        why = (type(e).__name__ + ": " + str(e)).replace("\n", " ")[:300]
+    print("= " + name + (" 1 " if found else " 0 ") + why, flush=True)
+`

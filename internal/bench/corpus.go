@@ -1,0 +1,405 @@
+package bench
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+
+	"readie.dev/pipeline/internal/atomicfile"
+	"readie.dev/pipeline/internal/corpus"
+	"readie.dev/pipeline/internal/run"
+	"readie.dev/pipeline/pkg/catalogue"
+	"readie.dev/pipeline/pkg/manifest"
+	"readie.dev/pipeline/pkg/measure"
+)
+
+// The parts of a corpus a replay may draw from (corpus.HeldOut).
+const (
+	PartHeldOut = "held-out"
+	PartPlanned = "planned"
+	PartAll     = "all"
+)
+
+// CorpusOptions shape a corpus replay.
+type CorpusOptions struct {
+	Corpus *corpus.Corpus
+	// Path names the corpus in the report.
+	Path string
+	// Sample is how many requests to draw; Part which part they come from.
+	Sample int
+	Part   string
+	// Rounds is how many times each request runs in each series, interleaved.
+	Rounds int
+}
+
+// CorpusRequest is one replayed request: what it imports, where Select starts it, and the
+// medians measured and predicted.
+type CorpusRequest struct {
+	// Index is the request's position in the corpus, Line its line.
+	Index   int      `json:"index"`
+	Line    int      `json:"line"`
+	Imports []string `json:"imports"`
+	// Modules are the modules the call imports: the imports resolved by the catalogue.
+	Modules []string `json:"modules"`
+	// Choice is the checkpoint Select chose, or "cold".
+	Choice      string  `json:"choice"`
+	ColdMs      float64 `json:"cold_ms"`
+	ChosenMs    float64 `json:"chosen_ms"`
+	PredictedMs float64 `json:"predicted_ms"`
+	// PredictedColdMs is what the cost model predicts for the cold start.
+	PredictedColdMs float64        `json:"predicted_cold_ms"`
+	Cold            manifest.Stats `json:"cold"`
+	Chosen          manifest.Stats `json:"chosen"`
+}
+
+// CorpusSummary are the replay's means over the sampled requests.
+type CorpusSummary struct {
+	Requests        int     `json:"requests"`
+	MeanColdMs      float64 `json:"mean_cold_ms"`
+	MeanChosenMs    float64 `json:"mean_chosen_ms"`
+	MeanPredictedMs float64 `json:"mean_predicted_ms"`
+	// MeanPredictedColdMs is the cost model's mean for the cold starts.
+	MeanPredictedColdMs float64 `json:"mean_predicted_cold_ms"`
+	// SavedMs is the mean start time saved: MeanColdMs - MeanChosenMs; ChosenOverCold their
+	// ratio.
+	SavedMs        float64 `json:"saved_ms"`
+	ChosenOverCold float64 `json:"chosen_over_cold"`
+	// ModelErrorPct is the cost model's error on the mean: 100 x (measured / predicted - 1);
+	// MeanAbsErrorPct the mean of each request's |measured - predicted| / predicted.
+	ModelErrorPct   float64 `json:"model_error_pct"`
+	MeanAbsErrorPct float64 `json:"mean_abs_error_pct"`
+}
+
+// CorpusReport is corpus.json.
+type CorpusReport struct {
+	CreatedAt    time.Time           `json:"created_at"`
+	Machine      Machine             `json:"machine"`
+	Runsc        manifest.Runsc      `json:"runsc"`
+	RestoreFlags []string            `json:"restore_flags"`
+	CostModel    catalogue.CostModel `json:"cost_model"`
+	Corpus       string              `json:"corpus"`
+	Part         string              `json:"part"`
+	Rounds       int                 `json:"rounds"`
+	WarmupRounds int                 `json:"warmup_rounds"`
+	// Eligible is how many requests of the part the replay could draw from; Unservable how
+	// many it could not (a module the image lacks, or a name the catalogue has not analysed).
+	Eligible   int             `json:"eligible"`
+	Unservable int             `json:"unservable"`
+	Requests   []CorpusRequest `json:"requests"`
+	Summary    CorpusSummary   `json:"summary"`
+	Dir        string          `json:"-"`
+}
+
+// ErrCorpusBench reports a replay that cannot run: no catalogue, nothing to draw.
+var ErrCorpusBench = errors.New("corpus bench")
+
+// RunCorpus replays requests of a corpus on the output out: for each, the start Select chooses
+// from out's catalogue (a restore of a checkpoint, or a cold start) and a cold start, each
+// making the one call that imports the request's modules, interleaved request by request and
+// round by round after a discarded warm-up. It writes corpus.json, bench.txt and corpus.svg into
+// OUT/bench/<UTC time>/.
+func RunCorpus(ctx context.Context, env *run.Env, out string, o CorpusOptions) (*CorpusReport, error) {
+	var report *CorpusReport
+	_, err := env.OnExisting(ctx, out, nil, func(x *run.Existing) error {
+		var err error
+		report, err = runCorpusOn(ctx, x, o)
+		return err
+	})
+	return report, err
+}
+
+// corpusTrial is one replayed request: where it starts and what its call imports.
+type corpusTrial struct {
+	req    CorpusRequest
+	weight float64
+	dir    string // the chosen checkpoint's directory; "" for a cold start
+	cold   []float64
+	chosen []float64
+}
+
+func runCorpusOn(ctx context.Context, x *run.Existing, o CorpusOptions) (*CorpusReport, error) {
+	path := filepath.Join(x.Out, catalogue.FileName)
+	cat, err := catalogue.Load(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %w: %s has no catalogue.json (capture it with an analysis: pipeline analyze, then capture)", run.ErrSetup, ErrCorpusBench, x.Out)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", run.ErrSetup, err)
+	}
+	if len(cat.Modules) == 0 {
+		return nil, fmt.Errorf("%w: %w: the catalogue of %s analyses no module: run pipeline analyze --corpus into it, then capture again", run.ErrSetup, ErrCorpusBench, x.Out)
+	}
+	router, err := catalogue.NewRouter(cat)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", run.ErrSetup, path, err)
+	}
+	trials, eligible, unservable, err := drawRequests(o, router, x)
+	if err != nil {
+		return nil, err
+	}
+	env := x.Env
+	restorer := env.Restorer(x.Work)
+	// A cold start and a restore are each bounded like a smoke test: a start plus a call.
+	restorer.Timeout = env.Config.Timeouts.Smoke
+	runOne := func(t *corpusTrial, series string) (float64, error) {
+		if series == Cold || t.dir == "" {
+			return TimeColdCall(ctx, &restorer.Launcher, "corpus", t.req.Modules)
+		}
+		marks, err := TimeRestoreCall(ctx, restorer, t.req.Choice, t.dir, t.req.Modules, false)
+		return marks.TotalMS(), err
+	}
+	env.Log.WithFields(logrus.Fields{"requests": len(trials), "rounds": o.Rounds, "part": o.Part}).Info("bench --corpus: start")
+	start := time.Now()
+	// One warm-up pair, discarded: the first sandboxes of a run pay for cold caches.
+	for _, series := range []string{Cold, "chosen"} {
+		if _, err := runOne(&trials[0], series); err != nil {
+			return nil, fmt.Errorf("bench --corpus: warm-up, request at line %d, %s: %w", trials[0].req.Line, series, err)
+		}
+	}
+	for round := range o.Rounds {
+		for i := range trials {
+			t := &trials[i]
+			order := []string{Cold, "chosen"}
+			if (round+i)%2 == 1 {
+				order = []string{"chosen", Cold}
+			}
+			for _, series := range order {
+				if err := ctx.Err(); err != nil {
+					return nil, context.Cause(ctx)
+				}
+				ms, err := runOne(t, series)
+				if err != nil {
+					return nil, fmt.Errorf("bench --corpus: request at line %d (%s), %s, round %d: %w", t.req.Line, strings.Join(t.req.Imports, ","), series, round+1, err)
+				}
+				if series == Cold {
+					t.cold = append(t.cold, ms)
+				} else {
+					t.chosen = append(t.chosen, ms)
+				}
+			}
+		}
+		env.Log.WithFields(logrus.Fields{"round": fmt.Sprintf("%d/%d", round+1, o.Rounds), "took": time.Since(start).Round(time.Second)}).Info("bench --corpus: round done")
+	}
+	report := &CorpusReport{
+		CreatedAt: time.Now().UTC(), Machine: ThisMachine(), Runsc: x.Manifest.Runsc,
+		RestoreFlags: slices.Clone(x.Manifest.RestoreFlags), CostModel: cat.CostModel,
+		Corpus: o.Path, Part: o.Part, Rounds: o.Rounds, WarmupRounds: 1, Eligible: eligible, Unservable: unservable,
+	}
+	for _, t := range trials {
+		r := t.req
+		r.Cold, r.Chosen = measure.Summarize(t.cold), measure.Summarize(t.chosen)
+		r.ColdMs, r.ChosenMs = r.Cold.Median, r.Chosen.Median
+		report.Requests = append(report.Requests, r)
+	}
+	report.Summary = summarize(report.Requests)
+	if report.Dir, err = writeCorpusRun(x.Out, report); err != nil {
+		return nil, err
+	}
+	return report, nil
+}
+
+// drawRequests draws o.Sample requests of the part, deterministically: among the requests
+// Select can serve, weighted sampling without replacement (Efraimidis-Spirakis keys from a
+// generator of fixed seed), so a request of weight 3 is as likely as three of weight 1. The
+// draw depends on the corpus and the catalogue alone.
+func drawRequests(o CorpusOptions, router *catalogue.Router, x *run.Existing) (trials []corpusTrial, eligible, unservable int, err error) {
+	dirs := map[string]string{}
+	for i := range x.Manifest.Checkpoints {
+		c := &x.Manifest.Checkpoints[i]
+		dirs[c.ID] = x.Dir(c)
+	}
+	type candidate struct {
+		t   corpusTrial
+		key float64
+	}
+	rng := rand.New(rand.NewPCG(0x5eed, 19))
+	var cands []candidate
+	for i, r := range o.Corpus.Requests {
+		u := rng.Float64() // drawn for every request, so a request's key never depends on the others
+		switch o.Part {
+		case PartHeldOut:
+			if !corpus.HeldOut(i) {
+				continue
+			}
+		case PartPlanned:
+			if corpus.HeldOut(i) {
+				continue
+			}
+		}
+		ch := router.Select(r.Imports)
+		if len(ch.Unavailable) > 0 || len(ch.Unknown) > 0 {
+			unservable++
+			continue
+		}
+		eligible++
+		req := CorpusRequest{Index: i, Line: r.Line, Imports: slices.Clone(r.Imports), Modules: ch.Modules, Choice: ch.Checkpoint,
+			PredictedMs: ch.PredictedMs, PredictedColdMs: ch.ColdMs}
+		if req.Modules == nil {
+			req.Modules = []string{}
+		}
+		t := corpusTrial{req: req, weight: r.Weight}
+		if ch.Cold {
+			t.req.Choice = Cold
+		} else if t.dir = dirs[ch.Checkpoint]; t.dir == "" {
+			return nil, 0, 0, fmt.Errorf("%w: the catalogue names checkpoint %s, which the manifest lacks: capture again", run.ErrSetup, ch.Checkpoint)
+		}
+		cands = append(cands, candidate{t: t, key: math.Log(max(u, 1e-300)) / r.Weight})
+	}
+	if len(cands) == 0 {
+		return nil, 0, 0, fmt.Errorf("%w: %w: no request of the %s part can be served by the image (%d unservable)", run.ErrSetup, ErrCorpusBench, o.Part, unservable)
+	}
+	slices.SortStableFunc(cands, func(a, b candidate) int { return cmp.Compare(b.key, a.key) })
+	cands = cands[:min(o.Sample, len(cands))]
+	slices.SortFunc(cands, func(a, b candidate) int { return cmp.Compare(a.t.req.Index, b.t.req.Index) })
+	for _, c := range cands {
+		trials = append(trials, c.t)
+	}
+	return trials, eligible, unservable, nil
+}
+
+func summarize(reqs []CorpusRequest) CorpusSummary {
+	s := CorpusSummary{Requests: len(reqs)}
+	if len(reqs) == 0 {
+		return s
+	}
+	var absErr float64
+	for _, r := range reqs {
+		s.MeanColdMs += r.ColdMs
+		s.MeanChosenMs += r.ChosenMs
+		s.MeanPredictedMs += r.PredictedMs
+		s.MeanPredictedColdMs += r.PredictedColdMs
+		if r.PredictedMs > 0 {
+			absErr += math.Abs(r.ChosenMs-r.PredictedMs) / r.PredictedMs
+		}
+	}
+	n := float64(len(reqs))
+	s.MeanColdMs /= n
+	s.MeanChosenMs /= n
+	s.MeanPredictedMs /= n
+	s.MeanPredictedColdMs /= n
+	s.SavedMs = s.MeanColdMs - s.MeanChosenMs
+	if s.MeanColdMs > 0 {
+		s.ChosenOverCold = s.MeanChosenMs / s.MeanColdMs
+	}
+	if s.MeanPredictedMs > 0 {
+		s.ModelErrorPct = 100 * (s.MeanChosenMs/s.MeanPredictedMs - 1)
+	}
+	s.MeanAbsErrorPct = 100 * absErr / n
+	return s
+}
+
+// writeCorpusRun writes corpus.json, bench.txt and corpus.svg into a new run directory and
+// points OUT/bench/latest at it.
+func writeCorpusRun(out string, r *CorpusReport) (string, error) {
+	dir, err := newRunDir(out, r.CreatedAt)
+	if err != nil {
+		return "", err
+	}
+	if err := atomicfile.WriteJSON(filepath.Join(dir, "corpus.json"), r); err != nil {
+		return "", err
+	}
+	var txt, svg bytes.Buffer
+	if err := WriteCorpusBenchfmt(&txt, r); err != nil {
+		return "", err
+	}
+	if err := atomicfile.Write(filepath.Join(dir, "bench.txt"), txt.Bytes(), 0o644); err != nil {
+		return "", err
+	}
+	if err := WriteCorpusChart(&svg, r); err != nil {
+		return "", fmt.Errorf("draw corpus.svg: %w", err)
+	}
+	if err := atomicfile.Write(filepath.Join(dir, "corpus.svg"), svg.Bytes(), 0o644); err != nil {
+		return "", err
+	}
+	return dir, pointLatest(dir)
+}
+
+// WriteCorpusBenchfmt writes the replay in the Go benchmark format: every run of every request
+// (BenchmarkCorpus/req=00017/series=cold), the chosen start's lines carrying the predicted cost
+// as a second unit, and per round the mean over the requests (BenchmarkCorpusMean), so that
+// `benchstat -col /series bench.txt` compares cold and chosen with its own statistics.
+func WriteCorpusBenchfmt(w io.Writer, r *CorpusReport) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "goos: linux\ngoarch: amd64\npkg: readie.dev/pipeline/bench\ncpu: %s\n", r.Machine.CPUModel)
+	fmt.Fprintf(&b, "runsc: %s\nrestore-flags: %s\ncorpus: %s\npart: %s\n", r.Runsc.Version, strings.Join(r.RestoreFlags, " "), r.Corpus, r.Part)
+	for _, q := range r.Requests {
+		for _, ms := range q.Cold.Runs {
+			fmt.Fprintf(&b, "BenchmarkCorpus/req=%05d/series=cold 1 %d ns/op %.1f predicted-ms\n", q.Index, int64(ms*1e6), q.PredictedColdMs)
+		}
+		for _, ms := range q.Chosen.Runs {
+			fmt.Fprintf(&b, "BenchmarkCorpus/req=%05d/series=chosen 1 %d ns/op %.1f predicted-ms\n", q.Index, int64(ms*1e6), q.PredictedMs)
+		}
+	}
+	for round := range r.Rounds {
+		var cold, chosen float64
+		for _, q := range r.Requests {
+			cold += q.Cold.Runs[round]
+			chosen += q.Chosen.Runs[round]
+		}
+		n := float64(len(r.Requests))
+		fmt.Fprintf(&b, "BenchmarkCorpusMean/series=cold 1 %d ns/op %.1f predicted-ms\n", int64(cold/n*1e6), r.Summary.MeanPredictedColdMs)
+		fmt.Fprintf(&b, "BenchmarkCorpusMean/series=chosen 1 %d ns/op %.1f predicted-ms\n", int64(chosen/n*1e6), r.Summary.MeanPredictedMs)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WriteCorpusChart draws, per request (sorted by its cold median), the measured cold and
+// chosen starts (median, bars min-max) and the predicted cost of the chosen start, as SVG.
+func WriteCorpusChart(w io.Writer, r *CorpusReport) error {
+	reqs := slices.Clone(r.Requests)
+	slices.SortStableFunc(reqs, func(a, b CorpusRequest) int { return cmp.Compare(a.ColdMs, b.ColdMs) })
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("Start to first answer, %d requests of %s (%s part): mean cold %.0f ms, chosen %.0f ms (predicted %.0f ms)",
+		len(reqs), filepath.Base(r.Corpus), r.Part, r.Summary.MeanColdMs, r.Summary.MeanChosenMs, r.Summary.MeanPredictedMs)
+	p.X.Label.Text = "request, by cold start time"
+	p.Y.Label.Text = "ms (median, bars min-max)"
+	var cold, chosen spread
+	predicted := plotter.XYs{}
+	var top float64
+	for i, q := range reqs {
+		cold.add(float64(i)-0.12, q.Cold)
+		chosen.add(float64(i)+0.12, q.Chosen)
+		predicted = append(predicted, plotter.XY{X: float64(i) + 0.12, Y: q.PredictedMs})
+		top = max(top, q.PredictedMs)
+	}
+	if err := addSpread(p, &cold, 0, "cold start"); err != nil {
+		return err
+	}
+	if err := addSpread(p, &chosen, 1, "Select's choice"); err != nil {
+		return err
+	}
+	pts, err := plotter.NewScatter(predicted)
+	if err != nil {
+		return err
+	}
+	pts.Color, pts.Shape, pts.Radius = plotutil.Color(2), plotutil.Shape(4), vg.Points(4)
+	p.Add(pts)
+	p.Legend.Add("predicted (choice)", pts)
+	roomForLegend(p, 3, max(top, cold.top(), chosen.top()))
+	p.Legend.Left = true
+	p.X.Min, p.X.Max = -1, float64(len(reqs))
+	width := vg.Points(float64(max(chartWidth/2, min(chartWidth*2, 40+14*len(reqs)))))
+	wt, err := p.WriterTo(width, vg.Points(chartHeight), "svg")
+	if err != nil {
+		return err
+	}
+	_, err = wt.WriteTo(w)
+	return err
+}

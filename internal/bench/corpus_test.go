@@ -1,0 +1,159 @@
+package bench
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"readie.dev/pipeline/internal/corpus"
+	"readie.dev/pipeline/internal/run"
+	"readie.dev/pipeline/pkg/catalogue"
+	"readie.dev/pipeline/pkg/manifest"
+)
+
+func testRouter(t *testing.T) (*catalogue.Router, *run.Existing) {
+	t.Helper()
+	c := &catalogue.Catalogue{
+		Version:   catalogue.Version,
+		CostModel: catalogue.CostModel{InterceptMs: 130, AlphaMsPerMiB: 1.5, ColdStartMs: 400, EmptyMiB: 8},
+		Modules: map[string]catalogue.Module{
+			"numpy":        {Available: true, OwnMs: 200, OwnMiB: 9.5, ImportMs: 200, MiB: 9.5, Closure: []string{"numpy"}},
+			"pandas":       {Available: true, OwnMs: 700, OwnMiB: 21, ImportMs: 900, MiB: 31, Closure: []string{"numpy", "pandas"}},
+			"re":           {Available: true, Closure: []string{"re"}},
+			"transformers": {},
+		},
+		Checkpoints: []catalogue.Checkpoint{
+			{ID: "empty", Imports: []string{}, Closure: []string{}, ImageMiB: 8, RestoreMedianMs: 150},
+			{ID: "pandas", Imports: []string{"pandas"}, Closure: []string{"numpy", "pandas"}, ImageMiB: 40, RestoreMedianMs: 190},
+		},
+	}
+	r, err := catalogue.NewRouter(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := &run.Existing{Out: "/out", Manifest: &manifest.Manifest{Checkpoints: []manifest.Checkpoint{{ID: "empty", Dir: "empty"}, {ID: "pandas", Dir: "pandas"}}}}
+	return r, x
+}
+
+func testCorpus(t *testing.T, n int) *corpus.Corpus {
+	t.Helper()
+	var b strings.Builder
+	for i := range n {
+		switch i % 4 {
+		case 0:
+			b.WriteString(`{"imports": ["pandas.DataFrame", "numpy"]}` + "\n")
+		case 1:
+			b.WriteString(`{"imports": ["re"], "weight": 2}` + "\n")
+		case 2:
+			b.WriteString(`{"imports": ["transformers"]}` + "\n")
+		default:
+			b.WriteString(`{"imports": []}` + "\n")
+		}
+	}
+	c, err := corpus.Parse(strings.NewReader(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// The draw is deterministic, from the part asked for, never an unservable request, and
+// resolves each request's names to the modules its call imports.
+func TestDrawRequests(t *testing.T) {
+	r, x := testRouter(t)
+	c := testCorpus(t, 200)
+	draw := func(part string, n int) []corpusTrial {
+		trials, eligible, unservable, err := drawRequests(CorpusOptions{Corpus: c, Sample: n, Part: part}, r, x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if part == PartAll && (eligible != 150 || unservable != 50) {
+			t.Errorf("all: %d eligible, %d unservable", eligible, unservable)
+		}
+		return trials
+	}
+	first, again := draw(PartHeldOut, 10), draw(PartHeldOut, 10)
+	index := func(ts []corpusTrial) []int {
+		var out []int
+		for _, t := range ts {
+			out = append(out, t.req.Index)
+		}
+		return out
+	}
+	if !slices.Equal(index(first), index(again)) || len(first) != 10 || !slices.IsSorted(index(first)) {
+		t.Fatalf("draws differ or are not sorted: %v %v", index(first), index(again))
+	}
+	for _, tr := range first {
+		if !corpus.HeldOut(tr.req.Index) {
+			t.Errorf("request %d is not held out", tr.req.Index)
+		}
+		if slices.Contains(tr.req.Imports, "transformers") {
+			t.Errorf("an unservable request was drawn: %+v", tr.req)
+		}
+		switch tr.req.Index % 4 {
+		case 0:
+			if tr.req.Choice != "pandas" || tr.dir != "/out/pandas" || !slices.Equal(tr.req.Modules, []string{"numpy", "pandas"}) {
+				t.Errorf("pandas request: %+v dir %s", tr.req, tr.dir)
+			}
+		case 3:
+			if tr.req.Choice != "empty" || len(tr.req.Modules) != 0 || tr.req.Modules == nil {
+				t.Errorf("empty request: %+v", tr.req)
+			}
+		}
+	}
+	for _, tr := range draw(PartPlanned, 500) {
+		if corpus.HeldOut(tr.req.Index) {
+			t.Errorf("planned part drew held-out request %d", tr.req.Index)
+		}
+	}
+	if all := draw(PartAll, 1000); len(all) != 150 {
+		t.Errorf("all: %d requests", len(all))
+	}
+	// Weighted: requests of weight 2 (re) are drawn about twice as often as those of weight 1.
+	counts := map[int]int{}
+	for _, tr := range draw(PartAll, 30) {
+		counts[tr.req.Index%4]++
+	}
+	if counts[1] <= counts[0] || counts[1] <= counts[3] {
+		t.Errorf("draw of 30 by weight: %v (weight-2 requests are index 1 mod 4)", counts)
+	}
+}
+
+func TestCorpusSummaryAndBenchfmt(t *testing.T) {
+	r := &CorpusReport{Rounds: 2, Corpus: "c.jsonl", Part: PartHeldOut, Requests: []CorpusRequest{
+		{Index: 3, ColdMs: 1000, ChosenMs: 200, PredictedMs: 250, PredictedColdMs: 1100, Cold: manifest.Stats{Runs: []float64{900, 1100}}, Chosen: manifest.Stats{Runs: []float64{190, 210}}},
+		{Index: 12, ColdMs: 500, ChosenMs: 300, PredictedMs: 200, PredictedColdMs: 450, Cold: manifest.Stats{Runs: []float64{500, 500}}, Chosen: manifest.Stats{Runs: []float64{300, 300}}},
+	}}
+	r.Summary = summarize(r.Requests)
+	s := r.Summary
+	if s.MeanColdMs != 750 || s.MeanChosenMs != 250 || s.MeanPredictedMs != 225 || s.SavedMs != 500 || fmt.Sprintf("%.4f", s.ChosenOverCold) != "0.3333" {
+		t.Errorf("summary %+v", s)
+	}
+	if fmt.Sprintf("%.2f", s.ModelErrorPct) != "11.11" || fmt.Sprintf("%.1f", s.MeanAbsErrorPct) != "35.0" {
+		t.Errorf("model error %+v", s)
+	}
+	var buf bytes.Buffer
+	if err := WriteCorpusBenchfmt(&buf, r); err != nil {
+		t.Fatal(err)
+	}
+	text := buf.String()
+	for _, want := range []string{
+		"BenchmarkCorpus/req=00003/series=cold 1 900000000 ns/op 1100.0 predicted-ms\n",
+		"BenchmarkCorpus/req=00012/series=chosen 1 300000000 ns/op 200.0 predicted-ms\n",
+		"BenchmarkCorpusMean/series=cold 1 700000000 ns/op 775.0 predicted-ms\n",
+		"BenchmarkCorpusMean/series=chosen 1 255000000 ns/op 225.0 predicted-ms\n",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("bench.txt lacks %q:\n%s", want, text)
+		}
+	}
+	if n := strings.Count(text, "BenchmarkCorpus/"); n != 8 {
+		t.Errorf("%d run lines, want 8", n)
+	}
+	var svg bytes.Buffer
+	if err := WriteCorpusChart(&svg, r); err != nil || !strings.Contains(svg.String(), "<svg") {
+		t.Errorf("chart: %v", err)
+	}
+}

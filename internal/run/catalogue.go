@@ -1,0 +1,243 @@
+package run
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"path/filepath"
+	"slices"
+
+	"readie.dev/pipeline/internal/analysis"
+	"readie.dev/pipeline/internal/atomicfile"
+	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/pkg/catalogue"
+	"readie.dev/pipeline/pkg/manifest"
+)
+
+// CatalogueInputs are what catalogue.json holds beyond the manifest: the analysed modules, the
+// cost model's constants that a manifest does not measure, and the plan's predicted sizes.
+// Every output's catalogue is built from its manifest and these (BuildCatalogue), whether a
+// capture, a merge, a pull or a measure wrote it.
+type CatalogueInputs struct {
+	// Modules are the analysed modules (none: the catalogue prices no module).
+	Modules map[string]catalogue.Module
+	// Model gives the cold start, and the restore line when the manifest cannot (fewer than
+	// two image sizes); nil when nothing measured them.
+	Model *catalogue.CostModel
+	// Predicted is the planned image size of each set, by id.
+	Predicted map[string]float64
+	// From says where the modules came from, for the log.
+	From string
+}
+
+// FromAnalysis are the inputs an analysis gives.
+func FromAnalysis(a *analysis.File, from string) CatalogueInputs {
+	in := CatalogueInputs{Modules: a.Modules(), From: from}
+	if h := a.Host; h != nil {
+		in.Model = &catalogue.CostModel{InterceptMs: h.InterceptMs, AlphaMsPerMiB: h.AlphaMsPerMiB, ColdStartMs: h.ColdStartMs, EmptyMiB: h.EmptyMiB}
+	}
+	return in
+}
+
+// FromCatalogue are the inputs an earlier catalogue gives (a source of a merge or a pull).
+func FromCatalogue(c *catalogue.Catalogue, from string) CatalogueInputs {
+	in := CatalogueInputs{Modules: c.Modules, From: from, Predicted: map[string]float64{}}
+	model := c.CostModel
+	in.Model = &model
+	for _, cp := range c.Checkpoints {
+		if cp.PredictedMiB > 0 {
+			in.Predicted[cp.ID] = cp.PredictedMiB
+		}
+	}
+	return in
+}
+
+// MatchesManifest reports whether an analysis was measured on what m's checkpoints were made
+// with (rootfs, runsc, spec); it says why not.
+func MatchesManifest(a *analysis.File, m *manifest.Manifest) error {
+	for _, f := range []struct{ field, analysis, manifest string }{
+		{"rootfs digest", a.Image.RootfsDigest, m.Rootfs.Digest},
+		{"runsc sha256", a.Image.Runsc, m.Runsc.SHA256},
+		{"spec fingerprint", a.Image.SpecDigest, m.SpecFingerprint},
+	} {
+		if f.analysis != f.manifest {
+			return fmt.Errorf("the analysis was measured with %s %s, the output's checkpoints with %s", f.field, f.analysis, f.manifest)
+		}
+	}
+	return nil
+}
+
+// mib is a size in MiB.
+func mib(bytes int64) float64 { return float64(bytes) / (1 << 20) }
+
+// BuildCatalogue is the catalogue of the output whose manifest is m: each checkpoint's imports,
+// closure (from the analysed modules), image size, measured restore median and predicted size;
+// the modules; and the cost model: the manifest's restore line when it has two image sizes or
+// more, else the inputs' measured one; the cold start from the inputs.
+func BuildCatalogue(m *manifest.Manifest, in CatalogueInputs) (*catalogue.Catalogue, error) {
+	modules := in.Modules
+	if modules == nil {
+		modules = map[string]catalogue.Module{}
+	}
+	c := &catalogue.Catalogue{Version: catalogue.Version, Modules: modules, Checkpoints: []catalogue.Checkpoint{}}
+	var sizes []float64
+	for _, cp := range m.Checkpoints {
+		if !slices.Contains(sizes, mib(cp.Bytes)) {
+			sizes = append(sizes, mib(cp.Bytes))
+		}
+		if cp.ID == config.EmptySetID {
+			c.CostModel.EmptyMiB = mib(cp.Bytes)
+		}
+	}
+	c.CostModel.InterceptMs, c.CostModel.AlphaMsPerMiB = m.InterceptMs, m.AlphaMsPerMiB
+	if in.Model != nil {
+		c.CostModel.ColdStartMs = in.Model.ColdStartMs
+		if len(sizes) < 2 {
+			c.CostModel.InterceptMs, c.CostModel.AlphaMsPerMiB = in.Model.InterceptMs, in.Model.AlphaMsPerMiB
+		}
+	}
+	// A line fitted to noisy medians may slope down or cross zero: it prices nothing then.
+	c.CostModel.InterceptMs, c.CostModel.AlphaMsPerMiB = max(c.CostModel.InterceptMs, 0), max(c.CostModel.AlphaMsPerMiB, 0)
+	x, err := catalogue.NewIndex(modules, c.CostModel)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", catalogue.ErrInvalid, err)
+	}
+	var errsMiB, errsPct []float64
+	for _, cp := range m.Checkpoints {
+		loaded := x.NewSet()
+		for _, imp := range cp.Imports {
+			if i, ok := x.Position(imp); ok {
+				loaded.Or(x.Closure(i))
+			}
+		}
+		entry := catalogue.Checkpoint{
+			ID: cp.ID, Imports: slices.Clone(cp.Imports), Closure: x.Names(loaded),
+			ImageMiB: round2(mib(cp.Bytes)), RestoreMedianMs: cp.RestoreMS.Median,
+			PredictedMiB: round2(in.Predicted[cp.ID]),
+		}
+		if entry.Imports == nil {
+			entry.Imports = []string{}
+		}
+		if p := in.Predicted[cp.ID]; p > 0 && cp.Bytes > 0 {
+			errsMiB = append(errsMiB, math.Abs(mib(cp.Bytes)-p))
+			errsPct = append(errsPct, 100*math.Abs(mib(cp.Bytes)-p)/mib(cp.Bytes))
+		}
+		c.Checkpoints = append(c.Checkpoints, entry)
+	}
+	if len(errsMiB) > 0 {
+		c.Prediction = &catalogue.Prediction{Sets: len(errsMiB), MeanAbsErrorMiB: round2(mean(errsMiB)), MeanAbsErrorPct: round2(mean(errsPct))}
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func mean(v []float64) float64 {
+	s := 0.0
+	for _, x := range v {
+		s += x
+	}
+	return s / float64(len(v))
+}
+
+func round2(v float64) float64 { return math.Round(v*100) / 100 }
+
+// writeCatalogue builds and writes dir/catalogue.json for the manifest m.
+func writeCatalogue(dir string, m *manifest.Manifest, in CatalogueInputs) (*catalogue.Catalogue, error) {
+	c, err := BuildCatalogue(m, in)
+	if err != nil {
+		return nil, fmt.Errorf("catalogue: %w", err)
+	}
+	if err := atomicfile.WriteJSON(filepath.Join(dir, catalogue.FileName), c); err != nil {
+		return nil, fmt.Errorf("write catalogue: %w", err)
+	}
+	return c, nil
+}
+
+// catalogueInputs are the inputs of a capture's catalogue: the output's analysis.json when it
+// was measured on this image, else the analysis the caller found in the cache; the plan's
+// predictions.
+func (e *Env) catalogueInputs(out string, m *manifest.Manifest, o CaptureOptions) CatalogueInputs {
+	in := CatalogueInputs{From: "no analysis"}
+	path := filepath.Join(out, analysis.FileName)
+	a, err := analysis.Load(path)
+	switch {
+	case err == nil && MatchesManifest(a, m) == nil:
+		in = FromAnalysis(a, path)
+	case err == nil:
+		e.Log.WithField("analysis", path).Warnf("catalogue: the output's analysis is not of this image (%v): left out", MatchesManifest(a, m))
+	case !errors.Is(err, fs.ErrNotExist):
+		e.Log.WithField("analysis", path).WithError(err).Warn("catalogue: the output's analysis cannot be read: left out")
+	}
+	if in.Modules == nil && o.Analysis != nil && MatchesManifest(o.Analysis, m) == nil {
+		in = FromAnalysis(o.Analysis, "the analysis cache")
+	}
+	in.Predicted = o.Predicted
+	return in
+}
+
+// rebuildCatalogue writes out's catalogue again for its manifest m (after a measure changed its
+// restore medians), keeping the inputs of the catalogue it had; an output without one gets
+// none.
+func rebuildCatalogue(out string, m *manifest.Manifest) error {
+	old, err := catalogue.Load(filepath.Join(out, catalogue.FileName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	_, err = writeCatalogue(out, m, FromCatalogue(old, "the output's catalogue"))
+	return err
+}
+
+// mergeCatalogueInputs are the inputs of a merged output's catalogue: the modules of every
+// source's catalogue (sources agree on the image, so a module measured by two has the figures
+// of the first in merge order), the first source's cost model constants, every prediction.
+func mergeCatalogueInputs(sources []mergeSource) (CatalogueInputs, error) {
+	in := CatalogueInputs{Modules: map[string]catalogue.Module{}, Predicted: map[string]float64{}, From: "the sources' catalogues"}
+	for _, s := range sources {
+		path := filepath.Join(s.dir, catalogue.FileName)
+		c, err := catalogue.Load(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return in, fmt.Errorf("%w: source %s: %w", ErrMerge, s.dir, err)
+		}
+		from := FromCatalogue(c, path)
+		for name, mod := range from.Modules {
+			if _, ok := in.Modules[name]; !ok {
+				in.Modules[name] = mod
+			}
+		}
+		for id, p := range from.Predicted {
+			if _, ok := in.Predicted[id]; !ok {
+				in.Predicted[id] = p
+			}
+		}
+		if in.Model == nil {
+			in.Model = from.Model
+		}
+	}
+	return in, nil
+}
+
+// pulledCatalogue rebuilds the catalogue of a pulled output (in staging) for its verified
+// manifest, from the catalogue the image carried (its modules, cost model and predictions);
+// an image without one gives an output without one. A catalogue that does not parse is refused
+// like any other bad file of the image.
+func pulledCatalogue(staging string, m *manifest.Manifest) error {
+	path := filepath.Join(staging, catalogue.FileName)
+	c, err := catalogue.Load(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("the image's catalogue.json: %w", err)
+	}
+	_, err = writeCatalogue(staging, m, FromCatalogue(c, "the image's catalogue"))
+	return err
+}

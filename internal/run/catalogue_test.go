@@ -1,0 +1,222 @@
+package run
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/sirupsen/logrus"
+
+	"readie.dev/pipeline/internal/analysis"
+	"readie.dev/pipeline/internal/atomicfile"
+	"readie.dev/pipeline/pkg/catalogue"
+	"readie.dev/pipeline/pkg/manifest"
+)
+
+const mebi = 1 << 20
+
+func testManifest() *manifest.Manifest {
+	return &manifest.Manifest{
+		Rootfs: manifest.Rootfs{Digest: "sha256:root"}, Runsc: manifest.Runsc{SHA256: "runsc"}, SpecFingerprint: "sha256:spec",
+		AlphaMsPerMiB: 1.5, InterceptMs: 130,
+		Checkpoints: []manifest.Checkpoint{
+			{ID: "empty", Imports: []string{}, Bytes: 8 * mebi, RestoreMS: manifest.Stats{Median: 150}},
+			{ID: "pandas", Imports: []string{"pandas"}, Bytes: 40 * mebi, RestoreMS: manifest.Stats{Median: 190}},
+		},
+	}
+}
+
+func testAnalysis() *analysis.File {
+	mod := func(name string, own, mib float64, closure ...string) analysis.Entry {
+		return analysis.Entry{Module: name, Available: true, ImportMs: own, MiB: mib, OwnMs: own, OwnMiB: mib, Closure: append([]string{name}, closure...)}
+	}
+	return &analysis.File{
+		Version: analysis.Version,
+		Image:   analysis.Image{RootfsDigest: "sha256:root", Runsc: "runsc", SpecDigest: "sha256:spec", Runs: 3},
+		Names: map[string]analysis.Entry{
+			"numpy":  mod("numpy", 200, 9.5),
+			"pandas": {Module: "pandas", Available: true, ImportMs: 900, MiB: 31, OwnMs: 700, OwnMiB: 21.5, Closure: []string{"numpy", "pandas"}},
+			"torch":  {Module: "torch", Error: "no module named torch"},
+		},
+		Host: &analysis.Host{ColdStartMs: 400, EmptyMiB: 8, InterceptMs: 200, AlphaMsPerMiB: 4, RestoreSets: []string{"empty", "pandas"}},
+	}
+}
+
+func TestBuildCatalogue(t *testing.T) {
+	m := testManifest()
+	in := FromAnalysis(testAnalysis(), "test")
+	in.Predicted = map[string]float64{"pandas": 39}
+	c, err := BuildCatalogue(m, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The manifest's restore line (two sizes), analyze's cold start, the empty image measured.
+	want := catalogue.CostModel{InterceptMs: 130, AlphaMsPerMiB: 1.5, ColdStartMs: 400, EmptyMiB: 8}
+	if c.CostModel != want {
+		t.Errorf("cost model %+v, want %+v", c.CostModel, want)
+	}
+	p := c.Checkpoints[1]
+	if p.ID != "pandas" || !slices.Equal(p.Closure, []string{"numpy", "pandas"}) || p.ImageMiB != 40 || p.PredictedMiB != 39 || p.RestoreMedianMs != 190 {
+		t.Errorf("pandas %+v", p)
+	}
+	if e := c.Checkpoints[0]; e.ID != "empty" || len(e.Closure) != 0 || e.PredictedMiB != 0 {
+		t.Errorf("empty %+v", e)
+	}
+	if c.Prediction == nil || c.Prediction.Sets != 1 || c.Prediction.MeanAbsErrorMiB != 1 || c.Prediction.MeanAbsErrorPct != 2.5 {
+		t.Errorf("prediction %+v", c.Prediction)
+	}
+	r, err := catalogue.NewRouter(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch := r.Select([]string{"pandas.DataFrame", "numpy"}); ch.Checkpoint != "pandas" || ch.PredictedMs != 190 {
+		t.Errorf("select %+v", ch)
+	}
+
+	// With one image size the manifest has no line: analyze's serves.
+	one := testManifest()
+	one.Checkpoints = one.Checkpoints[:1]
+	c, err = BuildCatalogue(one, FromAnalysis(testAnalysis(), "test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.CostModel.InterceptMs != 200 || c.CostModel.AlphaMsPerMiB != 4 || c.Prediction != nil {
+		t.Errorf("one size: %+v", c)
+	}
+
+	// Without an analysis: checkpoints and the manifest's line, no module priced.
+	c, err = BuildCatalogue(m, CatalogueInputs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Modules) != 0 || len(c.Checkpoints[1].Closure) != 0 || c.CostModel.ColdStartMs != 0 {
+		t.Errorf("no analysis: %+v", c)
+	}
+}
+
+func TestMatchesManifest(t *testing.T) {
+	a := testAnalysis()
+	if err := MatchesManifest(a, testManifest()); err != nil {
+		t.Fatal(err)
+	}
+	a.Image.RootfsDigest = "sha256:other"
+	if err := MatchesManifest(a, testManifest()); err == nil {
+		t.Fatal("an analysis of another image matched")
+	}
+}
+
+// A capture's catalogue takes the output's analysis.json only when it was measured on the
+// image the manifest names.
+func TestCatalogueInputsOfACapture(t *testing.T) {
+	out := t.TempDir()
+	e := &Env{Log: discardLog()}
+	a := testAnalysis()
+	if err := a.Save(filepath.Join(out, analysis.FileName)); err != nil {
+		t.Fatal(err)
+	}
+	if in := e.catalogueInputs(out, testManifest(), CaptureOptions{}); len(in.Modules) != 3 {
+		t.Errorf("inputs from the output's analysis: %+v", in)
+	}
+	other := testManifest()
+	other.Rootfs.Digest = "sha256:another"
+	if in := e.catalogueInputs(out, other, CaptureOptions{}); in.Modules != nil {
+		t.Errorf("an analysis of another image was taken: %+v", in)
+	}
+	// The cached analysis serves when the output has none of its image.
+	cached := testAnalysis()
+	cached.Image.RootfsDigest = "sha256:another"
+	if in := e.catalogueInputs(out, other, CaptureOptions{Analysis: cached}); len(in.Modules) != 3 {
+		t.Errorf("the cached analysis was not taken: %+v", in)
+	}
+}
+
+// Measure, merge and pull rebuild the catalogue from the one they had, for the new manifest.
+func TestRebuildCatalogue(t *testing.T) {
+	out := t.TempDir()
+	m := testManifest()
+	in := FromAnalysis(testAnalysis(), "test")
+	in.Predicted = map[string]float64{"pandas": 39}
+	if _, err := writeCatalogue(out, m, in); err != nil {
+		t.Fatal(err)
+	}
+	m.Checkpoints[1].RestoreMS.Median = 175
+	if err := rebuildCatalogue(out, m); err != nil {
+		t.Fatal(err)
+	}
+	c, err := catalogue.Load(filepath.Join(out, catalogue.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Checkpoints[1].RestoreMedianMs != 175 || c.Checkpoints[1].PredictedMiB != 39 || len(c.Modules) != 3 || c.CostModel.ColdStartMs != 400 {
+		t.Errorf("rebuilt catalogue %+v", c)
+	}
+	// A pulled image's catalogue is rebuilt for the verified manifest; a bad one is refused.
+	if err := pulledCatalogue(out, m); err != nil {
+		t.Fatal(err)
+	}
+	atomicfile.Write(filepath.Join(out, catalogue.FileName), []byte(`{"version": 9}`), 0o644)
+	if err := pulledCatalogue(out, m); !errors.Is(err, catalogue.ErrInvalid) {
+		t.Errorf("a bad pulled catalogue: %v", err)
+	}
+	os.Remove(filepath.Join(out, catalogue.FileName))
+	if err := pulledCatalogue(out, m); err != nil {
+		t.Errorf("an image without a catalogue: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(out, catalogue.FileName)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a catalogue appeared from nothing: %v", err)
+	}
+}
+
+func TestMergeCatalogueInputs(t *testing.T) {
+	a, b := t.TempDir(), t.TempDir()
+	in := FromAnalysis(testAnalysis(), "test")
+	if _, err := writeCatalogue(a, testManifest(), in); err != nil {
+		t.Fatal(err)
+	}
+	got, err := mergeCatalogueInputs([]mergeSource{{dir: a}, {dir: b}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Modules) != 3 || got.Model == nil || got.Model.ColdStartMs != 400 {
+		t.Errorf("merged inputs %+v", got)
+	}
+	atomicfile.Write(filepath.Join(b, catalogue.FileName), []byte(`[]`), 0o644)
+	if _, err := mergeCatalogueInputs([]mergeSource{{dir: a}, {dir: b}}); !errors.Is(err, ErrMerge) {
+		t.Errorf("a source with a bad catalogue: %v", err)
+	}
+}
+
+func discardLog() *logrus.Logger {
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	return log
+}
+
+// analyze and plan-sets write into an output only under its lock: while a capture holds it,
+// the write is refused, naming the holder, and nothing is written.
+func TestWriteInOutputTakesTheLock(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	held, err := LockOutput(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(path string) error { return os.WriteFile(path, []byte("x"), 0o644) }
+	if err := WriteInOutput(out, "analysis.json", write); !errors.Is(err, ErrLocked) {
+		t.Fatalf("write into a locked output: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(out, "analysis.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("written anyway: %v", err)
+	}
+	held.Unlock()
+	if err := WriteInOutput(out, "analysis.json", write); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "a-file")
+	os.WriteFile(file, nil, 0o644)
+	if err := WriteInOutput(file, "analysis.json", write); !errors.Is(err, ErrSetup) {
+		t.Errorf("an output that is a file: %v", err)
+	}
+}

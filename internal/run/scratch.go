@@ -1,0 +1,53 @@
+package run
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"readie.dev/pipeline/pkg/sandbox"
+)
+
+// Scratch is what a command that starts sandboxes outside a capture needs (analyze, the corpus
+// bench): runs that are over are swept from the shared directories first (their sandboxes,
+// scratch directories and pending store entries), then a scratch directory named after this
+// run's lease is made. cleanup removes it; call it after every sandbox is deleted.
+func (e *Env) Scratch(ctx context.Context) (work string, cleanup func(), err error) {
+	if err := os.MkdirAll(e.Runtime.Root, 0o700); err != nil {
+		return "", nil, fmt.Errorf("%w: runsc root: %w", ErrSetup, err)
+	}
+	if err := e.sweepShared(ctx); err != nil {
+		return "", nil, err
+	}
+	return e.workDir()
+}
+
+// SpecFingerprint is the fingerprint of the spec every sandbox of this environment shares
+// (the restore spec's, as the manifest records it): what a measurement of the image depends
+// on besides the rootfs and runsc.
+func (e *Env) SpecFingerprint() (string, error) {
+	spec, err := e.restoreSpec()
+	if err != nil {
+		return "", err
+	}
+	return sandbox.Fingerprint(spec, e.Runtime.Flags)
+}
+
+// WriteInOutput writes one file of the output directory out (analysis.json, plan.json) with
+// write, under the output's lock so that no capture replaces out meanwhile; out is made when
+// missing. A capture carries these files over into the output it makes (carriedOver).
+func WriteInOutput(out, name string, write func(path string) error) error {
+	if fi, err := os.Stat(out); err == nil && !fi.IsDir() {
+		return fmt.Errorf("%w: output %s exists and is not a directory", ErrSetup, out)
+	}
+	lock, err := LockOutput(out)
+	if err != nil {
+		return err
+	}
+	defer lock.Unlock()
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	return write(filepath.Join(out, name))
+}
