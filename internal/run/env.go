@@ -17,10 +17,12 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
 
+	"readie.dev/pipeline/internal/filedigest"
 	"readie.dev/pipeline/internal/oci"
 
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/lease"
+	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/pkg/capture"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
@@ -42,7 +44,7 @@ const ImageInfoPath = "usr/lib/readie/image.json"
 // A run over an existing output uses a copy shaped by that output's manifest (forManifest).
 type Env struct {
 	Config  *config.Config
-	Runtime *sandbox.Runtime
+	Runtime *sandboxes.Runtime
 	// RunscSHA256 is the digest of the runsc binary, hashed once per run (it is 100 MB).
 	RunscSHA256 string
 	// Rootfs is the image sandboxes run; set by Capture from the config, or from the manifest
@@ -66,7 +68,7 @@ type Env struct {
 // checked by the step that needs it: a capture uses the config's, a run over an existing
 // output the manifest's.
 func NewEnv(ctx context.Context, cfg *config.Config, log logrus.FieldLogger) (*Env, error) {
-	rt := &sandbox.Runtime{
+	rt := &sandboxes.Runtime{
 		Path: cfg.Runsc.Path,
 		Root: cfg.Runsc.Root,
 		Flags: sandbox.Flags{
@@ -78,7 +80,7 @@ func NewEnv(ctx context.Context, cfg *config.Config, log logrus.FieldLogger) (*E
 	if err := rt.Check(ctx); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
 	}
-	binary, err := manifest.HashFile(rt.Path)
+	_, binary, err := filedigest.Of(rt.Path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
 	}
@@ -93,7 +95,7 @@ func NewEnv(ctx context.Context, cfg *config.Config, log logrus.FieldLogger) (*E
 		return nil, err
 	}
 	rt.Lease = l
-	return &Env{Config: cfg, Runtime: rt, RunscSHA256: binary.SHA256, RestoreFlags: slices.Clone(cfg.Runsc.RestoreFlags), Log: log, sandboxEnv: env, lease: l}, nil
+	return &Env{Config: cfg, Runtime: rt, RunscSHA256: binary, RestoreFlags: slices.Clone(cfg.Runsc.RestoreFlags), Log: log, sandboxEnv: env, lease: l}, nil
 }
 
 // Close ends the run: it releases its lease, so its lock files in shared directories go.
@@ -170,8 +172,8 @@ func OpenRootfs(path string) (manifest.Rootfs, error) {
 
 // Launcher starts sandboxes of this environment's shape, each bounded by limit; workDir
 // holds their bundles.
-func (e *Env) Launcher(workDir string, limit time.Duration) measure.Launcher {
-	return measure.Launcher{Runtime: e.Runtime, Rootfs: e.Rootfs.Path, WorkDir: workDir, Env: e.sandboxEnv, Timeout: limit}
+func (e *Env) Launcher(workDir string, limit time.Duration) sandboxes.Launcher {
+	return sandboxes.Launcher{Runtime: e.Runtime, Rootfs: e.Rootfs.Path, WorkDir: workDir, Env: e.sandboxEnv, Timeout: limit}
 }
 
 // Restorer restores checkpoints of this environment with its restore flags, each restore

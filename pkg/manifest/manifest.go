@@ -4,12 +4,9 @@
 package manifest
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -214,19 +211,4 @@ func readJSON(path string, v any) error {
 		return fmt.Errorf("parse %s: %w", path, err)
 	}
 	return nil
-}
-
-// HashFile returns a file's size and "sha256:" digest.
-func HashFile(path string) (File, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return File{}, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return File{}, fmt.Errorf("hash %s: %w", path, err)
-	}
-	return File{Bytes: n, SHA256: "sha256:" + hex.EncodeToString(h.Sum(nil))}, nil
 }
