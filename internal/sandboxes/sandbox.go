@@ -181,35 +181,21 @@ func (s *Sandbox) Restore(ctx context.Context, o RestoreOptions) (int, error) {
 	}
 	opts := &runsc.RestoreOpts{ImagePath: o.ImageDir, Detach: o.Detach, ExtraArgs: o.Flags}
 	if s.stdio.attached() {
-		// A sandbox made by Create already has its stdio, and runsc restore then says why it
-		// failed on a stderr of its own: keep it beside the logs, where a failed run's kept
-		// directory finds it (the driver quotes it in the error too).
-		f, err := os.OpenFile(filepath.Join(s.Bundle, "restore-stderr.log"), os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o600)
+		// A sandbox made by Create already has its stdio, and runsc restore then writes on a
+		// stderr of its own: keep it beside the logs, where a failed run's kept directory finds
+		// it (the driver's error quotes runsc's messages already).
+		f, err := os.OpenFile(filepath.Join(s.Bundle, "restore-stderr.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 		if err != nil {
 			return -1, err
 		}
 		defer f.Close()
 		opts.IO = runsc.IO{Stderr: f}
-		status, err := s.driver.Restore(ctx, s.ID, s.Bundle, opts)
-		if err != nil {
-			if words := strings.TrimSpace(readAll(f)); words != "" {
-				err = fmt.Errorf("%w: %s", err, words)
-			}
-		}
-		return status, err
+		return s.driver.Restore(ctx, s.ID, s.Bundle, opts)
 	}
 	opts.IO = s.stdio.childEnds()
 	status, err := s.driver.Restore(ctx, s.ID, s.Bundle, opts)
 	s.stdio.closeChildEnds()
 	return status, err
-}
-
-func readAll(f *os.File) string {
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return ""
-	}
-	data, _ := io.ReadAll(io.LimitReader(f, 64<<10))
-	return string(data)
 }
 
 // Kill sends sig to the sandbox's process (`runsc kill`).

@@ -69,11 +69,15 @@ type Runsc struct {
 }
 
 // IO is the stdio a command hands to the sandbox's process (run, create, and a restore that
-// makes its own sandbox). They must be files: the sandbox outlives a create or a detached
-// restore, and os/exec would otherwise wait for it through its copying goroutines. Give
-// pipes, not regular files: a restored process writes to a regular file at the offset it had
-// when it was saved. A nil Stdin or Stdout is /dev/null. With Stderr nil, runsc's own
-// stderr goes to an unlinked temporary file that the error quotes when the command fails.
+// makes its own sandbox); a nil field is /dev/null. They must be files: the sandbox outlives
+// a create or a detached restore, and os/exec would otherwise wait for it through its copying
+// goroutines. A restore must give the process stdio of the kinds it had when it was saved
+// (seen here: an executor captured with a pipe as stderr and restored with /dev/null there
+// never answered; one captured with a regular file stopped at once): the pipeline captures
+// with /dev/null as stdin and pipes as stdout and stderr, so give a restore of its outputs
+// pipes for both. Never a regular file: a restored process writes to one at the offset it had
+// when it was saved. runsc's own error messages need none of them: the driver reads those
+// through --log-fd.
 type IO struct {
 	Stdin, Stdout, Stderr *os.File
 }
@@ -156,10 +160,17 @@ type Container struct {
 // same string.
 func (r *Runsc) Version(ctx context.Context) (string, error) {
 	// Without the global flags: --version needs none, and a DebugLog would log it.
-	bare := Runsc{Path: r.Path, CommandTimeout: r.CommandTimeout}
-	out, err := bare.output(ctx, "", "--version")
+	ctx, cancel := r.bounded(ctx, "--version")
+	defer cancel()
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, r.Path, "--version")
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		return "", err
+		if ctx.Err() != nil {
+			return "", fmt.Errorf("%w: %s --version: %w: %w", ErrFailed, r.Path, context.Cause(ctx), ctx.Err())
+		}
+		return "", fmt.Errorf("%w: %s --version: %w: %s", ErrFailed, r.Path, err, strings.TrimSpace(stderr.String()))
 	}
 	line, _, _ := strings.Cut(string(out), "\n")
 	version := strings.TrimSpace(strings.TrimPrefix(line, "runsc version"))
@@ -280,14 +291,33 @@ func (r *Runsc) commandTimeout() time.Duration {
 	return DefaultCommandTimeout
 }
 
-// command prepares runsc with args. runsc gets a process group of its own, so a Ctrl-C on
-// the terminal reaches the caller, which decides what to delete, and not runsc; and TZ=UTC,
-// because runsc's debug logs stamp lines with the local wall clock and no zone.
-func (r *Runsc) command(ctx context.Context, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, r.Path, append(r.globalArgs(), args...)...)
+// command prepares runsc with args, and the file where runsc writes its error messages
+// (--log-fd: JSON lines, whatever the process's stderr is). runsc gets a process group of its
+// own, so a Ctrl-C on the terminal reaches the caller, which decides what to delete, and not
+// runsc; and TZ=UTC, because runsc's debug logs stamp lines with the local wall clock and no
+// zone. The error log is a regular file, unlinked at once, not a pipe: the sandbox's
+// processes inherit it, and a pipe would keep the command from being waited for.
+func (r *Runsc) command(ctx context.Context, io IO, args ...string) (*exec.Cmd, *os.File, error) {
+	errorLog, err := os.CreateTemp("", "runsc-errors-")
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: a file for runsc's error messages: %w", ErrFailed, err)
+	}
+	os.Remove(errorLog.Name())
+	cmd := exec.CommandContext(ctx, r.Path, append(append([]string{"--log-fd=3"}, r.globalArgs()...), args...)...)
+	cmd.ExtraFiles = []*os.File{errorLog}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Env = append(os.Environ(), "TZ=UTC")
-	return cmd
+	// A nil *os.File in an io.Reader or io.Writer would not be nil: set only those given.
+	if io.Stdin != nil {
+		cmd.Stdin = io.Stdin
+	}
+	if io.Stdout != nil {
+		cmd.Stdout = io.Stdout
+	}
+	if io.Stderr != nil {
+		cmd.Stderr = io.Stderr
+	}
+	return cmd, errorLog, nil
 }
 
 // bounded limits a command that should return at once; on expiry the error names the command
@@ -301,16 +331,15 @@ func (r *Runsc) bounded(ctx context.Context, command string) (context.Context, c
 func (r *Runsc) output(ctx context.Context, id string, args ...string) ([]byte, error) {
 	ctx, cancel := r.bounded(ctx, args[0])
 	defer cancel()
-	var stdout bytes.Buffer
-	cmd := r.command(ctx, args...)
-	cmd.Stdout = &stdout
-	stderr, err := captureStderr(cmd, nil)
+	cmd, errorLog, err := r.command(ctx, IO{}, args...)
 	if err != nil {
 		return nil, err
 	}
-	defer stderr.Close()
+	defer errorLog.Close()
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
 	err = cmd.Run()
-	return stdout.Bytes(), r.fail(ctx, args[0], id, err, stderr)
+	return stdout.Bytes(), r.fail(ctx, args[0], id, err, errorLog)
 }
 
 // run runs a command with io as its stdio and returns its exit status; bounded commands are
@@ -321,18 +350,11 @@ func (r *Runsc) run(ctx context.Context, bounded bool, id string, io IO, args ..
 		ctx, cancel = r.bounded(ctx, args[0])
 		defer cancel()
 	}
-	cmd := r.command(ctx, args...)
-	if io.Stdin != nil {
-		cmd.Stdin = io.Stdin
-	}
-	if io.Stdout != nil {
-		cmd.Stdout = io.Stdout
-	}
-	stderr, err := captureStderr(cmd, io.Stderr)
+	cmd, errorLog, err := r.command(ctx, io, args...)
 	if err != nil {
 		return -1, err
 	}
-	defer stderr.Close()
+	defer errorLog.Close()
 	err = cmd.Run()
 	status := 0
 	if err != nil {
@@ -342,57 +364,39 @@ func (r *Runsc) run(ctx context.Context, bounded bool, id string, io IO, args ..
 			status = exit.ExitCode()
 		}
 	}
-	return status, r.fail(ctx, args[0], id, err, stderr)
+	return status, r.fail(ctx, args[0], id, err, errorLog)
 }
 
-// stderrCapture holds what runsc wrote on a stderr of the driver's own: an unlinked
-// temporary file, not a pipe, since a process runsc leaves behind may keep it open and a pipe
-// would keep the command from being waited for.
-type stderrCapture struct{ file *os.File }
+// maxWords is how much of runsc's error log an error quotes: its end, where runsc says why.
+const maxWords = 8 << 10
 
-// captureStderr gives cmd the caller's stderr, or a capture of its own when there is none.
-func captureStderr(cmd *exec.Cmd, given *os.File) (*stderrCapture, error) {
-	if given != nil {
-		cmd.Stderr = given
-		return &stderrCapture{}, nil
-	}
-	f, err := os.CreateTemp("", "runsc-stderr-")
-	if err != nil {
-		return nil, fmt.Errorf("%w: a file for runsc's stderr: %w", ErrFailed, err)
-	}
-	os.Remove(f.Name())
-	cmd.Stderr = f
-	return &stderrCapture{file: f}, nil
-}
-
-// maxWords is how much of runsc's stderr an error quotes: its end, where runsc says why.
-const maxWords = 4 << 10
-
-// words returns the end of what runsc wrote, trimmed.
-func (c *stderrCapture) words() string {
-	if c.file == nil {
-		return ""
-	}
-	size, err := c.file.Seek(0, io.SeekEnd)
+// words returns the messages runsc wrote to its error log, joined.
+func words(errorLog *os.File) string {
+	size, err := errorLog.Seek(0, io.SeekEnd)
 	if err != nil {
 		return ""
 	}
 	start := max(size-maxWords, 0)
 	buf := make([]byte, size-start)
-	n, _ := c.file.ReadAt(buf, start)
-	return strings.TrimSpace(string(buf[:n]))
-}
-
-func (c *stderrCapture) Close() {
-	if c.file != nil {
-		c.file.Close()
+	n, _ := errorLog.ReadAt(buf, start)
+	var msgs []string
+	for _, line := range strings.Split(string(buf[:n]), "\n") {
+		var entry struct {
+			Msg string `json:"msg"`
+		}
+		if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg != "" {
+			msgs = append(msgs, strings.TrimSpace(entry.Msg))
+		} else if line = strings.TrimSpace(line); line != "" {
+			msgs = append(msgs, line)
+		}
 	}
+	return strings.Join(msgs, "; ")
 }
 
 // fail turns a command's error into one that names the command, the container and why: the
 // context's cause when it ended (still matching context.DeadlineExceeded or
 // context.Canceled), the exit status, and runsc's own words.
-func (r *Runsc) fail(ctx context.Context, command, id string, err error, stderr *stderrCapture) error {
+func (r *Runsc) fail(ctx context.Context, command, id string, err error, errorLog *os.File) error {
 	if err == nil {
 		return nil
 	}
@@ -410,8 +414,8 @@ func (r *Runsc) fail(ctx context.Context, command, id string, err error, stderr 
 	if errors.As(err, &exit) && exit.ExitCode() >= 0 {
 		err = &ExitError{Status: exit.ExitCode()}
 	}
-	if words := stderr.words(); words != "" {
-		return fmt.Errorf("%w: %s: %w: %s", ErrFailed, what, err, words)
+	if w := words(errorLog); w != "" {
+		return fmt.Errorf("%w: %s: %w: %s", ErrFailed, what, err, w)
 	}
 	return fmt.Errorf("%w: %s: %w", ErrFailed, what, err)
 }
