@@ -1,6 +1,10 @@
 // Package capture turns one package set into one checkpoint directory: it runs the executor
 // in capture mode under runsc, checks the evidence that the checkpoint really happened, and
 // writes meta.json beside the image files.
+//
+// Run captures a Request in one of the pipeline's sandboxes (internal/sandboxes: the run's
+// IDs, logs and deletion), so only this module calls it; Marker is the executor's line that
+// says it reached the checkpoint; every failure matches ErrCapture.
 package capture
 
 import (

@@ -1,6 +1,12 @@
 // Package manifest holds the types of manifest.json (one per output directory) and meta.json
-// (one per checkpoint), their atomic writing and loading, and the protocol check a worker makes
-// before it loads any artifact.
+// (one per checkpoint), and what a worker checks before it restores any of an output.
+//
+// A worker: Load (refuses paths outside the output), CheckProtocol with
+// executorproto.Version, Verify (the restore spec's fingerprint, every meta.json and image
+// file against the manifest), then sandbox.RestoreSpec with the manifest's SpecFingerprint
+// and RunscFlags, and pkg/runsc with its RunscFlags and RestoreFlags. ReadImageHeader and
+// DecodeImageHeader read gVisor's checkpoint.img header without runsc. It pulls in no runsc
+// driver: its only dependency outside the standard library is the OCI runtime-spec.
 package manifest
 
 import (
