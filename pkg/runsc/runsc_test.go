@@ -45,7 +45,7 @@ func driver(t *testing.T) *runsc.Runsc {
 }
 
 // bundle writes spec as the config.json of a fresh bundle.
-func bundle(t *testing.T, work, name string, spec *specs.Spec) string {
+func bundle(t testing.TB, work, name string, spec *specs.Spec) string {
 	t.Helper()
 	dir := filepath.Join(work, name)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -59,7 +59,7 @@ func bundle(t *testing.T, work, name string, spec *specs.Spec) string {
 }
 
 // hostDir is a fresh directory for the executor's bind mount.
-func hostDir(t *testing.T, work, name string) string {
+func hostDir(t testing.TB, work, name string) string {
 	t.Helper()
 	dir := filepath.Join(work, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
