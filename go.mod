@@ -3,7 +3,6 @@ module readie.dev/pipeline
 go 1.26.0
 
 require (
-	github.com/containerd/go-runc v1.2.1
 	github.com/google/go-containerregistry v0.22.1
 	github.com/kisielk/og-rek v1.3.0
 	github.com/klauspost/compress v1.19.2
@@ -26,7 +25,6 @@ require (
 	github.com/aclements/go-moremath v0.0.0-20210112150236-f10218a38794 // indirect
 	github.com/ajstarks/svgo v0.0.0-20211024235047-1546f124cd8b // indirect
 	github.com/aristanetworks/gomap v0.0.0-20230726210543-f4e41046dced // indirect
-	github.com/containerd/console v1.0.5 // indirect
 	github.com/docker/cli v29.7.2+incompatible // indirect
 	github.com/docker/docker-credential-helpers v0.9.3 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect

@@ -19,6 +19,7 @@ import (
 	"readie.dev/pipeline/internal/bench"
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/run"
+	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/internal/setplan"
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/catalogue"
@@ -297,7 +298,7 @@ func restoreAndCheck(t *testing.T, cfgPath, out string, m *manifest.Manifest, ch
 	if _, err := env.Smoker(work).Smoke(ctx, ch.Checkpoint, dir, ch.Modules); err != nil {
 		t.Fatalf("restore of %s for %v: %v", ch.Checkpoint, ch.Modules, err)
 	}
-	rt := &sandbox.Runtime{Path: cfg.Runsc.Path, Root: cfg.Runsc.Root, Flags: sandbox.DefaultFlags()}
+	rt := &sandboxes.Runtime{Path: cfg.Runsc.Path, Root: cfg.Runsc.Root, Flags: sandbox.DefaultFlags()}
 	if ids, err := rt.List(ctx); err != nil || len(ids) != 0 {
 		t.Errorf("sandboxes left: %v %v", ids, err)
 	}

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/sandbox"
@@ -77,8 +78,8 @@ func (e *faultEnv) blockingConfig(t *testing.T) string {
 // blockingEnv is the environment that puts the blocking module on the executor's path.
 var blockingEnv = map[string]string{"PYTHONPATH": testenv.TestingPythonPath}
 
-func (e *faultEnv) runtime() *sandbox.Runtime {
-	return &sandbox.Runtime{Path: e.runsc, Root: e.root, Flags: sandbox.DefaultFlags()}
+func (e *faultEnv) runtime() *sandboxes.Runtime {
+	return &sandboxes.Runtime{Path: e.runsc, Root: e.root, Flags: sandbox.DefaultFlags()}
 }
 
 // waitForBlockedCapture waits until the blocking set's capture sandbox runs and its executor
@@ -402,7 +403,7 @@ func TestFaultSIGKILLLeftovers(t *testing.T) {
 	p := startPipelineEnv(t, blockingEnv, "capture", "--config", e.blockingConfig(t))
 	p.drain()
 	left := e.waitForBlockedCapture(t)
-	run, ok := sandbox.OwnerRun(left)
+	run, ok := sandboxes.OwnerRun(left)
 	if !ok {
 		t.Fatalf("sandbox %s carries no run", left)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/internal/bench"
+	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/sandbox"
@@ -184,7 +185,7 @@ func TestCaptureVerify(t *testing.T) {
 			t.Errorf("checkpoint %+v", c)
 		}
 	}
-	rt := &sandbox.Runtime{Path: testenv.RunscPath(t), Root: root, Flags: sandbox.DefaultFlags()}
+	rt := &sandboxes.Runtime{Path: testenv.RunscPath(t), Root: root, Flags: sandbox.DefaultFlags()}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if ids, err := rt.List(ctx); err != nil || len(ids) != 0 {

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/internal/testenv"
-	"readie.dev/pipeline/pkg/sandbox"
 )
 
 // nsProcess is this test binary running as the pipeline as pid 1 of a pid namespace of its
@@ -120,7 +120,7 @@ type runLeftovers struct {
 
 func (e *faultEnv) leftoversOf(t *testing.T, sandboxID string) runLeftovers {
 	t.Helper()
-	run, ok := sandbox.OwnerRun(sandboxID)
+	run, ok := sandboxes.OwnerRun(sandboxID)
 	if !ok {
 		t.Fatalf("sandbox %s carries no run", sandboxID)
 	}

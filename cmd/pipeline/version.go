@@ -7,7 +7,7 @@ import (
 	"runtime/debug"
 
 	"readie.dev/pipeline/pkg/executorproto"
-	"readie.dev/pipeline/pkg/sandbox"
+	"readie.dev/pipeline/pkg/runsc"
 )
 
 type versionCmd struct{ config configFlag }
@@ -37,13 +37,13 @@ func (c *versionCmd) Execute(ctx context.Context, con *console, args []string) e
 	if err != nil {
 		return err
 	}
-	rt := &sandbox.Runtime{Path: cfg.Runsc.Path, CommandTimeout: cfg.Timeouts.RunscCommand}
-	runsc, err := rt.Version(ctx)
+	rt := &runsc.Runsc{Path: cfg.Runsc.Path, CommandTimeout: cfg.Timeouts.RunscCommand}
+	runscVersion, err := rt.Version(ctx)
 	if err != nil {
 		fmt.Fprintf(con.stdout, "runsc: not installed at %s (run `make runsc`)\n", cfg.Runsc.Path)
 		return nil
 	}
 	module, moduleVersion, _ := rt.Module()
-	fmt.Fprintf(con.stdout, "runsc %s (%s@%s) at %s\n", runsc, module, moduleVersion, cfg.Runsc.Path)
+	fmt.Fprintf(con.stdout, "runsc %s (%s@%s) at %s\n", runscVersion, module, moduleVersion, cfg.Runsc.Path)
 	return nil
 }

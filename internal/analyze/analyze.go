@@ -79,7 +79,7 @@ type analyzer struct {
 	base  key
 	host  string
 	cpu   string
-	box   *sandboxes
+	box   *starter
 
 	// The scratch directory is made when the first sandbox needs it: a cached analysis
 	// starts none and sweeps nothing.
@@ -133,9 +133,9 @@ func Run(ctx context.Context, env *run.Env, names []string, o Options) (*analysi
 	return f, rep, err
 }
 
-// sandboxes returns the sandbox starter, making the scratch directory (and sweeping what runs
+// starter returns the sandbox starter, making the scratch directory (and sweeping what runs
 // that died left) the first time.
-func (a *analyzer) sandboxes(ctx context.Context) (*sandboxes, error) {
+func (a *analyzer) starter(ctx context.Context) (*starter, error) {
 	a.scratchOnce.Do(func() {
 		a.work, a.cleanup, a.scratchErr = a.env.Scratch(ctx)
 		if a.scratchErr == nil {
@@ -174,7 +174,7 @@ type found struct {
 }
 
 func (a *analyzer) run(ctx context.Context, names []string) (*analysis.File, *Report, error) {
-	a.box = &sandboxes{}
+	a.box = &starter{}
 	rep := &Report{Unavailable: map[string]string{}}
 
 	// 1. Names to modules, and the image's standard library.
@@ -347,7 +347,7 @@ func (a *analyzer) findModules(ctx context.Context, candidates []string) (map[st
 	if a.cache.readOnly {
 		return nil, nil, fmt.Errorf("%w: whether %d names are modules", errNotCached, len(missing))
 	}
-	box, err := a.sandboxes(ctx)
+	box, err := a.starter(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -394,7 +394,7 @@ func (a *analyzer) probeAll(ctx context.Context, modules []string) (map[string]p
 			k := a.key("probe")
 			k.Module = m
 			p, fresh, err := lookup(a.cache, k, func() (probe, error) {
-				box, err := a.sandboxes(ctx)
+				box, err := a.starter(ctx)
 				if err != nil {
 					return probe{}, err
 				}
@@ -446,7 +446,7 @@ func (a *analyzer) timed(ctx context.Context, kind string, preload []string, mod
 	k := a.timedKey(kind)
 	k.Module, k.Preload = module, slices.Clone(preload)
 	return lookup(a.cache, k, func() (runs, error) {
-		box, err := a.sandboxes(ctx)
+		box, err := a.starter(ctx)
 		if err != nil {
 			return runs{}, err
 		}

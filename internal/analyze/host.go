@@ -113,7 +113,7 @@ func cmpFloat(a, b float64) int {
 // measureRestoreLine captures each set into the scratch directory, times its restores one at a
 // time, and removes the images.
 func (a *analyzer) measureRestoreLine(ctx context.Context, sets [][]string) (restoreLine, error) {
-	box, err := a.sandboxes(ctx)
+	box, err := a.starter(ctx)
 	if err != nil {
 		return restoreLine{}, err
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/capture"
 	"readie.dev/pipeline/pkg/measure"
@@ -35,7 +36,7 @@ func TestDirtyTracksPagesImg(t *testing.T) {
 	work := testenv.WorkDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	box := &sandboxes{launcher: measure.Launcher{Runtime: rt, Rootfs: rootfs, WorkDir: work, Timeout: 5 * time.Minute}}
+	box := &starter{launcher: sandboxes.Launcher{Runtime: rt, Rootfs: rootfs, WorkDir: work, Timeout: 5 * time.Minute}}
 	pagesMiB := func(imports []string) float64 {
 		t.Helper()
 		dir := filepath.Join(work, "image")

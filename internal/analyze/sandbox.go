@@ -8,15 +8,15 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"readie.dev/pipeline/pkg/measure"
+	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
-// sandboxes starts the analysis's sandboxes: every one of the image's spec shape (network
+// starter starts the analysis's sandboxes: every one of the image's spec shape (network
 // none, read-only root; the executor, or python3 -c in its place), bounded by a timeout and
 // deleted on every path.
-type sandboxes struct {
-	launcher measure.Launcher
+type starter struct {
+	launcher sandboxes.Launcher
 	// started counts the sandboxes started: a second analysis of the same corpus starts none.
 	started atomic.Int64
 }
@@ -29,14 +29,14 @@ type importRun struct {
 	ColdMs float64 `json:"cold_ms"`
 }
 
-func (s *sandboxes) importOnce(ctx context.Context, step string, preload []string, module string) (importRun, error) {
+func (s *starter) importOnce(ctx context.Context, step string, preload []string, module string) (importRun, error) {
 	request, err := importRequest(preload, module)
 	if err != nil {
 		return importRun{}, err
 	}
 	s.started.Add(1)
 	var res importResult
-	marks, err := s.launcher.TimedCall(ctx, "analyze", step, nil, nil, func(ctx context.Context, sb *sandbox.Sandbox) error {
+	marks, err := s.launcher.TimedCall(ctx, "analyze", step, nil, nil, func(ctx context.Context, sb *sandboxes.Sandbox) error {
 		if err := sb.Create(ctx); err != nil {
 			return err
 		}
@@ -67,7 +67,7 @@ type probeResult struct {
 // resolve asks the image which candidates are modules, in one sandbox running python3 -c. A
 // candidate whose probe kills or hangs the interpreter is marked not a module (with why), and
 // the probe runs again for the ones after it; at most one sandbox per such candidate.
-func (s *sandboxes) resolve(ctx context.Context, candidates []string) (*probeResult, error) {
+func (s *starter) resolve(ctx context.Context, candidates []string) (*probeResult, error) {
 	res := &probeResult{Modules: map[string]bool{}, Errors: map[string]string{}}
 	todo := candidates
 	for first := true; first || len(todo) > 0; first = false {
@@ -128,7 +128,7 @@ func (s *sandboxes) resolve(ctx context.Context, candidates []string) (*probeRes
 // runPython runs python3 -c script with args in a sandbox of the image's shape and returns its
 // stdout and how the process ended (runErr: a non-zero exit or a timeout, with the stderr's
 // end); err is what must stop the analysis (a sandbox that could not be made or deleted).
-func (s *sandboxes) runPython(ctx context.Context, step, script string, args []string) (out string, runErr, err error) {
+func (s *starter) runPython(ctx context.Context, step, script string, args []string) (out string, runErr, err error) {
 	s.started.Add(1)
 	sb, err := s.launcher.NewSandbox("analyze", step, sandbox.ModeSandbox, nil, append([]string{"python3", "-c", script}, args...))
 	if err != nil {

@@ -7,9 +7,9 @@ import (
 	"sync"
 	"time"
 
+	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
-	"readie.dev/pipeline/pkg/sandbox"
 )
 
 // Concurrent is K restores of one checkpoint started at the same moment, with one variant's
@@ -40,12 +40,12 @@ func batch(ctx context.Context, r *measure.Restorer, set Set, dir string, k int)
 	var ready sync.WaitGroup
 	ready.Add(k)
 	var wg sync.WaitGroup
-	marks := make([]measure.CallMarks, k)
+	marks := make([]sandboxes.CallMarks, k)
 	errs := make([]error, k)
 	for i := range k {
 		wg.Go(func() {
 			waited := false
-			wait := func(ctx context.Context, sb *sandbox.Sandbox) error {
+			wait := func(ctx context.Context, sb *sandboxes.Sandbox) error {
 				waited = true
 				ready.Done()
 				select {
@@ -55,7 +55,7 @@ func batch(ctx context.Context, r *measure.Restorer, set Set, dir string, k int)
 					return context.Cause(ctx)
 				}
 			}
-			marks[i], errs[i] = r.TimedCall(ctx, set.ID, fmt.Sprintf("conc%d", i), nil, wait, r.StartRestore(dir), request,
+			marks[i], errs[i] = r.TimedCall(ctx, set.ID, fmt.Sprintf("conc%d", i), nil, wait, sandboxes.RestoreStep(dir, r.Flags), request,
 				func(resp []byte) error { return checkImported(resp, set.Imports) })
 			if !waited {
 				ready.Done()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/pkg/measure"
 	"readie.dev/pipeline/pkg/sandbox"
 )
@@ -34,12 +35,12 @@ func checkImported(response []byte, imports []string) error {
 
 // TimeColdCall starts the executor in sandbox mode without a checkpoint and makes the call that
 // imports the set's modules; the time runs from `runsc create` to the answer.
-func TimeColdCall(ctx context.Context, l *measure.Launcher, setID string, imports []string) (float64, error) {
+func TimeColdCall(ctx context.Context, l *sandboxes.Launcher, setID string, imports []string) (float64, error) {
 	request, err := ImportRequest(imports)
 	if err != nil {
 		return 0, err
 	}
-	marks, err := l.TimedCall(ctx, setID, "cold", nil, nil, func(ctx context.Context, sb *sandbox.Sandbox) error {
+	marks, err := l.TimedCall(ctx, setID, "cold", nil, nil, func(ctx context.Context, sb *sandboxes.Sandbox) error {
 		if err := sb.Create(ctx); err != nil {
 			return err
 		}
@@ -51,24 +52,24 @@ func TimeColdCall(ctx context.Context, l *measure.Launcher, setID string, import
 // TimeRestoreCall restores imageDir in sandbox mode and makes the same call as TimeColdCall; the time
 // runs from `runsc restore` to the answer. With prestarted, the sandbox is made by
 // `runsc create` first, off the clock, as a worker with a pool of created sandboxes would.
-func TimeRestoreCall(ctx context.Context, r *measure.Restorer, setID, imageDir string, imports []string, prestarted bool) (measure.CallMarks, error) {
+func TimeRestoreCall(ctx context.Context, r *measure.Restorer, setID, imageDir string, imports []string, prestarted bool) (sandboxes.CallMarks, error) {
 	request, err := ImportRequest(imports)
 	if err != nil {
-		return measure.CallMarks{}, err
+		return sandboxes.CallMarks{}, err
 	}
-	var prepare func(context.Context, *sandbox.Sandbox) error
+	var prepare func(context.Context, *sandboxes.Sandbox) error
 	step := "restore"
 	if prestarted {
-		prepare = func(ctx context.Context, sb *sandbox.Sandbox) error { return sb.Create(ctx) }
+		prepare = func(ctx context.Context, sb *sandboxes.Sandbox) error { return sb.Create(ctx) }
 		step = "prestarted"
 	}
-	return r.TimedCall(ctx, setID, step, nil, prepare, r.StartRestore(imageDir), request,
+	return r.TimedCall(ctx, setID, step, nil, prepare, sandboxes.RestoreStep(imageDir, r.Flags), request,
 		func(resp []byte) error { return checkImported(resp, imports) })
 }
 
 // TimeFloor runs a sandbox of the executor's shape whose process exits at once (/bin/true): the
 // cost of any sandbox on this machine.
-func TimeFloor(ctx context.Context, l *measure.Launcher) (_ float64, err error) {
+func TimeFloor(ctx context.Context, l *sandboxes.Launcher) (_ float64, err error) {
 	sb, err := l.NewSandbox("floor", "floor", sandbox.ModeSandbox, nil, []string{"/bin/true"})
 	if err != nil {
 		return 0, err

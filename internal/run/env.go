@@ -18,11 +18,13 @@ import (
 
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/cpubaseline"
+	"readie.dev/pipeline/internal/filedigest"
 	"readie.dev/pipeline/internal/lease"
 	"readie.dev/pipeline/internal/oci/ref"
 	"readie.dev/pipeline/internal/oci/rootfs"
 	"readie.dev/pipeline/internal/oci/unpack"
 	"readie.dev/pipeline/internal/oci/verify"
+	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/pkg/capture"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
@@ -41,7 +43,7 @@ const RestoreSpecHostDir = "/run/readie/sandboxes/SANDBOX_ID"
 // A run over an existing output uses a copy shaped by that output's manifest (forManifest).
 type Env struct {
 	Config  *config.Config
-	Runtime *sandbox.Runtime
+	Runtime *sandboxes.Runtime
 	// RunscSHA256 is the digest of the runsc binary, hashed once per run (it is 100 MB).
 	RunscSHA256 string
 	// Rootfs is the image sandboxes run; set by Capture from the config, or from the manifest
@@ -82,7 +84,7 @@ func (e *Env) baseline() []string {
 // checked by the step that needs it: a capture uses the config's, a run over an existing
 // output the manifest's.
 func NewEnv(ctx context.Context, cfg *config.Config, log logrus.FieldLogger) (*Env, error) {
-	rt := &sandbox.Runtime{
+	rt := &sandboxes.Runtime{
 		Path: cfg.Runsc.Path,
 		Root: cfg.Runsc.Root,
 		Flags: sandbox.Flags{
@@ -94,7 +96,7 @@ func NewEnv(ctx context.Context, cfg *config.Config, log logrus.FieldLogger) (*E
 	if err := rt.Check(ctx); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
 	}
-	binary, err := manifest.HashFile(rt.Path)
+	_, binary, err := filedigest.Of(rt.Path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
 	}
@@ -109,7 +111,7 @@ func NewEnv(ctx context.Context, cfg *config.Config, log logrus.FieldLogger) (*E
 		return nil, err
 	}
 	rt.Lease = l
-	e := &Env{Config: cfg, Runtime: rt, RunscSHA256: binary.SHA256, RestoreFlags: slices.Clone(cfg.Runsc.RestoreFlags), Log: log, passEnv: env, lease: l}
+	e := &Env{Config: cfg, Runtime: rt, RunscSHA256: binary, RestoreFlags: slices.Clone(cfg.Runsc.RestoreFlags), Log: log, passEnv: env, lease: l}
 	e.controls = cpubaseline.Controls(e.baseline())
 	return e, nil
 }
@@ -192,8 +194,8 @@ func OpenRootfs(path string) (manifest.Rootfs, error) {
 
 // Launcher starts sandboxes of this environment's shape, each bounded by limit; workDir
 // holds their bundles.
-func (e *Env) Launcher(workDir string, limit time.Duration) measure.Launcher {
-	return measure.Launcher{Runtime: e.Runtime, Rootfs: e.Rootfs.Path, WorkDir: workDir, Env: e.sandboxEnv(), Timeout: limit}
+func (e *Env) Launcher(workDir string, limit time.Duration) sandboxes.Launcher {
+	return sandboxes.Launcher{Runtime: e.Runtime, Rootfs: e.Rootfs.Path, WorkDir: workDir, Env: e.sandboxEnv(), Timeout: limit}
 }
 
 // Restorer restores checkpoints of this environment with its restore flags, each restore

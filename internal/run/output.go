@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"readie.dev/pipeline/internal/atomicfile"
+	"readie.dev/pipeline/internal/filedigest"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/manifest"
@@ -115,7 +116,7 @@ func VerifyOutput(out string, st *store.Store) (*manifest.Manifest, error) {
 				continue
 			}
 			if merr == nil {
-				if got, herr := manifest.HashFile(filepath.Join(entry, name)); herr == nil && got == meta.Files[name] {
+				if size, digest, herr := filedigest.Of(filepath.Join(entry, name)); herr == nil && (manifest.File{Bytes: size, SHA256: digest}) == meta.Files[name] {
 					continue
 				}
 			}

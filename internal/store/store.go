@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"readie.dev/pipeline/internal/atomicfile"
+	"readie.dev/pipeline/internal/filedigest"
 	"readie.dev/pipeline/internal/lease"
 	"readie.dev/pipeline/pkg/manifest"
 )
@@ -110,12 +111,12 @@ func VerifyFiles(dir string, meta *manifest.Meta) error {
 		if fi.Size() != want.Bytes { // cheap first: a half-written file is caught before hashing
 			return fmt.Errorf("%w: %s: %d bytes, meta.json says %d", ErrCorrupt, path, fi.Size(), want.Bytes)
 		}
-		got, err := manifest.HashFile(path)
+		size, sum, err := filedigest.Of(path)
 		if err != nil {
 			return err
 		}
-		if got != want {
-			return fmt.Errorf("%w: %s: sha256 %s, meta.json says %s", ErrCorrupt, path, got.SHA256, want.SHA256)
+		if got := (manifest.File{Bytes: size, SHA256: sum}); got != want {
+			return fmt.Errorf("%w: %s: sha256 %s, meta.json says %s", ErrCorrupt, path, sum, want.SHA256)
 		}
 	}
 	return nil

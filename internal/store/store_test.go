@@ -13,6 +13,7 @@ import (
 	"time"
 	"unsafe"
 
+	"readie.dev/pipeline/internal/filedigest"
 	"readie.dev/pipeline/internal/lease"
 	"readie.dev/pipeline/pkg/manifest"
 )
@@ -111,11 +112,11 @@ func pendingWith(t *testing.T, s *Store, key, content string) (*Pending, *manife
 	for _, name := range manifest.ImageFiles() {
 		path := filepath.Join(p.Dir, name)
 		os.WriteFile(path, []byte(content+name), 0o644)
-		f, err := manifest.HashFile(path)
+		size, sum, err := filedigest.Of(path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		meta.Files[name] = f
+		meta.Files[name] = manifest.File{Bytes: size, SHA256: sum}
 	}
 	return p, meta
 }

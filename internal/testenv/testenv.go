@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"readie.dev/pipeline/internal/lease"
+	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
@@ -85,7 +86,7 @@ func WaitForBlocked(t testing.TB, id string, limit time.Duration) {
 
 // WaitForSandbox waits until a sandbox whose ID contains part runs under rt's root, and
 // returns its ID: the state a test needs before it times out, signals or kills a run.
-func WaitForSandbox(t testing.TB, rt *sandbox.Runtime, part string, limit time.Duration) string {
+func WaitForSandbox(t testing.TB, rt *sandboxes.Runtime, part string, limit time.Duration) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
@@ -122,14 +123,14 @@ func RunscPath(t testing.TB) string {
 
 // Runtime returns a runsc runtime with a private root and a lease of its own (a run's), which
 // the test removes, after checking that no sandbox was left behind under it.
-func Runtime(t testing.TB) *sandbox.Runtime {
+func Runtime(t testing.TB) *sandboxes.Runtime {
 	t.Helper()
 	root, err := os.MkdirTemp("", "readie-runsc-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	l := Lease(t)
-	rt := &sandbox.Runtime{
+	rt := &sandboxes.Runtime{
 		Path:  RunscPath(t),
 		Root:  root,
 		Flags: sandbox.DefaultFlags(),

@@ -1,6 +1,10 @@
 // Package capture turns one package set into one checkpoint directory: it runs the executor
 // in capture mode under runsc, checks the evidence that the checkpoint really happened, and
 // writes meta.json beside the image files.
+//
+// Run captures a Request in one of the pipeline's sandboxes (internal/sandboxes: the run's
+// IDs, logs and deletion), so only this module calls it; Marker is the executor's line that
+// says it reached the checkpoint; every failure matches ErrCapture.
 package capture
 
 import (
@@ -14,10 +18,11 @@ import (
 	"strings"
 	"time"
 
-	runc "github.com/containerd/go-runc"
-
 	"readie.dev/pipeline/internal/atomicfile"
+	"readie.dev/pipeline/internal/filedigest"
+	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/pkg/manifest"
+	"readie.dev/pipeline/pkg/runsc"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
@@ -58,7 +63,7 @@ type Request struct {
 
 // Run captures req and returns the checkpoint's meta.json contents, already written to Dir.
 // The sandbox is deleted on every path: success, failure, timeout and cancellation.
-func Run(ctx context.Context, rt *sandbox.Runtime, req Request) (*manifest.Meta, error) {
+func Run(ctx context.Context, rt *sandboxes.Runtime, req Request) (*manifest.Meta, error) {
 	// fail keeps the cause's chain: a caller can still match a timeout or a runsc error.
 	fail := func(cause error) error { return fmt.Errorf("%w: %s: %w", ErrCapture, req.ID, cause) }
 	if err := freshDir(req.Dir); err != nil {
@@ -96,7 +101,7 @@ func Run(ctx context.Context, rt *sandbox.Runtime, req Request) (*manifest.Meta,
 
 	runCtx, cancel := context.WithTimeoutCause(ctx, req.Timeout,
 		fmt.Errorf("capture of %s exceeded its timeout of %s", req.ID, req.Timeout))
-	_, runErr := sb.Run(runCtx) // a non-zero status comes as a *runc.ExitError
+	_, runErr := sb.Run(runCtx) // a non-zero status comes as a *runsc.ExitError
 	timedOut := runCtx.Err() != nil
 	cancel()
 	deleteErr := sb.Delete(ctx)
@@ -107,7 +112,7 @@ func Run(ctx context.Context, rt *sandbox.Runtime, req Request) (*manifest.Meta,
 		}
 		return fmt.Errorf("%w\nexecutor stderr (last lines):\n%s", err, indent(stderrTail))
 	}
-	var exit *runc.ExitError
+	var exit *runsc.ExitError
 	switch {
 	case runErr != nil && !timedOut && errors.As(runErr, &exit):
 		// runsc run exits with the executor's own status: say what it means. A failed delete
@@ -133,14 +138,14 @@ func Run(ctx context.Context, rt *sandbox.Runtime, req Request) (*manifest.Meta,
 		}
 	}
 	for _, name := range manifest.ImageFiles() {
-		f, err := manifest.HashFile(filepath.Join(req.Dir, name))
+		size, sum, err := filedigest.Of(filepath.Join(req.Dir, name))
 		if err != nil {
 			return nil, withTail(fail(err))
 		}
-		if f.Bytes == 0 {
+		if size == 0 {
 			return nil, withTail(fail(fmt.Errorf("%s is empty: gVisor did not save the checkpoint", name)))
 		}
-		meta.Files[name] = f
+		meta.Files[name] = manifest.File{Bytes: size, SHA256: sum}
 	}
 	if err := atomicfile.WriteJSON(filepath.Join(req.Dir, manifest.MetaFileName), meta); err != nil {
 		return nil, fail(fmt.Errorf("write meta.json: %w", err))

@@ -11,10 +11,12 @@ import (
 	"time"
 
 	"readie.dev/pipeline/internal/cpubaseline"
+	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/capture"
 	"readie.dev/pipeline/pkg/cpu"
 	"readie.dev/pipeline/pkg/manifest"
+	"readie.dev/pipeline/pkg/runsc"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
@@ -54,7 +56,7 @@ func TestTimeoutKeepsItsCause(t *testing.T) {
 		Env: []string{"PYTHONPATH=" + testenv.TestingPythonPath},
 		Dir: filepath.Join(work, "img"), WorkDir: work, Timeout: 2 * time.Second,
 	})
-	if !errors.Is(err, capture.ErrCapture) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, sandbox.ErrRunsc) {
+	if !errors.Is(err, capture.ErrCapture) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, runsc.ErrFailed) {
 		t.Fatalf("err = %v; want ErrCapture wrapping runsc's deadline", err)
 	}
 	if !strings.Contains(err.Error(), "capture of slow exceeded its timeout of 2s") {
@@ -82,7 +84,7 @@ func TestRefusesNonEmptyDir(t *testing.T) {
 // says both, so a sandbox left behind is reported even when the capture failed too.
 func TestFailedDeleteIsJoined(t *testing.T) {
 	path, _ := testenv.FakeRunsc(t, "[]", "run")
-	rt := &sandbox.Runtime{Path: path, Root: t.TempDir(), Flags: sandbox.DefaultFlags(), Lease: testenv.Lease(t)}
+	rt := &sandboxes.Runtime{Path: path, Root: t.TempDir(), Flags: sandbox.DefaultFlags(), Lease: testenv.Lease(t)}
 	work := t.TempDir()
 	_, err := capture.Run(context.Background(), rt, capture.Request{
 		ID: "fail", Rootfs: "/rootfs", Dir: filepath.Join(work, "img"), WorkDir: work, Timeout: time.Minute,

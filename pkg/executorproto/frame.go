@@ -2,6 +2,12 @@
 // series of length-prefixed chunks ended by a zero-length chunk, so a truncated message is
 // never mistaken for a complete one. The Python executor (images/executor/readie_executor/
 // protocol.py) implements the same framing; testdata/frames.golden.json keeps them identical.
+//
+// Framing: WriteMessage and ReadMessage (one message), the streaming Writer and Reader, Copy
+// (relay one message chunk by chunk), with the errors ErrTruncated, ErrChunkTooLarge,
+// ErrMessageTooLarge and ErrChunkSize. A worker: Dial (retries until a starting or restored
+// executor accepts) and Call (one request, one response, honouring the context); Version is
+// the protocol version a manifest's executor_protocol must name (manifest.CheckProtocol).
 package executorproto
 
 import (

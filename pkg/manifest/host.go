@@ -7,9 +7,10 @@ import (
 	"strings"
 	"time"
 
+	"readie.dev/pipeline/internal/filedigest"
 	"readie.dev/pipeline/pkg/cpu"
 	"readie.dev/pipeline/pkg/executorproto"
-	"readie.dev/pipeline/pkg/sandbox"
+	"readie.dev/pipeline/pkg/runsc"
 )
 
 // Host is what a worker host offers a checkpoint: its runsc, the executor protocol the worker
@@ -28,20 +29,20 @@ type Host struct {
 // ReadHost describes this host: the runsc binary at runsc (its version, its sha256 and its
 // `runsc cpu-features`, each command bounded by limit), the cache line from /proc/cpuinfo,
 // and the executor protocol of pkg/executorproto.
-func ReadHost(ctx context.Context, runsc string, limit time.Duration) (Host, error) {
-	version, err := (&sandbox.Runtime{Path: runsc, CommandTimeout: limit}).Version(ctx)
+func ReadHost(ctx context.Context, runscPath string, limit time.Duration) (Host, error) {
+	version, err := (&runsc.Runsc{Path: runscPath, CommandTimeout: limit}).Version(ctx)
 	if err != nil {
 		return Host{}, err
 	}
-	binary, err := HashFile(runsc)
+	_, binary, err := filedigest.Of(runscPath)
 	if err != nil {
 		return Host{}, err
 	}
-	c, err := cpu.ReadHost(ctx, runsc, limit)
+	c, err := cpu.ReadHost(ctx, runscPath, limit)
 	if err != nil {
 		return Host{}, err
 	}
-	return Host{RunscVersion: version, RunscSHA256: binary.SHA256, ExecutorProtocol: executorproto.Version, CPU: c}, nil
+	return Host{RunscVersion: version, RunscSHA256: binary, ExecutorProtocol: executorproto.Version, CPU: c}, nil
 }
 
 // Verdict says whether one checkpoint restores on a host, and why not.

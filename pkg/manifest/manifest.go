@@ -1,15 +1,18 @@
 // Package manifest holds the types of manifest.json (one per output directory) and meta.json
-// (one per checkpoint), their atomic writing and loading, and the protocol check a worker makes
-// before it loads any artifact.
+// (one per checkpoint), and what a worker checks before it restores any of an output.
+//
+// A worker: Load (refuses paths outside the output), CheckProtocol with
+// executorproto.Version, Verify (the restore spec's fingerprint, every meta.json and image
+// file against the manifest), then sandbox.RestoreSpec with the manifest's SpecFingerprint
+// and RunscFlags, and pkg/runsc with its RunscFlags and RestoreFlags. ReadImageHeader and
+// DecodeImageHeader read gVisor's checkpoint.img header without runsc. It pulls in no runsc
+// driver: its only dependency outside the standard library is the OCI runtime-spec.
 package manifest
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -221,19 +224,4 @@ func readJSON(path string, v any) error {
 		return fmt.Errorf("parse %s: %w", path, err)
 	}
 	return nil
-}
-
-// HashFile returns a file's size and "sha256:" digest.
-func HashFile(path string) (File, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return File{}, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return File{}, fmt.Errorf("hash %s: %w", path, err)
-	}
-	return File{Bytes: n, SHA256: "sha256:" + hex.EncodeToString(h.Sum(nil))}, nil
 }

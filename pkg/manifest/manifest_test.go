@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"readie.dev/pipeline/internal/atomicfile"
+	"readie.dev/pipeline/internal/filedigest"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
@@ -113,11 +114,11 @@ func verifiedOutput(t *testing.T) (string, *Manifest) {
 			content = header(`{"runsc_version":"` + m.Runsc.Version + `","compression":"none"}`)
 		}
 		os.WriteFile(filepath.Join(dir, name), content, 0o644)
-		f, err := HashFile(filepath.Join(dir, name))
+		size, sum, err := filedigest.Of(filepath.Join(dir, name))
 		if err != nil {
 			t.Fatal(err)
 		}
-		meta.Files[name] = f
+		meta.Files[name] = File{Bytes: size, SHA256: sum}
 	}
 	atomicfile.WriteJSON(filepath.Join(dir, MetaFileName), meta)
 	atomicfile.WriteJSON(filepath.Join(out, RestoreSpecFileName), spec)

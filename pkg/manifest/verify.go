@@ -1,14 +1,11 @@
 package manifest
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 
-	specs "github.com/opencontainers/runtime-spec/specs-go"
-
+	"readie.dev/pipeline/internal/filedigest"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
@@ -42,29 +39,12 @@ func Verify(outDir string, implementedProtocol int) (*Manifest, error) {
 	return m, nil
 }
 
-// checkSpec recomputes the fingerprint of the restore spec at path with the manifest's runsc
-// flags: a spec edited after the capture would be refused by runsc at restore time.
+// checkSpec checks that the restore spec at path has the manifest's fingerprint (recomputed
+// with the manifest's runsc flags): a spec edited after the capture would be refused by runsc
+// at restore time.
 func checkSpec(path string, m *Manifest) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	var spec specs.Spec
-	if err := json.Unmarshal(data, &spec); err != nil {
-		return fmt.Errorf("parse %s: %w", path, err)
-	}
-	flags, err := sandbox.ParseFlags(m.RunscFlags)
-	if err != nil {
-		return fmt.Errorf("manifest runsc_flags: %w", err)
-	}
-	fingerprint, err := sandbox.Fingerprint(&spec, flags)
-	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	if fingerprint != m.SpecFingerprint {
-		return fmt.Errorf("%s: fingerprint %s, the manifest records %s", path, fingerprint, m.SpecFingerprint)
-	}
-	return nil
+	_, err := sandbox.ReadSpec(path, m.SpecFingerprint, m.RunscFlags)
+	return err
 }
 
 func verifyCheckpoint(dir string, c Checkpoint, m *Manifest) []error {
@@ -92,7 +72,8 @@ func verifyCheckpoint(dir string, c Checkpoint, m *Manifest) []error {
 			problems = append(problems, fmt.Errorf("%s: not listed in meta.json", path))
 			continue
 		}
-		got, err := HashFile(path)
+		size, sum, err := filedigest.Of(path)
+		got := File{Bytes: size, SHA256: sum}
 		switch {
 		case err != nil:
 			problems = append(problems, err)

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/measure"
-	"readie.dev/pipeline/pkg/sandbox"
 )
 
 // TestDNSInSandboxNetwork: in a sandbox with a network (runsc --network=sandbox), the image
@@ -18,13 +18,13 @@ import (
 func TestDNSInSandboxNetwork(t *testing.T) {
 	rt := testenv.Runtime(t)
 	rt.Flags.Network = "sandbox"
-	l := &measure.Launcher{Runtime: rt, Rootfs: testenv.Rootfs(t), WorkDir: testenv.WorkDir(t), Timeout: time.Minute}
+	l := &sandboxes.Launcher{Runtime: rt, Rootfs: testenv.Rootfs(t), WorkDir: testenv.WorkDir(t), Timeout: time.Minute}
 	request, err := measure.EvalRequest(`[open("/etc/resolv.conf").read(), __import__("socket").gethostbyname("localhost")]`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var answer []any
-	start := func(ctx context.Context, sb *sandbox.Sandbox) error {
+	start := func(ctx context.Context, sb *sandboxes.Sandbox) error {
 		if err := sb.Create(ctx); err != nil {
 			return err
 		}

@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"slices"
 	"time"
 
-	"readie.dev/pipeline/pkg/executorproto"
+	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/sandbox"
 )
@@ -20,42 +17,11 @@ var (
 	ErrSmoke   = errors.New("smoke test failed")
 )
 
-// Launcher starts sandboxes of the executor's shape and times calls into them.
-type Launcher struct {
-	Runtime *sandbox.Runtime
-	Rootfs  string
-	// WorkDir holds bundles and host directories; keep it short (socket paths).
-	WorkDir string
-	// Env holds variables added to every sandbox's base environment.
-	Env []string
-	// Timeout bounds one sandbox's work: a restore, or a start or restore plus the call.
-	Timeout time.Duration
-}
-
-// Restorer restores checkpoints into sandboxes of the captured shape.
+// Restorer restores checkpoints into the pipeline's sandboxes of the captured shape.
 type Restorer struct {
-	Launcher
+	sandboxes.Launcher
 	// Flags are passed to every `runsc restore`, e.g. "-direct".
 	Flags []string
-}
-
-// NewSandbox prepares a sandbox of the executor's shape in mode, with a fresh host directory;
-// args, when set, replace the executor's argv (a sandbox of the same shape running something
-// else).
-func (l *Launcher) NewSandbox(setID, step string, mode sandbox.Mode, env, args []string) (*sandbox.Sandbox, error) {
-	id, err := l.Runtime.NewID(setID, step)
-	if err != nil {
-		return nil, err
-	}
-	hostDir := filepath.Join(l.WorkDir, id[len(id)-8:]) // the random suffix: socket paths stay short
-	if err := os.MkdirAll(hostDir, 0o755); err != nil {
-		return nil, err
-	}
-	spec, err := sandbox.Spec(sandbox.SpecOptions{Mode: mode, Rootfs: l.Rootfs, HostDir: hostDir, Env: append(slices.Clone(l.Env), env...), Args: args})
-	if err != nil {
-		return nil, err
-	}
-	return l.Runtime.NewSandbox(id, l.WorkDir, hostDir, spec)
 }
 
 // MeasureRuns restores imageDir in measure mode `runs` times, each in a new sandbox, and times
@@ -79,88 +45,15 @@ func (r *Restorer) MeasureOnce(ctx context.Context, setID, imageDir string) (_ f
 	if err != nil {
 		return 0, err
 	}
-	defer deleteInto(ctx, sb, &err)
+	defer sandboxes.DeleteInto(ctx, sb, &err)
 	runCtx, cancel := context.WithTimeoutCause(ctx, r.Timeout,
 		fmt.Errorf("restore exceeded its timeout of %s", r.Timeout))
 	defer cancel()
 	start := time.Now()
-	_, err = sb.Restore(runCtx, sandbox.RestoreOptions{ImageDir: imageDir, Flags: r.Flags})
+	_, err = sb.Restore(runCtx, sandboxes.RestoreOptions{ImageDir: imageDir, Flags: r.Flags})
 	elapsed := time.Since(start)
 	if err != nil {
-		return 0, withStderr(ctx, sb, err)
+		return 0, sandboxes.WithStderr(ctx, sb, err)
 	}
-	return ms(elapsed), nil
-}
-
-// StartRestore returns the step that restores imageDir into a sandbox and returns once the
-// executor runs again (`runsc restore -detach`).
-func (r *Restorer) StartRestore(imageDir string) func(context.Context, *sandbox.Sandbox) error {
-	return func(ctx context.Context, sb *sandbox.Sandbox) error {
-		_, err := sb.Restore(ctx, sandbox.RestoreOptions{ImageDir: imageDir, Flags: r.Flags, Detach: true})
-		return err
-	}
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-// deleteInto deletes sb and joins a failed delete into *err: a sandbox that could not be
-// deleted is reported, never dropped.
-func deleteInto(ctx context.Context, sb *sandbox.Sandbox, err *error) {
-	*err = errors.Join(*err, sb.Delete(ctx))
-}
-
-// withStderr deletes the sandbox, so that its log holds everything the executor wrote, and
-// adds the log's last lines (and a failed delete) to err.
-func withStderr(ctx context.Context, sb *sandbox.Sandbox, err error) error {
-	deleteErr := sb.Delete(ctx)
-	if tail := sb.Tail(10); tail != "" {
-		err = fmt.Errorf("%w\nexecutor stderr:\n%s", err, tail)
-	}
-	return errors.Join(err, deleteErr)
-}
-
-// CallMarks are the moments a timed call passed: the start of the runsc command, its return,
-// the executor accepting the connection, and the decoded answer.
-type CallMarks struct {
-	Began, Started, Connected, Answered time.Time
-}
-
-// TotalMS is the time from the start of the runsc command to the answer.
-func (m CallMarks) TotalMS() float64 { return ms(m.Answered.Sub(m.Began)) }
-
-// TimedCall prepares a sandbox (off the clock), then times start, dial and one call until the
-// answer has been checked. The sandbox is deleted on every path, and a failed delete is
-// reported.
-func (l *Launcher) TimedCall(ctx context.Context, setID, step string, env []string, prepare, start func(context.Context, *sandbox.Sandbox) error, request []byte, check func([]byte) error) (marks CallMarks, err error) {
-	sb, err := l.NewSandbox(setID, step, sandbox.ModeSandbox, env, nil)
-	if err != nil {
-		return marks, err
-	}
-	defer deleteInto(ctx, sb, &err)
-	ctx, cancel := context.WithTimeoutCause(ctx, l.Timeout,
-		fmt.Errorf("%s of %s exceeded its timeout of %s", step, setID, l.Timeout))
-	defer cancel()
-	withTail := func(err error) error { return withStderr(ctx, sb, err) }
-	if prepare != nil {
-		if err := prepare(ctx, sb); err != nil {
-			return marks, withTail(err)
-		}
-	}
-	marks.Began = time.Now()
-	if err := start(ctx, sb); err != nil {
-		return marks, withTail(err)
-	}
-	marks.Started = time.Now()
-	conn, err := executorproto.Dial(ctx, sb.SocketPath())
-	if err != nil {
-		return marks, withTail(err)
-	}
-	defer conn.Close()
-	marks.Connected = time.Now()
-	response, err := executorproto.Call(ctx, conn, request)
-	if err != nil {
-		return marks, withTail(err)
-	}
-	marks.Answered = time.Now()
-	return marks, check(response)
+	return sandboxes.MS(elapsed), nil
 }

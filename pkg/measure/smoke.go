@@ -10,6 +10,7 @@ import (
 
 	ogorek "github.com/kisielk/og-rek"
 
+	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/pkg/manifest"
 )
 
@@ -82,7 +83,7 @@ func EvalRequest(expr string) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// decodeEnvelope returns the value of an ok envelope, or an error describing a failed one.
+// DecodeEnvelope returns the value of an ok envelope, or an error describing a failed one.
 func DecodeEnvelope(response []byte) (any, error) {
 	v, err := ogorek.NewDecoderWithConfig(bytes.NewReader(response), &ogorek.DecoderConfig{StrictUnicode: true}).Decode()
 	if err != nil {
@@ -107,7 +108,7 @@ func (r *Restorer) Smoke(ctx context.Context, setID, imageDir string, imports []
 		return manifest.Smoke{}, err
 	}
 	token := newToken()
-	marks, err := r.TimedCall(ctx, setID, "smoke", []string{SmokeTokenVar + "=" + token}, nil, r.StartRestore(imageDir),
+	marks, err := r.TimedCall(ctx, setID, "smoke", []string{SmokeTokenVar + "=" + token}, nil, sandboxes.RestoreStep(imageDir, r.Flags),
 		request, func(resp []byte) error { return CheckSmokeResponse(resp, token) })
 	if err != nil {
 		err = fmt.Errorf("%w: %s: %w", ErrSmoke, setID, err)

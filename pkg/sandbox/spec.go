@@ -1,6 +1,15 @@
-// Package sandbox is the one place that knows how an executor sandbox is shaped (its OCI
-// runtime spec) and how runsc is driven, so capture, measure, the smoke test and a worker all
-// build the same shape: restore requires the shape to match the capture exactly.
+// Package sandbox is the one place that knows how an executor sandbox is shaped, so capture,
+// measure, the smoke test and a worker all build the same shape: restore requires the shape
+// to match the capture exactly. It does not run anything (pkg/runsc drives runsc).
+//
+// For the pipeline: Spec builds the OCI runtime spec of a mode (SpecOptions), Fingerprint
+// digests what a restore requires to match, Flags are the runsc global flags that shape a
+// sandbox (Args, ParseFlags).
+//
+// For a worker: RestoreSpec turns an output's restore-spec.json, the manifest's
+// spec_fingerprint and runsc_flags, and the worker's rootfs, host directory and environment
+// (RestoreOptions) into the spec to restore with, checked; ReadSpec is its check alone.
+// ExecutorDir, SocketName and ExecutorArgs are the executor's side of the contract.
 package sandbox
 
 import (
@@ -186,6 +195,44 @@ func Spec(o SpecOptions) (*specs.Spec, error) {
 	return s, nil
 }
 
+// shape is what a restore requires to match the capture, and what Fingerprint digests.
+type shape struct {
+	Args         []string                 `json:"args"`
+	Cwd          string                   `json:"cwd"`
+	User         specs.User               `json:"user"`
+	Rlimits      []specs.POSIXRlimit      `json:"rlimits"`
+	Capabilities *specs.LinuxCapabilities `json:"capabilities"`
+	NoNewPrivs   bool                     `json:"no_new_privileges"`
+	Mounts       []shapeMount             `json:"mounts"`
+	RootReadonly bool                     `json:"root_readonly"`
+	Namespaces   []specs.LinuxNamespace   `json:"namespaces"`
+	Network      string                   `json:"network"`
+	Overlay      string                   `json:"overlay"`
+}
+
+// shapeMount is a mount without its source, which a restore may change.
+type shapeMount struct {
+	Destination string   `json:"destination"`
+	Type        string   `json:"type"`
+	Options     []string `json:"options"`
+}
+
+// shapeOf takes the shape of s, which has a process and a root.
+func shapeOf(s *specs.Spec, flags Flags) shape {
+	sh := shape{
+		Args: s.Process.Args, Cwd: s.Process.Cwd, User: s.Process.User, Rlimits: s.Process.Rlimits,
+		Capabilities: s.Process.Capabilities, NoNewPrivs: s.Process.NoNewPrivileges,
+		RootReadonly: s.Root.Readonly, Network: flags.Network, Overlay: flags.Overlay,
+	}
+	for _, m := range s.Mounts {
+		sh.Mounts = append(sh.Mounts, shapeMount{m.Destination, m.Type, m.Options})
+	}
+	if s.Linux != nil {
+		sh.Namespaces = s.Linux.Namespaces
+	}
+	return sh
+}
+
 // Fingerprint is a digest ("sha256:" + hex) of what a restore requires to match the capture:
 // args, cwd, user, rlimits, capabilities, mounts (without their sources), read-only root, and
 // runsc's network and overlay. Environment and mount sources may differ, so they are left out.
@@ -193,35 +240,7 @@ func Fingerprint(s *specs.Spec, flags Flags) (string, error) {
 	if s.Process == nil || s.Root == nil {
 		return "", fmt.Errorf("%w: spec without process or root", ErrSpec)
 	}
-	type mount struct {
-		Destination string   `json:"destination"`
-		Type        string   `json:"type"`
-		Options     []string `json:"options"`
-	}
-	shape := struct {
-		Args         []string                 `json:"args"`
-		Cwd          string                   `json:"cwd"`
-		User         specs.User               `json:"user"`
-		Rlimits      []specs.POSIXRlimit      `json:"rlimits"`
-		Capabilities *specs.LinuxCapabilities `json:"capabilities"`
-		NoNewPrivs   bool                     `json:"no_new_privileges"`
-		Mounts       []mount                  `json:"mounts"`
-		RootReadonly bool                     `json:"root_readonly"`
-		Namespaces   []specs.LinuxNamespace   `json:"namespaces"`
-		Network      string                   `json:"network"`
-		Overlay      string                   `json:"overlay"`
-	}{
-		Args: s.Process.Args, Cwd: s.Process.Cwd, User: s.Process.User, Rlimits: s.Process.Rlimits,
-		Capabilities: s.Process.Capabilities, NoNewPrivs: s.Process.NoNewPrivileges,
-		RootReadonly: s.Root.Readonly, Network: flags.Network, Overlay: flags.Overlay,
-	}
-	for _, m := range s.Mounts {
-		shape.Mounts = append(shape.Mounts, mount{m.Destination, m.Type, m.Options})
-	}
-	if s.Linux != nil {
-		shape.Namespaces = s.Linux.Namespaces
-	}
-	data, err := json.Marshal(shape)
+	data, err := json.Marshal(shapeOf(s, flags))
 	if err != nil {
 		return "", err
 	}

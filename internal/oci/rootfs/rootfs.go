@@ -21,7 +21,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"readie.dev/pipeline/internal/oci/unpack"
-	"readie.dev/pipeline/pkg/sandbox"
+	"readie.dev/pipeline/internal/sandboxes"
 )
 
 // Info is what a rootfs records of itself at InfoPath: its digest (of the base and the
@@ -75,7 +75,7 @@ type Options struct {
 	Image *ImageRef
 	// Runtime runs the base's python3 (the probe, the precompile), with no network whatever
 	// its flags say; Timeout bounds each run (timeouts.image_probe).
-	Runtime *sandbox.Runtime
+	Runtime *sandboxes.Runtime
 	Timeout time.Duration
 	Log     logrus.FieldLogger
 }

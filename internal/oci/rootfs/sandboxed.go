@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	runc "github.com/containerd/go-runc"
-
+	"readie.dev/pipeline/internal/sandboxes"
+	"readie.dev/pipeline/pkg/runsc"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
@@ -49,12 +49,12 @@ func compileArgs(site string) []string {
 // scratch directory where asked), bounded by timeout; never on the host, where a chroot
 // would not hold it.
 type imageCode struct {
-	rt      *sandbox.Runtime
+	rt      *sandboxes.Runtime
 	timeout time.Duration
 	what    string // the image, for errors
 }
 
-func newImageCode(rt *sandbox.Runtime, timeout time.Duration, what string) *imageCode {
+func newImageCode(rt *sandboxes.Runtime, timeout time.Duration, what string) *imageCode {
 	isolated := *rt
 	isolated.Flags = sandbox.Flags{Network: "none", Overlay: "none", HostUDS: "none", Extra: slices.Clone(rt.Flags.Extra)}
 	return &imageCode{rt: &isolated, timeout: timeout, what: what}
@@ -100,7 +100,7 @@ func (c *imageCode) run(ctx context.Context, step, rootfs, workDir, hostDir stri
 func (c *imageCode) probe(ctx context.Context, base, workDir string) (string, error) {
 	out, err := c.run(ctx, "python3 probe", base, workDir, "", nil, []string{"python3", "-B", "-c", probeScript})
 	said := strings.TrimSpace(out)
-	var exit *runc.ExitError
+	var exit *runsc.ExitError
 	switch {
 	case err == nil:
 		site := path.Clean(said)

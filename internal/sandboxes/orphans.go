@@ -1,4 +1,4 @@
-package sandbox
+package sandboxes
 
 import (
 	"context"
@@ -14,10 +14,9 @@ import (
 	"syscall"
 	"time"
 
-	runc "github.com/containerd/go-runc"
-
 	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/internal/lease"
+	"readie.dev/pipeline/pkg/runsc"
 )
 
 // Orphan is a sandbox that RemoveOrphans deleted: a leftover of a run that is over.
@@ -59,7 +58,7 @@ func (r *Runtime) RemoveOrphans(ctx context.Context) ([]Orphan, error) {
 		}
 		note, err := r.removeOrphan(ctx, id)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%w: delete %s: %w", ErrRunsc, id, err))
+			errs = append(errs, fmt.Errorf("remove orphan %s: %w", id, err))
 			continue
 		}
 		removed = append(removed, Orphan{ID: id, Run: run, Note: note})
@@ -83,7 +82,11 @@ func (r *Runtime) RemoveOrphans(ctx context.Context) ([]Orphan, error) {
 // are visible here are killed directly, runsc's state is told to forget the pids, and runsc
 // deletes the rest (cgroups, control socket, state files) without signalling anyone.
 func (r *Runtime) removeOrphan(ctx context.Context, id string) (string, error) {
-	ctx, cancel := r.commandContext(ctx, "delete")
+	limit := r.CommandTimeout
+	if limit <= 0 {
+		limit = runsc.DefaultCommandTimeout
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, limit, fmt.Errorf("removing orphan %s exceeded its timeout of %s", id, limit))
 	defer cancel()
 	note := ""
 	recorded, err := recordedPids(r.Root, id)
@@ -112,7 +115,7 @@ func (r *Runtime) removeOrphan(ctx context.Context, id string) (string, error) {
 			note += fmt.Sprintf("; its processes seen here (%v) were killed", own)
 		}
 	}
-	if err := r.client().Delete(utcLogs(ctx), id, &runc.DeleteOpts{Force: true}); err != nil {
+	if err := r.Driver().Delete(ctx, id, &runsc.DeleteOpts{Force: true}); err != nil {
 		return "", err
 	}
 	return note, nil

@@ -1,4 +1,4 @@
-package sandbox_test
+package sandboxes_test
 
 import (
 	"bufio"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"readie.dev/pipeline/internal/lease"
+	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/sandbox"
 )
@@ -37,7 +38,7 @@ func TestRemoveOrphans(t *testing.T) {
 	path, calls := testenv.FakeRunsc(t, "[]")
 	root := t.TempDir()
 	id := func(l *lease.Lease, set, step string) string {
-		rt := &sandbox.Runtime{Path: path, Root: root, Lease: l}
+		rt := &sandboxes.Runtime{Path: path, Root: root, Lease: l}
 		id, err := rt.NewID(set, step)
 		if err != nil {
 			t.Fatal(err)
@@ -50,7 +51,7 @@ func TestRemoveOrphans(t *testing.T) {
 	dead.Release()
 	list := `[{"id":"` + strings.Join([]string{orphan, stuck, running, mine, "readie-old-capture-4242-cccc0000", "someone-elses"}, `","status":"running"},{"id":"`) + `","status":"running"}]`
 	os.WriteFile(filepath.Join(filepath.Dir(path), "list.json"), []byte(list), 0o644)
-	rt := &sandbox.Runtime{Path: path, Root: root, Flags: sandbox.DefaultFlags(), Lease: own}
+	rt := &sandboxes.Runtime{Path: path, Root: root, Flags: sandbox.DefaultFlags(), Lease: own}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	removed, err := rt.RemoveOrphans(ctx)
@@ -76,7 +77,7 @@ func TestRemoveOrphans(t *testing.T) {
 	if len(locks) != 2 {
 		t.Errorf("lock files left %v, want the live run's and this one's", locks)
 	}
-	if _, err := (&sandbox.Runtime{Path: path, Root: root}).NewID("x", "y"); err == nil {
+	if _, err := (&sandboxes.Runtime{Path: path, Root: root}).NewID("x", "y"); err == nil {
 		t.Error("NewID without a lease succeeded")
 	}
 }
@@ -89,7 +90,7 @@ type otherNamespace struct {
 	stdout *bufio.Reader
 }
 
-func startInOtherNamespace(t *testing.T, rt *sandbox.Runtime) *otherNamespace {
+func startInOtherNamespace(t *testing.T, rt *sandboxes.Runtime) *otherNamespace {
 	t.Helper()
 	run := newLease(t)
 	other := *rt
@@ -109,7 +110,7 @@ func startInOtherNamespace(t *testing.T, rt *sandbox.Runtime) *otherNamespace {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runsc := strings.Join(append([]string{rt.Path, "--root=" + rt.Root}, rt.GlobalArgs()...), " ")
+	runsc := strings.Join(append([]string{rt.Path, "--root=" + rt.Root}, rt.Flags.Args()...), " ")
 	script := fmt.Sprintf("%s create --bundle %s %s && %s start %s && echo started && exec sleep 3600", runsc, sb.Bundle, id, runsc, id)
 	ns := &otherNamespace{id: id, cmd: exec.Command("unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "sh", "-c", script)}
 	// The sandbox's processes hold this pipe too: its end says that all of them are gone.

@@ -1,4 +1,4 @@
-package sandbox
+package sandboxes
 
 import (
 	"path/filepath"

@@ -1,0 +1,289 @@
+// Command worker is an example of a worker that restores an output of the readie pipeline
+// through pkg/ alone: it loads the output's manifest, checks that this host can restore it,
+// restores one checkpoint into a sandbox it created beforehand (so the restore does not pay
+// for the sandbox's start-up), calls the executor, checks the answer, and deletes the sandbox
+// on every path, SIGINT and SIGTERM included.
+//
+//	worker -out OUT -runsc PATH [-set ID] [-rootfs DIR] [-root DIR] [-eval EXPR] [-timeout D]
+//
+// Exit codes: 0 the call answered as it should; 1 the host cannot restore the output, or the
+// restore or the call failed; 2 bad flags or an output that does not load or verify; 128+N
+// when stopped by signal N, after the sandbox was deleted.
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"readie.dev/pipeline/pkg/executorproto"
+	"readie.dev/pipeline/pkg/manifest"
+	"readie.dev/pipeline/pkg/measure"
+	"readie.dev/pipeline/pkg/runsc"
+	"readie.dev/pipeline/pkg/sandbox"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// options are the worker's flags.
+type options struct {
+	out, runsc, set, rootfs, root, eval string
+	timeout                             time.Duration
+}
+
+// errBadInput marks bad flags or an output that cannot be used at all (exit 2).
+var errBadInput = errors.New("bad input")
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	fs.StringVar(&o.out, "out", "", "the output directory (manifest.json)")
+	fs.StringVar(&o.runsc, "runsc", "", "this host's runsc binary")
+	fs.StringVar(&o.set, "set", "empty", "the checkpoint to restore")
+	fs.StringVar(&o.rootfs, "rootfs", "", "this host's copy of the output's rootfs (default: the manifest's rootfs.path)")
+	fs.StringVar(&o.root, "root", "/run/readie-worker/runsc", "runsc's state root, private to the worker")
+	fs.StringVar(&o.eval, "eval", "", "a Python expression to evaluate in the restored executor after the check")
+	fs.DurationVar(&o.timeout, "timeout", time.Minute, "the limit of the whole restore and calls")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if o.out == "" || o.runsc == "" || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "worker: -out and -runsc are required, and nothing else")
+		return 2
+	}
+
+	// A signal cancels everything under way; the sandbox is still deleted (below).
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(signals)
+	var stoppedBy syscall.Signal
+	var stopMu sync.Mutex
+	go func() {
+		sig, ok := <-signals
+		if !ok {
+			return
+		}
+		stopMu.Lock()
+		stoppedBy = sig.(syscall.Signal)
+		stopMu.Unlock()
+		cancel(fmt.Errorf("stopped by %v", sig))
+	}()
+
+	err := restoreAndCall(ctx, o, stdout, stderr)
+	stopMu.Lock()
+	defer stopMu.Unlock()
+	switch {
+	case stoppedBy != 0:
+		fmt.Fprintf(stderr, "worker: stopped by %v (the sandbox was deleted): %v\n", stoppedBy, err)
+		return 128 + int(stoppedBy)
+	case errors.Is(err, errBadInput):
+		fmt.Fprintf(stderr, "worker: %v\n", err)
+		return 2
+	case err != nil:
+		fmt.Fprintf(stderr, "worker: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func restoreAndCall(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
+	m, err := manifest.Load(filepath.Join(o.out, manifest.FileName))
+	if err != nil {
+		return fmt.Errorf("%w: %w", errBadInput, err)
+	}
+	if err := m.CheckProtocol(executorproto.Version); err != nil {
+		return fmt.Errorf("%w: %w", errBadInput, err)
+	}
+	i := slices.IndexFunc(m.Checkpoints, func(c manifest.Checkpoint) bool { return c.ID == o.set })
+	if i < 0 {
+		return fmt.Errorf("%w: %s has no checkpoint %q", errBadInput, o.out, o.set)
+	}
+	c := m.Checkpoints[i]
+	r := &runsc.Runsc{Path: o.runsc, Root: o.root, GlobalArgs: m.RunscFlags}
+	if err := checkHost(ctx, r, m, o.set, stderr); err != nil {
+		return err
+	}
+	// Every byte against the manifest before anything of it runs.
+	if _, err := manifest.Verify(o.out, executorproto.Version); err != nil {
+		return fmt.Errorf("%w: %w", errBadInput, err)
+	}
+
+	// A short scratch directory: the socket's path must fit in a Unix socket address.
+	work, err := os.MkdirTemp("", "rw-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	hostDir, bundle := filepath.Join(work, "h"), filepath.Join(work, "b")
+	for _, dir := range []string{hostDir, bundle} {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	rootfs := o.rootfs
+	if rootfs == "" {
+		rootfs = m.Rootfs.Path
+	}
+	token := randomHex(8)
+	spec, err := sandbox.RestoreSpec(filepath.Join(o.out, m.Spec), m.SpecFingerprint, m.RunscFlags, sandbox.RestoreOptions{
+		Rootfs: rootfs, HostDir: hostDir, Env: []string{measure.SmokeTokenVar + "=" + token},
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %w", errBadInput, err)
+	}
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), data, 0o600); err != nil {
+		return err
+	}
+
+	ctx, cancel := context.WithTimeoutCause(ctx, o.timeout, fmt.Errorf("restoring and calling %s exceeded -timeout %s", c.ID, o.timeout))
+	defer cancel()
+	id := "worker-" + c.ID + "-" + randomHex(4)
+	// Pipes for the executor's stdout and stderr, as it had when it was captured: a restore
+	// needs stdio of the same kinds.
+	executorOut, err := relay(stderr, "executor: ")
+	if err != nil {
+		return err
+	}
+	// Deleted on every path: after a failed create too (--force succeeds for a sandbox that
+	// is not there), and once ctx is cancelled (WithoutCancel; Delete has its own limit).
+	defer func() {
+		if deleteErr := r.Delete(context.WithoutCancel(ctx), id, &runsc.DeleteOpts{Force: true}); deleteErr != nil {
+			err = errors.Join(err, fmt.Errorf("the sandbox %s may be left behind: %w", id, deleteErr))
+		}
+		err = errors.Join(err, executorOut.wait())
+	}()
+	err = r.Create(ctx, id, bundle, &runsc.CreateOpts{IO: runsc.IO{Stdout: executorOut.w, Stderr: executorOut.w}})
+	executorOut.w.Close() // the sandbox holds its own copy now
+	if err != nil {
+		return err
+	}
+
+	start := time.Now()
+	if _, err := r.Restore(ctx, id, bundle, &runsc.RestoreOpts{ImagePath: filepath.Join(o.out, c.Dir), Detach: true, ExtraArgs: m.RestoreFlags}); err != nil {
+		return err
+	}
+	restored := time.Since(start)
+	conn, err := executorproto.Dial(ctx, filepath.Join(hostDir, sandbox.SocketName))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	request, err := measure.SmokeRequest(c.Imports)
+	if err != nil {
+		return err
+	}
+	response, err := executorproto.Call(ctx, conn, request)
+	if err != nil {
+		return err
+	}
+	if err := measure.CheckSmokeResponse(response, token); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "worker: %s restored in %.0f ms and answered in %.0f ms: its modules were imported and it sees the restore-time environment\n",
+		c.ID, ms(restored), ms(time.Since(start)))
+	if o.eval == "" {
+		return nil
+	}
+	request, err = measure.EvalRequest(o.eval)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "worker: eval %s\n", o.eval)
+	if response, err = executorproto.Call(ctx, conn, request); err != nil {
+		return err
+	}
+	value, err := measure.DecodeEnvelope(response)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "worker: = %v\n", value)
+	return nil
+}
+
+// checkHost asks whether every checkpoint of m restores on this host (manifest.CheckHost): the
+// runsc version and binary, the executor protocol, the CPU features and the cache line. A
+// warning (an unenforced CPU baseline, say) is printed and does not stop the worker; the
+// checkpoint it restores must restore here.
+func checkHost(ctx context.Context, r *runsc.Runsc, m *manifest.Manifest, set string, stderr io.Writer) error {
+	host, err := manifest.ReadHost(ctx, r.Path, time.Minute)
+	if err != nil {
+		return err
+	}
+	for _, v := range manifest.CheckHost(m, host).Checkpoints {
+		if v.ID != set {
+			continue
+		}
+		for _, w := range v.Warnings {
+			fmt.Fprintf(stderr, "worker: warning: %s\n", w)
+		}
+		if !v.Restores {
+			return fmt.Errorf("checkpoint %s does not restore on this host: %s", set, strings.Join(v.Problems, "; "))
+		}
+	}
+	return nil
+}
+
+// relayed is a pipe whose read end is copied, line by line with a prefix, to a writer.
+type relayed struct {
+	w    *os.File
+	done chan error
+}
+
+func relay(to io.Writer, prefix string) (*relayed, error) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	x := &relayed{w: pw, done: make(chan error, 1)}
+	go func() {
+		defer pr.Close()
+		lines := bufio.NewScanner(pr)
+		for lines.Scan() {
+			fmt.Fprintf(to, "%s%s\n", prefix, lines.Text())
+		}
+		x.done <- lines.Err()
+	}()
+	return x, nil
+}
+
+// wait waits, a little, for the relay to reach the end once the sandbox is gone.
+func (x *relayed) wait() error {
+	x.w.Close()
+	select {
+	case err := <-x.done:
+		return err
+	case <-time.After(5 * time.Second):
+		return errors.New("the executor's output was still open 5s after the sandbox was deleted")
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

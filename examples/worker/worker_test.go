@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/runsc"
+)
+
+func goTool() string {
+	if path, err := exec.LookPath("go"); err == nil {
+		return path
+	}
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
+}
+
+// build compiles a main package of this module into dir.
+func build(t *testing.T, dir, pkg string) string {
+	t.Helper()
+	bin := filepath.Join(dir, filepath.Base(pkg))
+	cmd := exec.Command(goTool(), "build", "-o", bin, pkg)
+	cmd.Dir = "../.."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+	}
+	return bin
+}
+
+// privateRoot is a runsc root that must hold no sandbox when the test ends.
+func privateRoot(t *testing.T, runscPath, dir string) string {
+	t.Helper()
+	root := filepath.Join(dir, "root")
+	t.Cleanup(func() {
+		cs, err := (&runsc.Runsc{Path: runscPath, Root: root}).List(context.Background())
+		if err != nil || len(cs) != 0 {
+			t.Errorf("sandboxes left under %s: %v, %v", root, cs, err)
+		}
+		if err := testenv.RemoveRunscRoot(root); err != nil {
+			t.Error(err)
+		}
+	})
+	return root
+}
+
+// TestWorker builds the example worker and the pipeline, captures a small output with the
+// pipeline, and has the worker restore a checkpoint of it into a pre-created sandbox and call
+// it; then stops a worker with SIGTERM in the middle of a call, which still deletes its
+// sandbox. The worker imports pkg/ only.
+func TestWorker(t *testing.T) {
+	runscPath, rootfs := testenv.RunscPath(t), testenv.Rootfs(t)
+	imports, err := exec.Command(goTool(), "list", "-f", `{{join .Imports " "}}`, ".").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range strings.Fields(string(imports)) {
+		if first, _, _ := strings.Cut(path, "/"); strings.Contains(first, ".") && !strings.HasPrefix(path, "readie.dev/pipeline/pkg/") {
+			t.Errorf("the example worker imports %s: a worker's kit is pkg/ and the standard library", path)
+		}
+	}
+	bins := t.TempDir()
+	pipeline, worker := build(t, bins, "./cmd/pipeline"), build(t, bins, "./examples/worker")
+
+	dir := testenv.WorkDir(t)
+	out := filepath.Join(dir, "out")
+	config := filepath.Join(dir, "pipeline.yaml")
+	os.WriteFile(config, []byte(fmt.Sprintf(`runsc:
+  path: %s
+  root: %s
+rootfs: %s
+output: %s
+checkpoint_cache: %s
+restore_runs: 1
+checkpoints:
+  - id: small
+    imports: [json, email.parser]
+`, runscPath, privateRoot(t, runscPath, filepath.Join(dir, "pipeline")), rootfs, out, filepath.Join(dir, "store"))), 0o644)
+	capture := exec.Command(pipeline, "capture", "--config", config)
+	if output, err := capture.CombinedOutput(); err != nil {
+		t.Fatalf("pipeline capture: %v\n%s", err, output)
+	}
+
+	root := privateRoot(t, runscPath, filepath.Join(dir, "worker"))
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(worker, "-out", out, "-runsc", runscPath, "-root", root, "-set", "small", "-eval", "sum(range(10))")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("worker: %v\nstdout:\n%s\nstderr:\n%s", err, &stdout, &stderr)
+	}
+	for _, want := range []string{"worker: small restored in", "its modules were imported and it sees the restore-time environment", "worker: = 45"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("the worker did not say %q:\n%s", want, &stdout)
+		}
+	}
+	t.Logf("worker:\n%s", &stdout)
+
+	// A checkpoint the output does not have, a binary that is no runsc, and a runsc of another
+	// version (the host check): refused, naming them, with nothing restored.
+	otherRunsc := filepath.Join(t.TempDir(), "runsc")
+	os.WriteFile(otherRunsc, []byte("#!/bin/sh\ncase \"$1\" in --version) echo 'runsc version other';; cpu-features) echo fpu,sse2;; esac\n"), 0o755)
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"-set", "nosuch"}, 2, `has no checkpoint "nosuch"`},
+		{[]string{"-runsc", "/bin/true"}, 1, "/bin/true --version printed"},
+		{[]string{"-runsc", otherRunsc}, 1, `checkpoint small does not restore on this host: runsc version "other"`},
+	} {
+		args := append([]string{"-out", out, "-runsc", runscPath, "-root", root}, tc.args...)
+		cmd := exec.Command(worker, args...)
+		output, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != tc.code || !strings.Contains(string(output), tc.want) {
+			t.Errorf("worker %v = %v\n%s\nwant exit %d saying %q", tc.args, err, output, tc.code, tc.want)
+		}
+	}
+
+	// SIGTERM while the executor runs a call that never returns: the worker deletes its
+	// sandbox (privateRoot checks) and exits 128+15. It is signalled only once it has said
+	// that it is calling, so the signal certainly arrives during the call.
+	var pipe io.ReadCloser
+	blocked := exec.Command(worker, "-out", out, "-runsc", runscPath, "-root", root, "-set", "small", "-eval", `__import__("time").sleep(3600)`)
+	pipe, err = blocked.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blockedErr bytes.Buffer
+	blocked.Stderr = &blockedErr
+	if err := blocked.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(pipe)
+	calling := false
+	for !calling && lines.Scan() {
+		calling = strings.HasPrefix(lines.Text(), "worker: eval ")
+	}
+	if !calling {
+		blocked.Process.Kill()
+		blocked.Wait()
+		t.Fatalf("the worker never started its call:\n%s", &blockedErr)
+	}
+	// The call is under way; signal now.
+	if err := blocked.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- blocked.Wait() }()
+	select {
+	case err = <-done:
+	case <-time.After(2 * time.Minute):
+		blocked.Process.Kill()
+		t.Fatalf("the worker did not stop after SIGTERM:\n%s", &blockedErr)
+	}
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 128+int(syscall.SIGTERM) || !strings.Contains(blockedErr.String(), "the sandbox was deleted") {
+		t.Fatalf("worker stopped by SIGTERM = %v\n%s", err, &blockedErr)
+	}
+}

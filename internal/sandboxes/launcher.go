@@ -1,0 +1,119 @@
+package sandboxes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"readie.dev/pipeline/pkg/executorproto"
+	"readie.dev/pipeline/pkg/sandbox"
+)
+
+// Launcher starts sandboxes of the executor's shape and times calls into them.
+type Launcher struct {
+	Runtime *Runtime
+	Rootfs  string
+	// WorkDir holds bundles and host directories; keep it short (socket paths).
+	WorkDir string
+	// Env holds variables added to every sandbox's base environment.
+	Env []string
+	// Timeout bounds one sandbox's work: a restore, or a start or restore plus the call.
+	Timeout time.Duration
+}
+
+// NewSandbox prepares a sandbox of the executor's shape in mode, with a fresh host directory;
+// args, when set, replace the executor's argv (a sandbox of the same shape running something
+// else).
+func (l *Launcher) NewSandbox(setID, step string, mode sandbox.Mode, env, args []string) (*Sandbox, error) {
+	id, err := l.Runtime.NewID(setID, step)
+	if err != nil {
+		return nil, err
+	}
+	hostDir := filepath.Join(l.WorkDir, id[len(id)-8:]) // the random suffix: socket paths stay short
+	if err := os.MkdirAll(hostDir, 0o755); err != nil {
+		return nil, err
+	}
+	spec, err := sandbox.Spec(sandbox.SpecOptions{Mode: mode, Rootfs: l.Rootfs, HostDir: hostDir, Env: append(slices.Clone(l.Env), env...), Args: args})
+	if err != nil {
+		return nil, err
+	}
+	return l.Runtime.NewSandbox(id, l.WorkDir, hostDir, spec)
+}
+
+// MS is a duration in milliseconds, to the microsecond.
+func MS(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// DeleteInto deletes sb and joins a failed delete into *err: a sandbox that could not be
+// deleted is reported, never dropped.
+func DeleteInto(ctx context.Context, sb *Sandbox, err *error) {
+	*err = errors.Join(*err, sb.Delete(ctx))
+}
+
+// WithStderr deletes the sandbox, so that its log holds everything the executor wrote, and
+// adds the log's last lines (and a failed delete) to err.
+func WithStderr(ctx context.Context, sb *Sandbox, err error) error {
+	deleteErr := sb.Delete(ctx)
+	if tail := sb.Tail(10); tail != "" {
+		err = fmt.Errorf("%w\nexecutor stderr:\n%s", err, tail)
+	}
+	return errors.Join(err, deleteErr)
+}
+
+// CallMarks are the moments a timed call passed: the start of the runsc command, its return,
+// the executor accepting the connection, and the decoded answer.
+type CallMarks struct {
+	Began, Started, Connected, Answered time.Time
+}
+
+// TotalMS is the time from the start of the runsc command to the answer.
+func (m CallMarks) TotalMS() float64 { return MS(m.Answered.Sub(m.Began)) }
+
+// TimedCall prepares a sandbox (off the clock), then times start, dial and one call until the
+// answer has been checked. The sandbox is deleted on every path, and a failed delete is
+// reported.
+func (l *Launcher) TimedCall(ctx context.Context, setID, step string, env []string, prepare, start func(context.Context, *Sandbox) error, request []byte, check func([]byte) error) (marks CallMarks, err error) {
+	sb, err := l.NewSandbox(setID, step, sandbox.ModeSandbox, env, nil)
+	if err != nil {
+		return marks, err
+	}
+	defer DeleteInto(ctx, sb, &err)
+	ctx, cancel := context.WithTimeoutCause(ctx, l.Timeout,
+		fmt.Errorf("%s of %s exceeded its timeout of %s", step, setID, l.Timeout))
+	defer cancel()
+	withTail := func(err error) error { return WithStderr(ctx, sb, err) }
+	if prepare != nil {
+		if err := prepare(ctx, sb); err != nil {
+			return marks, withTail(err)
+		}
+	}
+	marks.Began = time.Now()
+	if err := start(ctx, sb); err != nil {
+		return marks, withTail(err)
+	}
+	marks.Started = time.Now()
+	conn, err := executorproto.Dial(ctx, sb.SocketPath())
+	if err != nil {
+		return marks, withTail(err)
+	}
+	defer conn.Close()
+	marks.Connected = time.Now()
+	response, err := executorproto.Call(ctx, conn, request)
+	if err != nil {
+		return marks, withTail(err)
+	}
+	marks.Answered = time.Now()
+	return marks, check(response)
+}
+
+// RestoreStep is the step that restores imageDir into a sandbox with flags and returns once
+// the executor runs again (`runsc restore -detach`): TimedCall's start.
+func RestoreStep(imageDir string, flags []string) func(context.Context, *Sandbox) error {
+	return func(ctx context.Context, sb *Sandbox) error {
+		_, err := sb.Restore(ctx, RestoreOptions{ImageDir: imageDir, Flags: flags, Detach: true})
+		return err
+	}
+}

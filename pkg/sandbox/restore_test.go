@@ -1,0 +1,170 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// shipped writes the restore spec as an output ships it (sandbox mode, the placeholder host
+// directory) and returns its path and fingerprint with the default flags.
+func shipped(t *testing.T, edit func(*specs.Spec)) (string, string) {
+	t.Helper()
+	s := mustSpec(t, SpecOptions{Mode: ModeSandbox, Rootfs: "/build/rootfs", HostDir: "/run/readie/sandboxes/SANDBOX_ID"})
+	fp := fingerprint(t, s, DefaultFlags())
+	if edit != nil {
+		edit(s)
+	}
+	data, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "restore-spec.json")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path, fp
+}
+
+// decoded is a JSON document as generic values, to compare two specs field by field without
+// the Go types' help (a field the types dropped would show).
+func decoded(t *testing.T, data []byte) map[string]any {
+	t.Helper()
+	var v map[string]any
+	if err := json.Unmarshal(data, &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestRestoreSpecReplacesThreeFields: root.path, the executor mount's source and the
+// environment change, and nothing else of the file; the fingerprint stays.
+func TestRestoreSpecReplacesThreeFields(t *testing.T) {
+	path, fp := shipped(t, nil)
+	o := RestoreOptions{Rootfs: "/worker/rootfs", HostDir: "/run/w/s1", Env: []string{"TOKEN=abc", "EXECUTOR_MODE=measure"}}
+	got, err := RestoreSpec(path, fp, DefaultFlags().Args(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Root.Path != "/worker/rootfs" {
+		t.Errorf("root.path %q", got.Root.Path)
+	}
+	if m, _ := executorMount(got); m.Source != "/run/w/s1" {
+		t.Errorf("executor mount source %q", m.Source)
+	}
+	// The base environment stays in order; EXECUTOR_MODE is replaced in place, TOKEN added.
+	if !slices.Contains(got.Process.Env, "EXECUTOR_MODE=measure") || slices.Contains(got.Process.Env, "EXECUTOR_MODE=sandbox") ||
+		got.Process.Env[len(got.Process.Env)-1] != "TOKEN=abc" || !slices.Contains(got.Process.Env, "EXECUTOR_DIR="+ExecutorDir) {
+		t.Errorf("env %v", got.Process.Env)
+	}
+	if after := fingerprint(t, got, DefaultFlags()); after != fp {
+		t.Errorf("fingerprint changed: %s -> %s", fp, after)
+	}
+
+	// Put the three fields back: the result is the file, to the last field.
+	original, _ := os.ReadFile(path)
+	want := decoded(t, original)
+	restored, _ := json.Marshal(got)
+	have := decoded(t, restored)
+	have["root"].(map[string]any)["path"] = want["root"].(map[string]any)["path"]
+	have["process"].(map[string]any)["env"] = want["process"].(map[string]any)["env"]
+	for i, m := range have["mounts"].([]any) {
+		if m.(map[string]any)["destination"] == ExecutorDir {
+			m.(map[string]any)["source"] = want["mounts"].([]any)[i].(map[string]any)["source"]
+		}
+	}
+	if !reflect.DeepEqual(have, want) {
+		t.Errorf("more than the three fields changed:\n got %v\nwant %v", have, want)
+	}
+}
+
+// TestRestoreSpecRefuses: every refusal names what is wrong and matches ErrRestoreSpec.
+func TestRestoreSpecRefuses(t *testing.T) {
+	good := RestoreOptions{Rootfs: "/worker/rootfs", HostDir: "/run/w/s1"}
+	flags := DefaultFlags().Args()
+	for _, tc := range []struct {
+		name  string
+		edit  func(*specs.Spec)
+		flags []string
+		o     RestoreOptions
+		fp    string // replaces the recorded fingerprint when set
+		want  []string
+	}{
+		{name: "args edited", edit: func(s *specs.Spec) { s.Process.Args = append(s.Process.Args, "-X") },
+			want: []string{"fingerprint sha256:", "the manifest records", "differs from the captured shape in args"}},
+		{name: "cwd and read-only root edited", edit: func(s *specs.Spec) { s.Process.Cwd = "/tmp"; s.Root.Readonly = false },
+			want: []string{"cwd", "root_readonly"}},
+		{name: "a mount's options", edit: func(s *specs.Spec) { s.Mounts[0].Options = []string{"ro"} }, want: []string{"in mounts"}},
+		{name: "other network flags", flags: []string{"--network=sandbox", "--overlay2=none", "--host-uds=create"},
+			want: []string{"neither this spec nor this pipeline's sandbox shape", "--network=sandbox"}},
+		{name: "another pipeline's fingerprint", fp: "sha256:" + strings.Repeat("0", 64), want: []string{"another version of the pipeline"}},
+		{name: "runsc flags without network", flags: []string{"--overlay2=none"}, want: []string{"runsc_flags", "lack --network"}},
+		{name: "capture annotations", edit: func(s *specs.Spec) {
+			s.Annotations = map[string]string{annotationCheckpointPath: "/img"}
+		}, want: []string{"capture annotation " + annotationCheckpointPath}},
+		{name: "relative rootfs", o: RestoreOptions{Rootfs: "rootfs", HostDir: "/h"}, want: []string{`rootfs "rootfs" is not an absolute path`}},
+		{name: "relative host dir", o: RestoreOptions{Rootfs: "/r", HostDir: "h"}, want: []string{`host dir "h" is not an absolute path`}},
+		{name: "host dir too long for a socket", o: RestoreOptions{Rootfs: "/r", HostDir: "/" + strings.Repeat("d", 100)},
+			want: []string{"too long", "a Unix socket address holds 107"}},
+		{name: "bad env", o: RestoreOptions{Rootfs: "/r", HostDir: "/h", Env: []string{"NOEQUALS", "=x"}},
+			want: []string{`"NOEQUALS" is not KEY=VALUE`, `"=x" is not KEY=VALUE`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path, fp := shipped(t, tc.edit)
+			if tc.fp != "" {
+				fp = tc.fp
+			}
+			f := flags
+			if tc.flags != nil {
+				f = tc.flags
+			}
+			o := tc.o
+			if o.Rootfs == "" {
+				o = good
+			}
+			before, _ := os.ReadFile(path)
+			_, err := RestoreSpec(path, fp, f, o)
+			if !errors.Is(err, ErrRestoreSpec) {
+				t.Fatalf("err = %v, want ErrRestoreSpec", err)
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error does not say %q:\n%v", want, err)
+				}
+			}
+			if after, _ := os.ReadFile(path); string(after) != string(before) {
+				t.Error("the restore spec file changed")
+			}
+		})
+	}
+	t.Run("no executor mount", func(t *testing.T) {
+		path, fp := shipped(t, func(s *specs.Spec) { s.Mounts = s.Mounts[:len(s.Mounts)-1] })
+		// The shape changed too, so a recorded fingerprint of this shape is what is compared.
+		data, _ := os.ReadFile(path)
+		var s specs.Spec
+		json.Unmarshal(data, &s)
+		fp = fingerprint(t, &s, DefaultFlags())
+		if _, err := RestoreSpec(path, fp, flags, good); !errors.Is(err, ErrRestoreSpec) || !strings.Contains(err.Error(), "no bind mount on "+ExecutorDir) {
+			t.Fatalf("err = %v", err)
+		}
+	})
+	t.Run("missing file", func(t *testing.T) {
+		if _, err := RestoreSpec(filepath.Join(t.TempDir(), "none.json"), "sha256:x", flags, good); !errors.Is(err, ErrRestoreSpec) || !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("err = %v", err)
+		}
+	})
+	t.Run("not json", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "restore-spec.json")
+		os.WriteFile(path, []byte("{"), 0o644)
+		if _, err := RestoreSpec(path, "sha256:x", flags, good); !errors.Is(err, ErrRestoreSpec) || !strings.Contains(err.Error(), "parse") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+}
