@@ -117,7 +117,7 @@ checkpoints:
 	}{
 		{[]string{"-set", "nosuch"}, 2, `has no checkpoint "nosuch"`},
 		{[]string{"-runsc", "/bin/true"}, 1, "/bin/true --version printed"},
-		{[]string{"-runsc", otherRunsc}, 1, `checkpoint small does not restore on this host: runsc version "other"`},
+		{[]string{"-runsc", otherRunsc}, 1, `does not restore on this host: runsc version "other"`},
 	} {
 		args := append([]string{"-out", out, "-runsc", runscPath, "-root", root}, tc.args...)
 		cmd := exec.Command(worker, args...)
