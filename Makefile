@@ -72,7 +72,7 @@ test-python: deps image
 
 # Twice: in a zone that is not UTC (with the race detector) and in UTC, so nothing can depend
 # on the machine's time zone. -count=1: the test cache does not know TZ.
-test-go: runsc image build
+test-go: runsc image build $(BENCHSTAT)
 	TZ=America/New_York go test $(GOTEST_FLAGS) -count=1 ./...
 	TZ=UTC go test -timeout 30m -count=1 ./...
 

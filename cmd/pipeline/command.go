@@ -125,7 +125,7 @@ func (s commandSet) parse(args []string, stderr io.Writer) (*parsed, error) {
 	fs.SetOutput(io.Discard) // errors are reported below in one line, not with every flag
 	p.logs.register(fs)
 	cmd.SetFlags(fs)
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parseInterspersed(fs, args[1:], &p.args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			printCommandUsage(stderr, p.path, cmd, fs)
 			return nil, err
@@ -135,7 +135,6 @@ func (s commandSet) parse(args []string, stderr io.Writer) (*parsed, error) {
 		fmt.Fprintf(stderr, "%s: %s (run `%s -h` for its flags)\n", p.path, words, p.path)
 		return nil, usageError{err}
 	}
-	p.args = fs.Args()
 	if c, ok := cmd.(argsChecker); ok {
 		if err := c.CheckArgs(p.args); err != nil {
 			fmt.Fprintf(stderr, "%s: %v\n", p.path, err)
@@ -143,6 +142,26 @@ func (s commandSet) parse(args []string, stderr io.Writer) (*parsed, error) {
 		}
 	}
 	return p, nil
+}
+
+// parseInterspersed parses flags before and after positional arguments (`bench OUT --rounds
+// 3`), as users type them; `--` ends the flags.
+func parseInterspersed(fs *flag.FlagSet, args []string, positional *[]string) error {
+	for {
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return nil
+		}
+		if len(rest) < len(args) && args[len(args)-len(rest)-1] == "--" {
+			*positional = append(*positional, rest...)
+			return nil
+		}
+		*positional = append(*positional, rest[0])
+		args = rest[1:]
+	}
 }
 
 func printCommandUsage(w io.Writer, path string, cmd command, fs *flag.FlagSet) {

@@ -103,6 +103,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"stray argument, no positional", []string{"version", "extra"}, "unexpected arguments: extra"},
 		{"a flag of another command", []string{"version", "--runs", "3"}, "flag provided but not defined: --runs"},
 		{"--only on verify", []string{"verify", "--only", "numpy"}, "flag provided but not defined: --only"},
+		{"a flag after OUT is a flag", []string{"verify", dir, "--only", "numpy"}, "flag provided but not defined: --only"},
+		{"-- ends the flags", []string{"verify", "--", dir, "--only"}, "unexpected arguments: --only"},
 		{"--out and OUT disagree", []string{"verify", "--out", dir, filepath.Join(dir, "other")}, "disagree"},
 		{"bad --set", []string{"plan", "--set", "x=a b"}, `invalid value "x=a b" for flag --set`},
 		{"unknown cache command", []string{"cache", "frob"}, `unknown command "frob"`},

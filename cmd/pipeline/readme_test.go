@@ -1,13 +1,21 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/manifest"
 )
 
@@ -132,4 +140,66 @@ func TestReadmeDocumentsManifestFields(t *testing.T) {
 			t.Errorf("manifest field %s (%s) is not documented in the README", name, field)
 		}
 	}
+}
+
+// TestReadmeWalkthrough runs the README's walkthrough as written, with a free port and its own
+// directories instead of 5000 and /tmp/readie-*: a new user's first commands must work.
+func TestReadmeWalkthrough(t *testing.T) {
+	testenv.Rootfs(t) // fails, saying how, when `make image` has not run
+	script := walkthrough(t, readFile(t, "../../README.md"))
+	dir := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	ln.Close()
+	for _, r := range []struct{ old, new string }{{"\nport=5000\n", "\nport=" + port + "\n"}, {"/tmp/readie-", dir + "/readie-"}} {
+		if !strings.Contains(script, r.old) {
+			t.Fatalf("the walkthrough no longer holds %q, which this test replaces:\n%s", r.old, script)
+		}
+		script = strings.ReplaceAll(script, r.old, r.new)
+	}
+	build := exec.Command("go", "build", "-o", filepath.Join(dir, "bin", "pipeline"), ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	// The registry runs in the script's process group: killed with it, whatever happens.
+	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	var output bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &output, &output
+	err = cmd.Run()
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	if err != nil {
+		t.Fatalf("the walkthrough failed: %v\n%s", err, output.String())
+	}
+	for _, want := range []string{"2 checkpoints verified", "mine: restores", "Restore/set=mine/series=restore/conc=1", "sec/op"} {
+		if !strings.Contains(output.String(), want) {
+			t.Errorf("the walkthrough's output does not say %q:\n%s", want, output.String())
+		}
+	}
+}
+
+// walkthrough is the indented block of the README's "Walkthrough" section, as a script.
+func walkthrough(t *testing.T, readme string) string {
+	_, section, ok := strings.Cut(readme, "\n### Walkthrough")
+	if !ok {
+		t.Fatal("the README has no Walkthrough section")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	var lines []string
+	for _, line := range strings.Split(section, "\n") {
+		if code, ok := strings.CutPrefix(line, "    "); ok {
+			lines = append(lines, code)
+		}
+	}
+	if len(lines) < 10 {
+		t.Fatalf("the walkthrough has %d lines of commands", len(lines))
+	}
+	return strings.Join(lines, "\n") + "\n"
 }
