@@ -148,7 +148,7 @@ func TestParseErrors(t *testing.T) {
 		{"negative timeout", replace("smoke: 2m", "smoke: -1s"), "timeouts.smoke"},
 		{"bad network", replace("network: none", "network: wifi"), "runsc.network"},
 		{"host uds off", replace("host_uds: create", "host_uds: none"), "host_uds"},
-		{"restore flag", replace(`restore_flags: ["-direct"]`, `restore_flags: ["direct"]`), "not a flag"},
+		{"restore flag", replace(`restore_flags: []`, `restore_flags: ["direct"]`), "not a flag"},
 		{"size without a number", replace("image_bytes: 64GiB", "image_bytes: lots"), fmt.Sprintf("line %d: \"lots\" is not a size", lineOf(valid, "image_bytes: 64GiB"))},
 		{"size in decimal units", replace("image_bytes: 64GiB", "image_bytes: 64GB"), `"64GB" is not a size`},
 		{"size too large", replace("image_bytes: 64GiB", "image_bytes: 99999999TiB"), "too large"},
