@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -14,7 +15,8 @@ type Flags struct {
 	// HostUDS is --host-uds: "create" lets the executor's bind() of its socket reach the host;
 	// with runsc's default the gofer refuses it and a dial from the host waits forever.
 	HostUDS string
-	// Extra are further global flags, e.g. "--ignore-cgroups".
+	// Extra are further global flags, e.g. "--ignore-cgroups": only those CheckGlobalFlag
+	// allows.
 	Extra []string
 }
 
@@ -29,28 +31,93 @@ func DefaultFlags() Flags {
 	return Flags{Network: "none", Overlay: "none", HostUDS: "create"}
 }
 
+// The values a sandbox's own flags may take. A manifest comes from whoever pushed the output,
+// and a worker runs runsc as root with its flags: each one is a value this pipeline writes,
+// never, say, --network=host, a --debug-log path on the host or --allow-flag-override.
+var (
+	networks  = []string{"none", "sandbox"}
+	overlays  = []string{"none", "root:memory", "root:self", "all:memory", "all:self"}
+	hostUDSes = []string{"create", "all"}
+	// extraFlags are the further global flags allowed, with their allowed values ("" for a
+	// flag without one).
+	extraFlags = map[string][]string{
+		"ignore-cgroups": {"", "true", "false"},
+		"platform":       {"systrap", "ptrace", "kvm"},
+		"directfs":       {"", "true", "false"},
+		"file-access":    {"exclusive", "shared"},
+	}
+	// restoreFlags are the flags of `runsc restore` that only change how it loads the image.
+	restoreFlags = map[string][]string{
+		"direct":     {"", "true", "false"},
+		"background": {"", "true", "false"},
+	}
+)
+
 // ParseFlags reads back the global flags that Flags.Args wrote (a manifest's runsc_flags), so
-// an existing output is restored with the flags it was captured with.
+// an existing output is restored with the flags it was captured with. It refuses any flag or
+// value outside the allowed ones, naming it.
 func ParseFlags(args []string) (Flags, error) {
 	var f Flags
 	for _, arg := range args {
 		name, value, _ := strings.Cut(arg, "=")
+		var allowed []string
 		switch name {
 		case "--network":
-			f.Network = value
+			f.Network, allowed = value, networks
 		case "--overlay2":
-			f.Overlay = value
+			f.Overlay, allowed = value, overlays
 		case "--host-uds":
-			f.HostUDS = value
+			f.HostUDS, allowed = value, hostUDSes
 		default:
-			if !strings.HasPrefix(arg, "--") {
-				return Flags{}, fmt.Errorf("runsc flag %q is not a --flag", arg)
+			if err := CheckGlobalFlag(arg); err != nil {
+				return Flags{}, err
 			}
 			f.Extra = append(f.Extra, arg)
+			continue
+		}
+		if !slices.Contains(allowed, value) {
+			return Flags{}, fmt.Errorf("runsc flag %q: %s takes one of %s", arg, name, strings.Join(allowed, ", "))
 		}
 	}
 	if f.Network == "" || f.Overlay == "" || f.HostUDS == "" {
 		return Flags{}, fmt.Errorf("runsc flags %q lack --network, --overlay2 or --host-uds", args)
 	}
 	return f, nil
+}
+
+// CheckGlobalFlag refuses a further runsc global flag (Flags.Extra) that is not one of
+// --ignore-cgroups, --platform, --directfs and --file-access with a value runsc takes.
+func CheckGlobalFlag(arg string) error {
+	return checkFlag("runsc flag", arg, "--", extraFlags)
+}
+
+// CheckRestoreFlags refuses restore flags (a manifest's restore_flags) other than -direct and
+// -background, the flags that change only how `runsc restore` reads the image.
+func CheckRestoreFlags(args []string) error {
+	for _, arg := range args {
+		if err := checkFlag("restore flag", arg, "-", restoreFlags); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkFlag(what, arg, dashes string, allowed map[string][]string) error {
+	name, value, hasValue := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(arg, "-"), "-"), "=")
+	if !strings.HasPrefix(arg, "-") || !strings.HasPrefix(arg, dashes) {
+		return fmt.Errorf("%s %q is not a %sflag", what, arg, dashes)
+	}
+	values, ok := allowed[name]
+	if !ok {
+		names := make([]string, 0, len(allowed))
+		for n := range allowed {
+			names = append(names, dashes+n)
+		}
+		slices.Sort(names)
+		return fmt.Errorf("%s %q is not one of %s (a manifest's flags reach runsc as root: only these are accepted)", what, arg, strings.Join(names, ", "))
+	}
+	if hasValue && value == "" || !slices.Contains(values, value) {
+		return fmt.Errorf("%s %q: --%s takes one of %q", what, arg, name, values)
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -68,10 +69,63 @@ func ReadSpec(path, fingerprint string, runscFlags []string) (*specs.Spec, error
 			return nil, fmt.Errorf("%w: %s: carries the capture annotation %s", ErrRestoreSpec, path, key)
 		}
 	}
-	if _, err := executorMount(&spec); err != nil {
+	if err := checkCanonical(&spec); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrRestoreSpec, path, err)
 	}
 	return &spec, nil
+}
+
+// checkCanonical refuses a spec that is not this package's sandbox spec with only root.path,
+// the executor mount's source and process.env changed. The fingerprint alone covers the shape
+// a restore must match, not what runsc would do for whoever wrote the file: hooks run on the
+// host as root, annotations and further mounts change the sandbox.
+func checkCanonical(s *specs.Spec) error {
+	mount, err := executorMount(s)
+	if err != nil {
+		return err
+	}
+	if s.Root == nil || !filepath.IsAbs(s.Root.Path) || !filepath.IsAbs(mount.Source) || s.Process == nil {
+		return errors.New("no absolute root path, executor mount source or process")
+	}
+	want, err := Spec(SpecOptions{Mode: ModeSandbox, Rootfs: s.Root.Path, HostDir: mount.Source})
+	if err != nil {
+		return err
+	}
+	for _, kv := range s.Process.Env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.ContainsRune(kv, 0) {
+			return fmt.Errorf("environment entry %q is not KEY=VALUE", kv)
+		}
+	}
+	want.Process.Env = s.Process.Env
+	have, canonical := topLevel(s), topLevel(want)
+	var differ []string
+	for field := range have {
+		if have[field] != canonical[field] {
+			differ = append(differ, field)
+		}
+	}
+	for field := range canonical {
+		if _, ok := have[field]; !ok {
+			differ = append(differ, field)
+		}
+	}
+	if len(differ) > 0 {
+		slices.Sort(differ)
+		return fmt.Errorf("differs from the pipeline's sandbox spec in %s (only root.path, the source of the mount on %s and process.env may change)", strings.Join(differ, ", "), ExecutorDir)
+	}
+	return nil
+}
+
+// topLevel is the JSON of each top-level field of s, to compare two specs field by field.
+func topLevel(s *specs.Spec) map[string]string {
+	data, _ := json.Marshal(s)
+	var raw map[string]json.RawMessage
+	json.Unmarshal(data, &raw)
+	fields := make(map[string]string, len(raw))
+	for k, v := range raw {
+		fields[k] = string(v)
+	}
+	return fields
 }
 
 // RestoreSpec is the spec a worker restores an output's checkpoints with: the output's

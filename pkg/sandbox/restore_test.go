@@ -109,6 +109,23 @@ func TestRestoreSpecRefuses(t *testing.T) {
 		{name: "capture annotations", edit: func(s *specs.Spec) {
 			s.Annotations = map[string]string{annotationCheckpointPath: "/img"}
 		}, want: []string{"capture annotation " + annotationCheckpointPath}},
+		// The fingerprint stays for these: what only the whole spec shows.
+		{name: "a host hook", edit: func(s *specs.Spec) {
+			s.Hooks = &specs.Hooks{CreateRuntime: []specs.Hook{{Path: "/bin/sh", Args: []string{"sh", "-c", "id > /tmp/owned"}}}}
+		}, want: []string{"differs from the pipeline's sandbox spec in hooks"}},
+		{name: "an annotation", edit: func(s *specs.Spec) {
+			s.Annotations = map[string]string{"dev.gvisor.flag.debug-log": "/etc/"}
+		}, want: []string{"in annotations"}},
+		{name: "another mount source", edit: func(s *specs.Spec) { s.Mounts[0].Source = "/etc" }, want: []string{"in mounts"}},
+		{name: "linux resources and hostname", edit: func(s *specs.Spec) {
+			s.Linux.Resources = &specs.LinuxResources{}
+			s.Hostname = "x"
+		}, want: []string{"in hostname, linux"}},
+		{name: "a debug log on the host", flags: append(DefaultFlags().Args(), "--debug-log=/etc/cron.d/x"),
+			want: []string{`"--debug-log=/etc/cron.d/x" is not one of`}},
+		{name: "the host's network", flags: []string{"--network=host", "--overlay2=none", "--host-uds=create"},
+			want: []string{`"--network=host": --network takes one of none, sandbox`}},
+		{name: "flag override", flags: append(DefaultFlags().Args(), "--allow-flag-override"), want: []string{"--allow-flag-override"}},
 		{name: "relative rootfs", o: RestoreOptions{Rootfs: "rootfs", HostDir: "/h"}, want: []string{`rootfs "rootfs" is not an absolute path`}},
 		{name: "relative host dir", o: RestoreOptions{Rootfs: "/r", HostDir: "h"}, want: []string{`host dir "h" is not an absolute path`}},
 		{name: "host dir too long for a socket", o: RestoreOptions{Rootfs: "/r", HostDir: "/" + strings.Repeat("d", 100)},
@@ -167,4 +184,36 @@ func TestRestoreSpecRefuses(t *testing.T) {
 			t.Fatalf("err = %v", err)
 		}
 	})
+}
+
+func TestCheckRestoreFlags(t *testing.T) {
+	for _, ok := range [][]string{nil, {"-direct"}, {"--direct"}, {"-direct=false", "-background"}} {
+		if err := CheckRestoreFlags(ok); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	for flags, want := range map[string]string{
+		"-image-path=/etc":   "is not one of -background, -direct",
+		"-direct=maybe":      `--direct takes one of`,
+		"-direct=":           `--direct takes one of`,
+		"direct":             "is not a -flag",
+		"-pid-file=/etc/x":   "-pid-file",
+		"--debug-log=/etc/x": "is not one of",
+	} {
+		if err := CheckRestoreFlags([]string{flags}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want an error saying %q", flags, err, want)
+		}
+	}
+}
+
+func TestParseFlagsAllowsWhatThePipelineWrites(t *testing.T) {
+	for _, f := range []Flags{DefaultFlags(), {Network: "sandbox", Overlay: "root:memory", HostUDS: "all", Extra: []string{"--ignore-cgroups", "--platform=ptrace", "--directfs=false", "--file-access=shared"}}} {
+		got, err := ParseFlags(f.Args())
+		if err != nil || !reflect.DeepEqual(got, f) {
+			t.Errorf("%q: %+v, %v", f.Args(), got, err)
+		}
+	}
+	if _, err := ParseFlags(append(DefaultFlags().Args(), "--platform=kvm;rm")); err == nil {
+		t.Error("a platform outside the list was accepted")
+	}
 }
