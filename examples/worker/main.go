@@ -57,7 +57,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.out, "out", "", "the output directory (manifest.json)")
 	fs.StringVar(&o.runsc, "runsc", "", "this host's runsc binary")
 	fs.StringVar(&o.set, "set", "empty", "the checkpoint to restore")
-	fs.StringVar(&o.rootfs, "rootfs", "", "this host's copy of the output's rootfs (default: the manifest's rootfs.path)")
+	fs.StringVar(&o.rootfs, "rootfs", "", "this host's copy of the output's rootfs (default: the manifest's rootfs.path); the digest it records must be the manifest's")
 	fs.StringVar(&o.root, "root", "/run/readie-worker/runsc", "runsc's state root, private to the worker")
 	fs.StringVar(&o.eval, "eval", "", "a Python expression to evaluate in the restored executor after the check")
 	fs.DurationVar(&o.timeout, "timeout", time.Minute, "the limit of the whole restore and calls")
@@ -118,7 +118,22 @@ func restoreAndCall(ctx context.Context, o options, stdout, stderr io.Writer) (e
 		return fmt.Errorf("%w: %s has no checkpoint %q", errBadInput, o.out, o.set)
 	}
 	c := m.Checkpoints[i]
-	r := &runsc.Runsc{Path: o.runsc, Root: o.root, GlobalArgs: m.RunscFlags}
+	// The manifest's flags reach runsc as root: only the ones the kit allows.
+	flags, err := sandbox.ParseFlags(m.RunscFlags)
+	if err != nil {
+		return fmt.Errorf("%w: the manifest's runsc_flags: %w", errBadInput, err)
+	}
+	if err := sandbox.CheckRestoreFlags(m.RestoreFlags); err != nil {
+		return fmt.Errorf("%w: the manifest's restore_flags: %w", errBadInput, err)
+	}
+	rootfs := o.rootfs
+	if rootfs == "" {
+		rootfs = m.Rootfs.Path
+	}
+	if err := m.CheckRootfs(rootfs); err != nil {
+		return fmt.Errorf("%w: %w", errBadInput, err)
+	}
+	r := &runsc.Runsc{Path: o.runsc, Root: o.root, GlobalArgs: flags.Args()}
 	if err := checkHost(ctx, r, m, o.set, stderr); err != nil {
 		return err
 	}
@@ -138,10 +153,6 @@ func restoreAndCall(ctx context.Context, o options, stdout, stderr io.Writer) (e
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			return err
 		}
-	}
-	rootfs := o.rootfs
-	if rootfs == "" {
-		rootfs = m.Rootfs.Path
 	}
 	token := randomHex(8)
 	spec, err := sandbox.RestoreSpec(filepath.Join(o.out, m.Spec), m.SpecFingerprint, m.RunscFlags, sandbox.RestoreOptions{

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -110,12 +111,44 @@ checkpoints:
 	// version (the host check): refused, naming them, with nothing restored.
 	otherRunsc := filepath.Join(t.TempDir(), "runsc")
 	os.WriteFile(otherRunsc, []byte("#!/bin/sh\ncase \"$1\" in --version) echo 'runsc version other';; cpu-features) echo fpu,sse2;; esac\n"), 0o755)
+	// A manifest whose flags would reach runsc as root: a debug log written on the host,
+	// restore flags runsc would take as a path. Only manifest.json changes: the refusal comes
+	// before anything else is read.
+	tampered := t.TempDir()
+	for _, edit := range []struct{ field, value string }{{"runsc_flags", `"--debug-log=` + tampered + `/owned"`}, {"restore_flags", `"-pid-file=` + tampered + `/owned"`}} {
+		data, err := os.ReadFile(filepath.Join(out, "manifest.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(data, &m); err != nil {
+			t.Fatal(err)
+		}
+		var list []string
+		json.Unmarshal(m[edit.field], &list)
+		m[edit.field], _ = json.Marshal(append(list, strings.Trim(edit.value, `"`)))
+		data, _ = json.Marshal(m)
+		dir := filepath.Join(tampered, edit.field)
+		os.Mkdir(dir, 0o755)
+		os.WriteFile(filepath.Join(dir, "manifest.json"), data, 0o644)
+		cmd := exec.Command(worker, "-out", dir, "-runsc", runscPath, "-root", root, "-set", "small")
+		output, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(output), "the manifest's "+edit.field) {
+			t.Errorf("worker with a tampered %s = %v\n%s\nwant exit 2 naming it", edit.field, err, output)
+		}
+		if _, err := os.Stat(filepath.Join(tampered, "owned")); err == nil {
+			t.Errorf("a tampered %s wrote on the host", edit.field)
+		}
+	}
+
 	for _, tc := range []struct {
 		args []string
 		code int
 		want string
 	}{
 		{[]string{"-set", "nosuch"}, 2, `has no checkpoint "nosuch"`},
+		{[]string{"-rootfs", "/"}, 2, "rootfs / is not one the pipeline built"},
 		{[]string{"-runsc", "/bin/true"}, 1, "/bin/true --version printed"},
 		{[]string{"-runsc", otherRunsc}, 1, `does not restore on this host: runsc version "other"`},
 	} {

@@ -85,6 +85,9 @@ func (e *Env) forManifest(m *manifest.Manifest) (*Env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: manifest runsc_flags: %w", ErrSetup, err)
 	}
+	if err := sandbox.CheckRestoreFlags(m.RestoreFlags); err != nil {
+		return nil, fmt.Errorf("%w: manifest restore_flags: %w", ErrSetup, err)
+	}
 	rootfs, err := OpenRootfs(m.Rootfs.Path)
 	if err != nil {
 		return nil, err

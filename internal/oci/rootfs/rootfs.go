@@ -22,6 +22,7 @@ import (
 
 	"readie.dev/pipeline/internal/oci/unpack"
 	"readie.dev/pipeline/internal/sandboxes"
+	"readie.dev/pipeline/pkg/manifest"
 )
 
 // Info is what a rootfs records of itself at InfoPath: its digest (of the base and the
@@ -46,7 +47,7 @@ type ImageRef struct {
 }
 
 // InfoPath is where a rootfs records its Info, relative to its root.
-const InfoPath = "usr/lib/readie/image.json"
+const InfoPath = manifest.RootfsInfoFile
 
 // ReadInfo reads the Info that dir (a rootfs) records; an Info without a digest is an error.
 func ReadInfo(dir string) (*Info, error) {
