@@ -11,7 +11,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -106,9 +108,12 @@ func Assemble(ctx context.Context, o Options) (string, *Info, error) {
 	if err := os.MkdirAll(o.Runtime.Root, 0o700); err != nil {
 		return "", nil, err
 	}
-	complete := func(dir string) bool {
+	complete := func(dir string) (bool, error) {
 		_, err := os.Stat(filepath.Join(dir, "complete"))
-		return err == nil
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		return err == nil, err
 	}
 	dir, made, err := unpack.Once(ctx, filepath.Join(o.Cache, "rootfs"), strings.Replace(info.Digest, ":", "-", 1), complete, func(tmp string) error {
 		return build(ctx, o, info, tmp)

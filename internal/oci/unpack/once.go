@@ -18,12 +18,14 @@ import (
 // parent/.name.lock, waiting (bounded by ctx) while another run holds it, and builds it:
 // build fills a private directory, which is renamed into place. The kernel drops the lock of a
 // run that dies however it dies, so whoever holds it knows that every other directory of this
-// name (.tmp-name-*, or a name without complete) is a dead run's leftover; Once removes them
-// and logs each. It returns the directory and whether this call made it.
-func Once(ctx context.Context, parent, name string, complete func(dir string) bool, build func(tmp string) error, log logrus.FieldLogger) (string, bool, error) {
+// name (.tmp-name-*, or a name that complete shows incomplete) is a dead run's leftover; Once
+// removes them and logs each. complete returns an error when it cannot tell (an I/O error):
+// Once then stops with it, and removes nothing that other runs may be using. It returns the
+// directory and whether this call made it.
+func Once(ctx context.Context, parent, name string, complete func(dir string) (bool, error), build func(tmp string) error, log logrus.FieldLogger) (string, bool, error) {
 	final := filepath.Join(parent, name)
-	if complete(final) {
-		return final, false, nil
+	if ok, err := complete(final); ok || err != nil {
+		return final, false, err
 	}
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return "", false, err
@@ -33,8 +35,8 @@ func Once(ctx context.Context, parent, name string, complete func(dir string) bo
 		return "", false, err
 	}
 	defer lock.Close()
-	if complete(final) {
-		return final, false, nil
+	if ok, err := complete(final); ok || err != nil {
+		return final, false, err
 	}
 	leftovers, _ := filepath.Glob(filepath.Join(parent, ".tmp-"+name+"-*"))
 	if _, err := os.Lstat(final); err == nil {

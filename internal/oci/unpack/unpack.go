@@ -8,7 +8,9 @@ import (
 	"archive/tar"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -60,9 +62,14 @@ func UnpackOnce(ctx context.Context, img v1.Image, cacheDir string, limits Limit
 	}
 	manifest := verify.Sum(raw)
 	var got Unpacked
-	complete := func(dir string) bool {
+	complete := func(dir string) (bool, error) {
 		data, err := os.ReadFile(filepath.Join(dir, recordName))
-		return err == nil && json.Unmarshal(data, &got) == nil && got.Manifest == manifest.String() && got.Content != ""
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		} else if err != nil {
+			return false, fmt.Errorf("unpacked image %s: %w", dir, err)
+		}
+		return json.Unmarshal(data, &got) == nil && got.Manifest == manifest.String() && got.Content != "", nil
 	}
 	dir, made, err := Once(ctx, filepath.Join(cacheDir, "rootfs", "oci"), manifest.Hex, complete, func(tmp string) error {
 		root := filepath.Join(tmp, "rootfs")

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -498,5 +499,30 @@ func TestUnpackOnceAfterSIGKILL(t *testing.T) {
 	}
 	if data, err := os.ReadFile(filepath.Join(u.Dir, "etc", "second")); err != nil || string(data) != "second\n" {
 		t.Errorf("etc/second: %q %v", data, err)
+	}
+}
+
+// TestOnceKeepsWhatItCannotJudge: when complete cannot tell (an I/O error, here a record that
+// is a directory), Once stops with the error and removes nothing: another run may be using it.
+func TestOnceKeepsWhatItCannotJudge(t *testing.T) {
+	parent := t.TempDir()
+	final := filepath.Join(parent, "x")
+	if err := os.MkdirAll(filepath.Join(final, "record"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	complete := func(dir string) (bool, error) {
+		_, err := os.ReadFile(filepath.Join(dir, "record"))
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	built := false
+	_, _, err := Once(context.Background(), parent, "x", complete, func(string) error { built = true; return nil }, logrus.New())
+	if !errors.Is(err, syscall.EISDIR) || built {
+		t.Fatalf("Once = %v (built: %v), want the read error and no build", err, built)
+	}
+	if _, err := os.Stat(filepath.Join(final, "record")); err != nil {
+		t.Fatalf("Once removed what it could not judge: %v", err)
 	}
 }
