@@ -119,13 +119,18 @@ func (l *layerState) entry(hdr *tar.Header, r io.Reader) error {
 	return nil
 }
 
-// whiteout hides name of lower layers (.wh.NAME in dir), never this layer's own.
+// whiteout hides name of lower layers (.wh.NAME in dir), never this layer's own: of a
+// directory this layer also lists, only the lower layers' entries go.
 func (l *layerState) whiteout(dir, name, entry string) error {
 	if name == "" || name == "." || name == ".." || strings.Contains(name, "/") {
 		return fmt.Errorf("%w %q: a whiteout of %q", ErrLayer, entry, name)
 	}
-	if p := path.Join(dir, name); !l.inLayer[p] {
+	p := path.Join(dir, name)
+	if !l.inLayer[p] {
 		return l.root.RemoveAll(p)
+	}
+	if fi, err := l.root.Lstat(p); err == nil && fi.IsDir() {
+		return l.hideLower(p)
 	}
 	return nil
 }

@@ -246,6 +246,26 @@ func TestOpaqueWhiteoutHidesNestedLowerEntries(t *testing.T) {
 	}
 }
 
+// TestWhiteoutOfADirectoryTheLayerAlsoLists: .wh.sub hides the lower layers' sub, also when
+// the same layer lists sub's new entries (before or after the whiteout): only they remain.
+func TestWhiteoutOfADirectoryTheLayerAlsoLists(t *testing.T) {
+	lower := []entry{{name: "d/", typ: tar.TypeDir}, {name: "d/sub/", typ: tar.TypeDir}, {name: "d/sub/old", body: "old"}, {name: "d/other", body: "other"}}
+	for _, upper := range [][]entry{
+		{{name: "d/sub/new", body: "new"}, {name: "d/.wh.sub"}},
+		{{name: "d/.wh.sub"}, {name: "d/sub/", typ: tar.TypeDir}, {name: "d/sub/new", body: "new"}},
+	} {
+		root := t.TempDir()
+		if _, err := Unpack(context.Background(), imageOf(t, layerOf(t, lower...), layerOf(t, upper...)), root, DefaultLimits(), nil); err != nil {
+			t.Fatal(err)
+		}
+		for p, want := range map[string]bool{"d/sub/new": true, "d/sub/old": false, "d/other": true} {
+			if _, err := os.Lstat(filepath.Join(root, p)); (err == nil) != want {
+				t.Errorf("upper %v: %s exists = %v, want %v", upper, p, err == nil, want)
+			}
+		}
+	}
+}
+
 // rawHeader is a ustar header block, written by hand: archive/tar writes no GNU sparse records.
 func rawHeader(name string, typ byte, size int64) []byte {
 	b := make([]byte, 512)
