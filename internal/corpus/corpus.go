@@ -26,6 +26,9 @@ const (
 	MaxLineBytes = 1 << 20
 	// MaxArrayBytes bounds a corpus given as one JSON array (read whole, to name lines).
 	MaxArrayBytes = 1 << 30
+	// MaxWeight bounds one request's weight, so that sums of weights times costs stay finite
+	// (a corpus of 1e308s would plan on infinities and write no JSON).
+	MaxWeight = 1e12
 )
 
 // Request is one request of a corpus.
@@ -264,8 +267,8 @@ func (p *parser) request(raw []byte) (Request, error) {
 		if err != nil || math.IsInf(v, 0) {
 			return Request{}, fmt.Errorf("weight %s is out of range", w)
 		}
-		if v <= 0 {
-			return Request{}, fmt.Errorf("weight %s: want a number > 0", w)
+		if v <= 0 || v > MaxWeight {
+			return Request{}, fmt.Errorf("weight %s: want a number > 0 and at most %g", w, float64(MaxWeight))
 		}
 		req.Weight = v
 	}

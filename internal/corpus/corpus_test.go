@@ -59,6 +59,7 @@ func TestParseErrorsNameTheLine(t *testing.T) {
 		{"dotted wrong", `{"imports": ["a..b"]}`, `imports[0] "a..b" is not a dotted`},
 		{"weight zero", `{"imports": [], "weight": 0}`, "line 1: weight 0: want a number > 0"},
 		{"weight negative", `{"imports": [], "weight": -2}`, "weight -2: want a number > 0"},
+		{"weight too large", "{\"imports\": []}\n{\"imports\": [], \"weight\": 1e308}", "line 2: weight 1e308: want a number > 0 and at most 1e+12"},
 		{"weight string", `{"imports": [], "weight": "3"}`, "weight is a string, not a number"},
 		{"weight null", `{"imports": [], "weight": null}`, "weight is null, not a number"},
 		{"weight huge", `{"imports": [], "weight": 1e400}`, "weight 1e400 is out of range"},
