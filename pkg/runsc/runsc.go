@@ -165,6 +165,7 @@ func (r *Runsc) Version(ctx context.Context) (string, error) {
 	var stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, r.Path, "--version")
 	cmd.Stderr = &stderr
+	cmd.WaitDelay = pipeGrace
 	out, err := cmd.Output()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -320,6 +321,11 @@ func (r *Runsc) command(ctx context.Context, io IO, args ...string) (*exec.Cmd, 
 	return cmd, errorLog, nil
 }
 
+// pipeGrace is how long a command whose output is read into memory may keep its pipes open
+// after it exits or its context ends: a process it left behind holding them must not hold the
+// caller past its limit.
+const pipeGrace = time.Second
+
 // bounded limits a command that should return at once; on expiry the error names the command
 // and the limit.
 func (r *Runsc) bounded(ctx context.Context, command string) (context.Context, context.CancelFunc) {
@@ -338,6 +344,7 @@ func (r *Runsc) output(ctx context.Context, id string, args ...string) ([]byte, 
 	defer errorLog.Close()
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
+	cmd.WaitDelay = pipeGrace
 	err = cmd.Run()
 	return stdout.Bytes(), r.fail(ctx, args[0], id, err, errorLog)
 }

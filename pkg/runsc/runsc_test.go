@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -338,5 +339,40 @@ func TestCaptureAndRestore(t *testing.T) {
 	}
 	if !errors.Is(err, runsc.ErrFailed) || !strings.Contains(err.Error(), `"Args" does not match`) {
 		t.Fatalf("restore of a tampered spec = %v; want runsc's words", err)
+	}
+}
+
+// TestLeftBehindChildDoesNotHoldTheCaller: a runsc that exits but leaves a process holding its
+// stdout (here a shell's background sleep) does not hold Version or List past their end.
+func TestLeftBehindChildDoesNotHoldTheCaller(t *testing.T) {
+	dir := t.TempDir()
+	pids := filepath.Join(dir, "pids")
+	fake := filepath.Join(dir, "runsc")
+	script := "#!/bin/sh\nsleep 600 & echo $! >> " + pids + "\ncase \"$*\" in *--version*) echo 'runsc version left-behind';; *) echo '[]';; esac\n"
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		data, _ := os.ReadFile(pids)
+		for _, f := range strings.Fields(string(data)) {
+			var pid int
+			if _, err := fmt.Sscan(f, &pid); err == nil {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	r := &runsc.Runsc{Path: fake, Root: dir, CommandTimeout: time.Hour}
+	for name, call := range map[string]func() error{
+		"Version": func() error { _, err := r.Version(context.Background()); return err },
+		"List":    func() error { _, err := r.List(context.Background()); return err },
+	} {
+		done := make(chan error, 1)
+		go func() { done <- call() }()
+		select {
+		case err := <-done:
+			t.Logf("%s: %v", name, err)
+		case <-time.After(2 * time.Minute): // reached only when the pipe holds the call
+			t.Fatalf("%s still waits on the pipe a left-behind process holds", name)
+		}
 	}
 }
