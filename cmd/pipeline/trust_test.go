@@ -153,6 +153,8 @@ func completeInCache(t *testing.T, cache string) []string {
 // files included: what a .pth file or sitecustomize of any image may run.
 const hostileModule = `import os
 MARKER = %q
+# Made only by running this module, so the test can find it in the checkpoint's memory.
+RAN = "readie-hostile-" + str(6 * 7) + "-ran"
 def _attack():
     for p in ("/readie-was-here", "/usr/lib/readie-was-here", "/etc/os-release"):
         try:
@@ -233,6 +235,12 @@ func TestHostileImageStaysInItsSandbox(t *testing.T) {
 	}
 	if after := []string{hashTree(t, unpacked), hashTree(t, rootfs.Path)}; after[0] != before[0] || after[1] != before[1] {
 		t.Errorf("the cache changed: %v, then %v", before, after)
+	}
+	// The control: the image's code did run, in the sandbox (its string is in the memory the
+	// checkpoint saved), so the test above tried something.
+	pages, err := os.ReadFile(filepath.Join(dir, "out", "small", "pages.img"))
+	if err != nil || !bytes.Contains(pages, []byte("readie-hostile-42-ran")) {
+		t.Errorf("the hostile module never ran in the sandbox (%v): the test proves nothing", err)
 	}
 }
 
