@@ -46,6 +46,14 @@ func newFaultEnv(t *testing.T) *faultEnv {
 	t.Helper()
 	dir := testenv.WorkDir(t)
 	e := &faultEnv{dir: dir, root: filepath.Join(dir, "root"), out: filepath.Join(dir, "out"), rootfs: testenv.Rootfs(t), runsc: testenv.RunscPath(t)}
+	// A temporary directory of the test's own: the runs of other tests (other packages run at
+	// the same time) sweep the shared one's scratch directories of runs that died, which the
+	// tests of killed runs look for.
+	tmp := filepath.Join(dir, "t")
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", tmp)
 	t.Cleanup(func() {
 		e.checkNoSandboxes(t)
 		if err := testenv.RemoveRunscRoot(e.root); err != nil {
