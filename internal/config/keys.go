@@ -20,9 +20,9 @@ func checkKeys(data []byte) error {
 	if err := yaml.Unmarshal(data, &doc); err != nil || len(doc.Content) == 0 {
 		return nil // syntax errors are reported by the decoder, with their line
 	}
-	var problems []error
-	walkKeys(doc.Content[0], reflect.TypeOf(Config{}), "", &problems)
-	return errors.Join(problems...)
+	var p problems
+	walkKeys(doc.Content[0], reflect.TypeOf(Config{}), "", &p)
+	return errors.Join(p...)
 }
 
 var (
@@ -30,14 +30,8 @@ var (
 	baselineType = reflect.TypeOf(CPUBaseline{})
 )
 
-func walkKeys(n *yaml.Node, t reflect.Type, path string, problems *[]error) {
-	add := func(n *yaml.Node, format string, args ...any) {
-		*problems = append(*problems, fmt.Errorf("line %d: %s", n.Line, fmt.Sprintf(format, args...)))
-	}
-	where := path
-	if where == "" {
-		where = "the top level"
-	}
+// walkKeys checks the node n against the type t it decodes into; path names it in messages.
+func walkKeys(n *yaml.Node, t reflect.Type, path string, p *problems) {
 	if n.Kind == yaml.AliasNode || (n.Kind == yaml.ScalarNode && n.Tag == "!!null") {
 		return
 	}
@@ -47,66 +41,85 @@ func walkKeys(n *yaml.Node, t reflect.Type, path string, problems *[]error) {
 	if t == baselineType && n.Kind != yaml.MappingNode {
 		t = reflect.TypeOf([]string{}) // cpu_baseline's list form
 	}
-	switch {
-	case t == durationType:
-		if n.Kind != yaml.ScalarNode {
-			add(n, "%s: want a duration such as 5m or 90s", path)
-		} else if _, err := time.ParseDuration(n.Value); err != nil {
-			add(n, "%s: %q is not a duration: want one such as 5m or 90s", path, n.Value)
-		}
-	case t.Kind() == reflect.Struct:
-		if n.Kind != yaml.MappingNode {
-			add(n, "%s: want a mapping of keys (%s)", where, strings.Join(keysOf(t), ", "))
-			return
-		}
-		fields := map[string]reflect.Type{}
-		for i := range t.NumField() {
-			f := t.Field(i)
-			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-			if name != "" && name != "-" {
-				fields[name] = f.Type
-			}
-		}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			key, value := n.Content[i], n.Content[i+1]
-			ft, ok := fields[key.Value]
-			if !ok {
-				hint := ""
-				if near := closest(key.Value, keysOf(t)); near != "" {
-					hint = fmt.Sprintf(" (did you mean %s?)", join(path, near))
-				}
-				add(key, "unknown key %s%s; %s takes %s", join(path, key.Value), hint, where, strings.Join(keysOf(t), ", "))
-				continue
-			}
-			walkKeys(value, ft, join(path, key.Value), problems)
-		}
-	case t.Kind() == reflect.Slice:
+	switch t.Kind() {
+	case reflect.Struct:
+		walkStruct(n, t, path, p)
+	case reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
-			add(n, "%s: want a list", path)
+			p.addAt(n, "%s: want a list", path)
 			return
 		}
 		for i, item := range n.Content {
-			walkKeys(item, t.Elem(), fmt.Sprintf("%s[%d]", path, i), problems)
+			walkKeys(item, t.Elem(), fmt.Sprintf("%s[%d]", path, i), p)
 		}
-	case t.Kind() == reflect.Map:
+	case reflect.Map:
 		if n.Kind != yaml.MappingNode {
-			add(n, "%s: want a mapping", path)
+			p.addAt(n, "%s: want a mapping", path)
 			return
 		}
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			walkKeys(n.Content[i+1], t.Elem(), join(path, n.Content[i].Value), problems)
+			walkKeys(n.Content[i+1], t.Elem(), join(path, n.Content[i].Value), p)
+		}
+	default:
+		checkScalar(n, t, path, p)
+	}
+}
+
+// walkStruct checks a mapping's keys against the yaml tags of the struct type t, naming the
+// closest known key for an unknown one.
+func walkStruct(n *yaml.Node, t reflect.Type, path string, p *problems) {
+	where := path
+	if where == "" {
+		where = "the top level"
+	}
+	if n.Kind != yaml.MappingNode {
+		p.addAt(n, "%s: want a mapping of keys (%s)", where, strings.Join(keysOf(t), ", "))
+		return
+	}
+	fields := map[string]reflect.Type{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if name != "" && name != "-" {
+			fields[name] = f.Type
+		}
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key, value := n.Content[i], n.Content[i+1]
+		ft, ok := fields[key.Value]
+		if !ok {
+			hint := ""
+			if near := closest(key.Value, keysOf(t)); near != "" {
+				hint = fmt.Sprintf(" (did you mean %s?)", join(path, near))
+			}
+			p.addAt(key, "unknown key %s%s; %s takes %s", join(path, key.Value), hint, where, strings.Join(keysOf(t), ", "))
+			continue
+		}
+		walkKeys(value, ft, join(path, key.Value), p)
+	}
+}
+
+// checkScalar checks that a single value is of the kind of t: a duration, a whole number, a
+// boolean or a string.
+func checkScalar(n *yaml.Node, t reflect.Type, path string, p *problems) {
+	switch {
+	case t == durationType:
+		if n.Kind != yaml.ScalarNode {
+			p.addAt(n, "%s: want a duration such as 5m or 90s", path)
+		} else if _, err := time.ParseDuration(n.Value); err != nil {
+			p.addAt(n, "%s: %q is not a duration: want one such as 5m or 90s", path, n.Value)
 		}
 	case t.Kind() == reflect.Int:
 		if _, err := strconv.Atoi(n.Value); n.Kind != yaml.ScalarNode || err != nil {
-			add(n, "%s: %q is not a whole number", path, n.Value)
+			p.addAt(n, "%s: %q is not a whole number", path, n.Value)
 		}
 	case t.Kind() == reflect.Bool:
 		if _, err := strconv.ParseBool(n.Value); n.Kind != yaml.ScalarNode || err != nil {
-			add(n, "%s: %q is not true or false", path, n.Value)
+			p.addAt(n, "%s: %q is not true or false", path, n.Value)
 		}
 	case t.Kind() == reflect.String:
 		if n.Kind != yaml.ScalarNode {
-			add(n, "%s: want a single value, not a list or mapping", path)
+			p.addAt(n, "%s: want a single value, not a list or mapping", path)
 		}
 	}
 }
