@@ -76,10 +76,12 @@ type analyzer struct {
 	env   *run.Env
 	log   logrus.FieldLogger
 	cache *cache
-	base  key
-	host  string
-	cpu   string
-	box   *starter
+	// base is the key of every measurement in this image; timedBase, of a time: it holds only
+	// on this kind of host, with these runs.
+	base      key
+	timedBase key
+	cpu       string
+	box       *starter
 
 	// The scratch directory is made when the first sandbox needs it: a cached analysis
 	// starts none and sweeps nothing.
@@ -113,8 +115,9 @@ func Run(ctx context.Context, env *run.Env, names []string, o Options) (*analysi
 		cache: &cache{dir: o.CacheDir, readOnly: o.CacheOnly},
 		base: key{Code: codeDigest, RootfsDigest: env.Rootfs.Digest, RunscSHA256: env.RunscSHA256, Spec: fp,
 			RunscFlags: env.Runtime.Flags.Args()},
-		host: "sha256:" + hex.EncodeToString(hostSum[:]),
 	}
+	a.timedBase = a.base
+	a.timedBase.Host, a.timedBase.Runs = "sha256:"+hex.EncodeToString(hostSum[:]), o.Runs
 	if a.log == nil {
 		a.log = logrus.New()
 	}
@@ -145,20 +148,6 @@ func (a *analyzer) starter(ctx context.Context) (*starter, error) {
 	return a.box, a.scratchErr
 }
 
-func (a *analyzer) key(kind string) key {
-	k := a.base
-	k.Kind = kind
-	k.RunscFlags = slices.Clone(k.RunscFlags)
-	return k
-}
-
-// timedKey is the key of a time: it holds only on this kind of host, with these runs.
-func (a *analyzer) timedKey(kind string) key {
-	k := a.key(kind)
-	k.Host, k.Runs = a.host, a.o.Runs
-	return k
-}
-
 // probe is what one cold import told about a module: whether it imports, whether the executor
 // had it loaded already, and what it added to sys.modules.
 type probe struct {
@@ -173,113 +162,42 @@ type found struct {
 	Error  string `json:"error,omitempty"`
 }
 
+// run measures in four steps: names to modules, availability and closures, timed imports, and
+// the host's cold start and restore line; then it puts the file together.
 func (a *analyzer) run(ctx context.Context, names []string) (*analysis.File, *Report, error) {
 	a.box = &starter{}
 	rep := &Report{Unavailable: map[string]string{}}
-
-	// 1. Names to modules, and the image's standard library.
-	var stdlib []string
-	probeErrors := map[string]string{}
-	isModule := func(ctx context.Context, candidates []string) (map[string]bool, error) {
-		answers, std, err := a.findModules(ctx, candidates)
-		if err != nil {
-			return nil, err
-		}
-		stdlib = std
-		out := map[string]bool{}
-		for name, f := range answers {
-			out[name] = f.Module
-			if f.Error != "" {
-				probeErrors[name] = f.Error
-			}
-		}
-		return out, nil
-	}
-	resolved, err := corpus.Resolve(ctx, names, isModule)
+	res, err := a.resolveNames(ctx, names)
 	if err != nil {
 		return nil, nil, err
 	}
-	stdlibSet := map[string]bool{}
-	for _, s := range stdlib {
-		stdlibSet[s] = true
+	probes, err := a.probeClosures(ctx, res)
+	if err != nil {
+		return nil, nil, err
 	}
-
-	// 2. Availability and closures, several at a time, until closures name no new package.
-	probes := map[string]probe{}
-	var queue []string
-	for _, r := range resolved {
-		if r.Found && !slices.Contains(queue, r.Module) {
-			queue = append(queue, r.Module)
-		}
-	}
-	for len(queue) > 0 {
-		slices.Sort(queue)
-		got, err := a.probeAll(ctx, queue)
-		if err != nil {
-			return nil, nil, err
-		}
-		queue = nil
-		for m, p := range got {
-			probes[m] = p
-		}
-		for _, m := range slices.Sorted(maps.Keys(got)) {
-			if got[m].Error != "" {
-				continue
-			}
-			for _, name := range got[m].Added {
-				top, _, _ := strings.Cut(name, ".")
-				if catalogue.IsModuleName(top) && !strings.HasPrefix(top, "__") && !stdlibSet[top] {
-					if _, known := probes[top]; !known && !slices.Contains(queue, top) {
-						queue = append(queue, top)
-					}
-				}
-			}
-		}
-	}
-	// A closure member that does not import by itself (Cython's cython_runtime, say) is left
-	// out of closures: no start can load it alone.
-	available := map[string]bool{}
-	for m, p := range probes {
-		if p.Error == "" {
-			available[m] = true
-		}
-	}
-	closures := map[string][]string{}
-	for m := range available {
-		var c []string
-		for _, member := range analysis.Closure(m, probes[m].Added, stdlibSet, available) {
-			if available[member] {
-				c = append(c, member)
-			}
-		}
-		closures[m] = c
-	}
-
-	// 3. Timed imports, one sandbox at a time: cold, then own (after the rest of the closure).
+	available, closures := closuresOf(probes, res.stdlibSet)
+	// Timed imports, one sandbox at a time: cold, then own (after the rest of the closure).
 	figures, err := a.measureAll(ctx, probes, closures, rep)
 	if err != nil {
 		return nil, nil, err
 	}
-
-	// 4. The host: a bare cold start, and the restore line over images of three sizes.
 	host, err := a.measureHost(ctx, figures)
 	if err != nil {
 		return nil, nil, err
 	}
-
 	f := &analysis.File{
 		Version: analysis.Version,
 		Image:   analysis.Image{RootfsDigest: a.base.RootfsDigest, Runsc: a.base.RunscSHA256, SpecDigest: a.base.Spec, Runs: a.o.Runs},
-		Stdlib:  slices.Clone(stdlib),
+		Stdlib:  slices.Clone(res.stdlib),
 		Names:   map[string]analysis.Entry{},
 		Host:    host,
 	}
 	slices.Sort(f.Stdlib)
 	for _, name := range names {
-		r := resolved[name]
+		r := res.resolved[name]
 		switch {
 		case !r.Found:
-			f.Names[name] = analysis.Entry{Module: r.Module, Error: notFound(name, r.Module, probeErrors)}
+			f.Names[name] = analysis.Entry{Module: r.Module, Error: notFound(name, r.Module, res.probeErrors)}
 			rep.Unavailable[r.Module] = f.Names[name].Error
 		case !available[r.Module]:
 			f.Names[name] = analysis.Entry{Module: r.Module, Error: probes[r.Module].Error}
@@ -298,6 +216,102 @@ func (a *analyzer) run(ctx context.Context, names []string) (*analysis.File, *Re
 		return nil, nil, fmt.Errorf("the analysis does not hold together (a bug): %w", err)
 	}
 	return f, rep, nil
+}
+
+// resolvedNames is what the name probe told: each name's module, the image's standard library,
+// and the import errors of the prefixes that are no module.
+type resolvedNames struct {
+	resolved    map[string]corpus.Resolution
+	stdlib      []string
+	stdlibSet   map[string]bool
+	probeErrors map[string]string
+}
+
+// resolveNames resolves names to modules, and learns the image's standard library.
+func (a *analyzer) resolveNames(ctx context.Context, names []string) (*resolvedNames, error) {
+	res := &resolvedNames{stdlibSet: map[string]bool{}, probeErrors: map[string]string{}}
+	isModule := func(ctx context.Context, candidates []string) (map[string]bool, error) {
+		answers, std, err := a.findModules(ctx, candidates)
+		if err != nil {
+			return nil, err
+		}
+		res.stdlib = std
+		out := map[string]bool{}
+		for name, f := range answers {
+			out[name] = f.Module
+			if f.Error != "" {
+				res.probeErrors[name] = f.Error
+			}
+		}
+		return out, nil
+	}
+	resolved, err := corpus.Resolve(ctx, names, isModule)
+	if err != nil {
+		return nil, err
+	}
+	res.resolved = resolved
+	for _, s := range res.stdlib {
+		res.stdlibSet[s] = true
+	}
+	return res, nil
+}
+
+// probeClosures probes the resolved modules for availability and closure, several at a time,
+// then the packages their closures name, until the closures name no new package.
+func (a *analyzer) probeClosures(ctx context.Context, res *resolvedNames) (map[string]probe, error) {
+	probes := map[string]probe{}
+	var queue []string
+	for _, r := range res.resolved {
+		if r.Found && !slices.Contains(queue, r.Module) {
+			queue = append(queue, r.Module)
+		}
+	}
+	for len(queue) > 0 {
+		slices.Sort(queue)
+		got, err := a.probeAll(ctx, queue)
+		if err != nil {
+			return nil, err
+		}
+		queue = nil
+		maps.Copy(probes, got)
+		for _, m := range slices.Sorted(maps.Keys(got)) {
+			if got[m].Error != "" {
+				continue
+			}
+			for _, name := range got[m].Added {
+				top, _, _ := strings.Cut(name, ".")
+				if catalogue.IsModuleName(top) && !strings.HasPrefix(top, "__") && !res.stdlibSet[top] {
+					if _, known := probes[top]; !known && !slices.Contains(queue, top) {
+						queue = append(queue, top)
+					}
+				}
+			}
+		}
+	}
+	return probes, nil
+}
+
+// closuresOf returns the modules that import and the closure of each. A closure member that
+// does not import by itself (Cython's cython_runtime, say) is left out of closures: no start
+// can load it alone.
+func closuresOf(probes map[string]probe, stdlib map[string]bool) (available map[string]bool, closures map[string][]string) {
+	available = map[string]bool{}
+	for m, p := range probes {
+		if p.Error == "" {
+			available[m] = true
+		}
+	}
+	closures = map[string][]string{}
+	for m := range available {
+		var c []string
+		for _, member := range analysis.Closure(m, probes[m].Added, stdlib, available) {
+			if available[member] {
+				c = append(c, member)
+			}
+		}
+		closures[m] = c
+	}
+	return available, closures
 }
 
 // notFound says why name resolves to no module: the probe's error for its longest prefix that
@@ -322,7 +336,7 @@ func (a *analyzer) findModules(ctx context.Context, candidates []string) (map[st
 	answers := map[string]found{}
 	var missing []string
 	for _, c := range candidates {
-		k := a.key("find")
+		k := a.base.of("find")
 		k.Module = c
 		var f found
 		ok, err := a.cache.get(k, &f)
@@ -336,7 +350,7 @@ func (a *analyzer) findModules(ctx context.Context, candidates []string) (map[st
 		}
 	}
 	var stdlib []string
-	stdKey := a.key("stdlib")
+	stdKey := a.base.of("stdlib")
 	ok, err := a.cache.get(stdKey, &stdlib)
 	if err != nil {
 		return nil, nil, err
@@ -362,7 +376,7 @@ func (a *analyzer) findModules(ctx context.Context, candidates []string) (map[st
 	}
 	for _, c := range missing {
 		f := found{Module: res.Modules[c], Error: res.Errors[c]}
-		k := a.key("find")
+		k := a.base.of("find")
 		k.Module = c
 		if err := a.cache.put(k, f); err != nil {
 			return nil, nil, err
@@ -391,7 +405,7 @@ func (a *analyzer) probeAll(ctx context.Context, modules []string) (map[string]p
 		}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			k := a.key("probe")
+			k := a.base.of("probe")
 			k.Module = m
 			p, fresh, err := lookup(a.cache, k, func() (probe, error) {
 				box, err := a.starter(ctx)
@@ -443,7 +457,7 @@ type runs struct {
 
 // timed runs Options.Runs cold starts whose call imports preload then module, one at a time.
 func (a *analyzer) timed(ctx context.Context, kind string, preload []string, module string) (runs, bool, error) {
-	k := a.timedKey(kind)
+	k := a.timedBase.of(kind)
 	k.Module, k.Preload = module, slices.Clone(preload)
 	return lookup(a.cache, k, func() (runs, error) {
 		box, err := a.starter(ctx)
@@ -489,7 +503,7 @@ func (a *analyzer) measureAll(ctx context.Context, probes map[string]probe, clos
 		if probes[s.Module].Loaded {
 			continue
 		}
-		if !a.cached(a.timedKey("cold"), s.Module, nil) || (s.Measure && len(s.Preload) > 0 && !a.cached(a.timedKey("own"), s.Module, s.Preload)) {
+		if !a.cached(a.timedBase.of("cold"), s.Module, nil) || (s.Measure && len(s.Preload) > 0 && !a.cached(a.timedBase.of("own"), s.Module, s.Preload)) {
 			toMeasure++
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 
 	"readie.dev/pipeline/internal/atomicfile"
 )
@@ -39,6 +40,13 @@ type key struct {
 	RestoreFlags      []string          `json:"restore_flags,omitempty"`
 	CheckpointOptions map[string]string `json:"checkpoint_options,omitempty"`
 	Sets              [][]string        `json:"sets,omitempty"`
+}
+
+// of is the key of kind over k, with a list of its own.
+func (k key) of(kind string) key {
+	k.Kind = kind
+	k.RunscFlags = slices.Clone(k.RunscFlags)
+	return k
 }
 
 // digest is the key's sha256 over its canonical JSON (struct fields in a fixed order).

@@ -25,9 +25,8 @@ type restoreLine struct {
 	MedianMs []float64 `json:"median_ms"`
 }
 
-// measureHost measures the cold start of the bare executor and the restore line: the empty
-// checkpoint and the checkpoints of the two modules whose images are the largest and about half
-// of that, so the line spans the sizes a plan chooses from.
+// measureHost measures the cold start of the bare executor and the restore line over the sets
+// of restoreLineSets.
 func (a *analyzer) measureHost(ctx context.Context, figures map[string]analysis.Entry) (*analysis.Host, error) {
 	cold, _, err := a.timed(ctx, "cold-start", nil, "")
 	if err != nil {
@@ -40,33 +39,8 @@ func (a *analyzer) measureHost(ctx context.Context, figures map[string]analysis.
 	slices.Sort(starts)
 	h := &analysis.Host{CPU: a.cpu, ColdStartMs: round3(measure.Percentile(starts, 50))}
 
-	sets := [][]string{{}}
-	var modules []string
-	for m, e := range figures {
-		if e.MiB > 0.5 {
-			modules = append(modules, m)
-		}
-	}
-	slices.SortFunc(modules, func(x, y string) int {
-		if figures[x].MiB != figures[y].MiB {
-			return cmpFloat(figures[y].MiB, figures[x].MiB)
-		}
-		return strings.Compare(x, y)
-	})
-	if len(modules) > 0 {
-		largest := modules[0]
-		sets = append(sets, []string{largest})
-		half, best := "", math.Inf(1)
-		for _, m := range modules[1:] {
-			if d := math.Abs(figures[m].MiB - figures[largest].MiB/2); d < best {
-				half, best = m, d
-			}
-		}
-		if half != "" {
-			sets = append(sets, []string{half})
-		}
-	}
-	k := a.timedKey("restore-line")
+	sets := restoreLineSets(figures)
+	k := a.timedBase.of("restore-line")
 	k.Runs = a.o.RestoreRuns
 	k.RestoreFlags = slices.Clone(a.env.RestoreFlags)
 	k.CheckpointOptions = a.env.Config.Runsc.CheckpointOptions
@@ -80,6 +54,49 @@ func (a *analyzer) measureHost(ctx context.Context, figures map[string]analysis.
 	if err != nil {
 		return nil, err
 	}
+	line.fit(h, sets)
+	if fresh {
+		a.log.WithFields(logrus.Fields{"cold_start_ms": h.ColdStartMs, "empty_mib": h.EmptyMiB, "alpha_ms_per_mib": h.AlphaMsPerMiB, "intercept_ms": h.InterceptMs, "sets": strings.Join(h.RestoreSets, " ")}).Info("analyze: restore line measured")
+	}
+	return h, nil
+}
+
+// restoreLineSets are the sets the restore line is measured over: the empty set and the
+// modules whose images are the largest and about half of that, so the line spans the sizes a
+// plan chooses from.
+func restoreLineSets(figures map[string]analysis.Entry) [][]string {
+	sets := [][]string{{}}
+	var modules []string
+	for m, e := range figures {
+		if e.MiB > 0.5 {
+			modules = append(modules, m)
+		}
+	}
+	slices.SortFunc(modules, func(x, y string) int {
+		if figures[x].MiB != figures[y].MiB {
+			return cmpFloat(figures[y].MiB, figures[x].MiB)
+		}
+		return strings.Compare(x, y)
+	})
+	if len(modules) == 0 {
+		return sets
+	}
+	largest := modules[0]
+	sets = append(sets, []string{largest})
+	half, best := "", math.Inf(1)
+	for _, m := range modules[1:] {
+		if d := math.Abs(figures[m].MiB - figures[largest].MiB/2); d < best {
+			half, best = m, d
+		}
+	}
+	if half != "" {
+		sets = append(sets, []string{half})
+	}
+	return sets
+}
+
+// fit puts the line's fit through the measured sets into h.
+func (line restoreLine) fit(h *analysis.Host, sets [][]string) {
 	var sizes []int64
 	for _, mib := range line.MiB {
 		sizes = append(sizes, int64(mib*(1<<20)))
@@ -94,10 +111,6 @@ func (a *analyzer) measureHost(ctx context.Context, figures map[string]analysis.
 		}
 		h.RestoreSets = append(h.RestoreSets, name)
 	}
-	if fresh {
-		a.log.WithFields(logrus.Fields{"cold_start_ms": h.ColdStartMs, "empty_mib": h.EmptyMiB, "alpha_ms_per_mib": h.AlphaMsPerMiB, "intercept_ms": h.InterceptMs, "sets": strings.Join(h.RestoreSets, " ")}).Info("analyze: restore line measured")
-	}
-	return h, nil
 }
 
 func cmpFloat(a, b float64) int {
