@@ -105,33 +105,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// restoreAndCall is the worker's job in the order a worker does it: open and check the output,
+// write a restore bundle, restore into a sandbox created beforehand, call the executor.
 func restoreAndCall(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
-	m, err := manifest.Load(filepath.Join(o.out, manifest.FileName))
+	m, c, err := openCheckpoint(o)
 	if err != nil {
-		return fmt.Errorf("%w: %w", errBadInput, err)
+		return err
 	}
-	if err := m.CheckProtocol(executorproto.Version); err != nil {
-		return fmt.Errorf("%w: %w", errBadInput, err)
-	}
-	i := slices.IndexFunc(m.Checkpoints, func(c manifest.Checkpoint) bool { return c.ID == o.set })
-	if i < 0 {
-		return fmt.Errorf("%w: %s has no checkpoint %q", errBadInput, o.out, o.set)
-	}
-	c := m.Checkpoints[i]
-	// The manifest's flags reach runsc as root: only the ones the kit allows.
-	flags, err := sandbox.ParseFlags(m.RunscFlags)
+	flags, rootfs, err := checkManifest(o, m)
 	if err != nil {
-		return fmt.Errorf("%w: the manifest's runsc_flags: %w", errBadInput, err)
-	}
-	if err := sandbox.CheckRestoreFlags(m.RestoreFlags); err != nil {
-		return fmt.Errorf("%w: the manifest's restore_flags: %w", errBadInput, err)
-	}
-	rootfs := o.rootfs
-	if rootfs == "" {
-		rootfs = m.Rootfs.Path
-	}
-	if err := m.CheckRootfs(rootfs); err != nil {
-		return fmt.Errorf("%w: %w", errBadInput, err)
+		return err
 	}
 	r := &runsc.Runsc{Path: o.runsc, Root: o.root, GlobalArgs: flags.Args()}
 	if err := checkHost(ctx, r, m, o.set, stderr); err != nil {
@@ -148,24 +131,8 @@ func restoreAndCall(ctx context.Context, o options, stdout, stderr io.Writer) (e
 		return err
 	}
 	defer os.RemoveAll(work)
-	hostDir, bundle := filepath.Join(work, "h"), filepath.Join(work, "b")
-	for _, dir := range []string{hostDir, bundle} {
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			return err
-		}
-	}
-	token := randomHex(8)
-	spec, err := sandbox.RestoreSpec(filepath.Join(o.out, m.Spec), m.SpecFingerprint, m.RunscFlags, sandbox.RestoreOptions{
-		Rootfs: rootfs, HostDir: hostDir, Env: []string{measure.SmokeTokenVar + "=" + token},
-	})
+	b, err := writeBundle(work, o, m, rootfs)
 	if err != nil {
-		return fmt.Errorf("%w: %w", errBadInput, err)
-	}
-	data, err := json.Marshal(spec)
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(bundle, "config.json"), data, 0o600); err != nil {
 		return err
 	}
 
@@ -186,18 +153,87 @@ func restoreAndCall(ctx context.Context, o options, stdout, stderr io.Writer) (e
 		}
 		err = errors.Join(err, executorOut.wait())
 	}()
-	err = r.Create(ctx, id, bundle, &runsc.CreateOpts{IO: runsc.IO{Stdout: executorOut.w, Stderr: executorOut.w}})
+	err = r.Create(ctx, id, b.dir, &runsc.CreateOpts{IO: runsc.IO{Stdout: executorOut.w, Stderr: executorOut.w}})
 	executorOut.w.Close() // the sandbox holds its own copy now
 	if err != nil {
 		return err
 	}
 
 	start := time.Now()
-	if _, err := r.Restore(ctx, id, bundle, &runsc.RestoreOpts{ImagePath: filepath.Join(o.out, c.Dir), Detach: true, ExtraArgs: m.RestoreFlags}); err != nil {
+	if _, err := r.Restore(ctx, id, b.dir, &runsc.RestoreOpts{ImagePath: filepath.Join(o.out, c.Dir), Detach: true, ExtraArgs: m.RestoreFlags}); err != nil {
 		return err
 	}
+	return call(ctx, o, c, b, start, stdout)
+}
+
+// openCheckpoint loads the output's manifest and finds the checkpoint of -set in it.
+func openCheckpoint(o options) (*manifest.Manifest, manifest.Checkpoint, error) {
+	m, err := manifest.Load(filepath.Join(o.out, manifest.FileName))
+	if err != nil {
+		return nil, manifest.Checkpoint{}, fmt.Errorf("%w: %w", errBadInput, err)
+	}
+	if err := m.CheckProtocol(executorproto.Version); err != nil {
+		return nil, manifest.Checkpoint{}, fmt.Errorf("%w: %w", errBadInput, err)
+	}
+	i := slices.IndexFunc(m.Checkpoints, func(c manifest.Checkpoint) bool { return c.ID == o.set })
+	if i < 0 {
+		return nil, manifest.Checkpoint{}, fmt.Errorf("%w: %s has no checkpoint %q", errBadInput, o.out, o.set)
+	}
+	return m, m.Checkpoints[i], nil
+}
+
+// checkManifest checks what of the manifest reaches runsc as root against the kit's
+// allow-list (its runsc and restore flags), and the rootfs this host restores on (-rootfs, or
+// the manifest's) against the manifest's digest.
+func checkManifest(o options, m *manifest.Manifest) (sandbox.Flags, string, error) {
+	flags, err := sandbox.ParseFlags(m.RunscFlags)
+	if err != nil {
+		return sandbox.Flags{}, "", fmt.Errorf("%w: the manifest's runsc_flags: %w", errBadInput, err)
+	}
+	if err := sandbox.CheckRestoreFlags(m.RestoreFlags); err != nil {
+		return sandbox.Flags{}, "", fmt.Errorf("%w: the manifest's restore_flags: %w", errBadInput, err)
+	}
+	rootfs := o.rootfs
+	if rootfs == "" {
+		rootfs = m.Rootfs.Path
+	}
+	if err := m.CheckRootfs(rootfs); err != nil {
+		return sandbox.Flags{}, "", fmt.Errorf("%w: %w", errBadInput, err)
+	}
+	return flags, rootfs, nil
+}
+
+// bundle is a restore bundle: its directory (config.json), the host directory the executor's
+// socket appears in, and the token its spec's environment carries for the smoke check.
+type bundle struct{ dir, hostDir, token string }
+
+// writeBundle writes the output's restore spec, made this host's (sandbox.RestoreSpec, on
+// rootfs), into a bundle under work.
+func writeBundle(work string, o options, m *manifest.Manifest, rootfs string) (bundle, error) {
+	b := bundle{dir: filepath.Join(work, "b"), hostDir: filepath.Join(work, "h"), token: randomHex(8)}
+	for _, dir := range []string{b.hostDir, b.dir} {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return bundle{}, err
+		}
+	}
+	spec, err := sandbox.RestoreSpec(filepath.Join(o.out, m.Spec), m.SpecFingerprint, m.RunscFlags, sandbox.RestoreOptions{
+		Rootfs: rootfs, HostDir: b.hostDir, Env: []string{measure.SmokeTokenVar + "=" + b.token},
+	})
+	if err != nil {
+		return bundle{}, fmt.Errorf("%w: %w", errBadInput, err)
+	}
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return bundle{}, err
+	}
+	return b, os.WriteFile(filepath.Join(b.dir, "config.json"), data, 0o600)
+}
+
+// call dials the restored executor, checks its answer to the smoke request, and evaluates
+// -eval; start is when the restore began.
+func call(ctx context.Context, o options, c manifest.Checkpoint, b bundle, start time.Time, stdout io.Writer) error {
 	restored := time.Since(start)
-	conn, err := executorproto.Dial(ctx, filepath.Join(hostDir, sandbox.SocketName))
+	conn, err := executorproto.Dial(ctx, filepath.Join(b.hostDir, sandbox.SocketName))
 	if err != nil {
 		return err
 	}
@@ -210,7 +246,7 @@ func restoreAndCall(ctx context.Context, o options, stdout, stderr io.Writer) (e
 	if err != nil {
 		return err
 	}
-	if err := measure.CheckSmokeResponse(response, token); err != nil {
+	if err := measure.CheckSmokeResponse(response, b.token); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "worker: %s restored in %.0f ms and answered in %.0f ms: its modules were imported and it sees the restore-time environment\n",

@@ -74,6 +74,36 @@ func roomForLegend(p *plot.Plot, entries int, top float64) {
 // model (and its R²); and, when measured, restores at once of the largest set, per series
 // (the third panel is left out without them).
 func WriteChart(w io.Writer, r *Results, conc []Concurrent) error {
+	left, err := setsPanel(r)
+	if err != nil {
+		return err
+	}
+	middle, err := sizePanel(r)
+	if err != nil {
+		return err
+	}
+	row := []*plot.Plot{left, middle}
+	if len(conc) > 0 {
+		right, err := concurrencyPanel(conc)
+		if err != nil {
+			return err
+		}
+		row = append(row, right)
+	}
+	width := chartWidth * len(row) / 3
+	canvas := vgsvg.New(vg.Points(float64(width)), vg.Points(chartHeight))
+	tiles := draw.Tiles{Rows: 1, Cols: len(row), PadX: vg.Points(20), PadY: vg.Points(10), PadTop: vg.Points(5), PadBottom: vg.Points(5), PadLeft: vg.Points(5), PadRight: vg.Points(10)}
+	plots := [][]*plot.Plot{row}
+	canvases := plot.Align(plots, tiles, draw.New(canvas))
+	for i, p := range plots[0] {
+		p.Draw(canvases[0][i])
+	}
+	_, err = canvas.WriteTo(w)
+	return err
+}
+
+// setsPanel is the time to a ready executor of each series, set by set.
+func setsPanel(r *Results) (*plot.Plot, error) {
 	left := plot.New()
 	left.Title.Text = "Time to a ready executor, per package set"
 	left.Y.Label.Text = "ms (median, bars min-max)"
@@ -94,14 +124,18 @@ func WriteChart(w io.Writer, r *Results, conc []Concurrent) error {
 			continue
 		}
 		if err := addSpread(left, &s, k, name); err != nil {
-			return err
+			return nil, err
 		}
 		top = max(top, s.top())
 	}
 	roomForLegend(left, len(series), top)
 	left.NominalX(names...)
 	left.X.Min, left.X.Max = -0.6, float64(len(names))-0.4
+	return left, nil
+}
 
+// sizePanel is the measure-mode restore against image size, with the fitted cost model.
+func sizePanel(r *Results) (*plot.Plot, error) {
 	middle := plot.New()
 	middle.Title.Text = "Restore against image size"
 	middle.X.Label.Text = "image size (MiB)"
@@ -112,27 +146,32 @@ func WriteChart(w io.Writer, r *Results, conc []Concurrent) error {
 			sizes.add(float64(s.Bytes)/(1<<20), st)
 		}
 	}
-	if len(sizes.XYs) > 0 {
-		if err := addSpread(middle, &sizes, 0, "sets"); err != nil {
-			return err
-		}
-		fit := r.Fit
-		if fit.Fitted() {
-			line := plotter.NewFunction(func(x float64) float64 { return fit.InterceptMs + fit.AlphaMsPerMiB*x })
-			line.Color = plotutil.Color(2)
-			middle.Add(line)
-			middle.Legend.Add(fit.Describe(), line)
-		} else {
-			middle.Title.Text += " (one size: no cost model)"
-		}
-		middle.Legend.Left = true
-		middle.X.Min = 0
-		for _, p := range sizes.XYs {
-			middle.X.Max = max(middle.X.Max, p.X*1.1+1)
-		}
-		roomForLegend(middle, 2, sizes.top())
+	if len(sizes.XYs) == 0 {
+		return middle, nil
 	}
+	if err := addSpread(middle, &sizes, 0, "sets"); err != nil {
+		return nil, err
+	}
+	fit := r.Fit
+	if fit.Fitted() {
+		line := plotter.NewFunction(func(x float64) float64 { return fit.InterceptMs + fit.AlphaMsPerMiB*x })
+		line.Color = plotutil.Color(2)
+		middle.Add(line)
+		middle.Legend.Add(fit.Describe(), line)
+	} else {
+		middle.Title.Text += " (one size: no cost model)"
+	}
+	middle.Legend.Left = true
+	middle.X.Min = 0
+	for _, p := range sizes.XYs {
+		middle.X.Max = max(middle.X.Max, p.X*1.1+1)
+	}
+	roomForLegend(middle, 2, sizes.top())
+	return middle, nil
+}
 
+// concurrencyPanel is the time to each answer against the restores started together.
+func concurrencyPanel(conc []Concurrent) (*plot.Plot, error) {
 	right := plot.New()
 	right.Title.Text = "Restores at once"
 	right.X.Label.Text = "restores started together"
@@ -143,7 +182,7 @@ func WriteChart(w io.Writer, r *Results, conc []Concurrent) error {
 			bySeries = append(bySeries, c.Series)
 		}
 	}
-	top = 0
+	var top float64
 	for k, name := range bySeries {
 		var s spread
 		for _, c := range conc {
@@ -152,35 +191,19 @@ func WriteChart(w io.Writer, r *Results, conc []Concurrent) error {
 			}
 		}
 		if err := addSpread(right, &s, k, name); err != nil {
-			return err
+			return nil, err
 		}
 		top = max(top, s.top())
 	}
-	if len(conc) > 0 {
-		roomForLegend(right, len(bySeries), top)
-		right.X.Min = 0.5
-		var ticks []plot.Tick
-		for _, c := range conc {
-			right.X.Max = max(right.X.Max, float64(c.Concurrency)+0.5)
-			if !slices.ContainsFunc(ticks, func(t plot.Tick) bool { return t.Value == float64(c.Concurrency) }) {
-				ticks = append(ticks, plot.Tick{Value: float64(c.Concurrency), Label: fmt.Sprint(c.Concurrency)})
-			}
+	roomForLegend(right, len(bySeries), top)
+	right.X.Min = 0.5
+	var ticks []plot.Tick
+	for _, c := range conc {
+		right.X.Max = max(right.X.Max, float64(c.Concurrency)+0.5)
+		if !slices.ContainsFunc(ticks, func(t plot.Tick) bool { return t.Value == float64(c.Concurrency) }) {
+			ticks = append(ticks, plot.Tick{Value: float64(c.Concurrency), Label: fmt.Sprint(c.Concurrency)})
 		}
-		right.X.Tick.Marker = plot.ConstantTicks(ticks)
 	}
-
-	row := []*plot.Plot{left, middle}
-	if len(conc) > 0 {
-		row = append(row, right)
-	}
-	width := chartWidth * len(row) / 3
-	canvas := vgsvg.New(vg.Points(float64(width)), vg.Points(chartHeight))
-	tiles := draw.Tiles{Rows: 1, Cols: len(row), PadX: vg.Points(20), PadY: vg.Points(10), PadTop: vg.Points(5), PadBottom: vg.Points(5), PadLeft: vg.Points(5), PadRight: vg.Points(10)}
-	plots := [][]*plot.Plot{row}
-	canvases := plot.Align(plots, tiles, draw.New(canvas))
-	for i, p := range plots[0] {
-		p.Draw(canvases[0][i])
-	}
-	_, err := canvas.WriteTo(w)
-	return err
+	right.X.Tick.Marker = plot.ConstantTicks(ticks)
+	return right, nil
 }

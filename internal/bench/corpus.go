@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -21,7 +20,6 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 
-	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/internal/corpus"
 	"readie.dev/pipeline/internal/run"
 	"readie.dev/pipeline/pkg/catalogue"
@@ -134,67 +132,16 @@ type corpusTrial struct {
 }
 
 func runCorpusOn(ctx context.Context, x *run.Existing, o CorpusOptions) (*CorpusReport, error) {
-	path := filepath.Join(x.Out, catalogue.FileName)
-	cat, err := catalogue.Load(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: %w: %s has no catalogue.json (capture it with an analysis: pipeline analyze, then capture)", run.ErrSetup, ErrCorpusBench, x.Out)
-	}
+	cat, router, err := openCatalogue(x.Out)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", run.ErrSetup, err)
-	}
-	if len(cat.Modules) == 0 {
-		return nil, fmt.Errorf("%w: %w: the catalogue of %s analyses no module: run pipeline analyze --corpus into it, then capture again", run.ErrSetup, ErrCorpusBench, x.Out)
-	}
-	router, err := catalogue.NewRouter(cat)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", run.ErrSetup, path, err)
+		return nil, err
 	}
 	trials, eligible, unservable, err := drawRequests(o, router, x)
 	if err != nil {
 		return nil, err
 	}
-	env := x.Env
-	restorer := env.Restorer(x.Work)
-	// A cold start and a restore are each bounded like a smoke test: a start plus a call.
-	restorer.Timeout = env.Config.Timeouts.Smoke
-	runOne := func(t *corpusTrial, series string) (float64, error) {
-		if series == Cold || t.dir == "" {
-			return TimeColdCall(ctx, &restorer.Launcher, "corpus", t.req.Modules)
-		}
-		marks, err := TimeRestoreCall(ctx, restorer, t.req.Choice, t.dir, t.req.Modules, false)
-		return marks.TotalMS(), err
-	}
-	env.Log.WithFields(logrus.Fields{"requests": len(trials), "rounds": o.Rounds, "part": o.Part}).Info("bench --corpus: start")
-	start := time.Now()
-	// One warm-up pair, discarded: the first sandboxes of a run pay for cold caches.
-	for _, series := range []string{Cold, "chosen"} {
-		if _, err := runOne(&trials[0], series); err != nil {
-			return nil, fmt.Errorf("bench --corpus: warm-up, request at line %d, %s: %w", trials[0].req.Line, series, err)
-		}
-	}
-	for round := range o.Rounds {
-		for i := range trials {
-			t := &trials[i]
-			order := []string{Cold, "chosen"}
-			if (round+i)%2 == 1 {
-				order = []string{"chosen", Cold}
-			}
-			for _, series := range order {
-				if err := ctx.Err(); err != nil {
-					return nil, context.Cause(ctx)
-				}
-				ms, err := runOne(t, series)
-				if err != nil {
-					return nil, fmt.Errorf("bench --corpus: request at line %d (%s), %s, round %d: %w", t.req.Line, strings.Join(t.req.Imports, ","), series, round+1, err)
-				}
-				if series == Cold {
-					t.cold = append(t.cold, ms)
-				} else {
-					t.chosen = append(t.chosen, ms)
-				}
-			}
-		}
-		env.Log.WithFields(logrus.Fields{"round": fmt.Sprintf("%d/%d", round+1, o.Rounds), "took": time.Since(start).Round(time.Second)}).Info("bench --corpus: round done")
+	if err := replay(ctx, x, trials, o); err != nil {
+		return nil, err
 	}
 	report := &CorpusReport{
 		CreatedAt: time.Now().UTC(), Machine: ThisMachine(), Runsc: x.Manifest.Runsc,
@@ -212,6 +159,76 @@ func runCorpusOn(ctx context.Context, x *run.Existing, o CorpusOptions) (*Corpus
 		return nil, err
 	}
 	return report, nil
+}
+
+// openCatalogue loads the catalogue of the output out and its router; an output without one,
+// or whose catalogue analyses no module, cannot be replayed on.
+func openCatalogue(out string) (*catalogue.Catalogue, *catalogue.Router, error) {
+	path := filepath.Join(out, catalogue.FileName)
+	cat, err := catalogue.Load(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, fmt.Errorf("%w: %w: %s has no catalogue.json (capture it with an analysis: pipeline analyze, then capture)", run.ErrSetup, ErrCorpusBench, out)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", run.ErrSetup, err)
+	}
+	if len(cat.Modules) == 0 {
+		return nil, nil, fmt.Errorf("%w: %w: the catalogue of %s analyses no module: run pipeline analyze --corpus into it, then capture again", run.ErrSetup, ErrCorpusBench, out)
+	}
+	router, err := catalogue.NewRouter(cat)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %s: %w", run.ErrSetup, path, err)
+	}
+	return cat, router, nil
+}
+
+// replay runs one warm-up pair, discarded, then o.Rounds rounds of every trial's cold and
+// chosen starts, alternating which goes first, and records the times in the trials.
+func replay(ctx context.Context, x *run.Existing, trials []corpusTrial, o CorpusOptions) error {
+	env := x.Env
+	restorer := env.Restorer(x.Work)
+	// A cold start and a restore are each bounded like a smoke test: a start plus a call.
+	restorer.Timeout = env.Config.Timeouts.Smoke
+	runOne := func(t *corpusTrial, series string) (float64, error) {
+		if series == Cold || t.dir == "" {
+			return TimeColdCall(ctx, &restorer.Launcher, "corpus", t.req.Modules)
+		}
+		marks, err := TimeRestoreCall(ctx, restorer, t.req.Choice, t.dir, t.req.Modules, false)
+		return marks.TotalMS(), err
+	}
+	env.Log.WithFields(logrus.Fields{"requests": len(trials), "rounds": o.Rounds, "part": o.Part}).Info("bench --corpus: start")
+	start := time.Now()
+	// One warm-up pair, discarded: the first sandboxes of a run pay for cold caches.
+	for _, series := range []string{Cold, "chosen"} {
+		if _, err := runOne(&trials[0], series); err != nil {
+			return fmt.Errorf("bench --corpus: warm-up, request at line %d, %s: %w", trials[0].req.Line, series, err)
+		}
+	}
+	for round := range o.Rounds {
+		for i := range trials {
+			t := &trials[i]
+			order := []string{Cold, "chosen"}
+			if (round+i)%2 == 1 {
+				order = []string{"chosen", Cold}
+			}
+			for _, series := range order {
+				if err := ctx.Err(); err != nil {
+					return context.Cause(ctx)
+				}
+				ms, err := runOne(t, series)
+				if err != nil {
+					return fmt.Errorf("bench --corpus: request at line %d (%s), %s, round %d: %w", t.req.Line, strings.Join(t.req.Imports, ","), series, round+1, err)
+				}
+				if series == Cold {
+					t.cold = append(t.cold, ms)
+				} else {
+					t.chosen = append(t.chosen, ms)
+				}
+			}
+		}
+		env.Log.WithFields(logrus.Fields{"round": fmt.Sprintf("%d/%d", round+1, o.Rounds), "took": time.Since(start).Round(time.Second)}).Info("bench --corpus: round done")
+	}
+	return nil
 }
 
 // drawRequests draws o.Sample requests of the part, deterministically: among the requests
@@ -307,27 +324,15 @@ func summarize(reqs []CorpusRequest) CorpusSummary {
 // writeCorpusRun writes corpus.json, bench.txt and corpus.svg into a new run directory and
 // points OUT/bench/latest at it.
 func writeCorpusRun(out string, r *CorpusReport) (string, error) {
-	dir, err := newRunDir(out, r.CreatedAt)
-	if err != nil {
-		return "", err
-	}
-	if err := atomicfile.WriteJSON(filepath.Join(dir, "corpus.json"), r); err != nil {
-		return "", err
-	}
-	var txt, svg bytes.Buffer
-	if err := WriteCorpusBenchfmt(&txt, r); err != nil {
-		return "", err
-	}
-	if err := atomicfile.Write(filepath.Join(dir, "bench.txt"), txt.Bytes(), 0o644); err != nil {
-		return "", err
-	}
-	if err := WriteCorpusChart(&svg, r); err != nil {
-		return "", fmt.Errorf("draw corpus.svg: %w", err)
-	}
-	if err := atomicfile.Write(filepath.Join(dir, "corpus.svg"), svg.Bytes(), 0o644); err != nil {
-		return "", err
-	}
-	return dir, pointLatest(dir)
+	return writeRunDir(out, r.CreatedAt,
+		"corpus.json", r,
+		runFile{"bench.txt", func(w io.Writer) error { return WriteCorpusBenchfmt(w, r) }},
+		runFile{"corpus.svg", func(w io.Writer) error {
+			if err := WriteCorpusChart(w, r); err != nil {
+				return fmt.Errorf("draw corpus.svg: %w", err)
+			}
+			return nil
+		}})
 }
 
 // WriteCorpusBenchfmt writes the replay in the Go benchmark format: every run of every request

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -171,25 +172,41 @@ func seriesFlags(series string, manifestFlags []string, variants []Variant) []st
 // writeRun writes bench.json, bench.txt and bench.svg of one run into OUT/bench/<UTC time>/,
 // keeping earlier runs, and points OUT/bench/latest at it.
 func writeRun(out string, report *Report, results *Results) (string, error) {
-	dir, err := newRunDir(out, report.CreatedAt)
+	return writeRunDir(out, report.CreatedAt,
+		"bench.json", report,
+		runFile{"bench.txt", func(w io.Writer) error { return WriteBenchfmt(w, report) }},
+		runFile{"bench.svg", func(w io.Writer) error {
+			if err := WriteChart(w, results, report.Concurrency); err != nil {
+				return fmt.Errorf("draw bench.svg: %w", err)
+			}
+			return nil
+		}})
+}
+
+// runFile is one file of a bench run and what writes it.
+type runFile struct {
+	name  string
+	write func(io.Writer) error
+}
+
+// writeRunDir writes the report as JSON into jsonName, then files, each atomically, into a new
+// run directory (newRunDir), and points OUT/bench/latest at it.
+func writeRunDir(out string, created time.Time, jsonName string, report any, files ...runFile) (string, error) {
+	dir, err := newRunDir(out, created)
 	if err != nil {
 		return "", err
 	}
-	if err := atomicfile.WriteJSON(filepath.Join(dir, "bench.json"), report); err != nil {
+	if err := atomicfile.WriteJSON(filepath.Join(dir, jsonName), report); err != nil {
 		return "", err
 	}
-	var txt, svg bytes.Buffer
-	if err := WriteBenchfmt(&txt, report); err != nil {
-		return "", err
-	}
-	if err := atomicfile.Write(filepath.Join(dir, "bench.txt"), txt.Bytes(), 0o644); err != nil {
-		return "", err
-	}
-	if err := WriteChart(&svg, results, report.Concurrency); err != nil {
-		return "", fmt.Errorf("draw bench.svg: %w", err)
-	}
-	if err := atomicfile.Write(filepath.Join(dir, "bench.svg"), svg.Bytes(), 0o644); err != nil {
-		return "", err
+	for _, f := range files {
+		var buf bytes.Buffer
+		if err := f.write(&buf); err != nil {
+			return "", err
+		}
+		if err := atomicfile.Write(filepath.Join(dir, f.name), buf.Bytes(), 0o644); err != nil {
+			return "", err
+		}
 	}
 	return dir, pointLatest(dir)
 }
