@@ -407,74 +407,16 @@ type reshaping struct {
 	c2 *cand
 }
 
-// reshape is the best change of set f.
+// reshape is the best change of set f: grown, shrunk, split or merged.
 func (s *searcher) reshape(sets []cand, f int, units []int, newCand func(catalogue.Set) cand) move {
 	a := s.assign(sets)
-	mib := mibOf(sets)
+	r := reshaper{s: s, sets: sets, f: f, old: sets[f].loaded, mib: mibOf(sets), newCand: newCand}
 	best := noMove(a.total)
-	dropLoss := s.dropTotals(&a, len(sets))
-	old := sets[f].loaded
-	var tries []reshaping
-	// fit returns the move replacing f by c, dropping the set that costs least to lose when
-	// the budget needs its room; ok false when none makes room.
-	fit := func(c cand) (reshaping, bool) {
-		if mib-sets[f].mib+c.mib <= s.budget {
-			return reshaping{c, noSet, nil}, true
-		}
-		h := noSet
-		for i := range sets {
-			if i != f && mib-sets[f].mib-sets[i].mib+c.mib <= s.budget && (h == noSet || dropLoss[i] < dropLoss[h]) {
-				h = i
-			}
-		}
-		return reshaping{c, h, nil}, h != noSet
-	}
-	// Grow by the modules that the requests f serves, or would serve next, need: a module no
-	// request near f needs cannot draw requests to it.
-	near := s.x.NewSet()
-	for g := range s.groups {
-		if a.i1[g] == f || a.i2[g] == f {
-			near.Or(s.groups[g].need)
-		}
-	}
-	for _, u := range units {
-		if !old.Has(u) && near.Has(u) {
-			grown := old.Clone()
-			grown.Or(s.x.Closure(u))
-			if t, ok := fit(newCand(grown)); ok && !holds(sets, grown) {
-				tries = append(tries, t)
-			}
-		}
-	}
-	// Shrinks, and splits: f without u (and what needs it), with u's closure as a set of its
-	// own when there is a free slot and room.
-	members := old.Members()
-	for _, u := range members {
-		shrunk := s.x.NewSet()
-		for _, v := range members {
-			if !s.x.Closure(v).Has(u) {
-				shrunk.Add(v)
-			}
-		}
-		if shrunk.Empty() || holds(sets, shrunk) {
-			continue
-		}
-		c := newCand(shrunk)
-		tries = append(tries, reshaping{c, noSet, nil})
-		if part := newCand(s.x.Closure(u).Clone()); len(sets) < s.k && mib-sets[f].mib+c.mib+part.mib <= s.budget && !holds(sets, part.loaded) {
-			tries = append(tries, reshaping{c, noSet, &part})
-		}
-	}
-	for h := f + 1; h < len(sets); h++ {
-		merged := old.Clone()
-		merged.Or(sets[h].loaded)
-		if !holds(sets, merged) {
-			tries = append(tries, reshaping{newCand(merged), h, nil})
-		}
-	}
+	r.dropLoss = s.dropTotals(&a, len(sets))
+	tries := slices.Concat(r.grows(&a, units), r.shrinks(), r.merges())
 	totals := make([]float64, len(tries))
 	parallel(len(tries), func(i int) {
-		totals[i] = s.replaceTotal(&a, &tries[i].c, tries[i].c2, old, f, tries[i].h)
+		totals[i] = s.replaceTotal(&a, &tries[i].c, tries[i].c2, r.old, f, tries[i].h)
 	})
 	for i := range tries {
 		if totals[i] < best.total {
@@ -482,6 +424,93 @@ func (s *searcher) reshape(sets []cand, f int, units []int, newCand func(catalog
 		}
 	}
 	return best
+}
+
+// reshaper makes the reshapings of set f of sets, whose modules are old.
+type reshaper struct {
+	s        *searcher
+	sets     []cand
+	f        int
+	old      catalogue.Set
+	mib      float64
+	dropLoss []float64 // the totals after dropping each set (searcher.dropTotals)
+	newCand  func(catalogue.Set) cand
+}
+
+// fit returns the move replacing f by c, dropping the set that costs least to lose when the
+// budget needs its room; ok false when none makes room.
+func (r *reshaper) fit(c cand) (reshaping, bool) {
+	sets, f := r.sets, r.f
+	if r.mib-sets[f].mib+c.mib <= r.s.budget {
+		return reshaping{c, noSet, nil}, true
+	}
+	h := noSet
+	for i := range sets {
+		if i != f && r.mib-sets[f].mib-sets[i].mib+c.mib <= r.s.budget && (h == noSet || r.dropLoss[i] < r.dropLoss[h]) {
+			h = i
+		}
+	}
+	return reshaping{c, h, nil}, h != noSet
+}
+
+// grows are f grown by one of units and its closure. Only the modules that the requests f
+// serves, or would serve next, need: a module no request near f needs cannot draw requests to it.
+func (r *reshaper) grows(a *assignment, units []int) []reshaping {
+	var tries []reshaping
+	near := r.s.x.NewSet()
+	for g := range r.s.groups {
+		if a.i1[g] == r.f || a.i2[g] == r.f {
+			near.Or(r.s.groups[g].need)
+		}
+	}
+	for _, u := range units {
+		if !r.old.Has(u) && near.Has(u) {
+			grown := r.old.Clone()
+			grown.Or(r.s.x.Closure(u))
+			if t, ok := r.fit(r.newCand(grown)); ok && !holds(r.sets, grown) {
+				tries = append(tries, t)
+			}
+		}
+	}
+	return tries
+}
+
+// shrinks are f without one module u (and what needs it), and splits: the same with u's
+// closure as a set of its own, when there is a free slot and room.
+func (r *reshaper) shrinks() []reshaping {
+	var tries []reshaping
+	x, sets := r.s.x, r.sets
+	members := r.old.Members()
+	for _, u := range members {
+		shrunk := x.NewSet()
+		for _, v := range members {
+			if !x.Closure(v).Has(u) {
+				shrunk.Add(v)
+			}
+		}
+		if shrunk.Empty() || holds(sets, shrunk) {
+			continue
+		}
+		c := r.newCand(shrunk)
+		tries = append(tries, reshaping{c, noSet, nil})
+		if part := r.newCand(x.Closure(u).Clone()); len(sets) < r.s.k && r.mib-sets[r.f].mib+c.mib+part.mib <= r.s.budget && !holds(sets, part.loaded) {
+			tries = append(tries, reshaping{c, noSet, &part})
+		}
+	}
+	return tries
+}
+
+// merges are f merged with each later set, which the merge replaces too.
+func (r *reshaper) merges() []reshaping {
+	var tries []reshaping
+	for h := r.f + 1; h < len(r.sets); h++ {
+		merged := r.old.Clone()
+		merged.Or(r.sets[h].loaded)
+		if !holds(r.sets, merged) {
+			tries = append(tries, reshaping{r.newCand(merged), h, nil})
+		}
+	}
+	return tries
 }
 
 // replaceTotal is the total after replacing set f (whose loaded set was old) by c, dropping set
