@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"slices"
@@ -134,30 +135,17 @@ func (f *File) Validate() error {
 			add("stdlib: %q is not a module name", s)
 		}
 	}
-	names := make([]string, 0, len(f.Names))
-	for n := range f.Names {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	byModule := map[string]string{} // module -> the first name seen with it
 	available := map[string]bool{}
 	for _, e := range f.Names {
 		if e.Available {
 			available[e.Module] = true
 		}
 	}
-	for _, n := range names {
+	byModule := map[string]string{} // module -> the first name seen with it
+	for _, n := range slices.Sorted(maps.Keys(f.Names)) {
 		e := f.Names[n]
-		if !catalogue.IsModuleName(n) {
-			add("%q is not a dotted Python name", n)
-			continue
-		}
-		if e.Module != n && !strings.HasPrefix(n, e.Module+".") {
-			add("%s: module %q is not a prefix of the name", n, e.Module)
-			continue
-		}
-		if !catalogue.IsModuleName(e.Module) {
-			add("%s: module %q is not a dotted Python name", n, e.Module)
+		if err := e.checkName(n); err != nil {
+			problems = append(problems, err)
 			continue
 		}
 		if first, ok := byModule[e.Module]; ok {
@@ -167,34 +155,64 @@ func (f *File) Validate() error {
 		} else {
 			byModule[e.Module] = n
 		}
-		if err := e.module().Validate(); err != nil {
-			add("%s: %w", n, err)
-		}
-		if !e.Available {
-			continue
-		}
-		if !slices.Contains(e.Closure, e.Module) {
-			add("%s: closure %v lacks the module %s", n, e.Closure, e.Module)
-		}
-		if !slices.IsSorted(e.Closure) || len(slices.Compact(slices.Clone(e.Closure))) != len(e.Closure) {
-			add("%s: closure %v is not sorted and without duplicates", n, e.Closure)
-		}
-		for _, c := range e.Closure {
-			if !available[c] {
-				add("%s: closure member %s is not an available module of the analysis", n, c)
-			}
-		}
+		problems = append(problems, e.check(n, available)...)
 	}
 	if h := f.Host; h != nil {
-		for _, v := range []float64{h.ColdStartMs, h.EmptyMiB, h.InterceptMs, h.AlphaMsPerMiB} {
-			if !(v >= 0) || math.IsInf(v, 1) {
-				add("host: %v: want finite figures >= 0", *h)
-				break
-			}
+		if err := h.check(); err != nil {
+			problems = append(problems, err)
 		}
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("%w: %w", ErrInvalid, errors.Join(problems...))
+	}
+	return nil
+}
+
+// checkName checks that the name n and the entry's module are dotted Python names, the module
+// a prefix of the name.
+func (e Entry) checkName(n string) error {
+	switch {
+	case !catalogue.IsModuleName(n):
+		return fmt.Errorf("%q is not a dotted Python name", n)
+	case e.Module != n && !strings.HasPrefix(n, e.Module+"."):
+		return fmt.Errorf("%s: module %q is not a prefix of the name", n, e.Module)
+	case !catalogue.IsModuleName(e.Module):
+		return fmt.Errorf("%s: module %q is not a dotted Python name", n, e.Module)
+	}
+	return nil
+}
+
+// check checks the figures of the entry of name n and, when it is available, its closure: the
+// module itself, sorted, without duplicates, of available modules only.
+func (e Entry) check(n string, available map[string]bool) []error {
+	var problems []error
+	add := func(format string, args ...any) { problems = append(problems, fmt.Errorf(format, args...)) }
+	if err := e.module().Validate(); err != nil {
+		add("%s: %w", n, err)
+	}
+	if !e.Available {
+		return problems
+	}
+	if !slices.Contains(e.Closure, e.Module) {
+		add("%s: closure %v lacks the module %s", n, e.Closure, e.Module)
+	}
+	if !slices.IsSorted(e.Closure) || len(slices.Compact(slices.Clone(e.Closure))) != len(e.Closure) {
+		add("%s: closure %v is not sorted and without duplicates", n, e.Closure)
+	}
+	for _, c := range e.Closure {
+		if !available[c] {
+			add("%s: closure member %s is not an available module of the analysis", n, c)
+		}
+	}
+	return problems
+}
+
+// check wants the host's figures finite and not negative.
+func (h *Host) check() error {
+	for _, v := range []float64{h.ColdStartMs, h.EmptyMiB, h.InterceptMs, h.AlphaMsPerMiB} {
+		if !(v >= 0) || math.IsInf(v, 1) {
+			return fmt.Errorf("host: %v: want finite figures >= 0", *h)
+		}
 	}
 	return nil
 }
