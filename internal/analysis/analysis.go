@@ -5,14 +5,11 @@
 package analysis
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"math"
-	"os"
+	"readie.dev/pipeline/internal/jsonfile"
 	"slices"
 	"strings"
 
@@ -225,13 +222,8 @@ func sameFigures(a, b Entry) bool {
 // Parse reads and validates an analysis.
 func Parse(data []byte) (*File, error) {
 	var f File
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&f); err != nil {
+	if err := jsonfile.Decode(data, &f, "analysis"); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	if dec.More() {
-		return nil, fmt.Errorf("%w: data after the analysis object", ErrInvalid)
 	}
 	if err := f.Validate(); err != nil {
 		return nil, err
@@ -241,14 +233,9 @@ func Parse(data []byte) (*File, error) {
 
 // Load reads and validates the analysis at path.
 func Load(path string) (*File, error) {
-	fh, err := os.Open(path)
+	data, err := jsonfile.Read(path)
 	if err != nil {
 		return nil, err
-	}
-	defer fh.Close()
-	data, err := io.ReadAll(io.LimitReader(fh, 256<<20))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	f, err := Parse(data)
 	if err != nil {

@@ -5,15 +5,14 @@
 package setplan
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"os"
+	"readie.dev/pipeline/internal/jsonfile"
 	"slices"
 	"strings"
 
@@ -348,13 +347,8 @@ func Load(path string) (*Result, error) {
 // that `capture --plan` can take them as they are.
 func Parse(data []byte) (*Result, error) {
 	var r Result
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&r); err != nil {
+	if err := jsonfile.Decode(data, &r, "plan"); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInput, err)
-	}
-	if dec.More() {
-		return nil, fmt.Errorf("%w: data after the plan object", ErrInput)
 	}
 	if r.Version != Version {
 		return nil, fmt.Errorf("%w: version %d: this reader knows %d", ErrInput, r.Version, Version)

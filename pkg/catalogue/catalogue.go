@@ -6,12 +6,9 @@
 package catalogue
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
+	"readie.dev/pipeline/internal/jsonfile"
 	"slices"
 	"strings"
 )
@@ -79,13 +76,8 @@ func (c *Catalogue) Validate() error {
 // Parse reads and validates a catalogue.
 func Parse(data []byte) (*Catalogue, error) {
 	var c Catalogue
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
+	if err := jsonfile.Decode(data, &c, "catalogue"); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	if dec.More() {
-		return nil, fmt.Errorf("%w: data after the catalogue object", ErrInvalid)
 	}
 	if _, err := NewRouter(&c); err != nil {
 		return nil, err
@@ -95,14 +87,9 @@ func Parse(data []byte) (*Catalogue, error) {
 
 // Load reads and validates the catalogue at path.
 func Load(path string) (*Catalogue, error) {
-	f, err := os.Open(path)
+	data, err := jsonfile.Read(path)
 	if err != nil {
 		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, 256<<20))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	c, err := Parse(data)
 	if err != nil {
