@@ -9,11 +9,11 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"readie.dev/pipeline/internal/jsonfile"
 	"slices"
 	"strings"
 
 	"readie.dev/pipeline/internal/atomicfile"
+	"readie.dev/pipeline/internal/jsonfile"
 	"readie.dev/pipeline/pkg/catalogue"
 )
 

@@ -12,7 +12,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"readie.dev/pipeline/internal/jsonfile"
 	"slices"
 	"strings"
 
@@ -22,6 +21,7 @@ import (
 	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/corpus"
+	"readie.dev/pipeline/internal/jsonfile"
 	"readie.dev/pipeline/pkg/catalogue"
 )
 

@@ -8,9 +8,10 @@ package catalogue
 import (
 	"errors"
 	"fmt"
-	"readie.dev/pipeline/internal/jsonfile"
 	"slices"
 	"strings"
+
+	"readie.dev/pipeline/internal/jsonfile"
 )
 
 // FileName is the catalogue's name in an output directory.
