@@ -217,12 +217,12 @@ func (p *problem) strategy(sets []cand, withEmpty bool) *Strategy {
 	})
 	var options []catalogue.Option
 	if withEmpty {
-		options = append(options, x.PredictedOption(x.NewSet()))
+		options = append(options, p.price.PredictedOption(x.NewSet()))
 	}
 	for _, i := range order {
 		options = append(options, sets[i].opt)
 	}
-	options = append(options, x.ColdOption())
+	options = append(options, p.price.ColdOption())
 	var served []float64
 	st.Planned, served = p.evaluate(p.planned, options)
 	st.HeldOut, _ = p.evaluate(p.heldOut, options)

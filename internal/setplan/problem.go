@@ -33,6 +33,7 @@ type part struct {
 // problem is a corpus resolved against an analysis and priced under a cost model.
 type problem struct {
 	x                *catalogue.Index
+	price            *catalogue.Pricer
 	planned, heldOut part
 	// unavailable counts, per module the image lacks, the requests that import it.
 	unavailable map[string]int
@@ -43,7 +44,7 @@ func newProblem(c *corpus.Corpus, a *analysis.File, model catalogue.CostModel) (
 	if err != nil {
 		return nil, err
 	}
-	p := &problem{x: x, unavailable: map[string]int{}}
+	p := &problem{x: x, price: x.Pricer(), unavailable: map[string]int{}}
 	// need is the closure union of a request's names, interned by key per part.
 	var missing []string
 	seenMissing := map[string]bool{}
@@ -141,7 +142,7 @@ func (p *problem) evaluate(pt part, options []catalogue.Option) (Stats, []float6
 	var st Stats
 	var sum float64
 	for _, g := range pt.groups {
-		best, ms := p.x.Best(options, g.need)
+		best, ms := p.price.Best(options, g.need)
 		served[best] += g.weight
 		costs = append(costs, priced{ms, g.weight})
 		st.Requests += g.requests
@@ -184,14 +185,14 @@ func (p *problem) evaluate(pt part, options []catalogue.Option) (Stats, []float6
 // the cheaper of holding it in the image (its memory priced by the restore line) or importing
 // it; or a cold start. No K, budget or candidate pool reaches below it.
 func (p *problem) lowerBound(pt part) float64 {
-	x, m := p.x, p.x.Model()
+	x, m := p.x, p.price.Model()
 	var sum, weight float64
 	for _, g := range pt.groups {
 		ideal := m.RestoreMs(m.EmptyMiB)
 		for _, u := range g.need.Members() {
 			ideal += min(x.OwnMs(u), m.AlphaMsPerMiB*x.OwnMiB(u))
 		}
-		cold := x.Cost(x.ColdOption(), g.need)
+		cold := p.price.Cost(p.price.ColdOption(), g.need)
 		sum += g.weight * min(ideal, cold)
 		weight += g.weight
 	}

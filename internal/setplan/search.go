@@ -17,13 +17,14 @@ type cand struct {
 }
 
 func (p *problem) cand(loaded catalogue.Set) cand {
-	return cand{loaded: loaded, opt: p.x.PredictedOption(loaded), mib: p.x.ImageMiB(loaded)}
+	return cand{loaded: loaded, opt: p.price.PredictedOption(loaded), mib: p.price.ImageMiB(loaded)}
 }
 
 // searcher chooses sets for the groups of one part: at most k, their predicted images at most
 // budget MiB in all. Every start can also take its base: the empty checkpoint or a cold start.
 type searcher struct {
 	x      *catalogue.Index
+	price  *catalogue.Pricer
 	groups []group
 	base   []float64
 	k      int
@@ -31,11 +32,11 @@ type searcher struct {
 }
 
 func (p *problem) searcher(k int, budgetMiB float64) *searcher {
-	s := &searcher{x: p.x, groups: p.planned.groups, k: k, budget: budgetMiB}
-	base := []catalogue.Option{p.x.PredictedOption(p.x.NewSet()), p.x.ColdOption()}
+	s := &searcher{x: p.x, price: p.price, groups: p.planned.groups, k: k, budget: budgetMiB}
+	base := []catalogue.Option{p.price.PredictedOption(p.x.NewSet()), p.price.ColdOption()}
 	s.base = make([]float64, len(s.groups))
 	for g := range s.groups {
-		_, s.base[g] = p.x.Best(base, s.groups[g].need)
+		_, s.base[g] = p.price.Best(base, s.groups[g].need)
 	}
 	return s
 }
@@ -73,7 +74,7 @@ func (s *searcher) assign(sets []cand) assignment {
 	for g := range s.groups {
 		a.i1[g], a.c2[g], a.i2[g], a.c3[g] = baseStart, math.Inf(1), noStart, math.Inf(1)
 		for i := range sets {
-			c, ok := s.x.CostBelow(sets[i].opt, s.groups[g].need, a.c3[g])
+			c, ok := s.price.CostBelow(sets[i].opt, s.groups[g].need, a.c3[g])
 			if !ok {
 				continue
 			}
@@ -116,7 +117,7 @@ func (s *searcher) gain(c *cand, best []float64, support []int32) (float64, []in
 			if best[g] <= c.opt.FixedMs || !s.groups[g].need.Intersects(c.loaded) {
 				continue
 			}
-			if cost, ok := s.x.CostBelow(c.opt, s.groups[g].need, best[g]); ok {
+			if cost, ok := s.price.CostBelow(c.opt, s.groups[g].need, best[g]); ok {
 				gain += s.groups[g].weight * (best[g] - cost)
 				sup = append(sup, int32(g))
 			}
@@ -205,7 +206,7 @@ func (s *searcher) greedy(pool []cand, gains []float64) []cand {
 			mib += c.mib
 			for g := range s.groups {
 				if best[g] > c.opt.FixedMs {
-					best[g] = min(best[g], s.x.Cost(c.opt, s.groups[g].need))
+					best[g] = min(best[g], s.price.Cost(c.opt, s.groups[g].need))
 				}
 			}
 		}
@@ -364,7 +365,7 @@ func (s *searcher) poolMove(sets []cand, pool []cand) move {
 			}
 			cost, ok := 0.0, false
 			if c.opt.FixedMs < limit && s.groups[g].need.Intersects(c.loaded) {
-				cost, ok = s.x.CostBelow(c.opt, s.groups[g].need, limit)
+				cost, ok = s.price.CostBelow(c.opt, s.groups[g].need, limit)
 			}
 			if !ok {
 				// c serves g no better than now; a swap for f loses what f gave g.
@@ -540,7 +541,7 @@ func (s *searcher) replaceTotal(a *assignment, c, c2 *cand, old catalogue.Set, f
 		cost := a.without(g, f, h)
 		for _, n := range []*cand{c, c2} {
 			if n != nil && n.opt.FixedMs < cost {
-				if below, ok := s.x.CostBelow(n.opt, s.groups[g].need, cost); ok {
+				if below, ok := s.price.CostBelow(n.opt, s.groups[g].need, cost); ok {
 					cost = below
 				}
 			}

@@ -102,6 +102,7 @@ func Load(path string) (*Catalogue, error) {
 // Router picks checkpoints for requests from one catalogue. It is safe for concurrent use.
 type Router struct {
 	index   *Index
+	pricer  *Pricer
 	options []Option
 	// ids and images name options[i] (the last option is the cold start: id "").
 	ids    []string
@@ -132,21 +133,9 @@ func NewRouter(c *Catalogue) (*Router, error) {
 		if !finiteNonNegative(cp.ImageMiB) || !finiteNonNegative(cp.PredictedMiB) || !finiteNonNegative(cp.RestoreMedianMs) {
 			problems = append(problems, fmt.Errorf("%s: image_mib, predicted_mib and restore_median_ms must be finite numbers >= 0", where))
 		}
-		s := x.NewSet()
-		for i, m := range slices.Concat(cp.Imports, cp.Closure) {
-			j, ok := x.Position(m)
-			switch {
-			case ok:
-				s.Or(x.Closure(j))
-			case i < len(cp.Imports) && IsModuleName(m) && !x.Unavailable(m):
-				// Captured without an analysis of it: held, not priced.
-			case x.Unavailable(m):
-				problems = append(problems, fmt.Errorf("%s: %q does not import in the image (the analysis says so), yet the checkpoint holds it", where, m))
-			default:
-				problems = append(problems, fmt.Errorf("%s: %q is not an available module of the catalogue", where, m))
-			}
-		}
-		loaded[i] = s
+		var errs []error
+		loaded[i], errs = cp.loaded(x, where)
+		problems = append(problems, errs...)
 		order = append(order, i)
 	}
 	if len(problems) > 0 {
@@ -163,17 +152,39 @@ func NewRouter(c *Catalogue) (*Router, error) {
 		}
 		return strings.Compare(ca.ID, cb.ID)
 	})
-	r := &Router{index: x}
+	r := &Router{index: x, pricer: x.Pricer()}
 	for _, i := range order {
 		cp := c.Checkpoints[i]
 		r.options = append(r.options, Option{FixedMs: cp.RestoreMs(c.CostModel), Loaded: loaded[i]})
 		r.ids = append(r.ids, cp.ID)
 		r.images = append(r.images, cp.ImageMiB)
 	}
-	r.options = append(r.options, x.ColdOption())
+	r.options = append(r.options, r.pricer.ColdOption())
 	r.ids = append(r.ids, "")
 	r.images = append(r.images, 0)
 	return r, nil
+}
+
+// loaded is what the checkpoint holds loaded, of the index's modules: the closures of its
+// imports and closure. An import the analysis lacks is held but not priced; a module that does
+// not import in the image, or a closure member the index lacks, is a problem, named with where.
+func (cp Checkpoint) loaded(x *Index, where string) (Set, []error) {
+	var problems []error
+	s := x.NewSet()
+	for i, m := range slices.Concat(cp.Imports, cp.Closure) {
+		j, ok := x.Position(m)
+		switch {
+		case ok:
+			s.Or(x.Closure(j))
+		case i < len(cp.Imports) && IsModuleName(m) && !x.Unavailable(m):
+			// Captured without an analysis of it: held, not priced.
+		case x.Unavailable(m):
+			problems = append(problems, fmt.Errorf("%s: %q does not import in the image (the analysis says so), yet the checkpoint holds it", where, m))
+		default:
+			problems = append(problems, fmt.Errorf("%s: %q is not an available module of the catalogue", where, m))
+		}
+	}
+	return s, problems
 }
 
 // IsCheckpointID reports whether id is a valid checkpoint id: 1-64 letters, digits, - and _.
@@ -216,6 +227,40 @@ type Choice struct {
 // modules, as written in code): the option of lowest Cost among the catalogue's checkpoints and a
 // cold start. Ties go to the smaller image, then the lower id; cold loses ties.
 func (r *Router) Select(names []string) Choice {
+	x, p := r.index, r.pricer
+	ch, need := r.resolve(names)
+	best, bestMs := p.Best(r.options, need)
+	o := r.options[best]
+	ch.Checkpoint = r.ids[best]
+	ch.Cold = ch.Checkpoint == ""
+	ch.PredictedMs = bestMs
+	ch.FixedMs = o.FixedMs
+	ch.ImportMs = bestMs - o.FixedMs
+	missing := need.Clone()
+	for w := range missing {
+		missing[w] &^= o.Loaded[w]
+	}
+	ch.Import = x.Names(missing)
+	cold := r.options[len(r.options)-1]
+	ch.ColdMs = p.Cost(cold, need)
+
+	// The runner-up, to say by how much the choice won.
+	second, secondMs := -1, 0.0
+	for i, opt := range r.options {
+		if i == best {
+			continue
+		}
+		if ms := p.Cost(opt, need); second < 0 || ms < secondMs {
+			second, secondMs = i, ms
+		}
+	}
+	ch.Why = r.why(&ch, best, second, secondMs)
+	return ch
+}
+
+// resolve resolves names to the index's modules: a Choice with Modules, Unknown and
+// Unavailable filled in, each sorted, and the closed set of modules the request needs.
+func (r *Router) resolve(names []string) (Choice, Set) {
 	x := r.index
 	need := x.NewSet()
 	var ch Choice
@@ -243,44 +288,24 @@ func (r *Router) Select(names []string) Choice {
 	slices.Sort(ch.Modules)
 	slices.Sort(ch.Unknown)
 	slices.Sort(ch.Unavailable)
+	return ch, need
+}
 
-	best, bestMs := x.Best(r.options, need)
-	o := r.options[best]
-	ch.Checkpoint = r.ids[best]
-	ch.Cold = ch.Checkpoint == ""
-	ch.PredictedMs = bestMs
-	ch.FixedMs = o.FixedMs
-	ch.ImportMs = bestMs - o.FixedMs
-	missing := need.Clone()
-	for w := range missing {
-		missing[w] &^= o.Loaded[w]
-	}
-	ch.Import = x.Names(missing)
-	cold := r.options[len(r.options)-1]
-	ch.ColdMs = x.Cost(cold, need)
-
-	// The runner-up, to say by how much the choice won.
-	second, secondMs := -1, 0.0
-	for i, opt := range r.options {
-		if i == best {
-			continue
-		}
-		if ms := x.Cost(opt, need); second < 0 || ms < secondMs {
-			second, secondMs = i, ms
-		}
-	}
+// why says in words why ch won: its option best and what it costs, the runner-up second (or
+// -1) at secondMs, and what the request names that is not priced.
+func (r *Router) why(ch *Choice, best, second int, secondMs float64) string {
 	var why strings.Builder
 	if ch.Cold {
-		fmt.Fprintf(&why, "cold start %.0f ms", o.FixedMs)
+		fmt.Fprintf(&why, "cold start %.0f ms", ch.FixedMs)
 	} else {
-		fmt.Fprintf(&why, "restore %s (%.0f ms, %.1f MiB)", ch.Checkpoint, o.FixedMs, r.images[best])
+		fmt.Fprintf(&why, "restore %s (%.0f ms, %.1f MiB)", ch.Checkpoint, ch.FixedMs, r.images[best])
 	}
 	if len(ch.Import) > 0 {
 		fmt.Fprintf(&why, " + import %s (%.0f ms)", strings.Join(ch.Import, ", "), ch.ImportMs)
 	} else {
 		why.WriteString(" + nothing to import")
 	}
-	fmt.Fprintf(&why, " = %.0f ms", bestMs)
+	fmt.Fprintf(&why, " = %.0f ms", ch.PredictedMs)
 	if second >= 0 {
 		name := "cold start"
 		if r.ids[second] != "" {
@@ -294,6 +319,5 @@ func (r *Router) Select(names []string) Choice {
 	if len(ch.Unknown) > 0 {
 		fmt.Fprintf(&why, "; %s not analysed (not priced)", strings.Join(ch.Unknown, ", "))
 	}
-	ch.Why = why.String()
-	return ch
+	return why.String()
 }

@@ -42,16 +42,17 @@ func TestIndexClosuresAndPrices(t *testing.T) {
 	p, _ := x.Position("pandas")
 	m, _ := x.Position("matplotlib")
 	both := x.Load(p, m)
-	if got := x.ImageMiB(both); got != 10+10+20+15 {
+	pr := x.Pricer()
+	if got := pr.ImageMiB(both); got != 10+10+20+15 {
 		t.Errorf("image of pandas+matplotlib %v MiB, want 55", got)
 	}
-	if got := x.ImportMs(both, x.Load(p)); got != 200 {
+	if got := pr.ImportMs(both, x.Load(p)); got != 200 {
 		t.Errorf("import of matplotlib on pandas %v ms, want 200", got)
 	}
-	if got := x.Cost(x.PredictedOption(x.Load(p)), x.Closure(seaborn)); got != 100+2*40+200+100+150 {
+	if got := pr.Cost(pr.PredictedOption(x.Load(p)), x.Closure(seaborn)); got != 100+2*40+200+100+150 {
 		t.Errorf("seaborn on a pandas checkpoint %v ms, want 630", got)
 	}
-	if got := x.Cost(x.ColdOption(), x.Closure(seaborn)); got != 150+850 {
+	if got := pr.Cost(pr.ColdOption(), x.Closure(seaborn)); got != 150+850 {
 		t.Errorf("seaborn cold %v ms, want 1000", got)
 	}
 	for name, want := range map[string]string{
@@ -260,14 +261,15 @@ func TestCostBelow(t *testing.T) {
 	}
 	seaborn, _ := x.Position("seaborn")
 	need := x.Closure(seaborn)
-	empty := x.PredictedOption(x.NewSet()) // 120 ms + 850 ms of imports
+	pr := x.Pricer()
+	empty := pr.PredictedOption(x.NewSet()) // 120 ms + 850 ms of imports
 	for _, tc := range []struct {
 		limit float64
 		ok    bool
 	}{{math.Inf(1), true}, {971, true}, {970, false}, {500, false}, {120, false}, {100, false}} {
-		got, ok := x.CostBelow(empty, need, tc.limit)
-		if ok != tc.ok || (ok && got != x.Cost(empty, need)) || (!ok && got >= tc.limit && got > x.Cost(empty, need)) {
-			t.Errorf("CostBelow(limit %v) = %v, %v; Cost %v", tc.limit, got, ok, x.Cost(empty, need))
+		got, ok := pr.CostBelow(empty, need, tc.limit)
+		if ok != tc.ok || (ok && got != pr.Cost(empty, need)) || (!ok && got >= tc.limit && got > pr.Cost(empty, need)) {
+			t.Errorf("CostBelow(limit %v) = %v, %v; Cost %v", tc.limit, got, ok, pr.Cost(empty, need))
 		}
 	}
 }

@@ -105,9 +105,9 @@ func IsModuleName(s string) bool {
 }
 
 // Index is the analysed modules compiled for pricing: positions, own figures and transitive
-// closures as Sets. Pricing a start is then a few word operations per module.
+// closures as Sets. Pricing a start (Pricer) is then a few word operations per module.
 type Index struct {
-	model       CostModel
+	pricer      Pricer
 	names       []string
 	pos         map[string]int
 	ownMs       []float64
@@ -130,7 +130,8 @@ func NewIndex(modules map[string]Module, model CostModel) (*Index, error) {
 	if err := model.validate(); err != nil {
 		problems = append(problems, err)
 	}
-	x := &Index{model: model, pos: map[string]int{}, unavailable: map[string]bool{}}
+	x := &Index{pos: map[string]int{}, unavailable: map[string]bool{}}
+	x.pricer = Pricer{x: x, model: model}
 	names := make([]string, 0, len(modules))
 	for name := range modules {
 		names = append(names, name)
@@ -189,8 +190,8 @@ func NewIndex(modules map[string]Module, model CostModel) (*Index, error) {
 	return x, nil
 }
 
-// Model is the index's cost model.
-func (x *Index) Model() CostModel { return x.model }
+// Pricer prices starts over the index's modules under the cost model it was made with.
+func (x *Index) Pricer() *Pricer { return &x.pricer }
 
 // Len is the number of available modules.
 func (x *Index) Len() int { return len(x.names) }
@@ -253,29 +254,39 @@ func (x *Index) Names(s Set) []string {
 	return out
 }
 
+// Pricer prices the ways to start a request under a cost model, over the modules of an Index
+// (Index.Pricer). Its Cost is the one pricing rule of both the planner and Select.
+type Pricer struct {
+	x     *Index
+	model CostModel
+}
+
+// Model is the pricer's cost model.
+func (p *Pricer) Model() CostModel { return p.model }
+
 // ImageMiB is the predicted image size of a checkpoint holding loaded: the empty checkpoint
 // plus the own memory of each loaded module, each counted once.
-func (x *Index) ImageMiB(loaded Set) float64 {
-	mib := x.model.EmptyMiB
+func (p *Pricer) ImageMiB(loaded Set) float64 {
+	mib := p.model.EmptyMiB
 	for _, i := range loaded.Members() {
-		mib += x.ownMiB[i]
+		mib += p.x.ownMiB[i]
 	}
 	return mib
 }
 
 // ImportMs is the time to import need on a start that already holds loaded: the own import
 // times of the modules of need that loaded lacks, each counted once.
-func (x *Index) ImportMs(need, loaded Set) float64 {
-	ms, _ := x.importMsBelow(need, loaded, math.Inf(1))
+func (p *Pricer) ImportMs(need, loaded Set) float64 {
+	ms, _ := p.importMsBelow(need, loaded, math.Inf(1))
 	return ms
 }
 
 // importMsBelow is ImportMs when that is below limit (ok); otherwise it stops adding as soon as
 // the sum reaches limit. Own times are >= 0, so a partial sum never exceeds the whole.
-func (x *Index) importMsBelow(need, loaded Set, limit float64) (ms float64, ok bool) {
+func (p *Pricer) importMsBelow(need, loaded Set, limit float64) (ms float64, ok bool) {
 	for w, word := range need {
 		for m := word &^ loaded[w]; m != 0; m &= m - 1 {
-			ms += x.ownMs[w<<6+trailingZeros(m)]
+			ms += p.x.ownMs[w<<6+trailingZeros(m)]
 			if ms >= limit {
 				return ms, false
 			}
@@ -292,37 +303,37 @@ type Option struct {
 }
 
 // ColdOption is a cold start: nothing loaded beyond the interpreter.
-func (x *Index) ColdOption() Option {
-	return Option{FixedMs: x.model.ColdStartMs, Loaded: x.NewSet()}
+func (p *Pricer) ColdOption() Option {
+	return Option{FixedMs: p.model.ColdStartMs, Loaded: p.x.NewSet()}
 }
 
 // PredictedOption is a checkpoint holding loaded, priced by the cost model on its predicted size.
-func (x *Index) PredictedOption(loaded Set) Option {
-	return Option{FixedMs: x.model.RestoreMs(x.ImageMiB(loaded)), Loaded: loaded}
+func (p *Pricer) PredictedOption(loaded Set) Option {
+	return Option{FixedMs: p.model.RestoreMs(p.ImageMiB(loaded)), Loaded: loaded}
 }
 
 // Cost is the start cost of a request that needs need (a closed set: see Load) on o: its fixed
 // cost plus the import of what it lacks. This is the one pricing rule of both the planner and
 // Select.
-func (x *Index) Cost(o Option, need Set) float64 { return o.FixedMs + x.ImportMs(need, o.Loaded) }
+func (p *Pricer) Cost(o Option, need Set) float64 { return o.FixedMs + p.ImportMs(need, o.Loaded) }
 
 // CostBelow is Cost when that is below limit (ok true), and ok false otherwise: pricing stops
 // as soon as the cost reaches limit, which saves a planner most of the work of options that
 // cannot beat what a request already has. When ok, the cost is exactly Cost's.
-func (x *Index) CostBelow(o Option, need Set, limit float64) (float64, bool) {
+func (p *Pricer) CostBelow(o Option, need Set, limit float64) (float64, bool) {
 	if o.FixedMs >= limit {
 		return o.FixedMs, false
 	}
-	ms, ok := x.importMsBelow(need, o.Loaded, limit-o.FixedMs)
+	ms, ok := p.importMsBelow(need, o.Loaded, limit-o.FixedMs)
 	return o.FixedMs + ms, ok && o.FixedMs+ms < limit
 }
 
 // Best is the cheapest of options for need: its position and cost. Ties go to the earliest
 // option, so the caller's order decides them. It returns -1 when options is empty.
-func (x *Index) Best(options []Option, need Set) (int, float64) {
+func (p *Pricer) Best(options []Option, need Set) (int, float64) {
 	best, bestMs := -1, math.Inf(1)
 	for i, o := range options {
-		if ms := x.Cost(o, need); ms < bestMs {
+		if ms := p.Cost(o, need); ms < bestMs {
 			best, bestMs = i, ms
 		}
 	}
