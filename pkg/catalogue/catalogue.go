@@ -2,7 +2,7 @@
 // checkpoints (imports, closure, image size, measured restore time), the analysed modules
 // (import time, memory, closure) and the cost model; and Select, which picks for a request the
 // checkpoint, or a cold start, with the lowest predicted start cost. The planner prices with the
-// same Index, so a plan and a router agree on what a request costs.
+// same Index and Pricer, so a plan and a router agree on what a request costs.
 package catalogue
 
 import (

@@ -160,7 +160,7 @@ type Container struct {
 // same string.
 func (r *Runsc) Version(ctx context.Context) (string, error) {
 	// Without the global flags: --version needs none, and a DebugLog would log it.
-	ctx, cancel := r.bounded(ctx, "--version")
+	ctx, cancel := r.call("", "--version").bounded(ctx)
 	defer cancel()
 	var stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, r.Path, "--version")
@@ -195,7 +195,7 @@ func (r *Runsc) List(ctx context.Context) ([]Container, error) {
 	if _, err := os.Stat(r.Root); errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
-	out, err := r.output(ctx, "", "list", "--format=json")
+	out, err := r.call("", "list", "--format=json").output(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +208,7 @@ func (r *Runsc) List(ctx context.Context) ([]Container, error) {
 
 // State returns the container id as runsc reports it.
 func (r *Runsc) State(ctx context.Context, id string) (*Container, error) {
-	out, err := r.output(ctx, id, "state", id)
+	out, err := r.call(id, "state", id).output(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -226,13 +226,13 @@ func (r *Runsc) Create(ctx context.Context, id, bundle string, opts *CreateOpts)
 		opts = &CreateOpts{}
 	}
 	args := append([]string{"create", "--bundle=" + bundle}, opts.args()...)
-	_, err := r.run(ctx, true, id, opts.IO, append(args, id)...)
+	_, err := r.call(id, append(args, id)...).run(ctx, true, opts.IO)
 	return err
 }
 
 // Start starts the process of a sandbox made by Create.
 func (r *Runsc) Start(ctx context.Context, id string) error {
-	_, err := r.run(ctx, true, id, IO{}, "start", id)
+	_, err := r.call(id, "start", id).run(ctx, true, IO{})
 	return err
 }
 
@@ -243,7 +243,7 @@ func (r *Runsc) Run(ctx context.Context, id, bundle string, opts *CreateOpts) (i
 		opts = &CreateOpts{}
 	}
 	args := append([]string{"run", "--bundle=" + bundle}, opts.args()...)
-	return r.run(ctx, false, id, opts.IO, append(args, id)...)
+	return r.call(id, append(args, id)...).run(ctx, false, opts.IO)
 }
 
 // Restore restores the checkpoint in opts.ImagePath into sandbox id: one made by Create, or
@@ -254,13 +254,13 @@ func (r *Runsc) Restore(ctx context.Context, id, bundle string, opts *RestoreOpt
 		return -1, fmt.Errorf("%w: restore %s: no image path", ErrFailed, id)
 	}
 	args := append([]string{"restore", "--bundle=" + bundle}, opts.args()...)
-	return r.run(ctx, false, id, opts.IO, append(args, id)...)
+	return r.call(id, append(args, id)...).run(ctx, false, opts.IO)
 }
 
 // Kill sends sig to the sandbox's process (`runsc kill`).
 func (r *Runsc) Kill(ctx context.Context, id string, sig syscall.Signal, opts *KillOpts) error {
 	args := append([]string{"kill"}, opts.args()...)
-	_, err := r.run(ctx, true, id, IO{}, append(args, id, strconv.Itoa(int(sig)))...)
+	_, err := r.call(id, append(args, id, strconv.Itoa(int(sig)))...).run(ctx, true, IO{})
 	return err
 }
 
@@ -268,21 +268,8 @@ func (r *Runsc) Kill(ctx context.Context, id string, sig syscall.Signal, opts *K
 // has none; to clean up after ctx was cancelled, pass context.WithoutCancel(ctx).
 func (r *Runsc) Delete(ctx context.Context, id string, opts *DeleteOpts) error {
 	args := append([]string{"delete"}, opts.args()...)
-	_, err := r.run(ctx, true, id, IO{}, append(args, id)...)
+	_, err := r.call(id, append(args, id)...).run(ctx, true, IO{})
 	return err
-}
-
-// globalArgs are the flags before the command.
-func (r *Runsc) globalArgs() []string {
-	var args []string
-	if r.Root != "" {
-		args = append(args, "--root="+r.Root)
-	}
-	args = append(args, r.GlobalArgs...)
-	if r.DebugLog != "" {
-		args = append(args, "--debug", "--debug-log="+r.DebugLog)
-	}
-	return args
 }
 
 func (r *Runsc) commandTimeout() time.Duration {
@@ -292,19 +279,46 @@ func (r *Runsc) commandTimeout() time.Duration {
 	return DefaultCommandTimeout
 }
 
-// command prepares runsc with args, and the file where runsc writes its error messages
-// (--log-fd: JSON lines, whatever the process's stderr is). runsc gets a process group of its
-// own, so a Ctrl-C on the terminal reaches the caller, which decides what to delete, and not
-// runsc; and TZ=UTC, because runsc's debug logs stamp lines with the local wall clock and no
-// zone. The error log is a regular file, unlinked at once, not a pipe: the sandbox's
-// processes inherit it, and a pipe would keep the command from being waited for.
-func (r *Runsc) command(ctx context.Context, io IO, args ...string) (*exec.Cmd, *os.File, error) {
+// call is the invocation of runsc's command args[0] with args, about the container id ("" for
+// none).
+func (r *Runsc) call(id string, args ...string) invocation {
+	return invocation{r: r, id: id, args: args}
+}
+
+// invocation is one runsc command line: the binary's settings, the command and its arguments,
+// and the container it is about, which its errors name.
+type invocation struct {
+	r    *Runsc
+	id   string
+	args []string
+}
+
+// globalArgs are the flags before the command.
+func (c invocation) globalArgs() []string {
+	var args []string
+	if c.r.Root != "" {
+		args = append(args, "--root="+c.r.Root)
+	}
+	args = append(args, c.r.GlobalArgs...)
+	if c.r.DebugLog != "" {
+		args = append(args, "--debug", "--debug-log="+c.r.DebugLog)
+	}
+	return args
+}
+
+// command prepares runsc with the invocation's args, and the file where runsc writes its error
+// messages (--log-fd: JSON lines, whatever the process's stderr is). runsc gets a process
+// group of its own, so a Ctrl-C on the terminal reaches the caller, which decides what to
+// delete, and not runsc; and TZ=UTC, because runsc's debug logs stamp lines with the local
+// wall clock and no zone. The error log is a regular file, unlinked at once, not a pipe: the
+// sandbox's processes inherit it, and a pipe would keep the command from being waited for.
+func (c invocation) command(ctx context.Context, io IO) (*exec.Cmd, *os.File, error) {
 	errorLog, err := os.CreateTemp("", "runsc-errors-")
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: a file for runsc's error messages: %w", ErrFailed, err)
 	}
 	os.Remove(errorLog.Name())
-	cmd := exec.CommandContext(ctx, r.Path, append(append([]string{"--log-fd=3"}, r.globalArgs()...), args...)...)
+	cmd := exec.CommandContext(ctx, c.r.Path, append(append([]string{"--log-fd=3"}, c.globalArgs()...), c.args...)...)
 	cmd.ExtraFiles = []*os.File{errorLog}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Env = append(os.Environ(), "TZ=UTC")
@@ -328,16 +342,16 @@ const pipeGrace = time.Second
 
 // bounded limits a command that should return at once; on expiry the error names the command
 // and the limit.
-func (r *Runsc) bounded(ctx context.Context, command string) (context.Context, context.CancelFunc) {
-	limit := r.commandTimeout()
-	return context.WithTimeoutCause(ctx, limit, fmt.Errorf("runsc %s exceeded its timeout of %s", command, limit))
+func (c invocation) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	limit := c.r.commandTimeout()
+	return context.WithTimeoutCause(ctx, limit, fmt.Errorf("runsc %s exceeded its timeout of %s", c.args[0], limit))
 }
 
 // output runs a command that hands nothing to a sandbox and returns its stdout.
-func (r *Runsc) output(ctx context.Context, id string, args ...string) ([]byte, error) {
-	ctx, cancel := r.bounded(ctx, args[0])
+func (c invocation) output(ctx context.Context) ([]byte, error) {
+	ctx, cancel := c.bounded(ctx)
 	defer cancel()
-	cmd, errorLog, err := r.command(ctx, IO{}, args...)
+	cmd, errorLog, err := c.command(ctx, IO{})
 	if err != nil {
 		return nil, err
 	}
@@ -346,18 +360,18 @@ func (r *Runsc) output(ctx context.Context, id string, args ...string) ([]byte, 
 	cmd.Stdout = &stdout
 	cmd.WaitDelay = pipeGrace
 	err = cmd.Run()
-	return stdout.Bytes(), r.fail(ctx, args[0], id, err, errorLog)
+	return stdout.Bytes(), c.fail(ctx, err, errorLog)
 }
 
-// run runs a command with io as its stdio and returns its exit status; bounded commands are
+// run runs the command with io as its stdio and returns its exit status; bounded commands are
 // limited by CommandTimeout.
-func (r *Runsc) run(ctx context.Context, bounded bool, id string, io IO, args ...string) (int, error) {
+func (c invocation) run(ctx context.Context, bounded bool, io IO) (int, error) {
 	if bounded {
 		var cancel context.CancelFunc
-		ctx, cancel = r.bounded(ctx, args[0])
+		ctx, cancel = c.bounded(ctx)
 		defer cancel()
 	}
-	cmd, errorLog, err := r.command(ctx, io, args...)
+	cmd, errorLog, err := c.command(ctx, io)
 	if err != nil {
 		return -1, err
 	}
@@ -371,7 +385,7 @@ func (r *Runsc) run(ctx context.Context, bounded bool, id string, io IO, args ..
 			status = exit.ExitCode()
 		}
 	}
-	return status, r.fail(ctx, args[0], id, err, errorLog)
+	return status, c.fail(ctx, err, errorLog)
 }
 
 // maxWords is how much of runsc's error log an error quotes: its end, where runsc says why.
@@ -403,13 +417,13 @@ func words(errorLog *os.File) string {
 // fail turns a command's error into one that names the command, the container and why: the
 // context's cause when it ended (still matching context.DeadlineExceeded or
 // context.Canceled), the exit status, and runsc's own words.
-func (r *Runsc) fail(ctx context.Context, command, id string, err error, errorLog *os.File) error {
+func (c invocation) fail(ctx context.Context, err error, errorLog *os.File) error {
 	if err == nil {
 		return nil
 	}
-	what := command
-	if id != "" {
-		what += " " + id
+	what := c.args[0]
+	if c.id != "" {
+		what += " " + c.id
 	}
 	if ctx.Err() != nil {
 		if cause := context.Cause(ctx); cause != ctx.Err() {
