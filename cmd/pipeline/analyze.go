@@ -12,6 +12,7 @@ import (
 
 	"readie.dev/pipeline/internal/analysis"
 	"readie.dev/pipeline/internal/analyze"
+	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/corpus"
 	"readie.dev/pipeline/internal/run"
 )
@@ -35,11 +36,39 @@ func (c *corpusFlag) load() (*corpus.Corpus, error) {
 	return cp, nil
 }
 
-type analyzeCmd struct {
+// corpusFlags are the flags of a command that reads a corpus into an output (analyze,
+// plan-sets): --config, --out and --corpus.
+type corpusFlags struct {
 	config configFlag
 	out    outFlag
 	corpus corpusFlag
-	jobs   int
+}
+
+func (c *corpusFlags) register(fs *flag.FlagSet, corpusUsage string) {
+	c.config.register(fs)
+	c.out.register(fs)
+	c.corpus.register(fs, corpusUsage)
+}
+
+// load reads the config, with --out applied, and the corpus.
+func (c *corpusFlags) load() (*config.Config, *corpus.Corpus, error) {
+	cfg, err := c.config.load()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := c.out.apply(cfg, nil); err != nil {
+		return nil, nil, err
+	}
+	cp, err := c.corpus.load()
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, cp, nil
+}
+
+type analyzeCmd struct {
+	corpusFlags
+	jobs int
 }
 
 func (*analyzeCmd) Name() string  { return "analyze" }
@@ -48,9 +77,7 @@ func (*analyzeCmd) Synopsis() string {
 	return "measure each module a corpus imports in sandboxes of the image; write OUT/analysis.json"
 }
 func (c *analyzeCmd) SetFlags(fs *flag.FlagSet) {
-	c.config.register(fs)
-	c.out.register(fs)
-	c.corpus.register(fs, "the corpus of requests: JSON Lines or a JSON array of {\"imports\": [...], \"weight\": N} (required)")
+	c.corpusFlags.register(fs, "the corpus of requests: JSON Lines or a JSON array of {\"imports\": [...], \"weight\": N} (required)")
 	fs.IntVar(&c.jobs, "jobs", 0, "probes (availability, closure) at a time; timed imports always run alone (default: the config's jobs)")
 }
 
@@ -65,14 +92,7 @@ func (c *analyzeCmd) CheckArgs(args []string) error {
 }
 
 func (c *analyzeCmd) Execute(ctx context.Context, con *console, args []string) error {
-	cfg, err := c.config.load()
-	if err != nil {
-		return err
-	}
-	if err := c.out.apply(cfg, nil); err != nil {
-		return err
-	}
-	cp, err := c.corpus.load()
+	cfg, cp, err := c.corpusFlags.load()
 	if err != nil {
 		return err
 	}

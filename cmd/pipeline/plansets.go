@@ -19,9 +19,7 @@ import (
 )
 
 type planSetsCmd struct {
-	config    configFlag
-	out       outFlag
-	corpus    corpusFlag
+	corpusFlags
 	analysis  string
 	maxSets   int
 	budgetMiB float64
@@ -34,9 +32,7 @@ func (*planSetsCmd) Synopsis() string {
 }
 func (c *planSetsCmd) SetFlags(fs *flag.FlagSet) {
 	d := setplan.DefaultOptions()
-	c.config.register(fs)
-	c.out.register(fs)
-	c.corpus.register(fs, "the corpus of requests, as analyzed (required)")
+	c.corpusFlags.register(fs, "the corpus of requests, as analyzed (required)")
 	fs.StringVar(&c.analysis, "analysis", "", "the corpus's analysis (default: OUT/analysis.json)")
 	fs.IntVar(&c.maxSets, "max-sets", d.MaxSets, "K: the most sets to checkpoint besides empty")
 	fs.Float64Var(&c.budgetMiB, "budget-mib", d.BudgetMiB, "the most MiB of predicted images the sets may take together (empty aside)")
@@ -56,14 +52,7 @@ func (c *planSetsCmd) CheckArgs(args []string) error {
 }
 
 func (c *planSetsCmd) Execute(ctx context.Context, con *console, args []string) error {
-	cfg, err := c.config.load()
-	if err != nil {
-		return err
-	}
-	if err := c.out.apply(cfg, nil); err != nil {
-		return err
-	}
-	cp, err := c.corpus.load()
+	cfg, cp, err := c.corpusFlags.load()
 	if err != nil {
 		return err
 	}
