@@ -27,6 +27,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"readie.dev/pipeline/internal/oci/ocitest"
 	"readie.dev/pipeline/internal/run"
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/manifest"
@@ -53,12 +54,7 @@ func tarLayer(t *testing.T, entries ...tar.Header) v1.Layer {
 		io.WriteString(tw, body)
 	}
 	tw.Close()
-	data := buf.Bytes()
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
+	return ocitest.Layer(t, buf.Bytes())
 }
 
 // file is a regular file entry of tarLayer (its body in Linkname, for brevity).
@@ -249,16 +245,7 @@ func TestHostileImageStaysInItsSandbox(t *testing.T) {
 // with a manifest that names it.
 func forgeConfig(t *testing.T, dir string, edit func(*v1.ConfigFile)) {
 	t.Helper()
-	p, err := layout.FromPath(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	index, _ := p.ImageIndex()
-	im, _ := index.IndexManifest()
-	img, err := p.Image(im.Manifests[0].Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
+	img, im := ocitest.FirstImage(t, dir)
 	m, _ := img.Manifest()
 	cfg, _ := img.ConfigFile()
 	edit(cfg)
@@ -462,10 +449,7 @@ func TestPullRefusesForgedLayer(t *testing.T) {
 	if code, _, stderr := runCLI(t, "push", "--config", cfg, "oci-layout:"+layoutDir+":v1"); code != exitOK {
 		t.Fatalf("push: %s", stderr)
 	}
-	p, _ := layout.FromPath(layoutDir)
-	index, _ := p.ImageIndex()
-	im, _ := index.IndexManifest()
-	img, _ := p.Image(im.Manifests[0].Digest)
+	img, _ := ocitest.FirstImage(t, layoutDir)
 	m, _ := img.Manifest()
 	// The manifest.json layer, replaced by the first checkpoint's: a valid layer of another digest.
 	last, first := m.Layers[len(m.Layers)-1].Digest, m.Layers[0].Digest

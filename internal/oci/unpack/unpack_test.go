@@ -26,6 +26,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
+
+	"readie.dev/pipeline/internal/oci/ocitest"
 )
 
 // entry is one tar entry of a test layer.
@@ -62,12 +64,7 @@ func layerOf(t *testing.T, entries ...entry) v1.Layer {
 		io.WriteString(tw, e.body)
 	}
 	tw.Close()
-	data := buf.Bytes()
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
+	return ocitest.Layer(t, buf.Bytes())
 }
 
 func imageOf(t *testing.T, layers ...v1.Layer) v1.Image {
@@ -451,18 +448,9 @@ func TestHelperUnpackOnce(t *testing.T) {
 	if dir == "" {
 		return
 	}
-	p, err := layout.FromPath(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	index, _ := p.ImageIndex()
-	im, _ := index.IndexManifest()
-	img, err := p.Image(im.Manifests[0].Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
+	img, _ := ocitest.FirstImage(t, dir)
 	m, _ := img.Manifest()
-	_, err = UnpackOnce(context.Background(), blockingImage{img, m.Layers[len(m.Layers)-1].Digest}, cache, DefaultLimits(), logrus.New(), nil)
+	_, err := UnpackOnce(context.Background(), blockingImage{img, m.Layers[len(m.Layers)-1].Digest}, cache, DefaultLimits(), logrus.New(), nil)
 	t.Fatalf("the unpack returned: %v", err)
 }
 

@@ -18,6 +18,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"readie.dev/pipeline/internal/oci/ocitest"
 )
 
 // tarOf is a tar of files (name, body), followed by trailing bytes after its end-of-archive.
@@ -73,18 +75,9 @@ func layoutImage(t *testing.T) string {
 // onlyImage opens the one image of the layout at dir.
 func onlyImage(t *testing.T, dir string) v1.Image {
 	t.Helper()
-	p, err := layout.FromPath(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	index, _ := p.ImageIndex()
-	im, err := index.IndexManifest()
-	if err != nil || len(im.Manifests) != 1 {
-		t.Fatalf("index: %+v %v", im, err)
-	}
-	img, err := p.Image(im.Manifests[0].Digest)
-	if err != nil {
-		t.Fatal(err)
+	img, im := ocitest.FirstImage(t, dir)
+	if len(im.Manifests) != 1 {
+		t.Fatalf("index: %+v", im)
 	}
 	return img
 }
