@@ -24,6 +24,7 @@ import (
 	"readie.dev/pipeline/internal/analysis"
 	"readie.dev/pipeline/internal/bench"
 	"readie.dev/pipeline/internal/corpus"
+	"readie.dev/pipeline/internal/parallel"
 	"readie.dev/pipeline/internal/run"
 	"readie.dev/pipeline/pkg/catalogue"
 	"readie.dev/pipeline/pkg/measure"
@@ -392,52 +393,39 @@ func (a *analyzer) probeAll(ctx context.Context, modules []string) (map[string]p
 	out := make(map[string]probe, len(modules))
 	var mu sync.Mutex
 	var errs []error
-	slots := make(chan struct{}, a.o.Jobs)
-	var wg sync.WaitGroup
 	done, measured := 0, 0
-	for _, m := range modules {
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		wg.Go(func() {
-			defer func() { <-slots }()
-			k := a.base.of("probe")
-			k.Module = m
-			p, fresh, err := lookup(a.cache, k, func() (probe, error) {
-				box, err := a.starter(ctx)
-				if err != nil {
-					return probe{}, err
-				}
-				r, err := box.importOnce(ctx, "probe", nil, m)
-				if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-					// An import that never finishes is a fact of the image, like one that
-					// raises: the module is unavailable, and stays so in the cache.
-					return probe{Error: fmt.Sprintf("its import did not finish within %s (analysis.timeout)", a.o.Timeout)}, nil
-				}
-				if err != nil {
-					return probe{}, err
-				}
-				return probe{Error: r.Error, Loaded: r.Loaded, Added: r.Added}, nil
-			})
-			mu.Lock()
-			defer mu.Unlock()
+	parallel.Each(ctx, a.o.Jobs, modules, func(m string) {
+		k := a.base.of("probe")
+		k.Module = m
+		p, fresh, err := lookup(a.cache, k, func() (probe, error) {
+			box, err := a.starter(ctx)
 			if err != nil {
-				errs = append(errs, err)
-				return
+				return probe{}, err
 			}
-			out[m] = p
-			done++
-			if fresh {
-				measured++
-				a.log.WithFields(logrus.Fields{"module": m, "done": fmt.Sprintf("%d/%d", done, len(modules)), "available": p.Error == ""}).Info("analyze: probed")
+			r, err := box.importOnce(ctx, "probe", nil, m)
+			if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+				// An import that never finishes is a fact of the image, like one that
+				// raises: the module is unavailable, and stays so in the cache.
+				return probe{Error: fmt.Sprintf("its import did not finish within %s (analysis.timeout)", a.o.Timeout)}, nil
 			}
+			if err != nil {
+				return probe{}, err
+			}
+			return probe{Error: r.Error, Loaded: r.Loaded, Added: r.Added}, nil
 		})
-	}
-	wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			errs = append(errs, err)
+			return
+		}
+		out[m] = p
+		done++
+		if fresh {
+			measured++
+			a.log.WithFields(logrus.Fields{"module": m, "done": fmt.Sprintf("%d/%d", done, len(modules)), "available": p.Error == ""}).Info("analyze: probed")
+		}
+	})
 	if ctx.Err() != nil {
 		return nil, context.Cause(ctx)
 	}
