@@ -45,7 +45,7 @@ func checkCommandLine(t *testing.T, where string, args []string) {
 	}
 }
 
-// shardCount returns N of every --shard I/N in the command lines.
+// shardCounts returns N of every --shard I/N in the command lines.
 func shardCounts(lines [][]string) []string {
 	var counts []string
 	for _, args := range lines {
