@@ -56,25 +56,12 @@ func newProblem(c *corpus.Corpus, a *analysis.File, model catalogue.CostModel) (
 		}
 		pt.requests++
 		pt.weight += r.Weight
-		need := x.NewSet()
-		var lacks []string
-		for _, name := range r.Imports {
-			e, ok := a.Names[name]
-			if !ok {
-				if !seenMissing[name] {
-					seenMissing[name] = true
-					missing = append(missing, fmt.Sprintf("%s (line %d)", name, r.Line))
-				}
-				continue
+		need, lacks, unanalysed := needOf(r.Imports, a, x)
+		for _, name := range unanalysed {
+			if !seenMissing[name] {
+				seenMissing[name] = true
+				missing = append(missing, fmt.Sprintf("%s (line %d)", name, r.Line))
 			}
-			pos, ok := x.Position(e.Module)
-			if !ok {
-				if !slices.Contains(lacks, e.Module) {
-					lacks = append(lacks, e.Module)
-				}
-				continue
-			}
-			need.Or(x.Closure(pos))
 		}
 		if len(lacks) > 0 {
 			pt.unservable++
@@ -106,6 +93,28 @@ func newProblem(c *corpus.Corpus, a *analysis.File, model catalogue.CostModel) (
 		return nil, fmt.Errorf("%w: the analysis has no entry for %s%s: analyze this corpus", ErrInput, strings.Join(missing, ", "), more)
 	}
 	return p, nil
+}
+
+// needOf is the closure union of the modules that imports resolve to; lacks are the modules
+// among them that the image lacks, unanalysed the imports the analysis has no entry for.
+func needOf(imports []string, a *analysis.File, x *catalogue.Index) (need catalogue.Set, lacks, unanalysed []string) {
+	need = x.NewSet()
+	for _, name := range imports {
+		e, ok := a.Names[name]
+		if !ok {
+			unanalysed = append(unanalysed, name)
+			continue
+		}
+		pos, ok := x.Position(e.Module)
+		if !ok {
+			if !slices.Contains(lacks, e.Module) {
+				lacks = append(lacks, e.Module)
+			}
+			continue
+		}
+		need.Or(x.Closure(pos))
+	}
+	return need, lacks, unanalysed
 }
 
 // pack moves the groups' needs into one array, in group order: the planner's inner loops scan

@@ -174,20 +174,25 @@ func NewIndex(modules map[string]Module, model CostModel) (*Index, error) {
 	if len(problems) > 0 {
 		return nil, errors.Join(problems...)
 	}
-	// Transitive closure: a member's closure is loaded too. Iterate to a fixed point (a few
-	// rounds; closures measured in one sandbox are already transitive).
+	makeTransitive(x.closure)
+	return x, nil
+}
+
+// makeTransitive adds to each closure the closures of its members, since a member's closure is
+// loaded too. It iterates to a fixed point: a few rounds; closures measured in one sandbox are
+// already transitive.
+func makeTransitive(closure []Set) {
 	for changed := true; changed; {
 		changed = false
-		for i := range x.closure {
-			for _, j := range x.closure[i].Members() {
-				if !x.closure[j].SubsetOf(x.closure[i]) {
-					x.closure[i].Or(x.closure[j])
+		for i := range closure {
+			for _, j := range closure[i].Members() {
+				if !closure[j].SubsetOf(closure[i]) {
+					closure[i].Or(closure[j])
 					changed = true
 				}
 			}
 		}
 	}
-	return x, nil
 }
 
 // Pricer prices starts over the index's modules under the cost model it was made with.
