@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -150,9 +151,17 @@ func TestPullRefusesAnotherProtocol(t *testing.T) {
 	if err := p.AppendImage(img); err != nil {
 		t.Fatal(err)
 	}
-	pulled := filepath.Join(dir, "pulled")
-	code, _, stderr := runCLI(t, "pull", "--config", cfg, "oci-layout:"+filepath.Join(dir, "layout"), pulled)
-	if code != exitFailed || !strings.Contains(stderr, "executor protocol 3, this worker implements 2; rebuild the worker image") {
+	pullRefused(t, cfg, "oci-layout:"+filepath.Join(dir, "layout"), filepath.Join(dir, "pulled"),
+		"executor protocol 3, this worker implements 2; rebuild the worker image")
+}
+
+// pullRefused wants a pull of ref into pulled to fail (exit 1) with every one of words on
+// stderr, and to leave pulled unwritten.
+func pullRefused(t *testing.T, cfg, ref, pulled string, words ...string) {
+	t.Helper()
+	code, _, stderr := runCLI(t, "pull", "--config", cfg, ref, pulled)
+	lacksOne := slices.ContainsFunc(words, func(w string) bool { return !strings.Contains(stderr, w) })
+	if code != exitFailed || lacksOne {
 		t.Fatalf("exit %d\n%s", code, stderr)
 	}
 	if _, err := os.Stat(pulled); !os.IsNotExist(err) {
