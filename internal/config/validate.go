@@ -11,6 +11,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"readie.dev/pipeline/internal/cpubaseline"
+	"readie.dev/pipeline/pkg/sandbox"
 )
 
 // problems collects every problem of a config, so that one error names them all.
@@ -47,31 +48,24 @@ func (r *Runsc) validate(p *problems) {
 	if r.Root == "" || !filepath.IsAbs(r.Root) {
 		p.add("runsc.root %q must be an absolute path", r.Root)
 	}
-	switch r.Network {
-	case "none", "sandbox", "host":
-	default:
-		p.add("runsc.network %q: want none, sandbox or host", r.Network)
-	}
-	if r.Overlay == "" {
-		p.add("runsc.overlay is empty (use none)")
-	}
-	switch r.HostUDS {
-	case "create", "all":
-	default:
-		p.add("runsc.host_uds %q: want create or all (the executor's socket must reach the host)", r.HostUDS)
-	}
-	for _, f := range r.RestoreFlags {
-		if !strings.HasPrefix(f, "-") {
-			p.add("runsc.restore_flags: %q is not a flag", f)
+	// The same rules as a worker's kit applies to the manifest (sandbox.ParseFlags): the
+	// pipeline never records flags its workers would refuse.
+	for _, f := range []struct{ key, flag, value string }{
+		{"runsc.network", "--network", r.Network}, {"runsc.overlay", "--overlay2", r.Overlay}, {"runsc.host_uds", "--host-uds", r.HostUDS},
+	} {
+		if err := sandbox.CheckOwnFlag(f.flag, f.value); err != nil {
+			p.add("%s %q: %v", f.key, f.value, err)
 		}
+	}
+	if err := sandbox.CheckRestoreFlags(r.RestoreFlags); err != nil {
+		p.add("runsc.restore_flags: %v", err)
 	}
 	for _, f := range r.GlobalFlags {
 		name, _, _ := strings.Cut(strings.TrimLeft(f, "-"), "=")
-		switch {
-		case !strings.HasPrefix(f, "--"):
-			p.add("runsc.global_flags: %q is not a --flag", f)
-		case slices.Contains(runscOwnFlags, name):
+		if slices.Contains(runscOwnFlags, name) {
 			p.add("runsc.global_flags: set %q with its own key, not here", f)
+		} else if err := sandbox.CheckGlobalFlag(f); err != nil {
+			p.add("runsc.global_flags: %v", err)
 		}
 	}
 	validateCheckpointOptions(p, "runsc.checkpoint_options", r.CheckpointOptions)
@@ -101,10 +95,8 @@ func (b *Bench) validate(p *problems) {
 			p.add("%s: duplicate name %q", where, v.Name)
 		}
 		variants[v.Name] = true
-		for _, f := range v.RestoreFlags {
-			if !strings.HasPrefix(f, "-") {
-				p.add("%s (%s): restore flag %q is not a flag", where, v.Name, f)
-			}
+		if err := sandbox.CheckRestoreFlags(v.RestoreFlags); err != nil {
+			p.add("%s (%s): %v", where, v.Name, err)
 		}
 		validateCheckpointOptions(p, where+".checkpoint_options", v.CheckpointOptions)
 		if v.PageCache != "" && v.PageCache != "warm" && v.PageCache != "cold" {

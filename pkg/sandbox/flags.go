@@ -60,14 +60,13 @@ func ParseFlags(args []string) (Flags, error) {
 	var f Flags
 	for _, arg := range args {
 		name, value, _ := strings.Cut(arg, "=")
-		var allowed []string
 		switch name {
 		case "--network":
-			f.Network, allowed = value, networks
+			f.Network = value
 		case "--overlay2":
-			f.Overlay, allowed = value, overlays
+			f.Overlay = value
 		case "--host-uds":
-			f.HostUDS, allowed = value, hostUDSes
+			f.HostUDS = value
 		default:
 			if err := CheckGlobalFlag(arg); err != nil {
 				return Flags{}, err
@@ -75,14 +74,24 @@ func ParseFlags(args []string) (Flags, error) {
 			f.Extra = append(f.Extra, arg)
 			continue
 		}
-		if !slices.Contains(allowed, value) {
-			return Flags{}, fmt.Errorf("runsc flag %q: %s takes one of %s", arg, name, strings.Join(allowed, ", "))
+		if err := CheckOwnFlag(name, value); err != nil {
+			return Flags{}, fmt.Errorf("runsc flag %q: %w", arg, err)
 		}
 	}
 	if f.Network == "" || f.Overlay == "" || f.HostUDS == "" {
 		return Flags{}, fmt.Errorf("runsc flags %q lack --network, --overlay2 or --host-uds", args)
 	}
 	return f, nil
+}
+
+// CheckOwnFlag refuses a value of --network, --overlay2 or --host-uds outside the ones a
+// sandbox of the pipeline may have (no host network).
+func CheckOwnFlag(flag, value string) error {
+	allowed := map[string][]string{"--network": networks, "--overlay2": overlays, "--host-uds": hostUDSes}[flag]
+	if !slices.Contains(allowed, value) {
+		return fmt.Errorf("%s takes one of %s", flag, strings.Join(allowed, ", "))
+	}
+	return nil
 }
 
 // CheckGlobalFlag refuses a further runsc global flag (Flags.Extra) that is not one of
@@ -105,7 +114,7 @@ func CheckRestoreFlags(args []string) error {
 func checkFlag(what, arg, dashes string, allowed map[string][]string) error {
 	name, value, hasValue := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(arg, "-"), "-"), "=")
 	if !strings.HasPrefix(arg, "-") || !strings.HasPrefix(arg, dashes) {
-		return fmt.Errorf("%s %q is not a %sflag", what, arg, dashes)
+		return fmt.Errorf("%s %q is not a flag (%sNAME)", what, arg, dashes)
 	}
 	values, ok := allowed[name]
 	if !ok {

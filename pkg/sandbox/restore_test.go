@@ -196,7 +196,7 @@ func TestCheckRestoreFlags(t *testing.T) {
 		"-image-path=/etc":   "is not one of -background, -direct",
 		"-direct=maybe":      `--direct takes one of`,
 		"-direct=":           `--direct takes one of`,
-		"direct":             "is not a -flag",
+		"direct":             "is not a flag (-NAME)",
 		"-pid-file=/etc/x":   "-pid-file",
 		"--debug-log=/etc/x": "is not one of",
 	} {
