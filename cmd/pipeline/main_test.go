@@ -358,10 +358,10 @@ func TestExistingOutputRestoresAsRecorded(t *testing.T) {
 	if code, _, stderr := runCLI(t, "capture", "--config", cfg); code != exitOK {
 		t.Fatalf("capture: exit %d\n%s", code, stderr)
 	}
-	// The config changes afterwards: a restore flag runsc does not know, another network, and
-	// a rootfs that does not exist. Restoring with any of them would fail.
+	// The config changes afterwards: other restore flags (the timings would record them),
+	// another network and a rootfs that does not exist (restoring with either would fail).
 	data, _ := os.ReadFile(cfg)
-	edited := strings.NewReplacer(`restore_flags: ["-direct"]`, `restore_flags: ["-no-such-restore-flag"]`,
+	edited := strings.NewReplacer(`restore_flags: ["-direct"]`, `restore_flags: ["-background"]`,
 		"network: none", "network: sandbox", "rootfs: "+tc.rootfs, "rootfs: "+filepath.Join(dir, "gone")).Replace(string(data))
 	os.WriteFile(cfg, []byte(edited), 0o644)
 	for _, args := range [][]string{{"measure", "--runs", "1"}, {"smoke"}} {
@@ -372,6 +372,11 @@ func TestExistingOutputRestoresAsRecorded(t *testing.T) {
 	m, err := manifest.Load(filepath.Join(out, manifest.FileName))
 	if err != nil || strings.Join(m.RestoreFlags, " ") != "-direct" || m.Network != "none" {
 		t.Fatalf("the manifest no longer says how its checkpoints were made: %+v %v", m, err)
+	}
+	for _, c := range m.Checkpoints {
+		if c.MeasuredWith == nil || strings.Join(c.MeasuredWith.RestoreFlags, " ") != "-direct" {
+			t.Errorf("%s was timed with the config's restore flags, not the manifest's: %+v", c.ID, c.MeasuredWith)
+		}
 	}
 
 	// Each recorded value that differs from what is on hand stops the run, names the field.
