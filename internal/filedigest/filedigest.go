@@ -1,5 +1,6 @@
-// Package filedigest computes the "sha256:" digests the pipeline records: of a file's content,
-// read to its end.
+// Package filedigest computes the "sha256:" digests the pipeline records (of a file's content,
+// read to its end, or of bytes in memory) and formats them: Format is the one place that
+// writes the "sha256:" + hex form.
 package filedigest
 
 import (
@@ -9,6 +10,18 @@ import (
 	"io"
 	"os"
 )
+
+// Prefix starts every digest the pipeline records.
+const Prefix = "sha256:"
+
+// Format writes a SHA-256 sum as the pipeline records digests: "sha256:" and its hex.
+func Format(sum []byte) string { return Prefix + hex.EncodeToString(sum) }
+
+// OfBytes is the "sha256:" digest of data.
+func OfBytes(data []byte) string {
+	sum := sha256.Sum256(data)
+	return Format(sum[:])
+}
 
 // Of returns the size of the file at path and the "sha256:" digest of its content.
 func Of(path string) (size int64, sha256Digest string, err error) {
@@ -22,5 +35,5 @@ func Of(path string) (size int64, sha256Digest string, err error) {
 	if err != nil {
 		return 0, "", fmt.Errorf("hash %s: %w", path, err)
 	}
-	return n, "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+	return n, Format(h.Sum(nil)), nil
 }

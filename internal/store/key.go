@@ -4,11 +4,11 @@
 package store
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
+
+	"readie.dev/pipeline/internal/filedigest"
 )
 
 // KeySchema is the version of the key's own encoding: bump it when KeyInputs changes meaning,
@@ -75,10 +75,7 @@ func PassEnvValues(names []string, lookup func(string) (string, bool)) []EnvValu
 	return slices.CompactFunc(values, func(a, b EnvValue) bool { return a.Name == b.Name })
 }
 
-func digest(data []byte) string {
-	sum := sha256.Sum256(data)
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
+func digest(data []byte) string { return filedigest.OfBytes(data) }
 
 // canonical is the JSON encoding of v: struct fields in declaration order, map keys sorted,
 // nil slices and maps as empty ones, so equal inputs always encode alike.

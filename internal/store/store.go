@@ -35,7 +35,7 @@ var ErrCorrupt = errors.New("corrupt store entry")
 const usesFile = "uses"
 
 func keyHex(key string) (string, error) {
-	hex, ok := strings.CutPrefix(key, "sha256:")
+	hex, ok := strings.CutPrefix(key, filedigest.Prefix)
 	if !ok || len(hex) != 64 || strings.Trim(hex, "0123456789abcdef") != "" {
 		return "", fmt.Errorf("store: %q is not a sha256 key", key)
 	}

@@ -13,8 +13,6 @@
 package sandbox
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,6 +22,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"readie.dev/pipeline/internal/filedigest"
 	"readie.dev/pipeline/pkg/cpu"
 )
 
@@ -244,6 +243,5 @@ func Fingerprint(s *specs.Spec, flags Flags) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256(data)
-	return "sha256:" + hex.EncodeToString(sum[:]), nil
+	return filedigest.OfBytes(data), nil
 }

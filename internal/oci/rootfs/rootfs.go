@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"readie.dev/pipeline/internal/filedigest"
 	"readie.dev/pipeline/internal/oci/unpack"
 	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/pkg/manifest"
@@ -101,8 +101,7 @@ func Assemble(ctx context.Context, o Options) (string, *Info, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	sum := sha256.Sum256([]byte(o.BaseDigest + " " + executorDigest))
-	info := &Info{Digest: "sha256:" + hex.EncodeToString(sum[:]), BaseDigest: o.BaseDigest, ExecutorDigest: executorDigest, Image: o.Image}
+	info := &Info{Digest: filedigest.OfBytes([]byte(o.BaseDigest + " " + executorDigest)), BaseDigest: o.BaseDigest, ExecutorDigest: executorDigest, Image: o.Image}
 	ctx, cancel := context.WithTimeoutCause(ctx, 3*o.Timeout, fmt.Errorf("making the rootfs of %s exceeded three times timeouts.image_probe (%s)", o.what(), 3*o.Timeout))
 	defer cancel()
 	if err := os.MkdirAll(o.Runtime.Root, 0o700); err != nil {
@@ -194,5 +193,5 @@ func recipeDigest() (string, error) {
 	h := sha256.New()
 	h.Write(layer)
 	fmt.Fprintf(h, "\x00%s\x00%q\x00%s", probeScript, compileArgs("{purelib}"), pycachePrefix)
-	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+	return filedigest.Format(h.Sum(nil)), nil
 }
