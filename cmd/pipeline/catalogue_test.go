@@ -295,7 +295,7 @@ func restoreAndCheck(t *testing.T, cfgPath, out string, m *manifest.Manifest, ch
 		t.Fatalf("the manifest has no checkpoint %s", ch.Checkpoint)
 	}
 	work := testenv.WorkDir(t)
-	if _, err := env.Smoker(work).Smoke(ctx, ch.Checkpoint, dir, ch.Modules); err != nil {
+	if _, err := env.Restorer(work, env.Config.Timeouts.Smoke).Smoke(ctx, ch.Checkpoint, dir, ch.Modules); err != nil {
 		t.Fatalf("restore of %s for %v: %v", ch.Checkpoint, ch.Modules, err)
 	}
 	rt := &sandboxes.Runtime{Path: cfg.Runsc.Path, Root: cfg.Runsc.Root, Flags: sandbox.DefaultFlags()}

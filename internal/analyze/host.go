@@ -143,7 +143,7 @@ func (a *analyzer) measureRestoreLine(ctx context.Context, sets [][]string) (res
 			os.RemoveAll(dir)
 			return restoreLine{}, fmt.Errorf("restore line: %w", err)
 		}
-		stats, err := a.env.Restorer(a.work).MeasureRuns(ctx, "analyze", dir, a.o.RestoreRuns)
+		stats, err := a.env.Restorer(a.work, a.env.Config.Timeouts.Restore).MeasureRuns(ctx, "analyze", dir, a.o.RestoreRuns)
 		os.RemoveAll(dir)
 		if err != nil {
 			return restoreLine{}, fmt.Errorf("restore line: %w", err)

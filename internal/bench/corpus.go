@@ -114,7 +114,7 @@ var ErrCorpusBench = errors.New("corpus bench")
 // OUT/bench/<UTC time>/.
 func RunCorpus(ctx context.Context, env *run.Env, out string, o CorpusOptions) (*CorpusReport, error) {
 	var report *CorpusReport
-	_, err := env.OnExisting(ctx, out, nil, func(x *run.Existing) error {
+	_, err := env.WithVerifiedOutput(ctx, out, nil, func(x *run.VerifiedOutput) error {
 		var err error
 		report, err = runCorpusOn(ctx, x, o)
 		return err
@@ -131,7 +131,7 @@ type corpusTrial struct {
 	chosen []float64
 }
 
-func runCorpusOn(ctx context.Context, x *run.Existing, o CorpusOptions) (*CorpusReport, error) {
+func runCorpusOn(ctx context.Context, x *run.VerifiedOutput, o CorpusOptions) (*CorpusReport, error) {
 	cat, router, err := openCatalogue(x.Out)
 	if err != nil {
 		return nil, err
@@ -184,11 +184,10 @@ func openCatalogue(out string) (*catalogue.Catalogue, *catalogue.Router, error) 
 
 // replay runs one warm-up pair, discarded, then o.Rounds rounds of every trial's cold and
 // chosen starts, alternating which goes first, and records the times in the trials.
-func replay(ctx context.Context, x *run.Existing, trials []corpusTrial, o CorpusOptions) error {
+func replay(ctx context.Context, x *run.VerifiedOutput, trials []corpusTrial, o CorpusOptions) error {
 	env := x.Env
-	restorer := env.Restorer(x.Work)
 	// A cold start and a restore are each bounded like a smoke test: a start plus a call.
-	restorer.Timeout = env.Config.Timeouts.Smoke
+	restorer := env.Restorer(x.Work, env.Config.Timeouts.Smoke)
 	runOne := func(t *corpusTrial, series string) (float64, error) {
 		if series == Cold || t.dir == "" {
 			return TimeColdCall(ctx, &restorer.Launcher, "corpus", t.req.Modules)
@@ -235,7 +234,7 @@ func replay(ctx context.Context, x *run.Existing, trials []corpusTrial, o Corpus
 // Select can serve, weighted sampling without replacement (Efraimidis-Spirakis keys from a
 // generator of fixed seed), so a request of weight 3 is as likely as three of weight 1. The
 // draw depends on the corpus and the catalogue alone.
-func drawRequests(o CorpusOptions, router *catalogue.Router, x *run.Existing) (trials []corpusTrial, eligible, unservable int, err error) {
+func drawRequests(o CorpusOptions, router *catalogue.Router, x *run.VerifiedOutput) (trials []corpusTrial, eligible, unservable int, err error) {
 	dirs := map[string]string{}
 	for i := range x.Manifest.Checkpoints {
 		c := &x.Manifest.Checkpoints[i]

@@ -13,7 +13,7 @@ import (
 	"readie.dev/pipeline/pkg/manifest"
 )
 
-func testRouter(t *testing.T) (*catalogue.Router, *run.Existing) {
+func testRouter(t *testing.T) (*catalogue.Router, *run.VerifiedOutput) {
 	t.Helper()
 	c := &catalogue.Catalogue{
 		Version:   catalogue.Version,
@@ -33,7 +33,7 @@ func testRouter(t *testing.T) (*catalogue.Router, *run.Existing) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := &run.Existing{Out: "/out", Manifest: &manifest.Manifest{Checkpoints: []manifest.Checkpoint{{ID: "empty", Dir: "empty"}, {ID: "pandas", Dir: "pandas"}}}}
+	x := &run.VerifiedOutput{Out: "/out", Manifest: &manifest.Manifest{Checkpoints: []manifest.Checkpoint{{ID: "empty", Dir: "empty"}, {ID: "pandas", Dir: "pandas"}}}}
 	return r, x
 }
 

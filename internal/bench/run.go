@@ -37,7 +37,7 @@ type Options struct {
 // records, and writes bench.json and bench.svg into out.
 func Run(ctx context.Context, env *run.Env, out string, o Options) (*Report, error) {
 	var report *Report
-	_, err := env.OnExisting(ctx, out, o.Only, func(x *run.Existing) error {
+	_, err := env.WithVerifiedOutput(ctx, out, o.Only, func(x *run.VerifiedOutput) error {
 		var err error
 		report, err = runOn(ctx, x, o)
 		return err
@@ -45,13 +45,13 @@ func Run(ctx context.Context, env *run.Env, out string, o Options) (*Report, err
 	return report, err
 }
 
-func runOn(ctx context.Context, x *run.Existing, o Options) (*Report, error) {
+func runOn(ctx context.Context, x *run.VerifiedOutput, o Options) (*Report, error) {
 	env, m, work := x.Env, x.Manifest, x.Work
 	var sets []Set
 	for _, c := range x.Picked {
 		sets = append(sets, Set{ID: c.ID, Imports: c.Imports, Dir: x.Dir(c), Bytes: c.Bytes})
 	}
-	restorer := env.Restorer(work)
+	restorer := env.Restorer(work, env.Config.Timeouts.Restore)
 	series := CoreSeries()
 	var variants []Variant
 	if o.Variants {
@@ -108,7 +108,7 @@ func runOn(ctx context.Context, x *run.Existing, o Options) (*Report, error) {
 // measureConcurrency measures K restores at once on the largest set and says which flags are
 // fastest at 1 and at bench.concurrency; the latter go into the report (bench.json) with the
 // config line that restores with them. The manifest is left alone.
-func measureConcurrency(ctx context.Context, x *run.Existing, report *Report, restorer *measure.Restorer, sets []Set, variants []Variant, o Options) error {
+func measureConcurrency(ctx context.Context, x *run.VerifiedOutput, report *Report, restorer *measure.Restorer, sets []Set, variants []Variant, o Options) error {
 	env := x.Env
 	largest := sets[0]
 	for _, s := range sets {

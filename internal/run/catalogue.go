@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/sirupsen/logrus"
+
 	"readie.dev/pipeline/internal/analysis"
 	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/internal/config"
@@ -158,8 +160,8 @@ func writeCatalogue(dir string, m *manifest.Manifest, in CatalogueInputs) (*cata
 
 // catalogueInputs are the inputs of a capture's catalogue: the output's analysis.json when it
 // was measured on this image, else the analysis the caller found in the cache; the plan's
-// predictions.
-func (e *Env) catalogueInputs(out string, m *manifest.Manifest, o CaptureOptions) CatalogueInputs {
+// predictions. An analysis left out is logged to log.
+func catalogueInputs(out string, m *manifest.Manifest, o CaptureOptions, log logrus.FieldLogger) CatalogueInputs {
 	in := CatalogueInputs{From: "no analysis"}
 	path := filepath.Join(out, analysis.FileName)
 	a, err := analysis.Load(path)
@@ -167,9 +169,9 @@ func (e *Env) catalogueInputs(out string, m *manifest.Manifest, o CaptureOptions
 	case err == nil && MatchesManifest(a, m) == nil:
 		in = FromAnalysis(a, path)
 	case err == nil:
-		e.Log.WithField("analysis", path).Warnf("catalogue: the output's analysis is not of this image (%v): left out", MatchesManifest(a, m))
+		log.WithField("analysis", path).Warnf("catalogue: the output's analysis is not of this image (%v): left out", MatchesManifest(a, m))
 	case !errors.Is(err, fs.ErrNotExist):
-		e.Log.WithField("analysis", path).WithError(err).Warn("catalogue: the output's analysis cannot be read: left out")
+		log.WithField("analysis", path).WithError(err).Warn("catalogue: the output's analysis cannot be read: left out")
 	}
 	if in.Modules == nil && o.Analysis != nil && MatchesManifest(o.Analysis, m) == nil {
 		in = FromAnalysis(o.Analysis, "the analysis cache")

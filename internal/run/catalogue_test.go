@@ -112,23 +112,22 @@ func TestMatchesManifest(t *testing.T) {
 // image the manifest names.
 func TestCatalogueInputsOfACapture(t *testing.T) {
 	out := t.TempDir()
-	e := &Env{Log: discardLog()}
 	a := testAnalysis()
 	if err := a.Save(filepath.Join(out, analysis.FileName)); err != nil {
 		t.Fatal(err)
 	}
-	if in := e.catalogueInputs(out, testManifest(), CaptureOptions{}); len(in.Modules) != 3 {
+	if in := catalogueInputs(out, testManifest(), CaptureOptions{}, discardLog()); len(in.Modules) != 3 {
 		t.Errorf("inputs from the output's analysis: %+v", in)
 	}
 	other := testManifest()
 	other.Rootfs.Digest = "sha256:another"
-	if in := e.catalogueInputs(out, other, CaptureOptions{}); in.Modules != nil {
+	if in := catalogueInputs(out, other, CaptureOptions{}, discardLog()); in.Modules != nil {
 		t.Errorf("an analysis of another image was taken: %+v", in)
 	}
 	// The cached analysis serves when the output has none of its image.
 	cached := testAnalysis()
 	cached.Image.RootfsDigest = "sha256:another"
-	if in := e.catalogueInputs(out, other, CaptureOptions{Analysis: cached}); len(in.Modules) != 3 {
+	if in := catalogueInputs(out, other, CaptureOptions{Analysis: cached}, discardLog()); len(in.Modules) != 3 {
 		t.Errorf("the cached analysis was not taken: %+v", in)
 	}
 }

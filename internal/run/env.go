@@ -13,7 +13,6 @@ import (
 	"slices"
 	"time"
 
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
 
 	"readie.dev/pipeline/internal/config"
@@ -25,6 +24,7 @@ import (
 	"readie.dev/pipeline/internal/oci/unpack"
 	"readie.dev/pipeline/internal/oci/verify"
 	"readie.dev/pipeline/internal/sandboxes"
+	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/pkg/capture"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
@@ -39,8 +39,10 @@ var ErrSetup = errors.New("setup")
 // the manifest ships: a worker replaces it (and the environment and root.path), nothing else.
 const RestoreSpecHostDir = "/run/readie/sandboxes/SANDBOX_ID"
 
-// Env is what every subcommand needs: the config, a runtime, the image and the restore flags.
-// A run over an existing output uses a copy shaped by that output's manifest (forManifest).
+// Env is what every subcommand needs: the config, a runtime, the image, the restore flags, the
+// store, and the sandboxes of this shape (Launcher, Restorer, CaptureRequest). A capture's
+// stages take what they need of it as inputs (Capture); a run over an existing output uses a
+// copy shaped by that output's manifest (manifestEnv).
 type Env struct {
 	Config  *config.Config
 	Runtime *sandboxes.Runtime
@@ -54,6 +56,8 @@ type Env struct {
 	// RestoreFlags are passed to every `runsc restore`.
 	RestoreFlags []string
 	Log          logrus.FieldLogger
+	// Store is the checkpoint store the config names, written under this run's lease.
+	Store *store.Store
 	// CleanFailed removes the staging directory of a failed run instead of leaving it.
 	CleanFailed bool
 	// passEnv holds the variables the config passes into every sandbox.
@@ -61,23 +65,28 @@ type Env struct {
 	// controls are the CPU baseline's library controls (cpubaseline.Controls): in every
 	// sandbox's environment, as a worker puts them into its restore environment.
 	controls map[string]string
+	// sandboxEnv is what every sandbox gets besides its base environment: pass_env and the
+	// controls, nothing else (sandboxEnvOf).
+	sandboxEnv []string
+	// sweep cleans up after runs that are over before this one works.
+	sweep sweeper
 	// lease is this run's: its sandboxes, scratch directories and pending store entries are
 	// named after it, so other runs leave them alone while it lives (package lease).
 	lease *lease.Lease
 }
 
-// sandboxEnv is what every sandbox gets besides its base environment: pass_env and the CPU
-// baseline's library controls, nothing else.
-func (e *Env) sandboxEnv() []string {
-	return append(slices.Clone(e.passEnv), cpubaseline.Env(e.controls)...)
+// sandboxEnvOf is what every sandbox gets besides its base environment: the pass_env
+// variables passEnv and the CPU baseline's library controls, nothing else.
+func sandboxEnvOf(passEnv []string, controls map[string]string) []string {
+	return append(slices.Clone(passEnv), cpubaseline.Env(controls)...)
 }
 
-// baseline is the config's CPU baseline (nil without one).
-func (e *Env) baseline() []string {
-	if e.Config.CPUBaseline == nil {
+// baselineFeatures are the features of cfg's CPU baseline (nil without one).
+func baselineFeatures(cfg *config.Config) []string {
+	if cfg.CPUBaseline == nil {
 		return nil
 	}
-	return e.Config.CPUBaseline.Features
+	return cfg.CPUBaseline.Features
 }
 
 // NewEnv checks the runsc binary named by cfg; it changes nothing on disk. The rootfs is
@@ -111,9 +120,13 @@ func NewEnv(ctx context.Context, cfg *config.Config, log logrus.FieldLogger) (*E
 		return nil, err
 	}
 	rt.Lease = l
-	e := &Env{Config: cfg, Runtime: rt, RunscSHA256: binary, RestoreFlags: slices.Clone(cfg.Runsc.RestoreFlags), Log: log, passEnv: env, lease: l}
-	e.controls = cpubaseline.Controls(e.baseline())
-	return e, nil
+	controls := cpubaseline.Controls(baselineFeatures(cfg))
+	st := &store.Store{Dir: cfg.CheckpointCache, Lease: l}
+	return &Env{
+		Config: cfg, Runtime: rt, RunscSHA256: binary, RestoreFlags: slices.Clone(cfg.Runsc.RestoreFlags), Log: log, Store: st,
+		passEnv: env, controls: controls, sandboxEnv: sandboxEnvOf(env, controls), lease: l,
+		sweep: sweeper{runtime: rt, lease: l, store: st, log: log},
+	}, nil
 }
 
 // Close ends the run: it releases its lease, so its lock files in shared directories go.
@@ -195,18 +208,14 @@ func OpenRootfs(path string) (manifest.Rootfs, error) {
 // Launcher starts sandboxes of this environment's shape, each bounded by limit; workDir
 // holds their bundles.
 func (e *Env) Launcher(workDir string, limit time.Duration) sandboxes.Launcher {
-	return sandboxes.Launcher{Runtime: e.Runtime, Rootfs: e.Rootfs.Path, WorkDir: workDir, Env: e.sandboxEnv(), Timeout: limit}
+	return sandboxes.Launcher{Runtime: e.Runtime, Rootfs: e.Rootfs.Path, WorkDir: workDir, Env: slices.Clone(e.sandboxEnv), Timeout: limit}
 }
 
 // Restorer restores checkpoints of this environment with its restore flags, each restore
-// bounded by timeouts.restore.
-func (e *Env) Restorer(workDir string) *measure.Restorer {
-	return &measure.Restorer{Launcher: e.Launcher(workDir, e.Config.Timeouts.Restore), Flags: slices.Clone(e.RestoreFlags)}
-}
-
-// Smoker is Restorer bounded by timeouts.smoke (a restore plus a call).
-func (e *Env) Smoker(workDir string) *measure.Restorer {
-	return &measure.Restorer{Launcher: e.Launcher(workDir, e.Config.Timeouts.Smoke), Flags: slices.Clone(e.RestoreFlags)}
+// (and, in a smoke test or a timed call, the call after it) bounded by limit:
+// timeouts.restore to time restores, timeouts.smoke for a smoke test.
+func (e *Env) Restorer(workDir string, limit time.Duration) *measure.Restorer {
+	return &measure.Restorer{Launcher: e.Launcher(workDir, limit), Flags: slices.Clone(e.RestoreFlags)}
 }
 
 // CaptureRequest is the one place a capture of set is described: into dir, with this
@@ -215,12 +224,7 @@ func (e *Env) Smoker(workDir string) *measure.Restorer {
 func (e *Env) CaptureRequest(set config.Set, dir, workDir, runscVersion string, options map[string]string) capture.Request {
 	return capture.Request{
 		ID: set.ID, Imports: set.Imports, Rootfs: e.Rootfs.Path, Dir: dir, WorkDir: workDir,
-		Env: e.sandboxEnv(), CheckpointOptions: options, CPUBaseline: e.baseline(),
+		Env: slices.Clone(e.sandboxEnv), CheckpointOptions: options, CPUBaseline: baselineFeatures(e.Config),
 		Timeout: e.Config.Timeouts.Capture, RunscVersion: runscVersion,
 	}
-}
-
-// restoreSpec is the spec a worker restores with: sandbox mode, no checkpoint annotations.
-func (e *Env) restoreSpec() (*specs.Spec, error) {
-	return sandbox.Spec(sandbox.SpecOptions{Mode: sandbox.ModeSandbox, Rootfs: e.Rootfs.Path, HostDir: RestoreSpecHostDir})
 }

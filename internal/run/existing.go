@@ -13,8 +13,9 @@ import (
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
-// Existing is a run over an output directory that a capture already made.
-type Existing struct {
+// VerifiedOutput is an output directory that a capture made, locked and verified, for a run
+// over it (measure, smoke, bench): WithVerifiedOutput makes it.
+type VerifiedOutput struct {
 	// Env restores exactly as the manifest records: its runsc flags, restore flags and rootfs.
 	Env      *Env
 	Out      string
@@ -24,13 +25,14 @@ type Existing struct {
 }
 
 // Dir is the checkpoint directory of c.
-func (x *Existing) Dir(c *manifest.Checkpoint) string { return filepath.Join(x.Out, c.Dir) }
+func (x *VerifiedOutput) Dir(c *manifest.Checkpoint) string { return filepath.Join(x.Out, c.Dir) }
 
-// OnExisting takes out's lock, cleans up after runs that died, loads the manifest, checks its
-// protocol, verifies every file (as push does), that this runsc, the manifest's rootfs and the spec they make are the ones it
-// records, and the --only selection, and runs f with a scratch directory.
-func (e *Env) OnExisting(ctx context.Context, out string, only []string, f func(*Existing) error) (*manifest.Manifest, error) {
-	lock, err := e.begin(ctx, out)
+// WithVerifiedOutput takes out's lock, cleans up after runs that died, loads the manifest,
+// checks its protocol, verifies every file (as push does), that this runsc, the manifest's
+// rootfs and the spec they make are the ones it records, and the --only selection, and runs f
+// with a scratch directory.
+func (e *Env) WithVerifiedOutput(ctx context.Context, out string, only []string, f func(*VerifiedOutput) error) (*manifest.Manifest, error) {
+	lock, err := e.sweep.lockAndSweep(ctx, out)
 	if err != nil {
 		return nil, err
 	}
@@ -42,7 +44,7 @@ func (e *Env) OnExisting(ctx context.Context, out string, only []string, f func(
 	if err := m.CheckProtocol(executorproto.Version); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
 	}
-	env, err := e.forManifest(m)
+	env, err := manifestEnv(e, m)
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +53,7 @@ func (e *Env) OnExisting(ctx context.Context, out string, only []string, f func(
 	if _, err := manifest.Verify(out, executorproto.Version); err != nil {
 		return nil, fmt.Errorf("%s does not verify, so it is neither restored nor changed: %w", out, err)
 	}
-	x := &Existing{Env: env, Out: out, Manifest: m}
+	x := &VerifiedOutput{Env: env, Out: out, Manifest: m}
 	for i := range m.Checkpoints {
 		if len(only) == 0 || slices.Contains(only, m.Checkpoints[i].ID) {
 			x.Picked = append(x.Picked, &m.Checkpoints[i])
@@ -60,7 +62,7 @@ func (e *Env) OnExisting(ctx context.Context, out string, only []string, f func(
 	if len(x.Picked) == 0 {
 		return nil, fmt.Errorf("%w: no checkpoint of %s matches %v", ErrSetup, out, only)
 	}
-	work, cleanup, err := x.Env.workDir()
+	work, cleanup, err := scratchDir(e.lease)
 	if err != nil {
 		return nil, err
 	}
@@ -74,10 +76,10 @@ func mismatch(field, onHand, recorded string) error {
 	return fmt.Errorf("%w: %s differs: %s on hand, %s in the manifest (capture again, or use the runsc and rootfs the output was made with)", ErrSetup, field, onHand, recorded)
 }
 
-// forManifest is a copy of e that restores the way m's checkpoints were made: m's runsc and
-// restore flags and m's rootfs. It refuses a runsc binary, a rootfs or a spec shape that
-// differs from what m records.
-func (e *Env) forManifest(m *manifest.Manifest) (*Env, error) {
+// manifestEnv is a copy of e that restores the way m's checkpoints were made: m's runsc and
+// restore flags, m's rootfs and m's CPU controls. It refuses a runsc binary, a rootfs or a
+// spec shape that differs from what m records.
+func manifestEnv(e *Env, m *manifest.Manifest) (*Env, error) {
 	if e.RunscSHA256 != m.Runsc.SHA256 {
 		return nil, mismatch("runsc.sha256 ("+e.Runtime.Path+")", e.RunscSHA256, m.Runsc.SHA256)
 	}
@@ -105,11 +107,8 @@ func (e *Env) forManifest(m *manifest.Manifest) (*Env, error) {
 	if m.CPU != nil {
 		x.controls = m.CPU.Controls // restored as a worker is told to: with the capture's controls
 	}
-	spec, err := x.restoreSpec()
-	if err != nil {
-		return nil, err
-	}
-	fingerprint, err := sandbox.Fingerprint(spec, flags)
+	x.sandboxEnv = sandboxEnvOf(x.passEnv, x.controls)
+	_, fingerprint, err := restoreShape(rootfs.Path, flags)
 	if err != nil {
 		return nil, err
 	}
@@ -119,36 +118,49 @@ func (e *Env) forManifest(m *manifest.Manifest) (*Env, error) {
 	return &x, nil
 }
 
+// driver is the Driver that restores x's checkpoints as its manifest records.
+func (x *VerifiedOutput) driver() Driver {
+	return runscDriver{env: x.Env, work: x.Work, runscVersion: x.Manifest.Runsc.Version}
+}
+
 // Measure re-times the restores of checkpoints already in out and rewrites the manifest.
 func (e *Env) Measure(ctx context.Context, out string, only []string) (*manifest.Manifest, error) {
-	return e.OnExisting(ctx, out, only, func(x *Existing) error {
-		for _, c := range x.Picked {
-			stats, err := x.Env.Restorer(x.Work).MeasureRuns(ctx, c.ID, x.Dir(c), e.Config.RestoreRuns)
-			if err != nil {
-				return err
-			}
-			e.Log.WithFields(logrus.Fields{"set": c.ID, "median_ms": round1(stats.Median), "p90_ms": round1(stats.P90)}).Info("measure: done")
-			c.RestoreMS, c.MeasuredWith = stats, x.Env.measuredWith()
-		}
-		x.Manifest.AlphaMsPerMiB, x.Manifest.InterceptMs = costModel(x.Manifest.Checkpoints)
-		if err := writeOutputJSON(filepath.Join(out, manifest.FileName), x.Manifest); err != nil {
+	return e.WithVerifiedOutput(ctx, out, only, func(x *VerifiedOutput) error {
+		return remeasure(ctx, x.driver(), x, e.Config.RestoreRuns, e.Log)
+	})
+}
+
+// remeasure times the restores of x's picked checkpoints through d, runs each, and rewrites
+// x's manifest and catalogue (its restore medians changed).
+func remeasure(ctx context.Context, d Driver, x *VerifiedOutput, runs int, log logrus.FieldLogger) error {
+	for _, c := range x.Picked {
+		stats, err := d.Measure(ctx, c.ID, x.Dir(c), runs)
+		if err != nil {
 			return err
 		}
-		return rebuildCatalogue(out, x.Manifest) // its restore medians changed
-	})
+		log.WithFields(logrus.Fields{"set": c.ID, "median_ms": round1(stats.Median), "p90_ms": round1(stats.P90)}).Info("measure: done")
+		c.RestoreMS = stats
+		c.MeasuredWith = &manifest.Measured{Runs: runs, RestoreFlags: append([]string{}, x.Env.RestoreFlags...)}
+	}
+	x.Manifest.AlphaMsPerMiB, x.Manifest.InterceptMs = costModel(x.Manifest.Checkpoints)
+	if err := writeOutputJSON(filepath.Join(x.Out, manifest.FileName), x.Manifest); err != nil {
+		return err
+	}
+	return rebuildCatalogue(x.Out, x.Manifest)
 }
 
 // Smoke smoke-tests checkpoints already in out and rewrites the manifest.
 func (e *Env) Smoke(ctx context.Context, out string, only []string) (*manifest.Manifest, error) {
-	return e.OnExisting(ctx, out, only, func(x *Existing) error {
+	return e.WithVerifiedOutput(ctx, out, only, func(x *VerifiedOutput) error {
+		d := x.driver()
 		for _, c := range x.Picked {
-			smoke, err := x.Env.Smoker(x.Work).Smoke(ctx, c.ID, x.Dir(c), c.Imports)
+			smoke, err := d.Smoke(ctx, c.ID, x.Dir(c), c.Imports)
 			if err != nil {
 				return err
 			}
 			e.Log.WithFields(logrus.Fields{"set": c.ID, "ready_ms": round1(smoke.ReadyMS)}).Info("smoke: ok")
 			c.Smoke = smoke
 		}
-		return writeOutputJSON(filepath.Join(out, manifest.FileName), x.Manifest)
+		return writeOutputJSON(filepath.Join(x.Out, manifest.FileName), x.Manifest)
 	})
 }

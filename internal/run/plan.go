@@ -4,21 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-	"readie.dev/pipeline/internal/analysis"
 	"slices"
 	"strings"
 	"sync/atomic"
 
 	"github.com/sirupsen/logrus"
 
+	"readie.dev/pipeline/internal/analysis"
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/store"
-	"readie.dev/pipeline/pkg/cpu"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/manifest"
-	"readie.dev/pipeline/pkg/sandbox"
 )
 
 // Action is what a run does with one package set.
@@ -79,11 +76,8 @@ type Plan struct {
 	Sets    []SetPlan       `json:"sets"`
 	Dropped []Dropped       `json:"dropped"`
 
-	old *manifest.Manifest // the existing output's manifest, if it has a usable one
-	// cpu is what the checkpoints will need of a host's CPU (the manifest's cpu).
-	cpu manifest.CPU
-	// faulting: this host has CPUID faulting (the judgement of a baseline's check says why not).
-	faulting bool
+	old   *manifest.Manifest // the existing output's manifest, if it has a usable one
+	basis *Basis
 	// unenforceable is the first capture's refusal that holds for every set on this host (the
 	// CPUID instruction shows features beyond the baseline): the sets not yet captured are not.
 	unenforceable atomic.Pointer[string] // the set whose capture showed it
@@ -104,64 +98,6 @@ type CaptureOptions struct {
 	Predicted map[string]float64
 }
 
-// keyBase holds the key inputs every set of a run shares, and what the checkpoints will need
-// of a host's CPU.
-func (e *Env) keyBase(ctx context.Context) (store.KeyInputs, manifest.CPU, error) {
-	spec, err := e.restoreSpec()
-	if err != nil {
-		return store.KeyInputs{}, manifest.CPU{}, err
-	}
-	fingerprint, err := sandbox.Fingerprint(spec, e.Runtime.Flags)
-	if err != nil {
-		return store.KeyInputs{}, manifest.CPU{}, err
-	}
-	need, err := e.cpuNeeds(ctx)
-	if err != nil {
-		return store.KeyInputs{}, manifest.CPU{}, err
-	}
-	return store.KeyInputs{
-		Schema:            store.KeySchema,
-		RunscSHA256:       e.RunscSHA256,
-		RunscFlags:        e.Runtime.Flags.Args(),
-		CheckpointOptions: e.Config.Runsc.CheckpointOptions,
-		SpecFingerprint:   fingerprint,
-		RootfsDigest:      e.Rootfs.Digest,
-		ExecutorProtocol:  executorproto.Version,
-		PassEnv:           store.PassEnvValues(e.Config.PassEnv, os.LookupEnv),
-		CPU:               store.CPU{Features: strings.Join(need.Features, ","), CacheLine: need.CacheLine, Controls: need.Controls},
-	}, need, nil
-}
-
-// cpuNeeds is what the checkpoints of this run will need of a host's CPU: this host's
-// features, or the config's baseline, which must be part of them, and this host's cache line,
-// which every host type of the baseline's file that names one must share.
-func (e *Env) cpuNeeds(ctx context.Context) (manifest.CPU, error) {
-	host, err := cpu.ReadHost(ctx, e.Runtime.Path, e.Config.Timeouts.RunscCommand)
-	if err != nil {
-		return manifest.CPU{}, err
-	}
-	need := manifest.CPU{Features: host.Features, CacheLine: host.CacheLine}
-	b := e.Config.CPUBaseline
-	if b == nil {
-		return need, nil
-	}
-	if missing := cpu.Missing(b.Features, host.Features); len(missing) > 0 {
-		return manifest.CPU{}, fmt.Errorf("%w: cpu_baseline names features this host lacks: %s (a sandbox can only be given features of the host it runs on: build on a host that has them, or leave them out of the baseline)", ErrSetup, strings.Join(missing, ", "))
-	}
-	for i, h := range b.Hosts {
-		if h.CacheLine != 0 && h.CacheLine != host.CacheLine {
-			return manifest.CPU{}, fmt.Errorf("%w: cpu_baseline.file %s: host type %d has a cache line of %d bytes, this host %d: restore requires them equal, so no checkpoint from here restores there (build one output per cache line)", ErrSetup, b.File, i+1, h.CacheLine, host.CacheLine)
-		}
-	}
-	need.Features, need.Baseline, need.Controls = b.Features, b.Features, e.controls
-	return need, nil
-}
-
-// Store is the checkpoint store the config names, written under this run's lease.
-func (e *Env) Store() *store.Store {
-	return &store.Store{Dir: e.Config.CheckpointCache, Lease: e.lease}
-}
-
 // loadOld reads the existing output's manifest; an output without one, or with one this
 // pipeline cannot use, gives nil (its sets are then all captured or dropped).
 func loadOld(out string) *manifest.Manifest {
@@ -173,81 +109,83 @@ func loadOld(out string) *manifest.Manifest {
 }
 
 // Plan decides what a capture into out does with each set; it changes nothing on disk. The
-// rootfs must be open (OpenRootfs) in e.
+// rootfs must be open (PrepareRootfs) in e.
 func (e *Env) Plan(ctx context.Context, out string, o CaptureOptions) (*Plan, error) {
-	base, need, err := e.keyBase(ctx)
+	b, err := e.Basis(ctx)
 	if err != nil {
 		return nil, err
 	}
-	p := &Plan{Out: out, Rootfs: e.Rootfs, Sets: []SetPlan{}, Dropped: []Dropped{}, old: loadOld(out), cpu: need}
-	if e.Config.CPUBaseline != nil {
-		if p.faulting, err = cpu.CPUIDFaulting(cpu.CPUInfo); err != nil {
-			return nil, err
-		}
-	}
-	old := map[string]*manifest.Checkpoint{}
+	return NewPlan(b, e.Store, out, o, e.Config.RestoreRuns), nil
+}
+
+// planner decides, set by set, what a capture into out does (NewPlan).
+type planner struct {
+	basis *Basis
+	store *store.Store
+	out   string
+	o     CaptureOptions
+	// restoreRuns is how many restores this run times (config restore_runs).
+	restoreRuns int
+	old         map[string]*manifest.Checkpoint // the existing output's checkpoints by id
+}
+
+// NewPlan decides what a capture into out does with each set of o.Selection, on basis b and
+// with the checkpoints of st: it reads the output and the store (verifying what it would
+// reuse) and changes nothing on disk. restoreRuns is config restore_runs, against which the
+// timings a reuse takes over are judged.
+func NewPlan(b *Basis, st *store.Store, out string, o CaptureOptions, restoreRuns int) *Plan {
+	p := &Plan{Out: out, Rootfs: b.Rootfs, Sets: []SetPlan{}, Dropped: []Dropped{}, old: loadOld(out), basis: b}
+	pl := &planner{basis: b, store: st, out: out, o: o, restoreRuns: restoreRuns, old: map[string]*manifest.Checkpoint{}}
 	if p.old != nil {
 		for i := range p.old.Checkpoints {
-			old[p.old.Checkpoints[i].ID] = &p.old.Checkpoints[i]
+			pl.old[p.old.Checkpoints[i].ID] = &p.old.Checkpoints[i]
 		}
 	}
-	keyOf := func(s config.Set) (string, map[string]string) {
-		in := base
-		in.Imports = slices.Clone(s.Imports)
-		return in.Key(), in.Parts()
-	}
-	st := e.Store()
 	inPlan := map[string]bool{}
 	for _, set := range o.Selection.Sets {
-		key, parts := keyOf(set)
-		sp := SetPlan{Set: set, ID: set.ID, Imports: set.Imports, Key: key, KeyParts: parts}
-		prev := old[set.ID]
-		if !o.Selection.Picks(set.ID) {
-			if prev == nil {
-				continue // never captured, and not asked for now
-			}
-			if prev.Key != key {
-				p.Dropped = append(p.Dropped, Dropped{ID: set.ID, Reason: changedReason(prev, parts)})
-				inPlan[set.ID] = true
-				continue
-			}
-			sp.Action, sp.From, sp.existing, sp.Reason = Keep, FromOutput, prev, "not selected; its key still matches"
-			sp.Timings = e.timingsNote(sp)
-			p.Sets = append(p.Sets, sp)
-			inPlan[set.ID] = true
-			continue
+		if pl.old[set.ID] == nil && !o.Selection.Picks(set.ID) {
+			continue // never captured, and not asked for now
 		}
-		e.decide(&sp, out, prev, st, o.Recapture)
-		if !o.Remeasure {
-			sp.Timings = e.timingsNote(sp)
-		}
-		p.Sets = append(p.Sets, sp)
 		inPlan[set.ID] = true
+		pl.add(p, set)
 	}
 	if p.old != nil {
 		for i := range p.old.Checkpoints {
 			prev := &p.old.Checkpoints[i]
-			if inPlan[prev.ID] {
-				continue
-			}
-			if o.Selection.Picked == nil {
+			switch {
+			case inPlan[prev.ID]:
+			case o.Selection.Picked == nil:
 				p.Dropped = append(p.Dropped, Dropped{ID: prev.ID, Reason: "not in the config"})
-				continue
+			default:
+				// A set an earlier run added (--set): kept while its key matches.
+				pl.add(p, config.Set{ID: prev.ID, Imports: slices.Clone(prev.Imports)})
 			}
-			// A set an earlier run added (--set): kept while its key matches.
-			set := config.Set{ID: prev.ID, Imports: slices.Clone(prev.Imports)}
-			key, parts := keyOf(set)
-			if prev.Key != key {
-				p.Dropped = append(p.Dropped, Dropped{ID: prev.ID, Reason: changedReason(prev, parts)})
-				continue
-			}
-			sp := SetPlan{Set: set, ID: set.ID, Imports: set.Imports, Key: key, KeyParts: parts,
-				Action: Keep, From: FromOutput, existing: prev, Reason: "not selected; its key still matches"}
-			sp.Timings = e.timingsNote(sp)
-			p.Sets = append(p.Sets, sp)
 		}
 	}
-	return p, nil
+	return p
+}
+
+// add puts set into p: dropped or kept when it is not selected (by the output's checkpoint of
+// its id, prev), else reused or captured (decide).
+func (pl *planner) add(p *Plan, set config.Set) {
+	key, parts := pl.basis.KeyOf(set.Imports)
+	sp := SetPlan{Set: set, ID: set.ID, Imports: set.Imports, Key: key, KeyParts: parts}
+	prev := pl.old[set.ID]
+	if !pl.o.Selection.Picks(set.ID) {
+		if prev.Key != key {
+			p.Dropped = append(p.Dropped, Dropped{ID: set.ID, Reason: changedReason(prev, parts)})
+			return
+		}
+		sp.Action, sp.From, sp.existing, sp.Reason = Keep, FromOutput, prev, "not selected; its key still matches"
+		sp.Timings = pl.timingsNote(sp)
+		p.Sets = append(p.Sets, sp)
+		return
+	}
+	pl.decide(&sp, prev)
+	if !pl.o.Remeasure {
+		sp.Timings = pl.timingsNote(sp)
+	}
+	p.Sets = append(p.Sets, sp)
 }
 
 // Log writes what the plan's short reasons leave out: the details of entries that did not
@@ -263,15 +201,16 @@ func (p *Plan) Log(log logrus.FieldLogger) {
 	}
 }
 
-// decide picks reuse from the output, reuse from the store, or capture, for a selected set.
-func (e *Env) decide(sp *SetPlan, out string, prev *manifest.Checkpoint, st *store.Store, recapture bool) {
+// decide is the one place that decides whether a selected set is reused (from the output, then
+// the store) or captured: reuse needs a checkpoint with the set's key whose files verify.
+func (pl *planner) decide(sp *SetPlan, prev *manifest.Checkpoint) {
 	sp.Action = Capture
-	if recapture {
+	if pl.o.Recapture {
 		sp.Reason = "--recapture"
 		return
 	}
 	if prev != nil && prev.Key == sp.Key {
-		dir := filepath.Join(out, prev.Dir)
+		dir := filepath.Join(pl.out, prev.Dir)
 		meta, err := manifest.LoadMeta(filepath.Join(dir, manifest.MetaFileName))
 		if err == nil {
 			err = store.VerifyFiles(dir, meta)
@@ -282,7 +221,7 @@ func (e *Env) decide(sp *SetPlan, out string, prev *manifest.Checkpoint, st *sto
 		}
 		sp.Reason, sp.Detail = "the output's copy does not verify", err.Error()
 	}
-	stored, err := st.Lookup(sp.Key)
+	stored, err := pl.store.Lookup(sp.Key)
 	switch {
 	case err != nil && !errors.Is(err, store.ErrCorrupt):
 		sp.unreadable = err
@@ -302,7 +241,7 @@ func (e *Env) decide(sp *SetPlan, out string, prev *manifest.Checkpoint, st *sto
 
 // timingsNote says when the timings sp takes over (from the output or the store) were measured
 // under other settings than this run's; "" when they were not, or when sp measures anew.
-func (e *Env) timingsNote(sp SetPlan) string {
+func (pl *planner) timingsNote(sp SetPlan) string {
 	var stats *manifest.Stats
 	var with *manifest.Measured
 	switch {
@@ -320,12 +259,13 @@ func (e *Env) timingsNote(sp SetPlan) string {
 	if with != nil {
 		flags = fmt.Sprintf("restore flags %v", with.RestoreFlags)
 	}
-	sameFlags := with != nil && slices.Equal(with.RestoreFlags, e.RestoreFlags) || with == nil && runs == e.Config.RestoreRuns
-	if runs == e.Config.RestoreRuns && sameFlags {
+	restoreFlags := pl.basis.RestoreFlags
+	sameFlags := with != nil && slices.Equal(with.RestoreFlags, restoreFlags) || with == nil && runs == pl.restoreRuns
+	if runs == pl.restoreRuns && sameFlags {
 		return ""
 	}
 	return fmt.Sprintf("kept timings were measured with %d runs and %s, this run uses %d and %v: --remeasure times them again",
-		runs, flags, e.Config.RestoreRuns, e.RestoreFlags)
+		runs, flags, pl.restoreRuns, restoreFlags)
 }
 
 func joinReason(a, b string) string {

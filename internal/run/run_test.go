@@ -246,7 +246,7 @@ func TestRemoveDeadWorkDirs(t *testing.T) {
 	for _, d := range []string{old, other} {
 		os.MkdirAll(d, 0o755)
 	}
-	removed, err := removeDeadWorkDirs(tmp, own)
+	removed, err := own.RemoveDeadDirs(tmp, scratchPrefix)
 	if err != nil || len(removed) != 1 || removed[0] != deadDir {
 		t.Fatalf("removed %v, %v; want only %s", removed, err, deadDir)
 	}

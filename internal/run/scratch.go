@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-
-	"readie.dev/pipeline/pkg/sandbox"
 )
 
 // Scratch is what a command that starts sandboxes outside a capture needs (analyze, the corpus
@@ -17,21 +15,18 @@ func (e *Env) Scratch(ctx context.Context) (work string, cleanup func(), err err
 	if err := os.MkdirAll(e.Runtime.Root, 0o700); err != nil {
 		return "", nil, fmt.Errorf("%w: runsc root: %w", ErrSetup, err)
 	}
-	if err := e.sweepShared(ctx); err != nil {
+	if err := e.sweep.shared(ctx); err != nil {
 		return "", nil, err
 	}
-	return e.workDir()
+	return scratchDir(e.lease)
 }
 
 // SpecFingerprint is the fingerprint of the spec every sandbox of this environment shares
 // (the restore spec's, as the manifest records it): what a measurement of the image depends
 // on besides the rootfs and runsc.
 func (e *Env) SpecFingerprint() (string, error) {
-	spec, err := e.restoreSpec()
-	if err != nil {
-		return "", err
-	}
-	return sandbox.Fingerprint(spec, e.Runtime.Flags)
+	_, fingerprint, err := restoreShape(e.Rootfs.Path, e.Runtime.Flags)
+	return fingerprint, err
 }
 
 // WriteInOutput writes one file of the output directory out (analysis.json, plan.json) with

@@ -1,15 +1,19 @@
 package run
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/sirupsen/logrus"
+
 	"readie.dev/pipeline/internal/lease"
+	"readie.dev/pipeline/internal/sandboxes"
+	"readie.dev/pipeline/internal/store"
 )
 
 // scratchPrefix names the runs' scratch directories: readie-scratch-RUN-RAND, after the run's
@@ -17,11 +21,9 @@ import (
 // (a pid cannot tell whose they are), and theirs never matched this name.
 const scratchPrefix = "readie-scratch-"
 
-// workDir is a short scratch directory for bundles and sockets (108-byte socket paths), named
-// after this run's lease so that a later run can remove it if this one is killed.
-func (e *Env) workDir() (string, func(), error) { return scratchDir(e.lease) }
-
-// scratchDir is a scratch directory named after the lease l (a run's, or a push's).
+// scratchDir is a short scratch directory for bundles and sockets (108-byte socket paths),
+// named after the lease l (a run's, or a push's) so that a later run can remove it if this one
+// is killed.
 func scratchDir(l *lease.Lease) (string, func(), error) {
 	tmp := os.TempDir()
 	if err := l.Hold(tmp); err != nil {
@@ -32,45 +34,6 @@ func scratchDir(l *lease.Lease) (string, func(), error) {
 		return "", nil, err
 	}
 	return dir, func() { os.RemoveAll(dir) }, nil
-}
-
-// removeDeadWorkDirs removes the scratch directories in tmp of runs that are over, judged by
-// their lease, and returns them. Those of live runs, in any pid namespace, and this run's stay.
-func removeDeadWorkDirs(tmp string, own *lease.Lease) ([]string, error) {
-	dirs, err := filepath.Glob(filepath.Join(tmp, scratchPrefix+"*"))
-	if err != nil {
-		return nil, err
-	}
-	claims := map[string]*lease.Claim{}
-	var removed []string
-	var errs []error
-	for _, dir := range dirs {
-		id, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(dir), scratchPrefix), "-")
-		if !lease.IsID(id) {
-			continue
-		}
-		claim, seen := claims[id]
-		if !seen {
-			if claim, err = own.TakeOver(tmp, id); err != nil {
-				errs = append(errs, err)
-			}
-			claims[id] = claim
-		}
-		if claim == nil {
-			continue
-		}
-		if err := os.RemoveAll(dir); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		removed = append(removed, dir)
-	}
-	for _, claim := range claims {
-		if claim != nil {
-			errs = append(errs, claim.Release())
-		}
-	}
-	return removed, errors.Join(errs...)
 }
 
 // Names beside an output OUT: OUT.staging-RAND is where a run builds the next output,
@@ -171,4 +134,85 @@ func writeOutput(out string, fill func(staging string) error) error {
 		return fmt.Errorf("%w (%s left as it was)", err, out)
 	}
 	return replaceDir(out, staging)
+}
+
+// sweeper cleans up after runs that are over, in the directories runs share (the runsc root,
+// the scratch directory, the store) and beside an output; lease is this run's.
+type sweeper struct {
+	runtime *sandboxes.Runtime
+	lease   *lease.Lease
+	store   *store.Store
+	log     logrus.FieldLogger
+}
+
+// lockAndSweep takes the output's lock and cleans up after runs that are over: their
+// sandboxes, scratch directories, pending store entries and the lease files they left in those
+// shared directories (judged by lease, in any pid namespace), and their staging directories.
+func (s sweeper) lockAndSweep(ctx context.Context, out string) (*Lock, error) {
+	if err := os.MkdirAll(s.runtime.Root, 0o700); err != nil {
+		return nil, fmt.Errorf("%w: runsc root: %w", ErrSetup, err)
+	}
+	lock, err := LockOutput(out)
+	if err != nil {
+		return nil, err
+	}
+	if lock.Stale != 0 {
+		s.log.WithField("pid", lock.Stale).Warn("took over the lock of a run that died")
+	}
+	if err := s.shared(ctx); err != nil {
+		lock.Unlock()
+		return nil, err
+	}
+	did, err := sweepOutput(out)
+	for _, line := range did {
+		s.log.Warn(line)
+	}
+	if err != nil {
+		lock.Unlock()
+		return nil, err
+	}
+	return lock, nil
+}
+
+// shared removes what runs that are over left in the directories runs share, and logs each
+// removal. A sandbox that cannot be deleted fails the run; a scratch or store directory that
+// cannot be removed is logged and left for the next run.
+func (s sweeper) shared(ctx context.Context) error {
+	orphans, err := s.runtime.RemoveOrphans(ctx)
+	for _, o := range orphans {
+		log := s.log.WithFields(logrus.Fields{"sandbox": o.ID, "run": o.Run})
+		if o.Note != "" {
+			log = log.WithField("note", o.Note)
+		}
+		log.Warn("removed a sandbox left by a run that died")
+	}
+	if err != nil {
+		return err
+	}
+	// Only now: an orphan's bind mount may have pointed into its scratch directory.
+	tmp := os.TempDir()
+	dirs, err := s.lease.RemoveDeadDirs(tmp, scratchPrefix)
+	for _, dir := range dirs {
+		s.log.WithField("dir", dir).Warn("removed the scratch directory of a run that died")
+	}
+	if err != nil {
+		s.log.WithError(err).Warn("could not remove every scratch directory of runs that died")
+	}
+	dirs, err = s.store.RemoveDeadPending()
+	for _, dir := range dirs {
+		s.log.WithField("dir", dir).Warn("removed a store entry that a run which died was writing")
+	}
+	if err != nil {
+		s.log.WithError(err).Warn("could not remove every store entry that runs which died were writing")
+	}
+	for _, dir := range []string{s.runtime.Root, tmp, s.store.Dir} {
+		runs, err := s.lease.RemoveDeadLocks(dir)
+		for _, run := range runs {
+			s.log.WithFields(logrus.Fields{"dir": dir, "run": run}).Debug("removed the lease lock file of a run that died")
+		}
+		if err != nil {
+			s.log.WithError(err).Warn("could not remove every lease lock file of runs that died")
+		}
+	}
+	return nil
 }

@@ -170,39 +170,8 @@ func (s *Store) Begin(key string) (*Pending, error) {
 // pid namespace or on any machine sharing the store, are left alone, and so are .tmp-KEY-PID-*
 // directories of pipelines from before leases (a pid cannot tell whose they are).
 func (s *Store) RemoveDeadPending() ([]string, error) {
-	pending, err := filepath.Glob(filepath.Join(s.Dir, pendingPrefix+"*"))
-	if err != nil {
-		return nil, err
-	}
-	claims := map[string]*lease.Claim{}
-	var removed []string
-	var errs []error
-	for _, dir := range pending {
-		id, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(dir), pendingPrefix), "-")
-		if !lease.IsID(id) {
-			continue
-		}
-		claim, seen := claims[id]
-		if !seen {
-			if claim, err = s.Lease.TakeOver(s.Dir, id); err != nil {
-				errs = append(errs, err)
-			}
-			claims[id] = claim
-		}
-		if claim == nil {
-			continue // alive, or not known to be over
-		}
-		if err := os.RemoveAll(dir); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		removed = append(removed, dir)
-	}
-	for _, claim := range claims {
-		if claim != nil {
-			errs = append(errs, claim.Release())
-		}
-	}
+	removed, err := s.Lease.RemoveDeadDirs(s.Dir, pendingPrefix)
+	errs := []error{err}
 	if _, err := s.Lease.RemoveDeadLocks(s.Dir); err != nil {
 		errs = append(errs, err)
 	}
