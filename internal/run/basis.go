@@ -63,22 +63,29 @@ func restoreShape(rootfs string, flags sandbox.Flags) (*specs.Spec, string, erro
 // Basis computes the basis of a capture on e's rootfs (PrepareRootfs first): it asks runsc
 // for this host's CPU features.
 func (e *Env) Basis(ctx context.Context) (*Basis, error) {
-	spec, fingerprint, err := restoreShape(e.Rootfs.Path, e.Runtime.Flags)
+	need, err := cpuNeeds(ctx, e.Runtime.Path, e.Config, e.controls)
 	if err != nil {
 		return nil, err
 	}
-	need, err := cpuNeeds(ctx, e.Runtime.Path, e.Config, e.controls)
+	faulting := false
+	if e.Config.CPUBaseline != nil {
+		if faulting, err = cpu.CPUIDFaulting(cpu.CPUInfo); err != nil {
+			return nil, err
+		}
+	}
+	return newBasis(e, need, faulting)
+}
+
+// newBasis is the basis of a capture with e's runsc flags, restore flags, rootfs, runsc
+// binary and config, on a host whose CPU the checkpoints need as need says.
+func newBasis(e *Env, need manifest.CPU, cpuidFaulting bool) (*Basis, error) {
+	spec, fingerprint, err := restoreShape(e.Rootfs.Path, e.Runtime.Flags)
 	if err != nil {
 		return nil, err
 	}
 	b := &Basis{
 		Flags: e.Runtime.Flags, RestoreFlags: slices.Clone(e.RestoreFlags), Rootfs: e.Rootfs, Image: e.Image,
-		RestoreSpec: spec, Fingerprint: fingerprint, CPU: need,
-	}
-	if e.Config.CPUBaseline != nil {
-		if b.CPUIDFaulting, err = cpu.CPUIDFaulting(cpu.CPUInfo); err != nil {
-			return nil, err
-		}
+		RestoreSpec: spec, Fingerprint: fingerprint, CPU: need, CPUIDFaulting: cpuidFaulting,
 	}
 	b.Key = store.KeyInputs{
 		Schema:            store.KeySchema,

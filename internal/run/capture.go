@@ -84,15 +84,23 @@ func (e *Env) Capture(ctx context.Context, out string, o CaptureOptions) (*Resul
 	if err != nil {
 		return nil, err
 	}
-	m := newManifest(plan.basis, runsc, e.Config.Runsc.CheckpointOptions)
 	work, cleanup, err := scratchDir(e.lease)
 	if err != nil {
 		return nil, err
 	}
 	defer cleanup()
+	return carryOutPlan(ctx, e, plan, runsc, runscDriver{env: e, work: work, runscVersion: runsc.Version}, work, o)
+}
+
+// carryOutPlan is the stages after the plan: it carries out plan through d (reuse or capture,
+// measure and smoke), writes the output and swaps it in, with e's config, store and log and
+// the runsc binary r; work is the scratch directory d's sandboxes use. Capture passes the
+// runsc driver, a unit test a substitute.
+func carryOutPlan(ctx context.Context, e *Env, plan *Plan, r manifest.Runsc, d Driver, work string, o CaptureOptions) (*Result, error) {
+	m := newManifest(plan.basis, r, e.Config.Runsc.CheckpointOptions)
 	c := &carrier{
-		plan: plan, driver: runscDriver{env: e, work: work, runscVersion: runsc.Version}, store: e.Store, work: work,
-		jobs: e.Config.Jobs, restoreRuns: e.Config.RestoreRuns, remeasure: o.Remeasure, baseline: e.Config.CPUBaseline, log: e.Log,
+		plan: plan, driver: d, store: e.Store, work: work, jobs: e.Config.Jobs, restoreRuns: e.Config.RestoreRuns,
+		remeasure: o.Remeasure, baseline: e.Config.CPUBaseline, log: e.Log,
 	}
 	return intoOutput(ctx, c, m, o, e.CleanFailed)
 }

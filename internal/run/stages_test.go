@@ -1,0 +1,375 @@
+package run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"readie.dev/pipeline/internal/atomicfile"
+	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/filedigest"
+	"readie.dev/pipeline/internal/sandboxes"
+	"readie.dev/pipeline/internal/store"
+	"readie.dev/pipeline/pkg/manifest"
+	"readie.dev/pipeline/pkg/measure"
+	"readie.dev/pipeline/pkg/sandbox"
+)
+
+// Unit tests of the plan and the carry-out against a substitute Driver: which sets are
+// captured, reused or kept, what the store and the output hold afterwards, and how a failed
+// set leaves the output. The same stages run on the real runsc in cmd/pipeline's tests.
+
+// fakeDriver stands in for runsc: a capture writes image files whose bytes depend on the set,
+// and meta.json, as capture.Run does; restores and smoke tests only check the files are there.
+type fakeDriver struct {
+	fingerprint string
+	failCapture map[string]bool // sets whose capture fails, after writing part of an image
+	failSmoke   map[string]bool
+
+	mu                         sync.Mutex
+	captured, measured, smoked []string
+}
+
+func (d *fakeDriver) record(list *[]string, id string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	*list = append(*list, id)
+}
+
+// calls returns what the driver was asked to do, each sorted (sets run in parallel).
+func (d *fakeDriver) calls() (captured, measured, smoked []string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Sorted(slices.Values(d.captured)), slices.Sorted(slices.Values(d.measured)), slices.Sorted(slices.Values(d.smoked))
+}
+
+func (d *fakeDriver) Capture(ctx context.Context, set config.Set, dir string) (*manifest.Meta, error) {
+	d.record(&d.captured, set.ID)
+	if d.failCapture[set.ID] {
+		os.WriteFile(filepath.Join(dir, "checkpoint.img"), []byte("half"), 0o600)
+		return nil, fmt.Errorf("fake capture of %s failed", set.ID)
+	}
+	meta := &manifest.Meta{
+		ID: set.ID, Imports: slices.Clone(set.Imports), RunscVersion: "fake-runsc", SpecFingerprint: d.fingerprint,
+		CapturedAt: time.Now().UTC(), Files: map[string]manifest.File{},
+	}
+	for _, name := range manifest.ImageFiles() {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(fmt.Sprintf("%s of %s %v", name, set.ID, set.Imports)), 0o600); err != nil {
+			return nil, err
+		}
+		size, sum, err := filedigest.Of(path)
+		if err != nil {
+			return nil, err
+		}
+		meta.Files[name] = manifest.File{Bytes: size, SHA256: sum}
+	}
+	return meta, atomicfile.WriteJSON(filepath.Join(dir, manifest.MetaFileName), meta)
+}
+
+func (d *fakeDriver) Measure(ctx context.Context, setID, dir string, runs int) (manifest.Stats, error) {
+	d.record(&d.measured, setID)
+	if _, err := os.Stat(filepath.Join(dir, "checkpoint.img")); err != nil {
+		return manifest.Stats{}, err
+	}
+	times := make([]float64, runs)
+	for i := range times {
+		times[i] = float64(100 + i)
+	}
+	return measure.Summarize(times), nil
+}
+
+func (d *fakeDriver) Smoke(ctx context.Context, setID, dir string, imports []string) (manifest.Smoke, error) {
+	d.record(&d.smoked, setID)
+	if _, err := os.Stat(filepath.Join(dir, "checkpoint.img")); err != nil {
+		return manifest.Smoke{Error: err.Error()}, err
+	}
+	if d.failSmoke[setID] {
+		err := fmt.Errorf("fake smoke test of %s failed", setID)
+		return manifest.Smoke{Error: err.Error()}, err
+	}
+	return manifest.Smoke{OK: true, ReadyMS: 5}, nil
+}
+
+// stagesEnv is an Env of the default config's sets (empty, numpy, pandas) with no runsc: a
+// store in a fresh cache, 3 timed restores, 2 jobs.
+func stagesEnv(t *testing.T) *Env {
+	t.Helper()
+	cache := t.TempDir()
+	cfg, err := config.Parse([]byte("restore_runs: 3\njobs: 2\n"), "test.yaml", t.TempDir(), cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLease(t)
+	return &Env{
+		Config: cfg, Runtime: &sandboxes.Runtime{Flags: sandbox.DefaultFlags()},
+		RunscSHA256: filedigest.OfBytes([]byte("runsc")), RestoreFlags: []string{"-direct"}, Log: discardLog(),
+		Rootfs: manifest.Rootfs{Path: t.TempDir(), Digest: filedigest.OfBytes([]byte("rootfs"))},
+		Store:  &store.Store{Dir: cfg.CheckpointCache, Lease: l}, lease: l,
+	}
+}
+
+// fakeCapture plans a capture into out with the sets of only and extra (as --only and --set)
+// and carries it out through d, as Env.Capture does after its runsc steps.
+func fakeCapture(t *testing.T, e *Env, d *fakeDriver, out string, only []string, extra []config.Set) (*Plan, *Result, error) {
+	t.Helper()
+	b, err := newBasis(e, manifest.CPU{Features: []string{"sse2"}, CacheLine: 64}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.fingerprint = b.Fingerprint
+	sel, err := e.Config.Select(only, extra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := CaptureOptions{Selection: sel}
+	plan := NewPlan(b, e.Store, out, o, e.Config.RestoreRuns)
+	res, err := carryOutPlan(context.Background(), e, plan, manifest.Runsc{Version: "fake-runsc", SHA256: e.RunscSHA256}, d, t.TempDir(), o)
+	return plan, res, err
+}
+
+// actions are the plan's decisions, "id action from" each.
+func actions(p *Plan) []string {
+	var out []string
+	for _, sp := range p.Sets {
+		out = append(out, strings.TrimSpace(fmt.Sprintf("%s %s %s", sp.ID, sp.Action, sp.From)))
+	}
+	return out
+}
+
+func statuses(res *Result) map[string]Status {
+	out := map[string]Status{}
+	for _, s := range res.Sets {
+		out[s.Checkpoint.ID] = s.Status
+	}
+	return out
+}
+
+func loadManifest(t *testing.T, out string) *manifest.Manifest {
+	t.Helper()
+	m, err := manifest.Load(filepath.Join(out, manifest.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func checkpointIDs(m *manifest.Manifest) []string {
+	var ids []string
+	for _, c := range m.Checkpoints {
+		ids = append(ids, c.ID)
+	}
+	return ids
+}
+
+func equal(t *testing.T, what string, got, want []string) {
+	t.Helper()
+	if !slices.Equal(got, want) {
+		t.Errorf("%s = %q, want %q", what, got, want)
+	}
+}
+
+// A first capture captures every set, times and smoke-tests each, puts each into the store
+// and writes the output; a second one reuses the output's checkpoints (smoke-tested again,
+// timings kept); with the output gone, a third reuses the store's.
+func TestStagesCaptureThenReuse(t *testing.T) {
+	e := stagesEnv(t)
+	out := filepath.Join(t.TempDir(), "out")
+	all := []string{"empty", "numpy", "pandas"}
+
+	first := &fakeDriver{}
+	plan, res, err := fakeCapture(t, e, first, out, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "first plan", actions(plan), []string{"empty capture", "numpy capture", "pandas capture"})
+	captured, measured, smoked := first.calls()
+	equal(t, "captured", captured, all)
+	equal(t, "measured", measured, all)
+	equal(t, "smoke-tested", smoked, all)
+	m := loadManifest(t, out)
+	equal(t, "checkpoints", checkpointIDs(m), all)
+	if !slices.Equal(m.RunscFlags, sandbox.DefaultFlags().Args()) || !slices.Equal(m.RestoreFlags, []string{"-direct"}) || m.Runsc.Version != "fake-runsc" {
+		t.Errorf("manifest runsc %+v, flags %q, restore flags %q", m.Runsc, m.RunscFlags, m.RestoreFlags)
+	}
+	if _, err := sandbox.ReadSpec(filepath.Join(out, m.Spec), m.SpecFingerprint, m.RunscFlags); err != nil {
+		t.Errorf("the restore spec does not match the manifest: %v", err)
+	}
+	for i, c := range m.Checkpoints {
+		if c.Key != plan.Sets[i].Key || len(c.RestoreMS.Runs) != 3 || c.MeasuredWith == nil || c.MeasuredWith.Runs != 3 || !c.Smoke.OK || c.Bytes == 0 {
+			t.Errorf("checkpoint %+v", c)
+		}
+		meta, err := manifest.LoadMeta(filepath.Join(out, c.Dir, manifest.MetaFileName))
+		if err != nil || meta.Key != c.Key || store.VerifyFiles(filepath.Join(out, c.Dir), meta) != nil {
+			t.Errorf("meta.json of %s: %+v %v", c.ID, meta, err)
+		}
+		if stored, err := e.Store.Lookup(c.Key); err != nil || stored == nil || stored.RestoreMS == nil || len(stored.RestoreMS.Runs) != 3 {
+			t.Errorf("store entry of %s: %+v %v", c.ID, stored, err)
+		}
+	}
+	if statuses(res)["pandas"] != Captured {
+		t.Errorf("statuses %v", statuses(res))
+	}
+
+	second := &fakeDriver{}
+	plan, res, err = fakeCapture(t, e, second, out, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "second plan", actions(plan), []string{"empty reuse output", "numpy reuse output", "pandas reuse output"})
+	captured, measured, smoked = second.calls()
+	equal(t, "captured again", captured, nil)
+	equal(t, "measured again", measured, nil)
+	equal(t, "smoke-tested again", smoked, all)
+	if again := loadManifest(t, out); !slices.Equal(again.Checkpoints[2].RestoreMS.Runs, m.Checkpoints[2].RestoreMS.Runs) || statuses(res)["pandas"] != Reused {
+		t.Errorf("reused timings %v, first %v; statuses %v", again.Checkpoints[2].RestoreMS.Runs, m.Checkpoints[2].RestoreMS.Runs, statuses(res))
+	}
+
+	if err := os.RemoveAll(out); err != nil {
+		t.Fatal(err)
+	}
+	third := &fakeDriver{}
+	plan, _, err = fakeCapture(t, e, third, out, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "plan without the output", actions(plan), []string{"empty reuse store", "numpy reuse store", "pandas reuse store"})
+	if captured, _, _ := third.calls(); len(captured) != 0 {
+		t.Errorf("captured %v with every set in the store", captured)
+	}
+	equal(t, "checkpoints from the store", checkpointIDs(loadManifest(t, out)), all)
+}
+
+// A set whose imports change (--set) is captured again, naming the changed key part; a set the
+// run does not select is kept with its key; the others are reused.
+func TestStagesChangedSetOnly(t *testing.T) {
+	e := stagesEnv(t)
+	out := filepath.Join(t.TempDir(), "out")
+	if _, _, err := fakeCapture(t, e, &fakeDriver{}, out, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	before := loadManifest(t, out)
+	d := &fakeDriver{}
+	plan, res, err := fakeCapture(t, e, d, out, nil, []config.Set{{ID: "pandas", Imports: []string{"numpy", "pandas"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "plan", actions(plan), []string{"empty reuse output", "numpy keep output", "pandas capture"})
+	if r := plan.Sets[2].Reason; !strings.Contains(r, "imports") {
+		t.Errorf("the reason for capturing pandas again does not name its imports: %q", r)
+	}
+	captured, _, smoked := d.calls()
+	equal(t, "captured", captured, []string{"pandas"})
+	equal(t, "smoke-tested", smoked, []string{"empty", "pandas"})
+	after := loadManifest(t, out)
+	equal(t, "checkpoints", checkpointIDs(after), []string{"empty", "numpy", "pandas"})
+	if after.Checkpoints[1].Key != before.Checkpoints[1].Key || after.Checkpoints[2].Key == before.Checkpoints[2].Key {
+		t.Errorf("keys before %s %s, after %s %s", before.Checkpoints[1].Key, before.Checkpoints[2].Key, after.Checkpoints[1].Key, after.Checkpoints[2].Key)
+	}
+	if s := statuses(res); s["numpy"] != Kept || s["pandas"] != Captured || s["empty"] != Reused {
+		t.Errorf("statuses %v", s)
+	}
+}
+
+// A set that fails does not stop the others: they are captured and go into the store, while
+// the run fails naming the failed set, leaves the output as it was, and keeps the failed set's
+// capture in the staging directory it keeps for inspection.
+func TestStagesFailedSetCarriesOn(t *testing.T) {
+	e := stagesEnv(t)
+	out := filepath.Join(t.TempDir(), "out")
+	d := &fakeDriver{failCapture: map[string]bool{"numpy": true}, failSmoke: map[string]bool{"pandas": true}}
+	plan, res, err := fakeCapture(t, e, d, out, nil, nil)
+	if !errors.Is(err, errFailedSets) || !strings.Contains(err.Error(), "numpy, pandas") {
+		t.Fatalf("a run with failed sets: %v", err)
+	}
+	if _, serr := os.Stat(out); !errors.Is(serr, os.ErrNotExist) {
+		t.Errorf("a failed first run made the output: %v", serr)
+	}
+	if s := statuses(res); s["empty"] != Captured || s["numpy"] != Failed || s["pandas"] != Failed {
+		t.Errorf("statuses %v", s)
+	}
+	captured, measured, _ := d.calls()
+	equal(t, "captured", captured, []string{"empty", "numpy", "pandas"})
+	equal(t, "measured", measured, []string{"empty"})
+	for _, sp := range plan.Sets {
+		stored, err := e.Store.Lookup(sp.Key)
+		if (stored != nil) != (sp.ID == "empty") || err != nil {
+			t.Errorf("store entry of %s: %v %v", sp.ID, stored, err)
+		}
+	}
+	kept, _ := filepath.Glob(out + failedInfix + "*")
+	if len(kept) != 1 {
+		t.Fatalf("kept staging directories: %v", kept)
+	}
+	if data, err := os.ReadFile(filepath.Join(kept[0], "numpy", "capture", "checkpoint.img")); err != nil || string(data) != "half" {
+		t.Errorf("the failed capture's files: %q %v", data, err)
+	}
+	if !strings.Contains(err.Error(), kept[0]) {
+		t.Errorf("the error does not name the kept staging directory %s: %v", kept[0], err)
+	}
+}
+
+// A store entry whose files no longer match its meta.json is removed and its set captured
+// again; the sets whose entries verify are reused.
+func TestStagesCorruptStoreEntry(t *testing.T) {
+	e := stagesEnv(t)
+	out := filepath.Join(t.TempDir(), "out")
+	plan, _, err := fakeCapture(t, e, &fakeDriver{}, out, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(out); err != nil {
+		t.Fatal(err)
+	}
+	entry, err := e.Store.Path(plan.Sets[1].Key) // numpy
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(entry, "pages.img"), []byte("changed"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := &fakeDriver{}
+	plan, _, err = fakeCapture(t, e, d, out, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "plan", actions(plan), []string{"empty reuse store", "numpy capture", "pandas reuse store"})
+	if !strings.Contains(plan.Sets[1].Reason, "corrupt") {
+		t.Errorf("reason %q", plan.Sets[1].Reason)
+	}
+	captured, _, _ := d.calls()
+	equal(t, "captured", captured, []string{"numpy"})
+	if stored, err := e.Store.Lookup(plan.Sets[1].Key); err != nil || stored == nil {
+		t.Errorf("the recaptured entry: %v %v", stored, err)
+	}
+}
+
+// The key covers the basis: another rootfs changes every set's key, so nothing is reused and
+// the plan names the changed part.
+func TestStagesKeyCoversTheBasis(t *testing.T) {
+	e := stagesEnv(t)
+	out := filepath.Join(t.TempDir(), "out")
+	if _, _, err := fakeCapture(t, e, &fakeDriver{}, out, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.Rootfs.Digest = filedigest.OfBytes([]byte("another rootfs"))
+	d := &fakeDriver{}
+	plan, _, err := fakeCapture(t, e, d, out, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "plan", actions(plan), []string{"empty capture", "numpy capture", "pandas capture"})
+	if !strings.Contains(plan.Sets[0].Reason, "rootfs_digest") {
+		t.Errorf("reason %q does not name the rootfs", plan.Sets[0].Reason)
+	}
+	if m := loadManifest(t, out); m.Rootfs.Digest != e.Rootfs.Digest {
+		t.Errorf("manifest rootfs %s", m.Rootfs.Digest)
+	}
+}
