@@ -95,31 +95,14 @@ func (s *Store) Lookup(key string) (*manifest.Meta, error) {
 // that is missing or differs is an error matching ErrCorrupt; an error reading one is returned
 // as it is.
 func VerifyFiles(dir string, meta *manifest.Meta) error {
-	for _, name := range manifest.ImageFiles() {
-		want, ok := meta.Files[name]
-		if !ok {
-			return fmt.Errorf("%w: %s: %s not listed in meta.json", ErrCorrupt, dir, name)
-		}
-		path := filepath.Join(dir, name)
-		fi, err := os.Stat(path)
-		if errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("%w: %w", ErrCorrupt, err)
-		}
-		if err != nil {
-			return err
-		}
-		if fi.Size() != want.Bytes { // cheap first: a half-written file is caught before hashing
-			return fmt.Errorf("%w: %s: %d bytes, meta.json says %d", ErrCorrupt, path, fi.Size(), want.Bytes)
-		}
-		size, sum, err := filedigest.Of(path)
-		if err != nil {
-			return err
-		}
-		if got := (manifest.File{Bytes: size, SHA256: sum}); got != want {
-			return fmt.Errorf("%w: %s: sha256 %s, meta.json says %s", ErrCorrupt, path, sum, want.SHA256)
-		}
+	problems := manifest.CheckFiles(dir, meta)
+	switch {
+	case len(problems) == 0:
+		return nil
+	case errors.Is(problems[0], manifest.ErrFileMismatch):
+		return fmt.Errorf("%w: %s: %w", ErrCorrupt, dir, problems[0])
 	}
-	return nil
+	return problems[0]
 }
 
 // Remove removes key's entry.

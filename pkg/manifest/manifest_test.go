@@ -222,3 +222,37 @@ func BenchmarkWriteManifest(b *testing.B) {
 		}
 	}
 }
+
+// CheckFiles reports every image file that is unlisted, missing, of another size or another
+// content, each as ErrFileMismatch naming the file, in the order of ImageFiles.
+func TestCheckFiles(t *testing.T) {
+	dir := t.TempDir()
+	meta := &Meta{Files: map[string]File{}}
+	for _, name := range ImageFiles() {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(name), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		size, sum, err := filedigest.Of(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		meta.Files[name] = File{Bytes: size, SHA256: sum}
+	}
+	if problems := CheckFiles(dir, meta); len(problems) != 0 {
+		t.Fatalf("files as recorded: %v", problems)
+	}
+	names := ImageFiles()
+	os.WriteFile(filepath.Join(dir, names[0]), []byte(strings.ToUpper(names[0])), 0o600) // same size
+	os.Remove(filepath.Join(dir, names[1]))
+	delete(meta.Files, names[2])
+	problems := CheckFiles(dir, meta)
+	if len(problems) != 3 {
+		t.Fatalf("problems: %v", problems)
+	}
+	for i, p := range problems {
+		if !errors.Is(p, ErrFileMismatch) || !strings.Contains(p.Error(), names[i]) {
+			t.Errorf("problem %d: %v", i, p)
+		}
+	}
+}

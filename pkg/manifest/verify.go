@@ -3,6 +3,8 @@ package manifest
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 
 	"readie.dev/pipeline/internal/filedigest"
@@ -11,6 +13,48 @@ import (
 
 // ErrVerify reports an output directory whose files do not match its manifest.
 var ErrVerify = errors.New("verify failed")
+
+// ErrFileMismatch reports an image file that is missing, not listed in meta.json, or whose size
+// or sha256 differs from what meta.json records.
+var ErrFileMismatch = errors.New("image file does not match meta.json")
+
+// CheckFiles checks every image file in dir against meta: listed, present, its size (first,
+// cheaply: a half-written file is caught before it is hashed), then its sha256. It returns the
+// problems in the order of ImageFiles, each naming the file: one matching ErrFileMismatch
+// shows the file wrong; any other (EACCES, EIO) says nothing about the file. It is the one
+// check of image files, for Verify and for the checkpoint store.
+func CheckFiles(dir string, meta *Meta) []error {
+	var problems []error
+	for _, name := range ImageFiles() {
+		want, ok := meta.Files[name]
+		path := filepath.Join(dir, name)
+		if !ok {
+			problems = append(problems, fmt.Errorf("%w: %s: not listed in meta.json", ErrFileMismatch, path))
+			continue
+		}
+		fi, err := os.Stat(path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			problems = append(problems, fmt.Errorf("%w: %w", ErrFileMismatch, err))
+			continue
+		case err != nil:
+			problems = append(problems, err)
+			continue
+		case fi.Size() != want.Bytes:
+			problems = append(problems, fmt.Errorf("%w: %s: %d bytes, meta.json says %d", ErrFileMismatch, path, fi.Size(), want.Bytes))
+			continue
+		}
+		size, sum, err := filedigest.Of(path)
+		got := File{Bytes: size, SHA256: sum}
+		switch {
+		case err != nil:
+			problems = append(problems, err)
+		case got != want:
+			problems = append(problems, fmt.Errorf("%w: %s: %d bytes %s, meta.json says %d bytes %s", ErrFileMismatch, path, got.Bytes, got.SHA256, want.Bytes, want.SHA256))
+		}
+	}
+	return problems
+}
 
 // Verify checks an output directory: the manifest's protocol version and paths; that the
 // restore spec has the fingerprint the manifest records; and for every checkpoint its
@@ -65,22 +109,7 @@ func verifyCheckpoint(dir string, c Checkpoint, m *Manifest) []error {
 	} else if header.RunscVersion() != m.Runsc.Version {
 		problems = append(problems, fmt.Errorf("%s: saved by runsc %q, the manifest records %q", image, header.RunscVersion(), m.Runsc.Version))
 	}
-	for _, name := range ImageFiles() {
-		want, ok := meta.Files[name]
-		path := filepath.Join(dir, name)
-		if !ok {
-			problems = append(problems, fmt.Errorf("%s: not listed in meta.json", path))
-			continue
-		}
-		size, sum, err := filedigest.Of(path)
-		got := File{Bytes: size, SHA256: sum}
-		switch {
-		case err != nil:
-			problems = append(problems, err)
-		case got != want:
-			problems = append(problems, fmt.Errorf("%s: %d bytes %s, meta.json says %d bytes %s", path, got.Bytes, got.SHA256, want.Bytes, want.SHA256))
-		}
-	}
+	problems = append(problems, CheckFiles(dir, meta)...)
 	if !c.Smoke.OK {
 		problems = append(problems, fmt.Errorf("checkpoint %s: smoke test did not pass", c.ID))
 	}
