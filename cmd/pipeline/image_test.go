@@ -130,11 +130,11 @@ func TestCaptureFromUserImage(t *testing.T) {
 	r := &measure.Restorer{Launcher: sandboxes.Launcher{Runtime: rt, Rootfs: m.Rootfs.Path, WorkDir: dir, Timeout: time.Minute}, Flags: m.RestoreFlags}
 	request, _ := measure.EvalRequest(`[__import__("os").path.exists(p) for p in ("/etc/debian_version", "/usr/share/readie-opaque/new", "/usr/share/zoneinfo/UTC", "/etc/os-release")]`)
 	var seen []any
-	_, err = r.TimedCall(context.Background(), "small", "call", nil, nil, sandboxes.RestoreStep(filepath.Join(dir, "out", "small"), r.Flags), request, func(resp []byte) error {
+	_, err = r.TimedCall(context.Background(), sandboxes.Call{SetID: "small", Step: "call", Start: sandboxes.RestoreStep(filepath.Join(dir, "out", "small"), r.Flags), Request: request, Check: func(resp []byte) error {
 		v, err := measure.DecodeEnvelope(resp)
 		seen, _ = v.([]any)
 		return err
-	})
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,16 +36,16 @@ func (s *starter) importOnce(ctx context.Context, step string, preload []string,
 	}
 	s.started.Add(1)
 	var res importResult
-	marks, err := s.launcher.TimedCall(ctx, "analyze", step, nil, nil, func(ctx context.Context, sb *sandboxes.Sandbox) error {
+	marks, err := s.launcher.TimedCall(ctx, sandboxes.Call{SetID: "analyze", Step: step, Start: func(ctx context.Context, sb *sandboxes.Sandbox) error {
 		if err := sb.Create(ctx); err != nil {
 			return err
 		}
 		return sb.Start(ctx)
-	}, request, func(response []byte) error {
+	}, Request: request, Check: func(response []byte) error {
 		var err error
 		res, err = decodeImport(response)
 		return err
-	})
+	}})
 	if err != nil {
 		what := "the bare executor"
 		if module != "" {

@@ -55,8 +55,8 @@ func batch(ctx context.Context, r *measure.Restorer, set Set, dir string, k int)
 					return context.Cause(ctx)
 				}
 			}
-			marks[i], errs[i] = r.TimedCall(ctx, set.ID, fmt.Sprintf("conc%d", i), nil, wait, sandboxes.RestoreStep(dir, r.Flags), request,
-				func(resp []byte) error { return checkImported(resp, set.Imports) })
+			marks[i], errs[i] = r.TimedCall(ctx, sandboxes.Call{SetID: set.ID, Step: fmt.Sprintf("conc%d", i), Prepare: wait, Start: sandboxes.RestoreStep(dir, r.Flags),
+				Request: request, Check: func(resp []byte) error { return checkImported(resp, set.Imports) }})
 			if !waited {
 				ready.Done()
 			}

@@ -40,12 +40,12 @@ func TimeColdCall(ctx context.Context, l *sandboxes.Launcher, setID string, impo
 	if err != nil {
 		return 0, err
 	}
-	marks, err := l.TimedCall(ctx, setID, "cold", nil, nil, func(ctx context.Context, sb *sandboxes.Sandbox) error {
+	marks, err := l.TimedCall(ctx, sandboxes.Call{SetID: setID, Step: "cold", Start: func(ctx context.Context, sb *sandboxes.Sandbox) error {
 		if err := sb.Create(ctx); err != nil {
 			return err
 		}
 		return sb.Start(ctx)
-	}, request, func(resp []byte) error { return checkImported(resp, imports) })
+	}, Request: request, Check: func(resp []byte) error { return checkImported(resp, imports) }})
 	return marks.TotalMS(), err
 }
 
@@ -63,8 +63,8 @@ func TimeRestoreCall(ctx context.Context, r *measure.Restorer, setID, imageDir s
 		prepare = func(ctx context.Context, sb *sandboxes.Sandbox) error { return sb.Create(ctx) }
 		step = "prestarted"
 	}
-	return r.TimedCall(ctx, setID, step, nil, prepare, sandboxes.RestoreStep(imageDir, r.Flags), request,
-		func(resp []byte) error { return checkImported(resp, imports) })
+	return r.TimedCall(ctx, sandboxes.Call{SetID: setID, Step: step, Prepare: prepare, Start: sandboxes.RestoreStep(imageDir, r.Flags),
+		Request: request, Check: func(resp []byte) error { return checkImported(resp, imports) }})
 }
 
 // TimeFloor runs a sandbox of the executor's shape whose process exits at once (/bin/true): the

@@ -72,11 +72,27 @@ type CallMarks struct {
 // TotalMS is the time from the start of the runsc command to the answer.
 func (m CallMarks) TotalMS() float64 { return MS(m.Answered.Sub(m.Began)) }
 
-// TimedCall prepares a sandbox (off the clock), then times start, dial and one call until the
-// answer has been checked. The sandbox is deleted on every path, and a failed delete is
-// reported.
-func (l *Launcher) TimedCall(ctx context.Context, setID, step string, env []string, prepare, start func(context.Context, *Sandbox) error, request []byte, check func([]byte) error) (marks CallMarks, err error) {
-	sb, err := l.NewSandbox(setID, step, sandbox.ModeSandbox, env, nil)
+// Call is one call into a new sandbox of a launcher's shape, timed by TimedCall.
+type Call struct {
+	// SetID and Step name the sandbox (its ID, its logs) and the timeout's message.
+	SetID, Step string
+	// Env adds to the sandbox's environment (in a restore: the restore-time environment).
+	Env []string
+	// Prepare readies the sandbox off the clock (e.g. `runsc create`); nil: nothing.
+	Prepare func(context.Context, *Sandbox) error
+	// Start starts or restores the executor (RestoreStep): the clock runs from here.
+	Start func(context.Context, *Sandbox) error
+	// Request is sent once the executor's socket accepts; Check judges the answer.
+	Request []byte
+	Check   func(response []byte) error
+}
+
+// TimedCall prepares a sandbox for c (off the clock), then times start, dial and one call
+// until the answer has been checked. The sandbox is deleted on every path, and a failed delete
+// is reported.
+func (l *Launcher) TimedCall(ctx context.Context, c Call) (marks CallMarks, err error) {
+	setID, step := c.SetID, c.Step
+	sb, err := l.NewSandbox(setID, step, sandbox.ModeSandbox, c.Env, nil)
 	if err != nil {
 		return marks, err
 	}
@@ -85,13 +101,13 @@ func (l *Launcher) TimedCall(ctx context.Context, setID, step string, env []stri
 		fmt.Errorf("%s of %s exceeded its timeout of %s", step, setID, l.Timeout))
 	defer cancel()
 	withTail := func(err error) error { return WithStderr(ctx, sb, err) }
-	if prepare != nil {
-		if err := prepare(ctx, sb); err != nil {
+	if c.Prepare != nil {
+		if err := c.Prepare(ctx, sb); err != nil {
 			return marks, withTail(err)
 		}
 	}
 	marks.Began = time.Now()
-	if err := start(ctx, sb); err != nil {
+	if err := c.Start(ctx, sb); err != nil {
 		return marks, withTail(err)
 	}
 	marks.Started = time.Now()
@@ -101,12 +117,12 @@ func (l *Launcher) TimedCall(ctx context.Context, setID, step string, env []stri
 	}
 	defer conn.Close()
 	marks.Connected = time.Now()
-	response, err := executorproto.Call(ctx, conn, request)
+	response, err := executorproto.Call(ctx, conn, c.Request)
 	if err != nil {
 		return marks, withTail(err)
 	}
 	marks.Answered = time.Now()
-	return marks, check(response)
+	return marks, c.Check(response)
 }
 
 // RestoreStep is the step that restores imageDir into a sandbox with flags and returns once

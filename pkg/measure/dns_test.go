@@ -30,14 +30,14 @@ func TestDNSInSandboxNetwork(t *testing.T) {
 		}
 		return sb.Start(ctx)
 	}
-	_, err = l.TimedCall(context.Background(), "dns", "cold", nil, nil, start, request, func(resp []byte) error {
+	_, err = l.TimedCall(context.Background(), sandboxes.Call{SetID: "dns", Step: "cold", Start: start, Request: request, Check: func(resp []byte) error {
 		v, err := measure.DecodeEnvelope(resp)
 		if err != nil {
 			return err
 		}
 		answer, _ = v.([]any)
 		return nil
-	})
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}

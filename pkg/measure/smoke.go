@@ -108,8 +108,10 @@ func (r *Restorer) Smoke(ctx context.Context, setID, imageDir string, imports []
 		return manifest.Smoke{}, err
 	}
 	token := newToken()
-	marks, err := r.TimedCall(ctx, setID, "smoke", []string{SmokeTokenVar + "=" + token}, nil, sandboxes.RestoreStep(imageDir, r.Flags),
-		request, func(resp []byte) error { return CheckSmokeResponse(resp, token) })
+	marks, err := r.TimedCall(ctx, sandboxes.Call{
+		SetID: setID, Step: "smoke", Env: []string{SmokeTokenVar + "=" + token}, Start: sandboxes.RestoreStep(imageDir, r.Flags),
+		Request: request, Check: func(resp []byte) error { return CheckSmokeResponse(resp, token) },
+	})
 	if err != nil {
 		err = fmt.Errorf("%w: %s: %w", ErrSmoke, setID, err)
 		return manifest.Smoke{OK: false, Error: err.Error()}, err
