@@ -38,7 +38,7 @@ func userImage(t *testing.T, dir string) v1.Image {
 	var info struct {
 		SitePackages string `json:"site_packages"`
 	}
-	data, _ := os.ReadFile(filepath.Join(rootfs, "usr/lib/readie/image.json"))
+	data, _ := os.ReadFile(filepath.Join(rootfs, manifest.RootfsInfoFile))
 	json.Unmarshal(data, &info)
 	base := filepath.Join(dir, "base.tar")
 	tarCmd := exec.Command("tar", "-C", rootfs, "-cf", base,

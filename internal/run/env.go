@@ -158,7 +158,7 @@ func (e *Env) PrepareRootfs(ctx context.Context) error {
 	if unpacked.Made {
 		e.Log.WithFields(logrus.Fields{"image": unpacked.Manifest, "took": time.Since(start).Round(time.Millisecond)}).Info("unpack: done")
 	}
-	image := &rootfs.ImageRef{Ref: e.Config.Image, Digest: unpacked.Manifest}
+	image := &manifest.Image{Ref: e.Config.Image, Digest: unpacked.Manifest}
 	path, _, err := rootfs.Assemble(ctx, rootfs.Options{
 		Cache: config.CacheDir(), Base: unpacked.Dir, BaseDigest: unpacked.Content, Image: image,
 		Runtime: e.Runtime, Timeout: e.Config.Timeouts.ImageProbe, Log: e.Log,
@@ -173,7 +173,7 @@ func (e *Env) PrepareRootfs(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	e.Rootfs, e.Image = opened, &manifest.Image{Ref: image.Ref, Digest: image.Digest}
+	e.Rootfs, e.Image = opened, image
 	return nil
 }
 
@@ -198,7 +198,7 @@ func OpenRootfs(path string) (manifest.Rootfs, error) {
 	if err != nil {
 		return manifest.Rootfs{}, fmt.Errorf("%w: rootfs %s: %w (run `make image`)", ErrSetup, path, err)
 	}
-	info, err := rootfs.ReadInfo(resolved)
+	info, err := manifest.ReadRootfsInfo(resolved)
 	if err != nil {
 		return manifest.Rootfs{}, fmt.Errorf("%w: rootfs %s has no readable image.json: %w (run `make image`)", ErrSetup, resolved, err)
 	}

@@ -5,7 +5,6 @@ package testenv
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -17,6 +16,7 @@ import (
 
 	"readie.dev/pipeline/internal/lease"
 	"readie.dev/pipeline/internal/sandboxes"
+	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
@@ -41,13 +41,7 @@ func Rootfs(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("READIE_ROOTFS=%s: %v (run `make image`)", path, err)
 	}
-	var info struct {
-		SitePackages string `json:"site_packages"`
-	}
-	data, err := os.ReadFile(filepath.Join(resolved, "usr/lib/readie/image.json"))
-	if err == nil {
-		err = json.Unmarshal(data, &info)
-	}
+	info, err := manifest.ReadRootfsInfo(resolved)
 	if err == nil {
 		_, err = os.Stat(filepath.Join(resolved, info.SitePackages, "readie_executor/__main__.py"))
 	}

@@ -7,9 +7,41 @@ import (
 	"path/filepath"
 )
 
-// RootfsInfoFile is where a rootfs the pipeline built records its digest, relative to its
-// root (usr/lib/readie/image.json, field "digest").
+// RootfsInfoFile is where a rootfs the pipeline built records its RootfsInfo, relative to its
+// root: written when the rootfs is made (internal/oci/rootfs), read back by a run (its
+// manifest's rootfs), by a worker (CheckRootfs) and by the tests.
 const RootfsInfoFile = "usr/lib/readie/image.json"
+
+// RootfsInfo is what a rootfs records of itself at RootfsInfoFile: its digest (of the base and
+// the executor layer: a manifest's rootfs.digest) and where they came from.
+type RootfsInfo struct {
+	Digest     string `json:"digest"`
+	BaseDigest string `json:"base_digest"`
+	// ExecutorDigest covers the executor layer (for any site), the probe that finds its site
+	// and the precompile: with the base's digest, everything the rootfs is made from.
+	ExecutorDigest string `json:"executor_digest"`
+	// SitePackages is the directory of the image's python3 where the executor is installed.
+	SitePackages string `json:"site_packages"`
+	// Image is the OCI image the base was unpacked from, if it was.
+	Image *Image `json:"image,omitempty"`
+}
+
+// ReadRootfsInfo reads the RootfsInfo that dir (a rootfs) records; one without a digest is an
+// error.
+func ReadRootfsInfo(dir string) (*RootfsInfo, error) {
+	data, err := os.ReadFile(filepath.Join(dir, RootfsInfoFile))
+	if err != nil {
+		return nil, err
+	}
+	var info RootfsInfo
+	if err := json.Unmarshal(data, &info); err != nil {
+		return nil, fmt.Errorf("%s: %w", RootfsInfoFile, err)
+	}
+	if info.Digest == "" {
+		return nil, fmt.Errorf("%s: no digest", RootfsInfoFile)
+	}
+	return &info, nil
+}
 
 // CheckRootfs says whether the directory at path is the rootfs m's checkpoints were captured
 // on, by the digest the rootfs records. A worker restores onto its own copy; a manifest's
@@ -22,9 +54,7 @@ func (m *Manifest) CheckRootfs(path string) error {
 	if err != nil {
 		return fmt.Errorf("rootfs %s is not one the pipeline built: %w", path, err)
 	}
-	var info struct {
-		Digest string `json:"digest"`
-	}
+	var info RootfsInfo
 	if err := json.Unmarshal(data, &info); err != nil {
 		return fmt.Errorf("rootfs %s: %s: %w", path, RootfsInfoFile, err)
 	}

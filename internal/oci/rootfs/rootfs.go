@@ -1,7 +1,7 @@
 // Package rootfs makes the root filesystem sandboxes run: a base (the Debian package layer of
 // `make image`, or a user's image unpacked) with the pipeline's executor layer on top, named
 // by the digest of both and never written again; and reads back what a rootfs records of
-// itself (Info, at InfoPath). The base's own code (its python3) runs only in gVisor sandboxes.
+// itself (manifest.RootfsInfo, at manifest.RootfsInfoFile). The base's own code (its python3) runs only in gVisor sandboxes.
 package rootfs
 
 import (
@@ -27,44 +27,12 @@ import (
 	"readie.dev/pipeline/pkg/manifest"
 )
 
-// Info is what a rootfs records of itself at InfoPath: its digest (of the base and the
-// executor layer) and where they came from.
+// Info is what Assemble made: the rootfs's own record (manifest.RootfsInfo, written at
+// manifest.RootfsInfoFile), and whether it was made already.
 type Info struct {
-	Digest     string `json:"digest"`
-	BaseDigest string `json:"base_digest"`
-	// ExecutorDigest covers the executor layer (for any site), the probe that finds its site
-	// and the precompile: with the base's digest, everything the rootfs is made from.
-	ExecutorDigest string `json:"executor_digest"`
-	SitePackages   string `json:"site_packages"`
-	// Image is the OCI image the base was unpacked from, if it was.
-	Image *ImageRef `json:"image,omitempty"`
+	manifest.RootfsInfo
 	// Reused says Assemble found the rootfs made already.
 	Reused bool `json:"-"`
-}
-
-// ImageRef names an image: the reference given and the manifest digest found.
-type ImageRef struct {
-	Ref    string `json:"ref"`
-	Digest string `json:"digest"`
-}
-
-// InfoPath is where a rootfs records its Info, relative to its root.
-const InfoPath = manifest.RootfsInfoFile
-
-// ReadInfo reads the Info that dir (a rootfs) records; an Info without a digest is an error.
-func ReadInfo(dir string) (*Info, error) {
-	data, err := os.ReadFile(filepath.Join(dir, InfoPath))
-	if err != nil {
-		return nil, err
-	}
-	var info Info
-	if err := json.Unmarshal(data, &info); err != nil {
-		return nil, fmt.Errorf("%s: %w", InfoPath, err)
-	}
-	if info.Digest == "" {
-		return nil, fmt.Errorf("%s: no digest", InfoPath)
-	}
-	return &info, nil
 }
 
 // Options say what Assemble puts together and how it runs the base's code.
@@ -75,7 +43,7 @@ type Options struct {
 	// content.
 	Base, BaseDigest string
 	// Image names the image Base was unpacked from, if it was.
-	Image *ImageRef
+	Image *manifest.Image
 	// Runtime runs the base's python3 (the probe, the precompile), with no network whatever
 	// its flags say; Timeout bounds each run (timeouts.image_probe).
 	Runtime *sandboxes.Runtime
@@ -101,7 +69,7 @@ func Assemble(ctx context.Context, o Options) (string, *Info, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	info := &Info{Digest: filedigest.OfBytes([]byte(o.BaseDigest + " " + executorDigest)), BaseDigest: o.BaseDigest, ExecutorDigest: executorDigest, Image: o.Image}
+	info := &Info{RootfsInfo: manifest.RootfsInfo{Digest: filedigest.OfBytes([]byte(o.BaseDigest + " " + executorDigest)), BaseDigest: o.BaseDigest, ExecutorDigest: executorDigest, Image: o.Image}}
 	ctx, cancel := context.WithTimeoutCause(ctx, 3*o.Timeout, fmt.Errorf("making the rootfs of %s exceeded three times timeouts.image_probe (%s)", o.what(), 3*o.Timeout))
 	defer cancel()
 	if err := os.MkdirAll(o.Runtime.Root, 0o700); err != nil {
@@ -122,7 +90,7 @@ func Assemble(ctx context.Context, o Options) (string, *Info, error) {
 	}
 	rootfs := filepath.Join(dir, "rootfs")
 	if !made {
-		recorded, err := ReadInfo(rootfs)
+		recorded, err := manifest.ReadRootfsInfo(rootfs)
 		if err != nil {
 			return "", nil, fmt.Errorf("rootfs %s: %w", rootfs, err)
 		}
@@ -169,7 +137,7 @@ func build(ctx context.Context, o Options, info *Info, tmp string) error {
 	if err != nil {
 		return err
 	}
-	last, err := tarOf(append(bytecode, layerFile{name: InfoPath, data: append(record, '\n')}))
+	last, err := tarOf(append(bytecode, layerFile{name: manifest.RootfsInfoFile, data: append(record, '\n')}))
 	if err != nil {
 		return err
 	}
