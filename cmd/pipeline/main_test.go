@@ -370,7 +370,11 @@ func TestExistingOutputRestoresAsRecorded(t *testing.T) {
 		}
 	}
 	m, err := manifest.Load(filepath.Join(out, manifest.FileName))
-	if err != nil || strings.Join(m.RestoreFlags, " ") != "-direct" || m.Network != "none" {
+	var flags sandbox.Flags
+	if err == nil {
+		flags, err = m.Flags()
+	}
+	if err != nil || strings.Join(m.RestoreFlags, " ") != "-direct" || flags.Network != "none" {
 		t.Fatalf("the manifest no longer says how its checkpoints were made: %+v %v", m, err)
 	}
 	for _, c := range m.Checkpoints {

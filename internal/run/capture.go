@@ -203,8 +203,6 @@ func newManifest(b *Basis, r manifest.Runsc, options map[string]string) *manifes
 		SpecFingerprint:   b.Fingerprint,
 		ExecutorArgv:      sandbox.ExecutorArgs(),
 		PythonPath:        sandbox.PythonPath,
-		Overlay:           b.Flags.Overlay,
-		Network:           b.Flags.Network,
 		RootReadonly:      b.RestoreSpec.Root.Readonly,
 		Rootfs:            b.Rootfs,
 		Image:             b.Image,

@@ -83,7 +83,7 @@ func manifestEnv(e *Env, m *manifest.Manifest) (*Env, error) {
 	if e.RunscSHA256 != m.Runsc.SHA256 {
 		return nil, mismatch("runsc.sha256 ("+e.Runtime.Path+")", e.RunscSHA256, m.Runsc.SHA256)
 	}
-	flags, err := sandbox.ParseFlags(m.RunscFlags)
+	flags, err := m.Flags()
 	if err != nil {
 		return nil, fmt.Errorf("%w: manifest runsc_flags: %w", ErrSetup, err)
 	}

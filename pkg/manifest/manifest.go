@@ -16,6 +16,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"readie.dev/pipeline/pkg/sandbox"
 )
 
 const (
@@ -111,10 +113,11 @@ type Manifest struct {
 	SpecFingerprint string   `json:"spec_fingerprint"`
 	ExecutorArgv    []string `json:"executor_argv"`
 	PythonPath      string   `json:"python_path"`
-	Overlay         string   `json:"overlay"`
-	Network         string   `json:"network"`
-	RootReadonly    bool     `json:"root_readonly"`
-	Rootfs          Rootfs   `json:"rootfs"`
+	// Manifests from before runsc_flags was the one record of runsc's global flags also
+	// carried "overlay" and "network", copies of two of them: they still load (the fields are
+	// ignored); Flags reads every flag from runsc_flags.
+	RootReadonly bool   `json:"root_readonly"`
+	Rootfs       Rootfs `json:"rootfs"`
 	// Image is the user's image the rootfs was made from (config image, --image), if any.
 	Image *Image `json:"image,omitempty"`
 	// CPU is what the checkpoints need of a host's CPU; nil in outputs made before it was
@@ -160,6 +163,10 @@ func (m *Meta) Bytes() int64 {
 
 // ErrProtocol reports a manifest written for another executor protocol version.
 var ErrProtocol = errors.New("executor protocol mismatch")
+
+// Flags are runsc's global flags the checkpoints were made with, read from runsc_flags: a run
+// over the output restores with them.
+func (m *Manifest) Flags() (sandbox.Flags, error) { return sandbox.ParseFlags(m.RunscFlags) }
 
 // CheckProtocol refuses a manifest whose executor protocol differs from the one implemented.
 // A manifest without the field predates it and counts as version 1.

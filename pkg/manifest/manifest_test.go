@@ -24,8 +24,6 @@ func sample() *Manifest {
 		SpecFingerprint:  "sha256:cd",
 		ExecutorArgv:     []string{"python3", "-u", "-m", "readie_executor"},
 		PythonPath:       "/usr/bin/python3",
-		Overlay:          "none",
-		Network:          "none",
 		RootReadonly:     true,
 		Rootfs:           Rootfs{Path: "/r", Digest: "sha256:ef"},
 		CreatedAt:        time.Date(2026, 12, 2, 11, 0, 0, 0, time.UTC),
@@ -254,5 +252,42 @@ func TestCheckFiles(t *testing.T) {
 		if !errors.Is(p, ErrFileMismatch) || !strings.Contains(p.Error(), names[i]) {
 			t.Errorf("problem %d: %v", i, p)
 		}
+	}
+}
+
+// A manifest of the format before runsc_flags was the one record of runsc's global flags, with
+// "overlay" and "network" beside it, still loads, and its flags are read from runsc_flags.
+func TestLoadOldFormatWithNetworkAndOverlay(t *testing.T) {
+	path := filepath.Join(t.TempDir(), FileName)
+	old := `{"executor_protocol": 2, "runsc": {"version": "v", "module": "gvisor.dev/gvisor@x", "sha256": "sha256:ab"},
+	"runsc_flags": ["--network=none", "--overlay2=none", "--host-uds=create", "--ignore-cgroups"], "restore_flags": ["-direct"],
+	"checkpoint_options": {}, "alpha_ms_per_mib": 0, "intercept_ms": 0, "spec_fingerprint": "sha256:cd",
+	"executor_argv": ["python3", "-u", "-m", "readie_executor"], "python_path": "/usr/bin/python3",
+	"overlay": "none", "network": "none", "root_readonly": true, "rootfs": {"path": "/r", "digest": "sha256:ef"},
+	"created_at": "2026-12-02T11:00:00Z", "spec": "restore-spec.json",
+	"checkpoints": [{"id": "numpy", "imports": ["numpy"], "dir": "numpy", "bytes": 10, "key": "", "captured_at": "2026-12-02T11:00:00Z",
+		"restore_ms": {"runs": [1, 2, 3], "min": 1, "median": 2, "p90": 2.8, "max": 3}, "smoke": {"ok": true, "ready_ms": 4}}]}`
+	if err := os.WriteFile(path, []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flags, err := m.Flags()
+	want := sandbox.Flags{Network: "none", Overlay: "none", HostUDS: "create", Extra: []string{"--ignore-cgroups"}}
+	if err != nil || !reflect.DeepEqual(flags, want) {
+		t.Fatalf("flags of an old manifest: %+v %v", flags, err)
+	}
+	if !m.RootReadonly || m.Checkpoints[0].RestoreMS.Median != 2 || m.Rootfs.Digest != "sha256:ef" {
+		t.Errorf("old manifest: %+v", m)
+	}
+	// Written again, it records the flags once, in runsc_flags.
+	if err := atomicfile.WriteJSON(path, m); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := os.ReadFile(path)
+	if strings.Contains(string(data), `"network"`) || strings.Contains(string(data), `"overlay"`) || !strings.Contains(string(data), `"--network=none"`) {
+		t.Errorf("manifest written again:\n%s", data)
 	}
 }
