@@ -124,30 +124,21 @@ func runscRecord(ctx context.Context, rt *sandboxes.Runtime, sha256 string) (man
 // When one failed, the output is left as it was and the staging directory kept for inspection
 // (removed with cleanFailed). m is the new manifest, without checkpoints yet.
 func intoOutput(ctx context.Context, c *carrier, m *manifest.Manifest, o CaptureOptions, cleanFailed bool) (*Result, error) {
-	out := c.plan.Out
-	// Made last, so that every failure from here on can name it or remove it.
-	staging, err := newStaging(out)
-	if err != nil {
-		return nil, err
-	}
-	c.staging = staging
-	res, err := c.carryOut(ctx, m)
-	if err == nil {
-		in := catalogueInputs(out, m, o, c.log)
-		res.Catalogue, err = writeOutputFiles(staging, m, c.plan.basis.RestoreSpec, in)
-		if err == nil {
-			c.log.WithFields(logrus.Fields{"modules": len(in.Modules), "from": in.From}).Debug("catalogue: written")
+	var res *Result
+	err := throughStaging(c.plan.Out, !cleanFailed, func(staging string) error {
+		c.staging = staging
+		var err error
+		if res, err = c.carryOut(ctx, m); err != nil {
+			return err
 		}
-	}
-	if err != nil {
-		if cleanFailed {
-			os.RemoveAll(staging)
-			return res, fmt.Errorf("%w\n(%s left as it was; staging directory removed)", err, out)
+		in := catalogueInputs(c.plan.Out, m, o, c.log)
+		if res.Catalogue, err = writeOutputFiles(staging, m, c.plan.basis.RestoreSpec, in); err != nil {
+			return err
 		}
-		kept := keepStaging(out, staging)
-		return res, fmt.Errorf("%w\n(%s left as it was; staging directory kept for inspection: %s)", err, out, kept)
-	}
-	if err := replaceDir(out, staging); err != nil {
+		c.log.WithFields(logrus.Fields{"modules": len(in.Modules), "from": in.From}).Debug("catalogue: written")
+		return nil
+	})
+	if err != nil {
 		return res, err
 	}
 	res.Manifest = m

@@ -112,7 +112,7 @@ func sweepOutput(out string) ([]string, error) {
 
 // writeOutput writes out the way a capture does, for a step that starts no sandbox (merge,
 // pull): out's lock, a sweep of dead runs' leftovers, a staging directory that fill writes,
-// and the swap. When fill fails, out is left as it was and staging removed.
+// and the swap (throughStaging). When fill fails, out is left as it was and staging removed.
 func writeOutput(out string, fill func(staging string) error) error {
 	if err := checkOutput(out); err != nil {
 		return err
@@ -125,13 +125,26 @@ func writeOutput(out string, fill func(staging string) error) error {
 	if _, err := sweepOutput(out); err != nil {
 		return err
 	}
+	return throughStaging(out, false, fill)
+}
+
+// throughStaging is how every output is written, by a capture, a merge or a pull: a fresh
+// staging directory beside out, which fill writes and which then replaces out (replaceDir).
+// When fill fails, out is left as it was and staging removed, or, with keepFailed, kept for
+// inspection under a name no sweep takes (keepStaging); the error says which. The caller
+// holds out's lock.
+func throughStaging(out string, keepFailed bool, fill func(staging string) error) error {
 	staging, err := newStaging(out)
 	if err != nil {
 		return err
 	}
 	if err := fill(staging); err != nil {
-		os.RemoveAll(staging)
-		return fmt.Errorf("%w (%s left as it was)", err, out)
+		if !keepFailed {
+			os.RemoveAll(staging)
+			return fmt.Errorf("%w\n(%s left as it was; staging directory removed)", err, out)
+		}
+		kept := keepStaging(out, staging)
+		return fmt.Errorf("%w\n(%s left as it was; staging directory kept for inspection: %s)", err, out, kept)
 	}
 	return replaceDir(out, staging)
 }
