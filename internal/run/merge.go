@@ -94,12 +94,50 @@ type mergeSource struct {
 	m   *manifest.Manifest
 }
 
+// picked is the checkpoint a merge takes for one set, and the source directory it is in.
+type picked struct {
+	c   manifest.Checkpoint
+	src string
+}
+
 // Merge writes into out the union of the outputs srcs (shards of one catalogue): every source
 // must verify and agree on what agreement lists; a set in several sources is kept once when
 // its key is the same everywhere and refused when it differs. out is written as a capture's
 // (lock, staging, swap), its files hard-linked from the sources when the file system allows.
 // The same sources in any order give the same manifest.json, byte for byte.
 func Merge(out string, srcs []string) (*manifest.Manifest, error) {
+	sources, err := loadMergeSources(srcs)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkMergeSources(sources); err != nil {
+		return nil, err
+	}
+	byID, err := pickCheckpoints(sources)
+	if err != nil {
+		return nil, err
+	}
+	first := sources[0]
+	m := *first.m
+	m.Checkpoints = []manifest.Checkpoint{}
+	m.RestoreFlagsConcurrency = 0 // legacy: nothing writes it any more
+	for _, s := range sources[1:] {
+		if s.m.CreatedAt.After(m.CreatedAt) {
+			m.CreatedAt = s.m.CreatedAt
+		}
+	}
+	err = writeOutput(out, func(staging string) error {
+		return writeMerged(staging, &m, byID, sources)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("merge into %s: %w", out, err)
+	}
+	return &m, nil
+}
+
+// loadMergeSources loads the manifest of each source directory (each once), in an order of
+// their content: any order of the same sources gives the same output.
+func loadMergeSources(srcs []string) ([]mergeSource, error) {
 	var sources []mergeSource
 	seen := map[string]bool{}
 	for _, src := range srcs {
@@ -120,29 +158,37 @@ func Merge(out string, srcs []string) (*manifest.Manifest, error) {
 	if len(sources) == 0 {
 		return nil, fmt.Errorf("%w: %w: no sources", ErrSetup, ErrMerge)
 	}
-	// Any order of the same sources gives the same output: they are taken by content (the
-	// time each was made), their paths only breaking ties between copies of one output.
+	// Taken by content (the time each was made), their paths only breaking ties between
+	// copies of one output.
 	slices.SortFunc(sources, func(a, b mergeSource) int {
 		return cmp.Or(a.m.CreatedAt.Compare(b.m.CreatedAt), cmp.Compare(a.dir, b.dir))
 	})
+	return sources, nil
+}
+
+// checkMergeSources refuses sources that disagree on a field of agreement, or one that does
+// not verify.
+func checkMergeSources(sources []mergeSource) error {
 	first := sources[0]
 	want := agreement(first.m)
 	for _, s := range sources[1:] {
 		for i, have := range agreement(s.m) {
 			if have.value != want[i].value {
-				return nil, disagreement(want[i], have, first.dir, s.dir)
+				return disagreement(want[i], have, first.dir, s.dir)
 			}
 		}
 	}
 	for _, s := range sources {
 		if _, err := manifest.Verify(s.dir, executorproto.Version); err != nil {
-			return nil, fmt.Errorf("%w: source %s: %w", ErrMerge, s.dir, err)
+			return fmt.Errorf("%w: source %s: %w", ErrMerge, s.dir, err)
 		}
 	}
-	type picked struct {
-		c   manifest.Checkpoint
-		src string
-	}
+	return nil
+}
+
+// pickCheckpoints takes each set's checkpoint once: the earliest captured where sources share
+// it; a set whose key differs between sources is refused, naming the parts that differ.
+func pickCheckpoints(sources []mergeSource) (map[string]picked, error) {
 	byID := map[string]picked{}
 	for _, s := range sources {
 		for _, c := range s.m.Checkpoints {
@@ -159,58 +205,51 @@ func Merge(out string, srcs []string) (*manifest.Manifest, error) {
 			byID[c.ID] = picked{c, s.dir}
 		}
 	}
+	return byID, nil
+}
+
+// writeMerged writes the merged output into staging: the picked checkpoints ("empty" first,
+// then by id) linked from their sources with their meta.json, the first source's restore
+// spec, m with the checkpoints and its cost model, and the catalogue of every source's.
+func writeMerged(staging string, m *manifest.Manifest, byID map[string]picked, sources []mergeSource) error {
 	ids := slices.Sorted(maps.Keys(byID))
 	if i := slices.Index(ids, config.EmptySetID); i > 0 {
 		ids = append([]string{config.EmptySetID}, slices.Delete(ids, i, i+1)...)
 	}
-
-	m := *first.m
-	m.Checkpoints = []manifest.Checkpoint{}
-	m.RestoreFlagsConcurrency = 0 // legacy: nothing writes it any more
-	for _, s := range sources[1:] {
-		if s.m.CreatedAt.After(m.CreatedAt) {
-			m.CreatedAt = s.m.CreatedAt
+	for _, id := range ids {
+		p := byID[id]
+		src, dst := filepath.Join(p.src, p.c.Dir), filepath.Join(staging, id)
+		if err := store.LinkFiles(src, dst); err != nil {
+			return err
 		}
+		meta, err := os.ReadFile(filepath.Join(src, manifest.MetaFileName))
+		if err != nil {
+			return err
+		}
+		if err := atomicfile.Write(filepath.Join(dst, manifest.MetaFileName), meta, outputJSONPerm); err != nil {
+			return err
+		}
+		c := p.c
+		c.Dir = id
+		m.Checkpoints = append(m.Checkpoints, c)
 	}
-	err := writeOutput(out, func(staging string) error {
-		for _, id := range ids {
-			p := byID[id]
-			src, dst := filepath.Join(p.src, p.c.Dir), filepath.Join(staging, id)
-			if err := store.LinkFiles(src, dst); err != nil {
-				return err
-			}
-			meta, err := os.ReadFile(filepath.Join(src, manifest.MetaFileName))
-			if err != nil {
-				return err
-			}
-			if err := atomicfile.Write(filepath.Join(dst, manifest.MetaFileName), meta, outputJSONPerm); err != nil {
-				return err
-			}
-			c := p.c
-			c.Dir = id
-			m.Checkpoints = append(m.Checkpoints, c)
-		}
-		spec, err := os.ReadFile(filepath.Join(first.dir, first.m.Spec))
-		if err != nil {
-			return err
-		}
-		m.Spec = manifest.RestoreSpecFileName
-		if err := atomicfile.Write(filepath.Join(staging, m.Spec), spec, outputJSONPerm); err != nil {
-			return err
-		}
-		m.AlphaMsPerMiB, m.InterceptMs = costModel(m.Checkpoints)
-		if err := writeOutputJSON(filepath.Join(staging, manifest.FileName), &m); err != nil {
-			return err
-		}
-		in, err := mergeCatalogueInputs(sources)
-		if err != nil {
-			return err
-		}
-		_, err = writeCatalogue(staging, &m, in)
-		return err
-	})
+	first := sources[0]
+	spec, err := os.ReadFile(filepath.Join(first.dir, first.m.Spec))
 	if err != nil {
-		return nil, fmt.Errorf("merge into %s: %w", out, err)
+		return err
 	}
-	return &m, nil
+	m.Spec = manifest.RestoreSpecFileName
+	if err := atomicfile.Write(filepath.Join(staging, m.Spec), spec, outputJSONPerm); err != nil {
+		return err
+	}
+	m.AlphaMsPerMiB, m.InterceptMs = costModel(m.Checkpoints)
+	if err := writeOutputJSON(filepath.Join(staging, manifest.FileName), m); err != nil {
+		return err
+	}
+	in, err := mergeCatalogueInputs(sources)
+	if err != nil {
+		return err
+	}
+	_, err = writeCatalogue(staging, m, in)
+	return err
 }

@@ -64,41 +64,10 @@ type Request struct {
 // Run captures req and returns the checkpoint's meta.json contents, already written to Dir.
 // The sandbox is deleted on every path: success, failure, timeout and cancellation.
 func Run(ctx context.Context, rt *sandboxes.Runtime, req Request) (*manifest.Meta, error) {
-	// fail keeps the cause's chain: a caller can still match a timeout or a runsc error.
-	fail := func(cause error) error { return fmt.Errorf("%w: %s: %w", ErrCapture, req.ID, cause) }
-	if err := freshDir(req.Dir); err != nil {
-		return nil, fail(err)
-	}
-	id, err := rt.NewID(req.ID, "capture")
+	sb, fingerprint, err := newSandbox(rt, req)
 	if err != nil {
-		return nil, fail(err)
+		return nil, req.fail(err)
 	}
-	// Named by the ID's random suffix, not the set: the socket path stays short (108 bytes)
-	// whatever the set's id.
-	hostDir := filepath.Join(req.WorkDir, id[len(id)-8:])
-	if err := os.MkdirAll(hostDir, 0o755); err != nil {
-		return nil, fail(err)
-	}
-	env := req.Env
-	if req.CPUBaseline != nil {
-		env = append(slices.Clone(env), CPUBaselineEnv+"="+strings.Join(req.CPUBaseline, ","))
-	}
-	spec, err := sandbox.Spec(sandbox.SpecOptions{
-		Mode: sandbox.ModeCapture, Rootfs: req.Rootfs, HostDir: hostDir, ImageDir: req.Dir, Imports: req.Imports,
-		Env: env, CheckpointOptions: req.CheckpointOptions, CPUFeatures: req.CPUBaseline,
-	})
-	if err != nil {
-		return nil, fail(err)
-	}
-	fingerprint, err := sandbox.Fingerprint(spec, rt.Flags)
-	if err != nil {
-		return nil, fail(err)
-	}
-	sb, err := rt.NewSandbox(id, req.WorkDir, hostDir, spec)
-	if err != nil {
-		return nil, fail(err)
-	}
-
 	runCtx, cancel := context.WithTimeoutCause(ctx, req.Timeout,
 		fmt.Errorf("capture of %s exceeded its timeout of %s", req.ID, req.Timeout))
 	_, runErr := sb.Run(runCtx) // a non-zero status comes as a *runsc.ExitError
@@ -117,38 +86,90 @@ func Run(ctx context.Context, rt *sandboxes.Runtime, req Request) (*manifest.Met
 	case runErr != nil && !timedOut && errors.As(runErr, &exit):
 		// runsc run exits with the executor's own status: say what it means. A failed delete
 		// goes with it: a sandbox left behind is always reported.
-		return nil, errors.Join(withTail(fail(fmt.Errorf("the executor exited with status %d%s: %w", exit.Status, exitMeaning(exit.Status), runErr))), deleteErr)
+		return nil, errors.Join(withTail(req.fail(fmt.Errorf("the executor exited with status %d%s: %w", exit.Status, exitMeaning(exit.Status), runErr))), deleteErr)
 	case runErr != nil:
-		return nil, errors.Join(withTail(fail(runErr)), deleteErr)
+		return nil, errors.Join(withTail(req.fail(runErr)), deleteErr)
 	case deleteErr != nil:
-		return nil, fail(deleteErr)
+		return nil, req.fail(deleteErr)
 	}
 	// Exit 0 proves nothing: runsc exits 0 after a save whether it succeeded or not.
 	stdout, _ := os.ReadFile(sb.Stdout)
 	if !strings.Contains(string(stdout), Marker) {
-		return nil, withTail(fail(fmt.Errorf("the executor never reached the checkpoint (no %q on its stdout)", Marker)))
+		return nil, withTail(req.fail(fmt.Errorf("the executor never reached the checkpoint (no %q on its stdout)", Marker)))
 	}
+	meta, err := req.evidence(stdout, fingerprint)
+	if err != nil {
+		return nil, withTail(req.fail(err))
+	}
+	if err := atomicfile.WriteJSON(filepath.Join(req.Dir, manifest.MetaFileName), meta); err != nil {
+		return nil, req.fail(fmt.Errorf("write meta.json: %w", err))
+	}
+	return meta, nil
+}
+
+// fail wraps cause as req's failed capture, keeping the cause's chain: a caller can still match
+// a timeout or a runsc error.
+func (req Request) fail(cause error) error {
+	return fmt.Errorf("%w: %s: %w", ErrCapture, req.ID, cause)
+}
+
+// newSandbox prepares the capture sandbox of req (not started) in a fresh image directory,
+// and the fingerprint of its spec.
+func newSandbox(rt *sandboxes.Runtime, req Request) (*sandboxes.Sandbox, string, error) {
+	if err := freshDir(req.Dir); err != nil {
+		return nil, "", err
+	}
+	id, err := rt.NewID(req.ID, "capture")
+	if err != nil {
+		return nil, "", err
+	}
+	// Named by the ID's random suffix, not the set: the socket path stays short (108 bytes)
+	// whatever the set's id.
+	hostDir := filepath.Join(req.WorkDir, id[len(id)-8:])
+	if err := os.MkdirAll(hostDir, 0o755); err != nil {
+		return nil, "", err
+	}
+	env := req.Env
+	if req.CPUBaseline != nil {
+		env = append(slices.Clone(env), CPUBaselineEnv+"="+strings.Join(req.CPUBaseline, ","))
+	}
+	spec, err := sandbox.Spec(sandbox.SpecOptions{
+		Mode: sandbox.ModeCapture, Rootfs: req.Rootfs, HostDir: hostDir, ImageDir: req.Dir, Imports: req.Imports,
+		Env: env, CheckpointOptions: req.CheckpointOptions, CPUFeatures: req.CPUBaseline,
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	fingerprint, err := sandbox.Fingerprint(spec, rt.Flags)
+	if err != nil {
+		return nil, "", err
+	}
+	sb, err := rt.NewSandbox(id, req.WorkDir, hostDir, spec)
+	return sb, fingerprint, err
+}
+
+// evidence is the meta.json of a capture whose executor reached the checkpoint: its CPU check
+// (with a baseline) from stdout, and every image file's size and digest, none of them empty.
+func (req Request) evidence(stdout []byte, fingerprint string) (*manifest.Meta, error) {
 	meta := &manifest.Meta{
 		ID: req.ID, Imports: append([]string{}, req.Imports...), RunscVersion: req.RunscVersion,
 		SpecFingerprint: fingerprint, CapturedAt: time.Now().UTC(), Files: map[string]manifest.File{},
 	}
 	if req.CPUBaseline != nil {
+		var err error
 		if meta.CPUCheck, err = cpuCheck(stdout); err != nil {
-			return nil, withTail(fail(err))
+			return nil, err
 		}
 	}
 	for _, name := range manifest.ImageFiles() {
 		size, sum, err := filedigest.Of(filepath.Join(req.Dir, name))
 		if err != nil {
-			return nil, withTail(fail(err))
+			return nil, err
 		}
 		if size == 0 {
-			return nil, withTail(fail(fmt.Errorf("%s is empty: gVisor did not save the checkpoint", name)))
+			return nil, fmt.Errorf("%s is empty: gVisor did not save the checkpoint", name)
 		}
 		meta.Files[name] = manifest.File{Bytes: size, SHA256: sum}
-	}
-	if err := atomicfile.WriteJSON(filepath.Join(req.Dir, manifest.MetaFileName), meta); err != nil {
-		return nil, fail(fmt.Errorf("write meta.json: %w", err))
 	}
 	return meta, nil
 }

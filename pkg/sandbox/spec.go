@@ -103,34 +103,8 @@ var ErrSpec = errors.New("sandbox: invalid spec options")
 
 // Spec returns the OCI runtime spec of an executor sandbox.
 func Spec(o SpecOptions) (*specs.Spec, error) {
-	switch o.Mode {
-	case ModeCapture, ModeMeasure, ModeSandbox:
-	default:
-		return nil, fmt.Errorf("%w: unknown mode %q", ErrSpec, o.Mode)
-	}
-	if !filepath.IsAbs(o.Rootfs) || !filepath.IsAbs(o.HostDir) && (o.HostDir != "" || o.Args == nil) {
-		return nil, fmt.Errorf("%w: rootfs %q and host dir %q must be absolute (no host dir only with args)", ErrSpec, o.Rootfs, o.HostDir)
-	}
-	for k := range o.CheckpointOptions {
-		if o.Mode != ModeCapture || k == "" || k == "enable" || k == "path" || strings.ContainsAny(k, "/= ") {
-			return nil, fmt.Errorf("%w: checkpoint option %q (capture mode only; not enable or path)", ErrSpec, k)
-		}
-	}
-	if (o.Mode == ModeCapture) != (o.ImageDir != "") {
-		return nil, fmt.Errorf("%w: an image directory is set exactly in capture mode", ErrSpec)
-	}
-	if o.CPUFeatures != nil {
-		if o.Mode != ModeCapture {
-			return nil, fmt.Errorf("%w: CPU features are given in capture mode only (a checkpoint keeps them)", ErrSpec)
-		}
-		if bad := cpu.Unknown(o.CPUFeatures); len(bad) > 0 {
-			return nil, fmt.Errorf("%w: CPU features gVisor does not know: %s", ErrSpec, strings.Join(bad, ", "))
-		}
-	}
-	for _, kv := range o.Env {
-		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
-			return nil, fmt.Errorf("%w: environment entry %q is not KEY=VALUE", ErrSpec, kv)
-		}
+	if err := o.check(); err != nil {
+		return nil, err
 	}
 	env := baseEnv(o.Mode)
 	if o.Mode == ModeCapture {
@@ -142,7 +116,7 @@ func Spec(o SpecOptions) (*specs.Spec, error) {
 		args = slices.Clone(o.Args)
 	}
 	caps := []string{"CAP_KILL", "CAP_NET_BIND_SERVICE"}
-	s := &specs.Spec{
+	return &specs.Spec{
 		Version:  specs.Version,
 		Hostname: "readie",
 		Root:     &specs.Root{Path: o.Rootfs, Readonly: true},
@@ -159,39 +133,86 @@ func Spec(o SpecOptions) (*specs.Spec, error) {
 			},
 			NoNewPrivileges: true,
 		},
-		Mounts: []specs.Mount{
-			{Destination: "/proc", Type: "proc", Source: "proc"},
-			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
-			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
-			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
-			{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
-			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
-			// A function may want scratch space; the root is read-only.
-			{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}},
-		},
+		Mounts: mounts(o.HostDir),
 		Linux: &specs.Linux{
 			Namespaces: []specs.LinuxNamespace{
 				{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
 				{Type: specs.MountNamespace}, {Type: specs.NetworkNamespace},
 			},
 		},
+		Annotations: o.annotations(),
+	}, nil
+}
+
+// check refuses options that cannot make a sandbox, naming the problem.
+func (o SpecOptions) check() error {
+	switch o.Mode {
+	case ModeCapture, ModeMeasure, ModeSandbox:
+	default:
+		return fmt.Errorf("%w: unknown mode %q", ErrSpec, o.Mode)
 	}
-	if o.HostDir != "" {
-		s.Mounts = append(s.Mounts, specs.Mount{Destination: ExecutorDir, Type: "bind", Source: o.HostDir, Options: []string{"rbind", "rw"}})
+	if !filepath.IsAbs(o.Rootfs) || !filepath.IsAbs(o.HostDir) && (o.HostDir != "" || o.Args == nil) {
+		return fmt.Errorf("%w: rootfs %q and host dir %q must be absolute (no host dir only with args)", ErrSpec, o.Rootfs, o.HostDir)
 	}
-	if o.Mode == ModeCapture {
-		s.Annotations = map[string]string{
-			annotationCheckpointEnable: "true",
-			annotationCheckpointPath:   o.ImageDir,
-		}
-		for k, v := range o.CheckpointOptions {
-			s.Annotations[annotationCheckpointPrefix+k] = v
-		}
-		if o.CPUFeatures != nil {
-			s.Annotations[AnnotationCPUFeatures] = strings.Join(o.CPUFeatures, ",")
+	for k := range o.CheckpointOptions {
+		if o.Mode != ModeCapture || k == "" || k == "enable" || k == "path" || strings.ContainsAny(k, "/= ") {
+			return fmt.Errorf("%w: checkpoint option %q (capture mode only; not enable or path)", ErrSpec, k)
 		}
 	}
-	return s, nil
+	if (o.Mode == ModeCapture) != (o.ImageDir != "") {
+		return fmt.Errorf("%w: an image directory is set exactly in capture mode", ErrSpec)
+	}
+	if o.CPUFeatures != nil {
+		if o.Mode != ModeCapture {
+			return fmt.Errorf("%w: CPU features are given in capture mode only (a checkpoint keeps them)", ErrSpec)
+		}
+		if bad := cpu.Unknown(o.CPUFeatures); len(bad) > 0 {
+			return fmt.Errorf("%w: CPU features gVisor does not know: %s", ErrSpec, strings.Join(bad, ", "))
+		}
+	}
+	for _, kv := range o.Env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return fmt.Errorf("%w: environment entry %q is not KEY=VALUE", ErrSpec, kv)
+		}
+	}
+	return nil
+}
+
+// mounts are every sandbox's mounts, and the bind mount of hostDir on ExecutorDir when set.
+func mounts(hostDir string) []specs.Mount {
+	m := []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc"},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+		// A function may want scratch space; the root is read-only.
+		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}},
+	}
+	if hostDir != "" {
+		m = append(m, specs.Mount{Destination: ExecutorDir, Type: "bind", Source: hostDir, Options: []string{"rbind", "rw"}})
+	}
+	return m
+}
+
+// annotations are a capture's: checkpointing enabled into ImageDir, the checkpoint options,
+// the CPU features; nil in the other modes.
+func (o SpecOptions) annotations() map[string]string {
+	if o.Mode != ModeCapture {
+		return nil
+	}
+	a := map[string]string{
+		annotationCheckpointEnable: "true",
+		annotationCheckpointPath:   o.ImageDir,
+	}
+	for k, v := range o.CheckpointOptions {
+		a[annotationCheckpointPrefix+k] = v
+	}
+	if o.CPUFeatures != nil {
+		a[AnnotationCPUFeatures] = strings.Join(o.CPUFeatures, ",")
+	}
+	return a
 }
 
 // shape is what a restore requires to match the capture, and what Fingerprint digests.
