@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -202,32 +201,4 @@ func newManifest(b *Basis, r manifest.Runsc, options map[string]string) *manifes
 		Spec:              manifest.RestoreSpecFileName,
 		Checkpoints:       []manifest.Checkpoint{},
 	}
-}
-
-// replaceDir puts staging in place of out: the old output is moved aside first and removed
-// only after the new one is in place, so some complete output always exists; then what other
-// commands keep in the output (carriedOver: the benchmark history, analyze's and plan-sets'
-// results) moves over from the old one. A run killed in between leaves OUT.old-ID, which the
-// next run puts back when OUT is missing, or takes those entries from (sweepOutput).
-func replaceDir(out, staging string) error {
-	old := ""
-	if _, err := os.Stat(out); err == nil {
-		old = besideOutput(out, oldInfix)
-		if err := os.Rename(out, old); err != nil {
-			return fmt.Errorf("move the previous output aside: %w", err)
-		}
-	}
-	if err := os.Rename(staging, out); err != nil {
-		if old != "" {
-			os.Rename(old, out)
-		}
-		return fmt.Errorf("put the new output in place: %w (it is in %s)", err, staging)
-	}
-	if old == "" {
-		return nil
-	}
-	if err := carryOver(old, out); err != nil {
-		return fmt.Errorf("keep %s's history: %w (it is in %s)", out, err, old)
-	}
-	return os.RemoveAll(old)
 }

@@ -1,7 +1,11 @@
-// Package run is one pipeline run over an output directory: every package set captured,
-// measured and smoke-tested into a staging directory beside the output, the manifest written,
-// and the output replaced only when everything passed; or a run over an output that a capture
-// already made, restored exactly as its manifest records.
+// Package run is one pipeline run over an output directory, as stages with their inputs
+// passed in, in the order data flows: the config's rootfs (Env.PrepareRootfs); the Basis that
+// every set shares, computed once; the plan (NewPlan: reuse, capture, keep or drop, and why);
+// the carry-out through a Driver, the one boundary where runsc is called (capture, timed
+// restores, smoke test), into the store and a staging directory; the output's files; the swap
+// (throughStaging), only when every set passed. Env.Capture runs them on runsc; the unit tests
+// run the same stages on a substitute Driver. A run over an output that a capture already made
+// (WithVerifiedOutput: measure, smoke, bench) restores it exactly as its manifest records.
 package run
 
 import (

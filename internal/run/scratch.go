@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"readie.dev/pipeline/internal/lease"
 )
 
 // Scratch is what a command that starts sandboxes outside a capture needs (analyze, the corpus
@@ -45,4 +47,24 @@ func WriteInOutput(out, name string, write func(path string) error) error {
 		return err
 	}
 	return write(filepath.Join(out, name))
+}
+
+// scratchPrefix names the runs' scratch directories: readie-scratch-RUN-RAND, after the run's
+// lease. Pipelines from before leases named theirs rd-PID-RAND; those are never touched here
+// (a pid cannot tell whose they are), and theirs never matched this name.
+const scratchPrefix = "readie-scratch-"
+
+// scratchDir is a short scratch directory for bundles and sockets (108-byte socket paths),
+// named after the lease l (a run's, or a push's) so that a later run can remove it if this one
+// is killed.
+func scratchDir(l *lease.Lease) (string, func(), error) {
+	tmp := os.TempDir()
+	if err := l.Hold(tmp); err != nil {
+		return "", nil, err
+	}
+	dir, err := os.MkdirTemp(tmp, scratchPrefix+l.ID()+"-")
+	if err != nil {
+		return "", nil, err
+	}
+	return dir, func() { os.RemoveAll(dir) }, nil
 }

@@ -2,8 +2,6 @@ package run
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,64 +13,6 @@ import (
 	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/internal/store"
 )
-
-// scratchPrefix names the runs' scratch directories: readie-scratch-RUN-RAND, after the run's
-// lease. Pipelines from before leases named theirs rd-PID-RAND; those are never touched here
-// (a pid cannot tell whose they are), and theirs never matched this name.
-const scratchPrefix = "readie-scratch-"
-
-// scratchDir is a short scratch directory for bundles and sockets (108-byte socket paths),
-// named after the lease l (a run's, or a push's) so that a later run can remove it if this one
-// is killed.
-func scratchDir(l *lease.Lease) (string, func(), error) {
-	tmp := os.TempDir()
-	if err := l.Hold(tmp); err != nil {
-		return "", nil, err
-	}
-	dir, err := os.MkdirTemp(tmp, scratchPrefix+l.ID()+"-")
-	if err != nil {
-		return "", nil, err
-	}
-	return dir, func() { os.RemoveAll(dir) }, nil
-}
-
-// Names beside an output OUT: OUT.staging-RAND is where a run builds the next output,
-// OUT.old-RAND is the previous output while a swap moves it aside, OUT.failed-RAND is the
-// staging directory of a failed run, kept for inspection. The first two exist only while a
-// run holds OUT.lock exclusively; so a run that holds it finds only leftovers of runs that
-// are over under those names, whatever pid namespace or machine they ran in.
-const (
-	stagingInfix = ".staging-"
-	oldInfix     = ".old-"
-	failedInfix  = ".failed-"
-)
-
-// besideOutput is a new name OUT.INFIX-RAND beside out.
-func besideOutput(out, infix string) string {
-	var b [6]byte
-	rand.Read(b[:])
-	return strings.TrimSuffix(out, "/") + infix + hex.EncodeToString(b[:])
-}
-
-// newStaging makes a fresh staging directory beside out.
-func newStaging(out string) (string, error) {
-	staging := besideOutput(out, stagingInfix)
-	if err := os.Mkdir(staging, 0o755); err != nil {
-		return "", err
-	}
-	return staging, nil
-}
-
-// keepStaging renames a failed run's staging directory so that no later run takes it for a
-// leftover (sweepOutput), and returns where it is now. When the rename fails, it stays where
-// it is (and the next run removes it).
-func keepStaging(out, staging string) string {
-	kept := besideOutput(out, failedInfix)
-	if err := os.Rename(staging, kept); err != nil {
-		return staging
-	}
-	return kept
-}
 
 // sweepOutput cleans up after runs over out that were killed (a run that fails on its own
 // cleans up itself); the caller holds out's lock exclusively, so whatever it finds is not in
@@ -108,45 +48,6 @@ func sweepOutput(out string) ([]string, error) {
 		did = append(did, "removed the previous output that a run which died had moved aside: "+dir)
 	}
 	return did, nil
-}
-
-// writeOutput writes out the way a capture does, for a step that starts no sandbox (merge,
-// pull): out's lock, a sweep of dead runs' leftovers, a staging directory that fill writes,
-// and the swap (throughStaging). When fill fails, out is left as it was and staging removed.
-func writeOutput(out string, fill func(staging string) error) error {
-	if err := checkOutput(out); err != nil {
-		return err
-	}
-	lock, err := LockOutput(out)
-	if err != nil {
-		return err
-	}
-	defer lock.Unlock()
-	if _, err := sweepOutput(out); err != nil {
-		return err
-	}
-	return throughStaging(out, false, fill)
-}
-
-// throughStaging is how every output is written, by a capture, a merge or a pull: a fresh
-// staging directory beside out, which fill writes and which then replaces out (replaceDir).
-// When fill fails, out is left as it was and staging removed, or, with keepFailed, kept for
-// inspection under a name no sweep takes (keepStaging); the error says which. The caller
-// holds out's lock.
-func throughStaging(out string, keepFailed bool, fill func(staging string) error) error {
-	staging, err := newStaging(out)
-	if err != nil {
-		return err
-	}
-	if err := fill(staging); err != nil {
-		if !keepFailed {
-			os.RemoveAll(staging)
-			return fmt.Errorf("%w\n(%s left as it was; staging directory removed)", err, out)
-		}
-		kept := keepStaging(out, staging)
-		return fmt.Errorf("%w\n(%s left as it was; staging directory kept for inspection: %s)", err, out, kept)
-	}
-	return replaceDir(out, staging)
 }
 
 // sweeper cleans up after runs that are over, in the directories runs share (the runsc root,

@@ -3,7 +3,7 @@
 // process's stdout and stderr copied through pipes into log files, deletion exactly once on
 // every path with a failed delete always reported, the end of the stderr log for error
 // messages, the removal of sandboxes left by runs that are over (RemoveOrphans), and sandboxes
-// of the executor's shape started and timed through one call (Launcher, TimedCall).
+// of the executor's shape started and timed through one call (Launcher, TimedCall of a Call).
 //
 // A worker needs none of this: pkg/runsc, pkg/sandbox and pkg/executorproto are its kit.
 package sandboxes

@@ -3,10 +3,12 @@
 //
 // A worker: Load (refuses paths outside the output), CheckProtocol with
 // executorproto.Version, Verify (the restore spec's fingerprint, every meta.json and image
-// file against the manifest), then sandbox.RestoreSpec with the manifest's SpecFingerprint
-// and RunscFlags, and pkg/runsc with its RunscFlags and RestoreFlags. ReadImageHeader and
-// DecodeImageHeader read gVisor's checkpoint.img header without runsc. It pulls in no runsc
-// driver: its only dependency outside the standard library is the OCI runtime-spec.
+// file against the manifest; CheckFiles is the image files' part, which the pipeline's store
+// uses too), then sandbox.RestoreSpec with the manifest's SpecFingerprint and RunscFlags
+// (typed: Flags), and pkg/runsc with its RunscFlags and RestoreFlags. ReadImageHeader and
+// DecodeImageHeader read gVisor's checkpoint.img header without runsc; ReadRootfsInfo reads
+// what a rootfs records of itself (its digest: the manifest's rootfs.digest). It pulls in no
+// runsc driver: its only dependency outside the standard library is the OCI runtime-spec.
 package manifest
 
 import (

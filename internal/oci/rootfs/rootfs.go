@@ -1,7 +1,7 @@
 // Package rootfs makes the root filesystem sandboxes run: a base (the Debian package layer of
 // `make image`, or a user's image unpacked) with the pipeline's executor layer on top, named
-// by the digest of both and never written again; and reads back what a rootfs records of
-// itself (manifest.RootfsInfo, at manifest.RootfsInfoFile). The base's own code (its python3) runs only in gVisor sandboxes.
+// by the digest of both and never written again, recording itself (manifest.RootfsInfo, at
+// manifest.RootfsInfoFile). The base's own code (its python3) runs only in gVisor sandboxes.
 package rootfs
 
 import (

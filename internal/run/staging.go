@@ -1,0 +1,114 @@
+package run
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// Names beside an output OUT: OUT.staging-RAND is where a run builds the next output,
+// OUT.old-RAND is the previous output while a swap moves it aside, OUT.failed-RAND is the
+// staging directory of a failed run, kept for inspection. The first two exist only while a
+// run holds OUT.lock exclusively; so a run that holds it finds only leftovers of runs that
+// are over under those names, whatever pid namespace or machine they ran in.
+const (
+	stagingInfix = ".staging-"
+	oldInfix     = ".old-"
+	failedInfix  = ".failed-"
+)
+
+// besideOutput is a new name OUT.INFIX-RAND beside out.
+func besideOutput(out, infix string) string {
+	var b [6]byte
+	rand.Read(b[:])
+	return strings.TrimSuffix(out, "/") + infix + hex.EncodeToString(b[:])
+}
+
+// newStaging makes a fresh staging directory beside out.
+func newStaging(out string) (string, error) {
+	staging := besideOutput(out, stagingInfix)
+	if err := os.Mkdir(staging, 0o755); err != nil {
+		return "", err
+	}
+	return staging, nil
+}
+
+// keepStaging renames a failed run's staging directory so that no later run takes it for a
+// leftover (sweepOutput), and returns where it is now. When the rename fails, it stays where
+// it is (and the next run removes it).
+func keepStaging(out, staging string) string {
+	kept := besideOutput(out, failedInfix)
+	if err := os.Rename(staging, kept); err != nil {
+		return staging
+	}
+	return kept
+}
+
+// writeOutput writes out the way a capture does, for a step that starts no sandbox (merge,
+// pull): out's lock, a sweep of dead runs' leftovers, a staging directory that fill writes,
+// and the swap (throughStaging). When fill fails, out is left as it was and staging removed.
+func writeOutput(out string, fill func(staging string) error) error {
+	if err := checkOutput(out); err != nil {
+		return err
+	}
+	lock, err := LockOutput(out)
+	if err != nil {
+		return err
+	}
+	defer lock.Unlock()
+	if _, err := sweepOutput(out); err != nil {
+		return err
+	}
+	return throughStaging(out, false, fill)
+}
+
+// throughStaging is how every output is written, by a capture, a merge or a pull: a fresh
+// staging directory beside out, which fill writes and which then replaces out (replaceDir).
+// When fill fails, out is left as it was and staging removed, or, with keepFailed, kept for
+// inspection under a name no sweep takes (keepStaging); the error says which. The caller
+// holds out's lock.
+func throughStaging(out string, keepFailed bool, fill func(staging string) error) error {
+	staging, err := newStaging(out)
+	if err != nil {
+		return err
+	}
+	if err := fill(staging); err != nil {
+		if !keepFailed {
+			os.RemoveAll(staging)
+			return fmt.Errorf("%w\n(%s left as it was; staging directory removed)", err, out)
+		}
+		kept := keepStaging(out, staging)
+		return fmt.Errorf("%w\n(%s left as it was; staging directory kept for inspection: %s)", err, out, kept)
+	}
+	return replaceDir(out, staging)
+}
+
+// replaceDir puts staging in place of out: the old output is moved aside first and removed
+// only after the new one is in place, so some complete output always exists; then what other
+// commands keep in the output (carriedOver: the benchmark history, analyze's and plan-sets'
+// results) moves over from the old one. A run killed in between leaves OUT.old-ID, which the
+// next run puts back when OUT is missing, or takes those entries from (sweepOutput).
+func replaceDir(out, staging string) error {
+	old := ""
+	if _, err := os.Stat(out); err == nil {
+		old = besideOutput(out, oldInfix)
+		if err := os.Rename(out, old); err != nil {
+			return fmt.Errorf("move the previous output aside: %w", err)
+		}
+	}
+	if err := os.Rename(staging, out); err != nil {
+		if old != "" {
+			os.Rename(old, out)
+		}
+		return fmt.Errorf("put the new output in place: %w (it is in %s)", err, staging)
+	}
+	if old == "" {
+		return nil
+	}
+	if err := carryOver(old, out); err != nil {
+		return fmt.Errorf("keep %s's history: %w (it is in %s)", out, err, old)
+	}
+	return os.RemoveAll(old)
+}
