@@ -69,9 +69,9 @@ type Env struct {
 	// controls are the CPU baseline's library controls (cpubaseline.Controls): in every
 	// sandbox's environment, as a worker puts them into its restore environment.
 	controls map[string]string
-	// sandboxEnv is what every sandbox gets besides its base environment: pass_env and the
-	// controls, nothing else (sandboxEnvOf).
-	sandboxEnv []string
+	// extraEnv is what every sandbox gets besides its base environment: pass_env and the
+	// controls, nothing else (extraEnvOf).
+	extraEnv []string
 	// sweep cleans up after runs that are over before this one works.
 	sweep sweeper
 	// lease is this run's: its sandboxes, scratch directories and pending store entries are
@@ -79,9 +79,9 @@ type Env struct {
 	lease *lease.Lease
 }
 
-// sandboxEnvOf is what every sandbox gets besides its base environment: the pass_env
+// extraEnvOf is what every sandbox gets besides its base environment: the pass_env
 // variables passEnv and the CPU baseline's library controls, nothing else.
-func sandboxEnvOf(passEnv []string, controls map[string]string) []string {
+func extraEnvOf(passEnv []string, controls map[string]string) []string {
 	return append(slices.Clone(passEnv), cpubaseline.Env(controls)...)
 }
 
@@ -113,10 +113,10 @@ func NewEnv(ctx context.Context, cfg *config.Config, log logrus.FieldLogger) (*E
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
 	}
-	var env []string
+	var passEnv []string
 	for _, name := range cfg.PassEnv {
 		if value, ok := os.LookupEnv(name); ok {
-			env = append(env, name+"="+value)
+			passEnv = append(passEnv, name+"="+value)
 		}
 	}
 	l, err := lease.New()
@@ -128,7 +128,7 @@ func NewEnv(ctx context.Context, cfg *config.Config, log logrus.FieldLogger) (*E
 	st := &store.Store{Dir: cfg.CheckpointCache, Lease: l}
 	return &Env{
 		Config: cfg, Runtime: rt, RunscSHA256: binary, RestoreFlags: slices.Clone(cfg.Runsc.RestoreFlags), Log: log, Store: st,
-		passEnv: env, controls: controls, sandboxEnv: sandboxEnvOf(env, controls), lease: l,
+		passEnv: passEnv, controls: controls, extraEnv: extraEnvOf(passEnv, controls), lease: l,
 		sweep: sweeper{runtime: rt, lease: l, store: st, log: log},
 	}, nil
 }
@@ -212,7 +212,7 @@ func OpenRootfs(path string) (manifest.Rootfs, error) {
 // Launcher starts sandboxes of this environment's shape, each bounded by limit; workDir
 // holds their bundles.
 func (e *Env) Launcher(workDir string, limit time.Duration) sandboxes.Launcher {
-	return sandboxes.Launcher{Runtime: e.Runtime, Rootfs: e.Rootfs.Path, WorkDir: workDir, Env: slices.Clone(e.sandboxEnv), Timeout: limit}
+	return sandboxes.Launcher{Runtime: e.Runtime, Rootfs: e.Rootfs.Path, WorkDir: workDir, Env: slices.Clone(e.extraEnv), Timeout: limit}
 }
 
 // Restorer restores checkpoints of this environment with its restore flags, each restore
@@ -228,7 +228,7 @@ func (e *Env) Restorer(workDir string, limit time.Duration) *measure.Restorer {
 func (e *Env) CaptureRequest(set config.Set, dir, workDir, runscVersion string, options map[string]string) capture.Request {
 	return capture.Request{
 		ID: set.ID, Imports: set.Imports, Rootfs: e.Rootfs.Path, Dir: dir, WorkDir: workDir,
-		Env: slices.Clone(e.sandboxEnv), CheckpointOptions: options, CPUBaseline: baselineFeatures(e.Config),
+		Env: slices.Clone(e.extraEnv), CheckpointOptions: options, CPUBaseline: baselineFeatures(e.Config),
 		Timeout: e.Config.Timeouts.Capture, RunscVersion: runscVersion,
 	}
 }

@@ -107,7 +107,7 @@ func manifestEnv(e *Env, m *manifest.Manifest) (*Env, error) {
 	if m.CPU != nil {
 		x.controls = m.CPU.Controls // restored as a worker is told to: with the capture's controls
 	}
-	x.sandboxEnv = sandboxEnvOf(x.passEnv, x.controls)
+	x.extraEnv = extraEnvOf(x.passEnv, x.controls)
 	_, fingerprint, err := restoreShape(rootfs.Path, flags)
 	if err != nil {
 		return nil, err
