@@ -7,13 +7,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
 
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/cpubaseline"
+	"readie.dev/pipeline/internal/parallel"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/pkg/manifest"
 )
@@ -69,7 +69,13 @@ func (c *carrier) carryOut(ctx context.Context, m *manifest.Manifest) (*Result, 
 			}
 		}
 	}()
-	c.inParallel(ctx, works, func(w *setWork) error { return c.prepare(ctx, w) })
+	// Captures and smoke tests, jobs sets at a time in plan order; a set that fails is marked
+	// failed and the others go on. Once ctx ends no set starts.
+	parallel.Each(ctx, c.jobs, works, func(w *setWork) {
+		if err := c.prepare(ctx, w); err != nil {
+			c.fail(w, err)
+		}
+	})
 	for _, w := range works {
 		if w.err == nil && w.timeRestores && ctx.Err() == nil {
 			c.measure(ctx, w)
@@ -120,29 +126,6 @@ func (c *carrier) results(ctx context.Context, works []*setWork, m *manifest.Man
 func (c *carrier) fail(w *setWork, err error) {
 	w.status, w.err = Failed, err
 	c.log.WithField("set", w.sp.ID).WithError(err).Error("failed")
-}
-
-// inParallel runs f on every set, jobs at a time, in plan order; a set whose f fails is
-// marked failed and the others go on. Once ctx ends no set starts.
-func (c *carrier) inParallel(ctx context.Context, works []*setWork, f func(*setWork) error) {
-	slots := make(chan struct{}, max(c.jobs, 1))
-	var wg sync.WaitGroup
-	for _, w := range works {
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		wg.Go(func() {
-			defer func() { <-slots }()
-			if err := f(w); err != nil {
-				c.fail(w, err)
-			}
-		})
-	}
-	wg.Wait()
 }
 
 // prepare is a set's first phase: a capture, or a reused or kept checkpoint taken over.
