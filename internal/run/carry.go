@@ -201,9 +201,6 @@ func (c *carrier) takeOver(ctx context.Context, w *setWork) error {
 	if err := store.LinkFiles(src, w.imageDir); err != nil {
 		return fmt.Errorf("%s: take the checkpoint from the %s: %w", sp.ID, sp.From, err)
 	}
-	if sp.From == FromOutput {
-		c.addToStore(sp, src, w.meta) // so other outputs find it too
-	}
 	if stats != nil {
 		w.c.RestoreMS = *stats
 	}
@@ -301,25 +298,3 @@ func writeMeta(dir string, sp SetPlan, stored *manifest.Meta) error {
 	return writeOutputJSON(filepath.Join(dir, manifest.MetaFileName), &meta)
 }
 
-// addToStore puts a checkpoint reused from the output into the store when the store lacks
-// it; a failure only costs a later capture, so it is logged, not fatal.
-func (c *carrier) addToStore(sp SetPlan, src string, meta *manifest.Meta) {
-	if found, err := c.store.Lookup(sp.Key); found != nil || err != nil {
-		return
-	}
-	pending, err := c.store.Begin(sp.Key)
-	if err == nil {
-		err = store.LinkFiles(src, pending.Dir)
-		if err == nil {
-			stored := *meta
-			stored.KeyParts, stored.RestoreMS, stored.MeasuredWith = sp.KeyParts, &sp.existing.RestoreMS, sp.existing.MeasuredWith
-			_, err = pending.Commit(&stored)
-		}
-		if err != nil {
-			pending.Abort()
-		}
-	}
-	if err != nil {
-		c.log.WithField("set", sp.ID).WithError(err).Warn("could not add the output's checkpoint to the store")
-	}
-}

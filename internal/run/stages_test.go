@@ -247,6 +247,26 @@ func TestStagesCaptureThenReuse(t *testing.T) {
 	equal(t, "checkpoints from the store", checkpointIDs(loadManifest(t, out)), all)
 }
 
+// An output's checkpoints are reused into the next output, but never put into the store: an
+// output may have been pulled from whoever pushed it, and the store serves every run.
+func TestStagesOutputCheckpointsStayOutOfTheStore(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	if _, _, err := fakeCapture(t, stagesEnv(t), &fakeDriver{}, out, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	e := stagesEnv(t) // another store
+	plan, _, err := fakeCapture(t, e, &fakeDriver{}, out, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "plan", actions(plan), []string{"empty reuse output", "numpy reuse output", "pandas reuse output"})
+	for _, sp := range plan.Sets {
+		if stored, err := e.Store.Lookup(sp.Key); stored != nil || err != nil {
+			t.Errorf("%s went from the output into the store: %+v %v", sp.ID, stored, err)
+		}
+	}
+}
+
 // A set whose imports change (--set) is captured again, naming the changed key part; a set the
 // run does not select is kept with its key; the others are reused.
 func TestStagesChangedSetOnly(t *testing.T) {
