@@ -297,4 +297,3 @@ func writeMeta(dir string, sp SetPlan, stored *manifest.Meta) error {
 	meta.RestoreMS, meta.MeasuredWith = nil, nil
 	return writeOutputJSON(filepath.Join(dir, manifest.MetaFileName), &meta)
 }
-

@@ -152,16 +152,24 @@ func TestReplaceDir(t *testing.T) {
 	}
 }
 
-// TestSweepOutput: under the output's lock, every staging directory beside it is a leftover of
-// a run that is over (whatever its pid or namespace), a previous output moved aside is put
-// back or removed, and a failed run's kept staging directory and other outputs' stay.
+// TestSweepOutput: under the output's lock, every staging directory the pipeline made beside
+// it is a leftover of a run that is over (whatever its pid or namespace), a previous output
+// moved aside is put back or removed; a failed run's kept staging directory, other outputs',
+// a pid-named one from before leases and a user's directories that only look like ours stay.
 func TestSweepOutput(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out")
+	content := func(name string) string { return fmt.Sprintf(`{"spec": %q}`, name) }
 	mk := func(name string) string {
 		p := filepath.Join(dir, name)
 		os.MkdirAll(p, 0o755)
-		os.WriteFile(filepath.Join(p, "manifest.json"), []byte(name), 0o644)
+		os.WriteFile(filepath.Join(p, "manifest.json"), []byte(content(name)), 0o644)
+		return p
+	}
+	users := func(name string) string {
+		p := filepath.Join(dir, name)
+		os.MkdirAll(p, 0o755)
+		os.WriteFile(filepath.Join(p, "notes.txt"), []byte("precious"), 0o644)
 		return p
 	}
 	staging, err := newStaging(out)
@@ -178,26 +186,25 @@ func TestSweepOutput(t *testing.T) {
 		t.Fatalf("a failed run's staging directory was kept as %s", kept)
 	}
 	otherOutput := mk("out2.staging-0123456789ab") // another output's: not ours
+	usersStaging, usersOld := users("out.staging-0123456789ab"), users("out.old-0123456789ab")
 	// A run killed between moving the old output aside and putting the new one in place.
 	oldOutput := mk(filepath.Base(besideOutput(out, oldInfix)))
 	did, err := sweepOutput(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, gone := range []string{staging, byPid} {
-		if _, err := os.Stat(gone); !os.IsNotExist(err) {
-			t.Errorf("the leftover %s is still there", gone)
-		}
+	if _, err := os.Stat(staging); !os.IsNotExist(err) {
+		t.Errorf("the leftover %s is still there", staging)
 	}
-	for _, keep := range []string{kept, otherOutput} {
+	for _, keep := range []string{kept, otherOutput, byPid, usersStaging, usersOld} {
 		if _, err := os.Stat(keep); err != nil {
 			t.Errorf("%s was removed: %v", keep, err)
 		}
 	}
-	if data, _ := os.ReadFile(filepath.Join(out, "manifest.json")); string(data) != filepath.Base(oldOutput) {
+	if data, _ := os.ReadFile(filepath.Join(out, "manifest.json")); string(data) != content(filepath.Base(oldOutput)) {
 		t.Errorf("the previous output was not put back: %q", data)
 	}
-	if len(did) != 3 {
+	if len(did) != 4 || !strings.Contains(strings.Join(did, "\n"), "left alone "+usersOld) {
 		t.Errorf("sweep said %q", did)
 	}
 	// With the output in place, a dead run's old copy is only removed.
@@ -208,8 +215,11 @@ func TestSweepOutput(t *testing.T) {
 	if _, err := os.Stat(oldAgain); !os.IsNotExist(err) {
 		t.Error("a dead run's old output beside a present output was kept")
 	}
-	if data, _ := os.ReadFile(filepath.Join(out, "manifest.json")); string(data) != filepath.Base(oldOutput) {
+	if data, _ := os.ReadFile(filepath.Join(out, "manifest.json")); string(data) != content(filepath.Base(oldOutput)) {
 		t.Errorf("the output changed: %q", data)
+	}
+	if data, err := os.ReadFile(filepath.Join(usersOld, "notes.txt")); err != nil || string(data) != "precious" {
+		t.Errorf("the user's directory changed: %q %v", data, err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -19,17 +20,44 @@ const (
 	failedInfix  = ".failed-"
 )
 
-// besideOutput is a new name OUT.INFIX-RAND beside out.
+// stagingMarker is the file a staging directory holds until it becomes the output: a sweep
+// removes only directories that hold it, never a user's that happens to have such a name.
+const stagingMarker = ".readie-staging"
+
+// besideOutput is a new name OUT.INFIX-RAND beside out (RAND: 12 hex digits).
 func besideOutput(out, infix string) string {
 	var b [6]byte
 	rand.Read(b[:])
 	return strings.TrimSuffix(out, "/") + infix + hex.EncodeToString(b[:])
 }
 
-// newStaging makes a fresh staging directory beside out.
+// namesBeside lists the directories beside out that besideOutput could have named with infix,
+// matched exactly (a glob would take out's own metacharacters and any suffix).
+func namesBeside(out, infix string) ([]string, error) {
+	out = strings.TrimSuffix(out, "/")
+	entries, err := os.ReadDir(filepath.Dir(out))
+	if err != nil {
+		return nil, err
+	}
+	prefix := filepath.Base(out) + infix
+	var found []string
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), prefix)
+		if ok && e.IsDir() && len(rest) == 12 && strings.Trim(rest, "0123456789abcdef") == "" {
+			found = append(found, filepath.Join(filepath.Dir(out), e.Name()))
+		}
+	}
+	return found, nil
+}
+
+// newStaging makes a fresh staging directory beside out, marked as one.
 func newStaging(out string) (string, error) {
 	staging := besideOutput(out, stagingInfix)
 	if err := os.Mkdir(staging, 0o755); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(staging, stagingMarker), nil, 0o444); err != nil {
+		os.RemoveAll(staging)
 		return "", err
 	}
 	return staging, nil
@@ -91,6 +119,9 @@ func throughStaging(out string, keepFailed bool, fill func(staging string) error
 // results) moves over from the old one. A run killed in between leaves OUT.old-ID, which the
 // next run puts back when OUT is missing, or takes those entries from (sweepOutput).
 func replaceDir(out, staging string) error {
+	if err := os.Remove(filepath.Join(staging, stagingMarker)); err != nil && !os.IsNotExist(err) {
+		return err
+	}
 	old := ""
 	if _, err := os.Stat(out); err == nil {
 		old = besideOutput(out, oldInfix)

@@ -12,26 +12,42 @@ import (
 	"readie.dev/pipeline/internal/lease"
 	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/internal/store"
+	"readie.dev/pipeline/pkg/manifest"
 )
 
 // sweepOutput cleans up after runs over out that were killed (a run that fails on its own
 // cleans up itself); the caller holds out's lock exclusively, so whatever it finds is not in
-// use. It removes their staging directories (OUT.staging-*), and puts back a previous output
-// that a killed swap left aside (OUT.old-*) when OUT itself is missing, or removes it when OUT
-// is there. Kept staging directories of failed runs (OUT.failed-*) stay. It returns what it
-// did, one line each, for the log.
+// use. It removes their staging directories (OUT.staging-RAND holding the staging marker), and
+// puts back a previous output that a killed swap left aside (OUT.old-RAND, an output of the
+// pipeline) when OUT itself is missing, or removes it when OUT is there. Kept staging
+// directories of failed runs (OUT.failed-*) stay, and so does anything else of such a name: it
+// is said, not touched. It returns what it did, one line each, for the log.
 func sweepOutput(out string) ([]string, error) {
 	out = strings.TrimSuffix(out, "/")
 	var did []string
-	staging, _ := filepath.Glob(out + stagingInfix + "*")
+	staging, err := namesBeside(out, stagingInfix)
+	if err != nil {
+		return nil, err
+	}
 	for _, dir := range staging {
+		if _, err := os.Lstat(filepath.Join(dir, stagingMarker)); err != nil {
+			did = append(did, "left alone "+dir+": named like a staging directory, but not one of the pipeline's")
+			continue
+		}
 		if err := os.RemoveAll(dir); err != nil {
 			return did, fmt.Errorf("remove the staging directory of a run that died: %w", err)
 		}
 		did = append(did, "removed the staging directory of a run that died: "+dir)
 	}
-	old, _ := filepath.Glob(out + oldInfix + "*")
+	old, err := namesBeside(out, oldInfix)
+	if err != nil {
+		return did, err
+	}
 	for _, dir := range old {
+		if _, err := os.Lstat(filepath.Join(dir, manifest.FileName)); err != nil || checkOutput(dir) != nil {
+			did = append(did, "left alone "+dir+": named like a previous output, but not an output of the pipeline")
+			continue
+		}
 		if _, err := os.Lstat(out); os.IsNotExist(err) {
 			if err := os.Rename(dir, out); err != nil {
 				return did, fmt.Errorf("put back the previous output %s: %w", dir, err)
