@@ -50,7 +50,8 @@ func (c *corpusFlags) register(fs *flag.FlagSet, corpusUsage string) {
 	c.corpus.register(fs, corpusUsage)
 }
 
-// load reads the config, with --out applied, and the corpus.
+// load reads the config, with --out applied, and the corpus. An output that is not the
+// pipeline's is refused here, before the long work that writes into it.
 func (c *corpusFlags) load() (*config.Config, *corpus.Corpus, error) {
 	cfg, err := c.config.load()
 	if err != nil {
@@ -58,6 +59,9 @@ func (c *corpusFlags) load() (*config.Config, *corpus.Corpus, error) {
 	}
 	if err := c.out.apply(cfg, nil); err != nil {
 		return nil, nil, err
+	}
+	if err := run.CheckOutput(cfg.Output); err != nil {
+		return nil, nil, usageIfSetup(err)
 	}
 	cp, err := c.corpus.load()
 	if err != nil {

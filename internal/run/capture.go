@@ -58,7 +58,7 @@ type Result struct {
 // set shares, the Plan (NewPlan), the carry-out through a Driver on runsc (carrier), the
 // output's files (writeOutputFiles) and the swap (intoOutput).
 func (e *Env) Capture(ctx context.Context, out string, o CaptureOptions) (*Result, error) {
-	if err := checkOutput(out); err != nil {
+	if err := CheckOutput(out); err != nil {
 		return nil, err
 	}
 	if err := e.PrepareRootfs(ctx); err != nil {

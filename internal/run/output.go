@@ -35,10 +35,10 @@ func writeOutputJSON(path string, v any) error {
 	return atomicfile.WriteJSONPerm(path, v, outputJSONPerm)
 }
 
-// checkOutput refuses an output path that a run must not replace: a file, or a directory that
+// CheckOutput refuses an output path that a run must not replace: a file, or a directory that
 // holds anything the pipeline did not write there (an output is replaced as a whole, so
 // whatever else is in it would be lost). An absent or empty directory is fine.
-func checkOutput(out string) error {
+func CheckOutput(out string) error {
 	fi, err := os.Stat(out)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil

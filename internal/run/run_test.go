@@ -358,7 +358,7 @@ func TestCheckOutput(t *testing.T) {
 	atomicfile.WriteJSON(filepath.Join(ours, manifest.FileName), &manifest.Manifest{ExecutorProtocol: 2,
 		Checkpoints: []manifest.Checkpoint{{ID: "numpy", Dir: "numpy"}}})
 	for _, ok := range []string{ours, mk("empty"), mk("analysed", "analysis.json", "plan.json"), filepath.Join(dir, "absent")} {
-		if err := checkOutput(ok); err != nil {
+		if err := CheckOutput(ok); err != nil {
 			t.Errorf("%s: %v", ok, err)
 		}
 	}
@@ -368,12 +368,12 @@ func TestCheckOutput(t *testing.T) {
 		mk("stray", "analysis.json", "numpy/pages.img"): "holds numpy", // no manifest names numpy
 		mk("badmanifest", "manifest.json"):              "cannot read",
 	} {
-		err := checkOutput(path)
+		err := CheckOutput(path)
 		if !errors.Is(err, ErrSetup) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), path) {
 			t.Errorf("%s: %v, want ErrSetup naming it and %q", path, err, want)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(dir, "notes", "notes.txt")); err != nil {
-		t.Error("checkOutput changed the directory")
+		t.Error("CheckOutput changed the directory")
 	}
 }

@@ -78,7 +78,7 @@ func keepStaging(out, staging string) string {
 // pull): out's lock, a sweep of dead runs' leftovers, a staging directory that fill writes,
 // and the swap (throughStaging). When fill fails, out is left as it was and staging removed.
 func writeOutput(out string, fill func(staging string) error) error {
-	if err := checkOutput(out); err != nil {
+	if err := CheckOutput(out); err != nil {
 		return err
 	}
 	lock, err := LockOutput(out)

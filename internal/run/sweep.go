@@ -44,7 +44,7 @@ func sweepOutput(out string) ([]string, error) {
 		return did, err
 	}
 	for _, dir := range old {
-		if _, err := os.Lstat(filepath.Join(dir, manifest.FileName)); err != nil || checkOutput(dir) != nil {
+		if _, err := os.Lstat(filepath.Join(dir, manifest.FileName)); err != nil || CheckOutput(dir) != nil {
 			did = append(did, "left alone "+dir+": named like a previous output, but not an output of the pipeline")
 			continue
 		}
