@@ -147,7 +147,7 @@ func (c *cachePruneRootfsCmd) Execute(_ context.Context, con *console, args []st
 	if rootfs, err := filepath.EvalSymlinks(cfg.Rootfs); err == nil {
 		keep = append(keep, rootfs)
 	}
-	pruned, err := run.PruneRootfs(filepath.Join(config.CacheDir(), "rootfs"), keep, c.dryRun)
+	pruned, err := run.PruneRootfs(filepath.Join(config.CacheDir(), "rootfs"), keep, []string{cfg.Runsc.Root, cfg.CheckpointCache}, c.dryRun)
 	for _, dir := range pruned {
 		fmt.Fprintf(con.stdout, "%s %s\n", removeVerb(c.dryRun), dir)
 	}

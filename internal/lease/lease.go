@@ -266,3 +266,53 @@ func (l *Lease) RemoveDeadLocks(dir string) ([]string, error) {
 	}
 	return removed, errors.Join(errs...)
 }
+
+// ErrInUse reports a shared directory that live runs hold leases in.
+var ErrInUse = errors.New("in use by other runs")
+
+// NoneLive refuses, with ErrInUse naming them, while any run holds its lease in dir (in any
+// pid namespace or machine that shares it), this process's included: a command that removes
+// what runs may be using (cache pruning) runs only when none does.
+func NoneLive(dir string) error {
+	live, err := live(dir)
+	if err != nil {
+		return err
+	}
+	if len(live) > 0 {
+		return fmt.Errorf("%w: %s: %d runs hold leases there (%s); try again when none runs", ErrInUse, dir, len(live), strings.Join(live, ", "))
+	}
+	return nil
+}
+
+// live lists the runs that hold their leases in dir now.
+func live(dir string) ([]string, error) {
+	names, err := os.ReadDir(filepath.Join(dir, RunsDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lease: %w", err)
+	}
+	var live []string
+	for _, d := range names {
+		id, ok := strings.CutSuffix(d.Name(), lockSuffix)
+		if !ok || !IsID(id) {
+			continue
+		}
+		f, err := os.OpenFile(lockPath(dir, id), os.O_RDONLY, 0)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return live, fmt.Errorf("lease: is run %s alive: %w", id, err)
+		}
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB)
+		f.Close() // closing drops a lock taken here
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			live = append(live, id)
+		} else if err != nil {
+			return live, fmt.Errorf("lease: is run %s alive: %w", id, err)
+		}
+	}
+	return live, nil
+}

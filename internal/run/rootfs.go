@@ -5,13 +5,24 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"readie.dev/pipeline/internal/lease"
 )
 
 // PruneRootfs removes the rootfs directories under dir (a cache's rootfs/) that none of keep
 // lies in: a manifest names its rootfs by path, so only a directory no output names may go.
 // Package layers (layers/) and builds in progress (.tmp-*) are not rootfs directories and stay.
-// With dryRun it removes nothing. It returns the directories it removed (or would remove).
-func PruneRootfs(dir string, keep []string, dryRun bool) ([]string, error) {
+// With dryRun it removes nothing. It refuses while a run holds its lease in any of shared (the
+// runsc root, the store: a run that uses a rootfs holds one there; any pid namespace or
+// machine). It returns the directories it removed (or would remove).
+func PruneRootfs(dir string, keep, shared []string, dryRun bool) ([]string, error) {
+	if !dryRun {
+		for _, d := range shared {
+			if err := lease.NoneLive(d); err != nil {
+				return nil, err
+			}
+		}
+	}
 	entries, err := os.ReadDir(dir)
 	if os.IsNotExist(err) {
 		return nil, nil

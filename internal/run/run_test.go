@@ -281,7 +281,7 @@ func TestPruneRootfs(t *testing.T) {
 	building := mk(".tmp-cccc-123/rootfs")
 	keep := []string{named, "/elsewhere/rootfs"}
 
-	would, err := PruneRootfs(cache, keep, true)
+	would, err := PruneRootfs(cache, keep, nil, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +294,20 @@ func TestPruneRootfs(t *testing.T) {
 			t.Fatalf("the dry run removed %s", p)
 		}
 	}
-	if _, err := PruneRootfs(cache, keep, false); err != nil {
+	// A run holding its lease in a shared directory (it may be using any rootfs): nothing goes.
+	shared := t.TempDir()
+	running := newLease(t)
+	if err := running.Hold(shared); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := PruneRootfs(cache, keep, []string{shared}, false); !errors.Is(err, lease.ErrInUse) || !strings.Contains(err.Error(), running.ID()) {
+		t.Fatalf("prune while a run lives: %v", err)
+	}
+	if _, err := os.Stat(unnamed); err != nil {
+		t.Fatalf("a refused prune removed %s", unnamed)
+	}
+	running.Release()
+	if _, err := PruneRootfs(cache, keep, []string{shared}, false); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{named, layer, building} {

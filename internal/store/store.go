@@ -348,6 +348,11 @@ func (s *Store) Prune(cutoff time.Time, keep map[string]bool, dryRun bool) ([]En
 	}
 	var sweepErr error
 	if !dryRun {
+		// An entry may be on its way into another run's output (Lookup, then LinkFiles):
+		// prune only while no run uses the store.
+		if err := lease.NoneLive(s.Dir); err != nil {
+			return nil, err
+		}
 		_, sweepErr = s.RemoveDeadPending()
 	}
 	var pruned []Entry

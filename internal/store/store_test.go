@@ -228,6 +228,15 @@ func TestLinkListPrune(t *testing.T) {
 	deadPending, _ := pendingWith(t, dead, old.Key(), "dead")
 	dead.Lease.Release()
 	cutoff := time.Now().Add(-24 * time.Hour)
+	// While a run holds its lease in the store (here s's own), a prune removes nothing.
+	if pruned, err := s.Prune(cutoff, nil, false); !errors.Is(err, lease.ErrInUse) || len(pruned) != 0 {
+		t.Fatalf("prune while a run uses the store: %+v %v", pruned, err)
+	}
+	if m, _ := s.Lookup(old.Key()); m == nil {
+		t.Fatal("a prune refused removed the entry")
+	}
+	s.Lease.Release()
+	s = &Store{Dir: s.Dir} // as `pipeline cache prune` opens it: no lease of its own
 	if pruned, _ := s.Prune(cutoff, map[string]bool{old.Key(): true}, false); len(pruned) != 0 {
 		t.Fatalf("pruned an entry an output uses: %+v", pruned)
 	}
