@@ -51,7 +51,7 @@ func (c *specCmd) Execute(ctx context.Context, con *console, args []string) erro
 	if err != nil {
 		return usageError{err}
 	}
-	fingerprint, err := sandbox.Fingerprint(spec, sandbox.Flags{Network: cfg.Runsc.Network, Overlay: cfg.Runsc.Overlay, HostUDS: cfg.Runsc.HostUDS})
+	fingerprint, err := sandbox.Fingerprint(spec, cfg.Runsc.SandboxFlags())
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,6 @@ package analyze
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -24,6 +23,7 @@ import (
 	"readie.dev/pipeline/internal/analysis"
 	"readie.dev/pipeline/internal/bench"
 	"readie.dev/pipeline/internal/corpus"
+	"readie.dev/pipeline/internal/filedigest"
 	"readie.dev/pipeline/internal/parallel"
 	"readie.dev/pipeline/internal/run"
 	"readie.dev/pipeline/pkg/catalogue"
@@ -68,8 +68,7 @@ type Report struct {
 
 // codeDigest names the measuring code: a change to it measures everything again.
 var codeDigest = func() string {
-	sum := sha256.Sum256([]byte("analyze/1\n" + importCode + "\n" + resolveScript))
-	return "sha256:" + hex.EncodeToString(sum[:])
+	return filedigest.OfBytes([]byte("analyze/1\n" + importCode + "\n" + resolveScript))
 }()
 
 type analyzer struct {
@@ -118,7 +117,7 @@ func Run(ctx context.Context, env *run.Env, names []string, o Options) (*analysi
 			RunscFlags: env.Runtime.Flags.Args()},
 	}
 	a.timedBase = a.base
-	a.timedBase.Host, a.timedBase.Runs = "sha256:"+hex.EncodeToString(hostSum[:]), o.Runs
+	a.timedBase.Host, a.timedBase.Runs = filedigest.Format(hostSum[:]), o.Runs
 	if a.log == nil {
 		a.log = logrus.New()
 	}

@@ -20,6 +20,7 @@ import (
 
 	pipeline "readie.dev/pipeline"
 	"readie.dev/pipeline/pkg/cpu"
+	"readie.dev/pipeline/pkg/sandbox"
 )
 
 // EmptySetID is the package set with no imports that every run captures first.
@@ -54,6 +55,12 @@ type Runsc struct {
 	// CheckpointOptions are extra gVisor checkpoint annotations for captures, named without
 	// the "dev.gvisor.internal.checkpoint." prefix.
 	CheckpointOptions map[string]string `yaml:"checkpoint_options"`
+}
+
+// SandboxFlags are the runsc global flags this section gives every sandbox, typed: the one
+// place they are made from the config.
+func (r Runsc) SandboxFlags() sandbox.Flags {
+	return sandbox.Flags{Network: r.Network, Overlay: r.Overlay, HostUDS: r.HostUDS, Extra: slices.Clone(r.GlobalFlags)}
 }
 
 // BenchVariant is a restore variant `pipeline bench` measures beside the core series: restore

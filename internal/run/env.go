@@ -32,7 +32,6 @@ import (
 	"readie.dev/pipeline/pkg/capture"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
-	"readie.dev/pipeline/pkg/sandbox"
 )
 
 // ErrSetup reports a missing prerequisite or bad input (exit code 2); anything else that
@@ -98,12 +97,9 @@ func baselineFeatures(cfg *config.Config) []string {
 // output the manifest's.
 func NewEnv(ctx context.Context, cfg *config.Config, log logrus.FieldLogger) (*Env, error) {
 	rt := &sandboxes.Runtime{
-		Path: cfg.Runsc.Path,
-		Root: cfg.Runsc.Root,
-		Flags: sandbox.Flags{
-			Network: cfg.Runsc.Network, Overlay: cfg.Runsc.Overlay, HostUDS: cfg.Runsc.HostUDS,
-			Extra: slices.Clone(cfg.Runsc.GlobalFlags),
-		},
+		Path:           cfg.Runsc.Path,
+		Root:           cfg.Runsc.Root,
+		Flags:          cfg.Runsc.SandboxFlags(),
 		CommandTimeout: cfg.Timeouts.RunscCommand,
 	}
 	if err := rt.Check(ctx); err != nil {

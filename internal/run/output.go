@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"readie.dev/pipeline/internal/atomicfile"
-	"readie.dev/pipeline/internal/filedigest"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/manifest"
@@ -108,19 +107,31 @@ func VerifyOutput(out string, st *store.Store) (*manifest.Manifest, error) {
 		if perr != nil {
 			continue
 		}
-		meta, merr := manifest.LoadMeta(filepath.Join(entry, manifest.MetaFileName))
+		var linked []string
 		for _, name := range manifest.ImageFiles() {
 			a, aerr := os.Stat(filepath.Join(out, c.Dir, name))
 			b, berr := os.Stat(filepath.Join(entry, name))
-			if aerr != nil || berr != nil || !os.SameFile(a, b) {
+			if aerr == nil && berr == nil && os.SameFile(a, b) {
+				linked = append(linked, filepath.Join(entry, name))
+			}
+		}
+		if len(linked) == 0 {
+			continue
+		}
+		meta, merr := manifest.LoadMeta(filepath.Join(entry, manifest.MetaFileName))
+		problems := []error{merr}
+		if merr == nil {
+			problems = manifest.CheckFiles(entry, meta)
+		}
+		for _, p := range problems {
+			// Only a problem of a file the output shares says something about the output.
+			what := "its files"
+			if i := slices.IndexFunc(linked, func(path string) bool { return strings.Contains(p.Error(), path) }); i >= 0 {
+				what = filepath.Base(linked[i])
+			} else if merr == nil {
 				continue
 			}
-			if merr == nil {
-				if size, digest, herr := filedigest.Of(filepath.Join(entry, name)); herr == nil && (manifest.File{Bytes: size, SHA256: digest}) == meta.Files[name] {
-					continue
-				}
-			}
-			shared = append(shared, fmt.Sprintf("checkpoint %s shares %s with the store entry %s, which does not verify either: every output linked to it holds the same bytes, and the next capture of its key captures it again", c.ID, name, entry))
+			shared = append(shared, fmt.Sprintf("checkpoint %s shares %s with the store entry %s, which does not verify either (%v): every output linked to it holds the same bytes, and the next capture of its key captures it again", c.ID, what, entry, p))
 		}
 	}
 	if len(shared) > 0 {

@@ -35,19 +35,11 @@ func (e *Env) SpecFingerprint() (string, error) {
 // write, under the output's lock so that no capture replaces out meanwhile; out is made when
 // missing. A capture carries these files over into the output it makes (carriedOver).
 func WriteInOutput(out, name string, write func(path string) error) error {
-	if err := CheckOutput(out); err != nil {
-		return err
-	}
-	lock, err := LockOutput(out)
+	lock, err := lockForWriting(out)
 	if err != nil {
 		return err
 	}
 	defer lock.Unlock()
-	// A swap that was killed may have left the previous output aside: put it back first, or
-	// the next run would take this directory for the output and remove that one.
-	if _, err := sweepOutput(out); err != nil {
-		return err
-	}
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}

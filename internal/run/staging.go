@@ -78,18 +78,31 @@ func keepStaging(out, staging string) string {
 // pull): out's lock, a sweep of dead runs' leftovers, a staging directory that fill writes,
 // and the swap (throughStaging). When fill fails, out is left as it was and staging removed.
 func writeOutput(out string, fill func(staging string) error) error {
-	if err := CheckOutput(out); err != nil {
-		return err
-	}
-	lock, err := LockOutput(out)
+	lock, err := lockForWriting(out)
 	if err != nil {
 		return err
 	}
 	defer lock.Unlock()
-	if _, err := sweepOutput(out); err != nil {
-		return err
-	}
 	return throughStaging(out, false, fill)
+}
+
+// lockForWriting is how a step that starts no sandbox begins to write into out: it refuses a
+// directory that is not an output (CheckOutput), takes out's lock, and sweeps dead runs'
+// leftovers beside it, so that a previous output a killed swap left aside is back in place
+// before anything is written.
+func lockForWriting(out string) (*Lock, error) {
+	if err := CheckOutput(out); err != nil {
+		return nil, err
+	}
+	lock, err := LockOutput(out)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := sweepOutput(out); err != nil {
+		lock.Unlock()
+		return nil, err
+	}
+	return lock, nil
 }
 
 // throughStaging is how every output is written, by a capture, a merge or a pull: a fresh
