@@ -16,11 +16,17 @@ import (
 // runsc root, the store: a run that uses a rootfs holds one there; any pid namespace or
 // machine). It returns the directories it removed (or would remove).
 func PruneRootfs(dir string, keep, shared []string, dryRun bool) ([]string, error) {
-	if !dryRun {
+	noneLive := func() error {
 		for _, d := range shared {
 			if err := lease.NoneLive(d); err != nil {
-				return nil, err
+				return err
 			}
+		}
+		return nil
+	}
+	if !dryRun {
+		if err := noneLive(); err != nil {
+			return nil, err
 		}
 	}
 	entries, err := os.ReadDir(dir)
@@ -40,10 +46,14 @@ func PruneRootfs(dir string, keep, shared []string, dryRun bool) ([]string, erro
 		if named(candidate, keep) {
 			continue
 		}
-		pruned = append(pruned, candidate)
 		if dryRun {
+			pruned = append(pruned, candidate)
 			continue
 		}
+		if err := noneLive(); err != nil { // again: a run may have started since
+			return pruned, err
+		}
+		pruned = append(pruned, candidate)
 		if err := os.RemoveAll(candidate); err != nil {
 			return pruned, fmt.Errorf("remove %s: %w", candidate, err)
 		}

@@ -221,6 +221,23 @@ func TestSweepOutput(t *testing.T) {
 	if data, err := os.ReadFile(filepath.Join(usersOld, "notes.txt")); err != nil || string(data) != "precious" {
 		t.Errorf("the user's directory changed: %q %v", data, err)
 	}
+
+	// A run killed in its swap, after the marker went: the staging directory is a whole output,
+	// swept. A previous output that held only analyze's results is put back.
+	swapped := mk(filepath.Base(besideOutput(out, stagingInfix)))
+	os.RemoveAll(out)
+	analysisOnly := filepath.Join(dir, filepath.Base(besideOutput(out, oldInfix)))
+	os.MkdirAll(analysisOnly, 0o755)
+	os.WriteFile(filepath.Join(analysisOnly, "analysis.json"), []byte("{}"), 0o644)
+	if _, err := sweepOutput(out); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(swapped); !os.IsNotExist(err) {
+		t.Error("the staging directory of a run killed in its swap was kept")
+	}
+	if _, err := os.Stat(filepath.Join(out, "analysis.json")); err != nil {
+		t.Errorf("a previous output of analyze's results alone was not put back: %v", err)
+	}
 }
 
 func newLease(t *testing.T) *lease.Lease {

@@ -196,6 +196,9 @@ func TestStagesCaptureThenReuse(t *testing.T) {
 	equal(t, "smoke-tested", smoked, all)
 	m := loadManifest(t, out)
 	equal(t, "checkpoints", checkpointIDs(m), all)
+	if _, err := os.Lstat(filepath.Join(out, stagingMarker)); !os.IsNotExist(err) || CheckOutput(out) != nil {
+		t.Errorf("the output holds the staging marker (%v) or is not an output: %v", err, CheckOutput(out))
+	}
 	if !slices.Equal(m.RunscFlags, sandbox.DefaultFlags().Args()) || !slices.Equal(m.RestoreFlags, []string{"-direct"}) || m.Runsc.Version != "fake-runsc" {
 		t.Errorf("manifest runsc %+v, flags %q, restore flags %q", m.Runsc, m.RunscFlags, m.RestoreFlags)
 	}
@@ -333,6 +336,9 @@ func TestStagesFailedSetCarriesOn(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), kept[0]) {
 		t.Errorf("the error does not name the kept staging directory %s: %v", kept[0], err)
+	}
+	if pending, _ := filepath.Glob(filepath.Join(e.Store.Dir, ".pending-*")); len(pending) != 0 {
+		t.Errorf("the failed capture left store entries pending: %v", pending)
 	}
 }
 

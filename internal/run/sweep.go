@@ -30,7 +30,7 @@ func sweepOutput(out string) ([]string, error) {
 		return nil, err
 	}
 	for _, dir := range staging {
-		if _, err := os.Lstat(filepath.Join(dir, stagingMarker)); err != nil {
+		if !isStaging(dir) {
 			did = append(did, "left alone "+dir+": named like a staging directory, but not one of the pipeline's")
 			continue
 		}
@@ -44,7 +44,7 @@ func sweepOutput(out string) ([]string, error) {
 		return did, err
 	}
 	for _, dir := range old {
-		if _, err := os.Lstat(filepath.Join(dir, manifest.FileName)); err != nil || CheckOutput(dir) != nil {
+		if !isOutput(dir) {
 			did = append(did, "left alone "+dir+": named like a previous output, but not an output of the pipeline")
 			continue
 		}
@@ -66,6 +66,23 @@ func sweepOutput(out string) ([]string, error) {
 	return did, nil
 }
 
+// isStaging reports whether dir is a staging directory the pipeline made: it holds the
+// staging marker, or (a run killed in its swap, after the marker went) it is a whole output.
+func isStaging(dir string) bool {
+	if _, err := os.Lstat(filepath.Join(dir, stagingMarker)); err == nil {
+		return true
+	}
+	_, err := os.Lstat(filepath.Join(dir, manifest.FileName))
+	return err == nil && isOutput(dir)
+}
+
+// isOutput reports whether dir holds only what the pipeline writes into an output (CheckOutput),
+// and something: a previous output may hold only analyze's and plan-sets' files.
+func isOutput(dir string) bool {
+	entries, err := os.ReadDir(dir)
+	return err == nil && len(entries) > 0 && CheckOutput(dir) == nil
+}
+
 // sweeper cleans up after runs that are over, in the directories runs share (the runsc root,
 // the scratch directory, the store) and beside an output; lease is this run's.
 type sweeper struct {
@@ -81,6 +98,13 @@ type sweeper struct {
 func (s sweeper) lockAndSweep(ctx context.Context, out string) (*Lock, error) {
 	if err := os.MkdirAll(s.runtime.Root, 0o700); err != nil {
 		return nil, fmt.Errorf("%w: runsc root: %w", ErrSetup, err)
+	}
+	// The run's lease in the directories it uses, from its start: a prune of the store or of
+	// the rootfs directories sees it even while it only reuses (lease.NoneLive).
+	for _, dir := range []string{s.runtime.Root, s.store.Dir} {
+		if err := s.lease.Hold(dir); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+		}
 	}
 	lock, err := LockOutput(out)
 	if err != nil {

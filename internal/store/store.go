@@ -360,6 +360,14 @@ func (s *Store) Prune(cutoff time.Time, keep map[string]bool, dryRun bool) ([]En
 		if keep[e.Key] || !e.LastUse.Before(cutoff) {
 			continue
 		}
+		if !dryRun {
+			// Again before each entry: a run that started since holds its lease by now. One
+			// that starts in the instant between this check and the removal finds the entry
+			// gone as it links it, fails that set with the error, and the next run captures it.
+			if err := lease.NoneLive(s.Dir); err != nil {
+				return pruned, errors.Join(err, sweepErr)
+			}
+		}
 		pruned = append(pruned, e)
 		if !dryRun {
 			if err := os.RemoveAll(e.Dir); err != nil {

@@ -167,6 +167,7 @@ func (r *Runsc) Version(ctx context.Context) (string, error) {
 	cmd.Stderr = &stderr
 	cmd.WaitDelay = pipeGrace
 	out, err := cmd.Output()
+	err = ignoreHeldPipes(err)
 	if err != nil {
 		if ctx.Err() != nil {
 			return "", fmt.Errorf("%w: %s --version: %w: %w", ErrFailed, r.Path, context.Cause(ctx), ctx.Err())
@@ -340,6 +341,15 @@ func (c invocation) command(ctx context.Context, io IO) (*exec.Cmd, *os.File, er
 // caller past its limit.
 const pipeGrace = time.Second
 
+// ignoreHeldPipes takes a command that exited 0 but left its pipes held (exec.ErrWaitDelay:
+// the output it wrote before it exited is read) for a success.
+func ignoreHeldPipes(err error) error {
+	if errors.Is(err, exec.ErrWaitDelay) {
+		return nil
+	}
+	return err
+}
+
 // bounded limits a command that should return at once; on expiry the error names the command
 // and the limit.
 func (c invocation) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -359,7 +369,7 @@ func (c invocation) output(ctx context.Context) ([]byte, error) {
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
 	cmd.WaitDelay = pipeGrace
-	err = cmd.Run()
+	err = ignoreHeldPipes(cmd.Run())
 	return stdout.Bytes(), c.fail(ctx, err, errorLog)
 }
 

@@ -363,14 +363,28 @@ func TestLeftBehindChildDoesNotHoldTheCaller(t *testing.T) {
 	})
 	r := &runsc.Runsc{Path: fake, Root: dir, CommandTimeout: time.Hour}
 	for name, call := range map[string]func() error{
-		"Version": func() error { _, err := r.Version(context.Background()); return err },
-		"List":    func() error { _, err := r.List(context.Background()); return err },
+		"Version": func() error {
+			v, err := r.Version(context.Background())
+			if err == nil && v != "left-behind" {
+				err = fmt.Errorf("version %q", v)
+			}
+			return err
+		},
+		"List": func() error {
+			ids, err := r.List(context.Background())
+			if err == nil && len(ids) != 0 {
+				err = fmt.Errorf("sandboxes %v", ids)
+			}
+			return err
+		},
 	} {
 		done := make(chan error, 1)
 		go func() { done <- call() }()
 		select {
 		case err := <-done:
-			t.Logf("%s: %v", name, err)
+			if err != nil {
+				t.Errorf("%s: %v, want its answer: runsc exited 0 with all of it", name, err)
+			}
 		case <-time.After(2 * time.Minute): // reached only when the pipe holds the call
 			t.Fatalf("%s still waits on the pipe a left-behind process holds", name)
 		}

@@ -35,8 +35,10 @@ func DefaultFlags() Flags {
 // and a worker runs runsc as root with its flags: each one is a value this pipeline writes,
 // never, say, --network=host, a --debug-log path on the host or --allow-flag-override.
 var (
-	networks  = []string{"none", "sandbox"}
-	overlays  = []string{"none", "root:memory", "root:self", "all:memory", "all:self"}
+	networks = []string{"none", "sandbox"}
+	// Not "self": runsc would keep the overlay's file store in the host directory of the
+	// worker's rootfs, as root.
+	overlays  = []string{"none", "root:memory", "all:memory"}
 	hostUDSes = []string{"create", "all"}
 	// extraFlags are the further global flags allowed, with their allowed values ("" for a
 	// flag without one).

@@ -52,6 +52,10 @@ const (
 	AnnotationCPUFeatures = "dev.gvisor.internal.cpufeatures"
 
 	maxOpenFiles = 1024
+	// ociVersion is the spec version every sandbox spec declares: pinned, so that an upgrade of
+	// the runtime-spec module does not make restore specs of earlier outputs differ
+	// (RestoreSpec compares the whole spec).
+	ociVersion = "1.3.0"
 )
 
 // ExecutorArgs is the executor's argv; a fresh slice every call so no caller can change it.
@@ -117,7 +121,7 @@ func Spec(o SpecOptions) (*specs.Spec, error) {
 	}
 	caps := []string{"CAP_KILL", "CAP_NET_BIND_SERVICE"}
 	return &specs.Spec{
-		Version:  specs.Version,
+		Version:  ociVersion,
 		Hostname: "readie",
 		Root:     &specs.Root{Path: o.Rootfs, Readonly: true},
 		Process: &specs.Process{

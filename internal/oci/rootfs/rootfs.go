@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -77,7 +78,7 @@ func Assemble(ctx context.Context, o Options) (string, *Info, error) {
 	}
 	complete := func(dir string) (bool, error) {
 		_, err := os.Stat(filepath.Join(dir, "complete"))
-		if errors.Is(err, fs.ErrNotExist) {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) { // ENOTDIR: a stray file at its place, removed
 			return false, nil
 		}
 		return err == nil, err

@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/sirupsen/logrus"
@@ -64,7 +65,7 @@ func UnpackOnce(ctx context.Context, img v1.Image, cacheDir string, limits Limit
 	var got Unpacked
 	complete := func(dir string) (bool, error) {
 		data, err := os.ReadFile(filepath.Join(dir, recordName))
-		if errors.Is(err, fs.ErrNotExist) {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) { // ENOTDIR: a stray file at its place, removed
 			return false, nil
 		} else if err != nil {
 			return false, fmt.Errorf("unpacked image %s: %w", dir, err)

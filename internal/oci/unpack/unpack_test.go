@@ -534,3 +534,26 @@ func TestOnceKeepsWhatItCannotJudge(t *testing.T) {
 		t.Fatalf("Once removed what it could not judge: %v", err)
 	}
 }
+
+// TestOnceReplacesAStrayFile: a file where the directory belongs (ENOTDIR on its record) is a
+// leftover, removed and built over, not an error that stops every run.
+func TestOnceReplacesAStrayFile(t *testing.T) {
+	parent := t.TempDir()
+	os.WriteFile(filepath.Join(parent, "x"), []byte("stray"), 0o644)
+	complete := func(dir string) (bool, error) {
+		_, err := os.ReadFile(filepath.Join(dir, "record"))
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	dir, made, err := Once(context.Background(), parent, "x", complete, func(tmp string) error {
+		return os.WriteFile(filepath.Join(tmp, "record"), nil, 0o644)
+	}, logrus.New())
+	if err != nil || !made {
+		t.Fatalf("Once over a stray file = %v, made %v", err, made)
+	}
+	if ok, err := complete(dir); !ok || err != nil {
+		t.Fatalf("built directory incomplete: %v", err)
+	}
+}
