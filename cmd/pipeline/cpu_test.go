@@ -78,15 +78,6 @@ func withBaseline(t *testing.T, tc testConfig, baseline string) string {
 	return path
 }
 
-func loadManifest(t *testing.T, out string) *manifest.Manifest {
-	t.Helper()
-	m, err := manifest.Load(filepath.Join(out, manifest.FileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
 // TestCPUBaselineEnforcement: a baseline of this host's features without its widest vector
 // extension. Without CPUID faulting (this machine) the capture is refused (exit 2) naming the
 // features code sees through CPUID and why, and nothing is written; with enforce: false the
@@ -105,7 +96,7 @@ func TestCPUBaselineEnforcement(t *testing.T) {
 	code, stdout, stderr := runCLI(t, "capture", "--config", enforced, "--jobs", "1")
 	if faulting {
 		// A host that traps CPUID enforces the baseline: nothing to refuse.
-		if code != exitOK || !*loadManifest(t, tc.output).CPU.Enforced {
+		if code != exitOK || !*testenv.Manifest(t, tc.output).CPU.Enforced {
 			t.Fatalf("a host with CPUID faulting: exit %d\n%s%s", code, stdout, stderr)
 		}
 		return
@@ -133,7 +124,7 @@ func TestCPUBaselineEnforcement(t *testing.T) {
 	if code, stdout, stderr := runCLI(t, "capture", "--config", unenforced); code != exitOK {
 		t.Fatalf("capture with enforce: false: exit %d\n%s%s", code, stdout, stderr)
 	}
-	m := loadManifest(t, tc.output)
+	m := testenv.Manifest(t, tc.output)
 	c := m.CPU
 	if c == nil || c.Enforced == nil || *c.Enforced || !slices.Equal(c.Features, minus(host.Features, removed...)) ||
 		!slices.Equal(c.Baseline, c.Features) || c.CacheLine != host.CacheLine || c.Controls["NPY_DISABLE_CPU_FEATURES"] == "" || c.Controls["GLIBC_TUNABLES"] == "" {
@@ -165,7 +156,7 @@ func TestCPUBaselineEnforcement(t *testing.T) {
 	if code != exitUsage || !strings.Contains(stderr, "cannot hide features outside cpu_baseline") {
 		t.Errorf("reuse under an enforced baseline: exit %d\n%s", code, stderr)
 	}
-	if after := loadManifest(t, tc.output); after.CreatedAt != m.CreatedAt {
+	if after := testenv.Manifest(t, tc.output); after.CreatedAt != m.CreatedAt {
 		t.Error("a refused run replaced the output")
 	}
 
@@ -202,7 +193,7 @@ func TestCheckHost(t *testing.T) {
 	if code != exitOK || !strings.Contains(stdout, "this host: runsc ") || !strings.Contains(stdout, "js: restores") || strings.Contains(stdout, "warning") {
 		t.Fatalf("this host: exit %d\n%s%s", code, stdout, stderr)
 	}
-	m := loadManifest(t, filepath.Join(dir, "out"))
+	m := testenv.Manifest(t, filepath.Join(dir, "out"))
 	if m.CPU == nil || !slices.Equal(m.CPU.Features, host.Features) || m.CPU.CacheLine != host.CacheLine || m.CPU.Baseline != nil || m.CPU.Enforced != nil {
 		t.Errorf("manifest cpu without a baseline: %+v", m.CPU)
 	}
@@ -299,7 +290,7 @@ func TestBaselineShardsMerge(t *testing.T) {
 	if statusB["empty"] != "reused" {
 		t.Errorf("the second shard's empty: %s, want reused (the same key)", statusB["empty"])
 	}
-	if a, b := loadManifest(t, filepath.Join(dir, "a")), loadManifest(t, filepath.Join(dir, "b")); a.Checkpoints[0].Key != b.Checkpoints[0].Key {
+	if a, b := testenv.Manifest(t, filepath.Join(dir, "a")), testenv.Manifest(t, filepath.Join(dir, "b")); a.Checkpoints[0].Key != b.Checkpoints[0].Key {
 		t.Errorf("empty has keys %s and %s", a.Checkpoints[0].Key, b.Checkpoints[0].Key)
 	}
 	merged := filepath.Join(dir, "merged")
@@ -307,7 +298,7 @@ func TestBaselineShardsMerge(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("merge of one baseline: exit %d\n%s%s", code, stdout, stderr)
 	}
-	m := loadManifest(t, merged)
+	m := testenv.Manifest(t, merged)
 	if len(m.Checkpoints) != 3 || !slices.Equal(m.CPU.Features, base) || m.CPU.Enforced == nil || *m.CPU.Enforced != faulting {
 		t.Errorf("merged: %d checkpoints, cpu %+v", len(m.Checkpoints), m.CPU)
 	}

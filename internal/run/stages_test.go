@@ -17,6 +17,7 @@ import (
 	"readie.dev/pipeline/internal/filedigest"
 	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/internal/store"
+	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
 	"readie.dev/pipeline/pkg/sandbox"
@@ -152,15 +153,6 @@ func statuses(res *Result) map[string]Status {
 	return out
 }
 
-func loadManifest(t *testing.T, out string) *manifest.Manifest {
-	t.Helper()
-	m, err := manifest.Load(filepath.Join(out, manifest.FileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
 func checkpointIDs(m *manifest.Manifest) []string {
 	var ids []string
 	for _, c := range m.Checkpoints {
@@ -194,7 +186,7 @@ func TestStagesCaptureThenReuse(t *testing.T) {
 	equal(t, "captured", captured, all)
 	equal(t, "measured", measured, all)
 	equal(t, "smoke-tested", smoked, all)
-	m := loadManifest(t, out)
+	m := testenv.Manifest(t, out)
 	equal(t, "checkpoints", checkpointIDs(m), all)
 	if _, err := os.Lstat(filepath.Join(out, stagingMarker)); !os.IsNotExist(err) || CheckOutput(out) != nil {
 		t.Errorf("the output holds the staging marker (%v) or is not an output: %v", err, CheckOutput(out))
@@ -231,7 +223,7 @@ func TestStagesCaptureThenReuse(t *testing.T) {
 	equal(t, "captured again", captured, nil)
 	equal(t, "measured again", measured, nil)
 	equal(t, "smoke-tested again", smoked, all)
-	if again := loadManifest(t, out); !slices.Equal(again.Checkpoints[2].RestoreMS.Runs, m.Checkpoints[2].RestoreMS.Runs) || statuses(res)["pandas"] != Reused {
+	if again := testenv.Manifest(t, out); !slices.Equal(again.Checkpoints[2].RestoreMS.Runs, m.Checkpoints[2].RestoreMS.Runs) || statuses(res)["pandas"] != Reused {
 		t.Errorf("reused timings %v, first %v; statuses %v", again.Checkpoints[2].RestoreMS.Runs, m.Checkpoints[2].RestoreMS.Runs, statuses(res))
 	}
 
@@ -247,7 +239,7 @@ func TestStagesCaptureThenReuse(t *testing.T) {
 	if captured, _, _ := third.calls(); len(captured) != 0 {
 		t.Errorf("captured %v with every set in the store", captured)
 	}
-	equal(t, "checkpoints from the store", checkpointIDs(loadManifest(t, out)), all)
+	equal(t, "checkpoints from the store", checkpointIDs(testenv.Manifest(t, out)), all)
 }
 
 // An output's checkpoints are reused into the next output, but never put into the store: an
@@ -278,7 +270,7 @@ func TestStagesChangedSetOnly(t *testing.T) {
 	if _, _, err := fakeCapture(t, e, &fakeDriver{}, out, nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	before := loadManifest(t, out)
+	before := testenv.Manifest(t, out)
 	d := &fakeDriver{}
 	plan, res, err := fakeCapture(t, e, d, out, nil, []config.Set{{ID: "pandas", Imports: []string{"numpy", "pandas"}}})
 	if err != nil {
@@ -291,7 +283,7 @@ func TestStagesChangedSetOnly(t *testing.T) {
 	captured, _, smoked := d.calls()
 	equal(t, "captured", captured, []string{"pandas"})
 	equal(t, "smoke-tested", smoked, []string{"empty", "pandas"})
-	after := loadManifest(t, out)
+	after := testenv.Manifest(t, out)
 	equal(t, "checkpoints", checkpointIDs(after), []string{"empty", "numpy", "pandas"})
 	if after.Checkpoints[1].Key != before.Checkpoints[1].Key || after.Checkpoints[2].Key == before.Checkpoints[2].Key {
 		t.Errorf("keys before %s %s, after %s %s", before.Checkpoints[1].Key, before.Checkpoints[2].Key, after.Checkpoints[1].Key, after.Checkpoints[2].Key)
@@ -395,7 +387,7 @@ func TestStagesKeyCoversTheBasis(t *testing.T) {
 	if !strings.Contains(plan.Sets[0].Reason, "rootfs_digest") {
 		t.Errorf("reason %q does not name the rootfs", plan.Sets[0].Reason)
 	}
-	if m := loadManifest(t, out); m.Rootfs.Digest != e.Rootfs.Digest {
+	if m := testenv.Manifest(t, out); m.Rootfs.Digest != e.Rootfs.Digest {
 		t.Errorf("manifest rootfs %s", m.Rootfs.Digest)
 	}
 }

@@ -193,3 +193,13 @@ func WorkDir(t testing.TB) string {
 	})
 	return dir
 }
+
+// Manifest loads the manifest.json of the output out, failing the test when it cannot.
+func Manifest(t testing.TB, out string) *manifest.Manifest {
+	t.Helper()
+	m, err := manifest.Load(filepath.Join(out, manifest.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
