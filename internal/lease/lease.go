@@ -236,20 +236,13 @@ func (c *Claim) Release() error {
 // RemoveDeadLocks removes the lock files in dir of runs that are over (killed runs leave
 // theirs) and returns the IDs of those runs. It leaves the files of live runs and this one.
 func (l *Lease) RemoveDeadLocks(dir string) ([]string, error) {
-	names, err := os.ReadDir(filepath.Join(dir, RunsDir))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
+	ids, err := runsIn(dir)
 	if err != nil {
-		return nil, fmt.Errorf("lease: %w", err)
+		return nil, err
 	}
 	var removed []string
 	var errs []error
-	for _, d := range names {
-		id, ok := strings.CutSuffix(d.Name(), lockSuffix)
-		if !ok || !IsID(id) {
-			continue
-		}
+	for _, id := range ids {
 		claim, err := l.TakeOver(dir, id)
 		if err != nil {
 			errs = append(errs, err)
@@ -265,6 +258,24 @@ func (l *Lease) RemoveDeadLocks(dir string) ([]string, error) {
 		removed = append(removed, id)
 	}
 	return removed, errors.Join(errs...)
+}
+
+// runsIn lists the IDs of the runs that have a lock file in dir, live or not.
+func runsIn(dir string) ([]string, error) {
+	names, err := os.ReadDir(filepath.Join(dir, RunsDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lease: %w", err)
+	}
+	var ids []string
+	for _, d := range names {
+		if id, ok := strings.CutSuffix(d.Name(), lockSuffix); ok && IsID(id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
 }
 
 // ErrInUse reports a shared directory that live runs hold leases in.
@@ -284,34 +295,23 @@ func NoneLive(dir string) error {
 	return nil
 }
 
-// live lists the runs that hold their leases in dir now.
+// live lists the runs that hold their leases in dir now, judged as TakeOver judges them (a
+// nil lease: none is this process's own); a run that is over is only let go, its file kept.
 func live(dir string) ([]string, error) {
-	names, err := os.ReadDir(filepath.Join(dir, RunsDir))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
+	ids, err := runsIn(dir)
 	if err != nil {
-		return nil, fmt.Errorf("lease: %w", err)
+		return nil, err
 	}
 	var live []string
-	for _, d := range names {
-		id, ok := strings.CutSuffix(d.Name(), lockSuffix)
-		if !ok || !IsID(id) {
-			continue
-		}
-		f, err := os.OpenFile(lockPath(dir, id), os.O_RDONLY, 0)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
+	for _, id := range ids {
+		claim, err := (*Lease)(nil).TakeOver(dir, id)
 		if err != nil {
-			return live, fmt.Errorf("lease: is run %s alive: %w", id, err)
+			return live, err
 		}
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB)
-		f.Close() // closing drops a lock taken here
-		if errors.Is(err, syscall.EWOULDBLOCK) {
+		if claim == nil {
 			live = append(live, id)
-		} else if err != nil {
-			return live, fmt.Errorf("lease: is run %s alive: %w", id, err)
+		} else if claim.file != nil {
+			claim.file.Close()
 		}
 	}
 	return live, nil
