@@ -36,6 +36,9 @@ func besideOutput(out, infix string) string {
 func namesBeside(out, infix string) ([]string, error) {
 	out = strings.TrimSuffix(out, "/")
 	entries, err := os.ReadDir(filepath.Dir(out))
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
