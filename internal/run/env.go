@@ -141,7 +141,10 @@ func (e *Env) PrepareRootfs(ctx context.Context) error {
 	if e.Config.Image == "" {
 		opened, err := OpenRootfs(e.Config.Rootfs)
 		e.Rootfs = opened
-		return err
+		if err != nil {
+			return err
+		}
+		return e.sweep.holdShared() // from now on a prune-rootfs leaves it alone
 	}
 	fetchCtx, cancel := context.WithTimeoutCause(ctx, e.Config.Timeouts.Registry,
 		fmt.Errorf("fetching and unpacking image %s exceeded timeouts.registry (%s)", e.Config.Image, e.Config.Timeouts.Registry))
@@ -149,6 +152,9 @@ func (e *Env) PrepareRootfs(ctx context.Context) error {
 	img, err := ref.Open(fetchCtx, e.Config.Image, e.Config.InsecureRegistries)
 	if err != nil {
 		return imageError(fetchCtx, e.Config.Image, err)
+	}
+	if err := e.sweep.holdShared(); err != nil { // before the rootfs it reuses or makes
+		return err
 	}
 	start := time.Now()
 	unpacked, err := unpack.UnpackOnce(fetchCtx, img, config.CacheDir(), ImageLimits(e.Config.Limits), e.Log, unpack.LogLayers(e.Log, "unpack"))

@@ -54,6 +54,18 @@ func PruneRootfs(dir string, keep, shared []string, dryRun bool) ([]string, erro
 			return pruned, err
 		}
 		pruned = append(pruned, candidate)
+		// Out of its name at once (a rename), so no run can take a half-removed tree for a
+		// complete one; what a killed prune leaves is a .tmp- leftover the next build of that
+		// name removes (unpack.Once).
+		aside, err := os.MkdirTemp(dir, ".tmp-"+name+"-pruned-")
+		if err != nil {
+			return pruned, err
+		}
+		if err := os.Rename(candidate, filepath.Join(aside, "tree")); err != nil {
+			os.Remove(aside)
+			return pruned, fmt.Errorf("remove %s: %w", candidate, err)
+		}
+		candidate = aside
 		if err := os.RemoveAll(candidate); err != nil {
 			return pruned, fmt.Errorf("remove %s: %w", candidate, err)
 		}

@@ -96,15 +96,8 @@ type sweeper struct {
 // sandboxes, scratch directories, pending store entries and the lease files they left in those
 // shared directories (judged by lease, in any pid namespace), and their staging directories.
 func (s sweeper) lockAndSweep(ctx context.Context, out string) (*Lock, error) {
-	if err := os.MkdirAll(s.runtime.Root, 0o700); err != nil {
-		return nil, fmt.Errorf("%w: runsc root: %w", ErrSetup, err)
-	}
-	// The run's lease in the directories it uses, from its start: a prune of the store or of
-	// the rootfs directories sees it even while it only reuses (lease.NoneLive).
-	for _, dir := range []string{s.runtime.Root, s.store.Dir} {
-		if err := s.lease.Hold(dir); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrSetup, err)
-		}
+	if err := s.holdShared(); err != nil {
+		return nil, err
 	}
 	lock, err := LockOutput(out)
 	if err != nil {
@@ -126,6 +119,21 @@ func (s sweeper) lockAndSweep(ctx context.Context, out string) (*Lock, error) {
 		return nil, err
 	}
 	return lock, nil
+}
+
+// holdShared takes the run's lease in the directories it uses (the runsc root, the store)
+// before it uses anything there, a rootfs included: a prune of the store or of the rootfs
+// directories sees it even while it only reuses (lease.NoneLive).
+func (s sweeper) holdShared() error {
+	if err := os.MkdirAll(s.runtime.Root, 0o700); err != nil {
+		return fmt.Errorf("%w: runsc root: %w", ErrSetup, err)
+	}
+	for _, dir := range []string{s.runtime.Root, s.store.Dir} {
+		if err := s.lease.Hold(dir); err != nil {
+			return fmt.Errorf("%w: %w", ErrSetup, err)
+		}
+	}
+	return nil
 }
 
 // shared removes what runs that are over left in the directories runs share, and logs each

@@ -28,6 +28,7 @@ import (
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
 	"readie.dev/pipeline/internal/oci/ocitest"
+	"readie.dev/pipeline/internal/oci/verify"
 )
 
 // entry is one tar entry of a test layer.
@@ -535,25 +536,26 @@ func TestOnceKeepsWhatItCannotJudge(t *testing.T) {
 	}
 }
 
-// TestOnceReplacesAStrayFile: a file where the directory belongs (ENOTDIR on its record) is a
-// leftover, removed and built over, not an error that stops every run.
+// TestOnceReplacesAStrayFile: a file where an unpacked image's directory belongs (its record
+// then reads ENOTDIR) is a leftover that UnpackOnce removes and unpacks over, not an error
+// that stops every run.
 func TestOnceReplacesAStrayFile(t *testing.T) {
-	parent := t.TempDir()
-	os.WriteFile(filepath.Join(parent, "x"), []byte("stray"), 0o644)
-	complete := func(dir string) (bool, error) {
-		_, err := os.ReadFile(filepath.Join(dir, "record"))
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
-			return false, nil
-		}
-		return err == nil, err
+	cache := t.TempDir()
+	img := imageOf(t, layerOf(t, entry{name: "etc/", typ: tar.TypeDir}, entry{name: "etc/os-release", body: "ID=test\n"}))
+	raw, err := img.RawManifest()
+	if err != nil {
+		t.Fatal(err)
 	}
-	dir, made, err := Once(context.Background(), parent, "x", complete, func(tmp string) error {
-		return os.WriteFile(filepath.Join(tmp, "record"), nil, 0o644)
-	}, logrus.New())
-	if err != nil || !made {
-		t.Fatalf("Once over a stray file = %v, made %v", err, made)
+	stray := filepath.Join(cache, "rootfs", "oci", verify.Sum(raw).Hex)
+	os.MkdirAll(filepath.Dir(stray), 0o755)
+	if err := os.WriteFile(stray, []byte("stray"), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	if ok, err := complete(dir); !ok || err != nil {
-		t.Fatalf("built directory incomplete: %v", err)
+	u, err := UnpackOnce(context.Background(), img, cache, DefaultLimits(), logrus.New(), nil)
+	if err != nil || !u.Made || u.Dir != filepath.Join(stray, "rootfs") {
+		t.Fatalf("UnpackOnce over a stray file: %+v, %v", u, err)
+	}
+	if data, err := os.ReadFile(filepath.Join(u.Dir, "etc/os-release")); err != nil || string(data) != "ID=test\n" {
+		t.Fatalf("%q %v", data, err)
 	}
 }
