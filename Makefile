@@ -15,6 +15,10 @@ PYTHON := /usr/bin/python3
 PIPELINE := bin/pipeline
 GOTEST_FLAGS ?= -race -timeout 30m
 
+# Defined before any rule names it: make expands a prerequisite list when it reads the rule,
+# so a later definition leaves the prerequisite empty (and benchstat never installed).
+BENCHSTAT := $(CACHE)/bin/benchstat
+
 export READIE_RUNSC := $(RUNSC)
 export READIE_ROOTFS := $(abspath $(ROOTFS))
 
@@ -78,7 +82,6 @@ test-go: runsc image build $(BENCHSTAT)
 
 test: deps lint check-golden test-python test-go
 
-BENCHSTAT := $(CACHE)/bin/benchstat
 $(BENCHSTAT):
 	GOBIN=$(abspath $(dir $@)) go install golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 
