@@ -23,9 +23,14 @@
 //     up after holdAttempts. The run creates nothing named with its ID before Hold returns,
 //     so the sweeper found nothing of it to remove.
 //   - Unlink while locked: a sweeper that opened a lock file before another sweeper (or the
-//     owner, in Release) unlinked it may then lock the unlinked inode. It concludes "over",
-//     which is true: only a sweeper of a dead run, or a run that has ended, unlinks a lock file.
-//     No one can create a new lock file for that ID again: IDs are never reused.
+//     owner, in Release) unlinked it may then lock the unlinked inode, while the path names a
+//     new file: the one a starting run made after the first sweeper took its fresh file away.
+//     The lock of an unlinked inode says nothing about the run, so TakeOver judges only the
+//     file the path names: after its flock it compares the locked file with the path (device
+//     and inode) and, when they differ, judges again the file there now. And no one unlinks a
+//     lock file by name alone: Claim.Release and Lease.Release remove the path only while it
+//     names the very file they hold locked. As only the holder of a file's lock unlinks it,
+//     the path cannot change between that check and the unlink.
 //   - Release: a run removes its leftovers before it releases (unlinks, then closes) its lock
 //     files; anything named with its ID found later is a leftover. A leftover it means to
 //     keep (a failed run's staging directory, kept for inspection) must be renamed away from
@@ -146,19 +151,14 @@ func lockNew(path string) (*os.File, error) {
 		}
 		return nil, fmt.Errorf("lease: lock %s: %w", path, err)
 	}
-	locked, err := f.Stat()
+	same, err := names(path, f)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("lease: %w", err)
 	}
-	named, err := os.Stat(path)
-	if errors.Is(err, fs.ErrNotExist) || err == nil && !os.SameFile(locked, named) {
+	if !same {
 		f.Close()
 		return nil, nil
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("lease: %w", err)
 	}
 	// For a person looking at the file; nothing reads it.
 	host, _ := os.Hostname()
@@ -175,9 +175,9 @@ func (l *Lease) Release() error {
 	var errs []error
 	for dir, f := range l.held {
 		// Unlink before close: a sweeper that opened the file meanwhile locks an unlinked
-		// inode and rightly takes the run for over.
-		if err := os.Remove(lockPath(dir, l.id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("lease: %w", err))
+		// inode, finds the path gone and rightly takes the run for over.
+		if err := removeHeld(lockPath(dir, l.id), f); err != nil {
+			errs = append(errs, err)
 		}
 		if err := f.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("lease: %w", err))
@@ -203,34 +203,84 @@ func (l *Lease) TakeOver(dir, id string) (*Claim, error) {
 	if l != nil && id == l.id {
 		return nil, nil
 	}
-	path := lockPath(dir, id)
-	f, err := os.OpenFile(path, os.O_RDWR, 0) // never O_CREAT: it is not ours to create
-	if errors.Is(err, fs.ErrNotExist) {
-		return &Claim{ID: id, path: path}, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("lease: is run %s alive: %w", id, err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("lease: is run %s alive: lock %s: %w", id, path, err)
-	}
-	return &Claim{ID: id, path: path, file: f}, nil
+	return takeOver(dir, id, nil)
 }
 
-// Release removes the dead run's lock file, once its leftovers are gone, and lets go of it.
+// takeOver is TakeOver; opened, when set, runs between the open of the lock file and its
+// flock, where other sweepers and a starting run may act (a test's step function).
+func takeOver(dir, id string, opened func()) (*Claim, error) {
+	path := lockPath(dir, id)
+	for range holdAttempts {
+		f, err := os.OpenFile(path, os.O_RDWR, 0) // never O_CREAT: it is not ours to create
+		if errors.Is(err, fs.ErrNotExist) {
+			return &Claim{ID: id, path: path}, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("lease: is run %s alive: %w", id, err)
+		}
+		if opened != nil {
+			opened()
+			opened = nil
+		}
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			f.Close()
+			if errors.Is(err, syscall.EWOULDBLOCK) {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("lease: is run %s alive: lock %s: %w", id, path, err)
+		}
+		same, err := names(path, f)
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("lease: is run %s alive: %w", id, err)
+		}
+		if same {
+			return &Claim{ID: id, path: path, file: f}, nil
+		}
+		// Locked an inode that is no longer (or never was) at path: the file there now, or
+		// none, is what says whether the run lives.
+		f.Close()
+	}
+	return nil, fmt.Errorf("lease: is run %s alive: %s changed under each of %d looks", id, path, holdAttempts)
+}
+
+// names reports whether path names the file f is open on (device and inode).
+func names(path string, f *os.File) (bool, error) {
+	held, err := f.Stat()
+	if err != nil {
+		return false, err
+	}
+	named, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return os.SameFile(held, named), nil
+}
+
+// removeHeld unlinks path if it names f, whose lock the caller holds; a path that names
+// another file (or none) is left as it is. Only a lock's holder unlinks its file, so path
+// cannot change between the check and the unlink.
+func removeHeld(path string, f *os.File) error {
+	same, err := names(path, f)
+	if err == nil && same {
+		err = os.Remove(path)
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("lease: %w", err)
+	}
+	return nil
+}
+
+// Release removes the dead run's lock file, once its leftovers are gone, and lets go of it:
+// only the file it holds, never another that has its name by now.
 func (c *Claim) Release() error {
 	if c.file == nil {
 		return nil
 	}
-	err := os.Remove(c.path)
-	if errors.Is(err, fs.ErrNotExist) {
-		err = nil // another sweeper that claimed it before us removed it
-	}
-	return errors.Join(err, c.file.Close())
+	return errors.Join(removeHeld(c.path, c.file), c.file.Close())
 }
 
 // RemoveDeadLocks removes the lock files in dir of runs that are over (killed runs leave

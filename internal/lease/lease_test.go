@@ -265,3 +265,92 @@ func TestTakeOverReportsWhatItCannotRead(t *testing.T) {
 		t.Fatalf("TakeOver of an unreadable lock = %+v, %v; want an error naming the run", claim, err)
 	}
 }
+
+// TestTwoSweepersAndAStartingRun: the interleaving of two sweepers and a run that starts.
+// The run has created its lock file and not locked it yet; sweeper B opens it; sweeper A locks
+// it, judges the run over (it is not started), and unlinks it; the run, whose flock failed,
+// starts again with a new file and holds it; only then does B lock the file it opened, now
+// unlinked. B must judge the run by the file at the path (alive), and whatever it judges,
+// the run's lock file must stay, so that later sweepers leave its sandboxes and scratch.
+func TestTwoSweepersAndAStartingRun(t *testing.T) {
+	dir := t.TempDir()
+	run := mustNew(t)
+	path := lockPath(dir, run.ID())
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// The run's open(O_CREAT), before its flock.
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b, err := takeOver(dir, run.ID(), func() {
+		// B has opened the file; before B's flock:
+		a, err := mustNew(t).TakeOver(dir, run.ID())
+		if a == nil || err != nil {
+			t.Fatalf("sweeper A: TakeOver = %+v, %v; want over", a, err)
+		}
+		if f, err := lockNew(path); f != nil || err != nil { // the run's flock fails: A has it
+			t.Fatalf("lockNew of a file a sweeper holds = %v, %v; want a retry", f, err)
+		}
+		if err := a.Release(); err != nil {
+			t.Fatal(err)
+		}
+		if err := run.Hold(dir); err != nil { // the run starts again with a new file
+			t.Fatal(err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b != nil {
+		t.Errorf("sweeper B judged a live run over, by the lock of an unlinked file")
+		if err := b.Release(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("the live run's lock file is gone: %v", err)
+	}
+	if c, err := mustNew(t).TakeOver(dir, run.ID()); c != nil || err != nil {
+		t.Fatalf("a later sweeper judged the live run over: %+v, %v", c, err)
+	}
+}
+
+// TestReleaseRemovesOnlyTheFileHeld: a claim's Release (and a run's) removes the lock file only
+// while the path names the file it holds locked. Here something that unlinks by name (a
+// pipeline from before this rule, sharing the directory) has taken the dead run's file away
+// and a run holds a new one of that name: the claim's Release must leave it.
+func TestReleaseRemovesOnlyTheFileHeld(t *testing.T) {
+	dir := t.TempDir()
+	run := mustNew(t)
+	path := lockPath(dir, run.ID())
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, nil, 0o600); err != nil { // a killed run's file
+		t.Fatal(err)
+	}
+	claim, err := mustNew(t).TakeOver(dir, run.ID())
+	if claim == nil || err != nil {
+		t.Fatalf("TakeOver = %+v, %v; want over", claim, err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Hold(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := claim.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := mustNew(t).TakeOver(dir, run.ID()); c != nil || err != nil {
+		t.Fatalf("after the claim's Release, the live run was judged over: %+v, %v", c, err)
+	}
+	// The run's own Release removes its file, the one it holds.
+	if err := run.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("the run's Release left its lock file: %v", err)
+	}
+}
