@@ -148,9 +148,14 @@ func (c *carrier) capture(ctx context.Context, w *setWork) error {
 		return fmt.Errorf("%s: %w", sp.ID, sp.unreadable)
 	}
 	if sp.corrupt != nil {
-		log.WithError(sp.corrupt).Warn("removed a corrupt store entry; capturing again")
-		if err := c.store.Remove(sp.Key); err != nil {
+		removed, err := c.store.RemoveCorrupt(sp.corrupt)
+		if err != nil {
 			return err
+		}
+		if removed {
+			log.WithError(sp.corrupt).Warn("removed a corrupt store entry; capturing again")
+		} else {
+			log.WithError(sp.corrupt).Warn("the store entry judged corrupt was replaced by another run since: left to it; capturing again")
 		}
 	}
 	pending, err := c.store.Begin(sp.Key)

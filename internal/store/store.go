@@ -51,36 +51,68 @@ func (s *Store) Path(key string) (string, error) {
 	return filepath.Join(s.Dir, hex), nil
 }
 
+// CorruptError is the verdict on an entry shown wrong: its directory, why, and (from Lookup)
+// which directory was judged, so that RemoveCorrupt removes that one and no other. It matches
+// ErrCorrupt.
+type CorruptError struct {
+	Dir    string
+	Err    error
+	key    string
+	judged os.FileInfo // the entry's directory as Lookup judged it
+}
+
+func (e *CorruptError) Error() string { return fmt.Sprintf("%v: %s: %v", ErrCorrupt, e.Dir, e.Err) }
+
+func (e *CorruptError) Unwrap() []error { return []error{ErrCorrupt, e.Err} }
+
+// lookupAttempts bounds how often Lookup judges again an entry replaced while it read it.
+const lookupAttempts = 3
+
 // Lookup returns the entry of key, verified: its meta.json names key and every image file
-// has the size and sha256 meta.json records. It returns (nil, nil) when there is none, and an
-// error matching ErrCorrupt when the entry is shown wrong: a file missing, a size or a hash
-// that differs, a meta.json that does not parse or names another key. Any other error (EACCES,
-// EMFILE, EIO, ...) says nothing about the entry and is returned as it is: the caller must not
-// remove the entry on it.
+// has the size and sha256 meta.json records. It returns (nil, nil) when there is none, and a
+// *CorruptError (matching ErrCorrupt) when the entry is shown wrong: a file missing, a size or a
+// hash that differs, a meta.json that does not parse or names another key. The verdict is on
+// one directory: an entry another run put in place while it was read is judged again. Any
+// other error (EACCES, EMFILE, EIO, ...) says nothing about the entry and is returned as it is:
+// the caller must not remove the entry on it.
 func (s *Store) Lookup(key string) (*manifest.Meta, error) {
 	dir, err := s.Path(key)
 	if err != nil {
 		return nil, err
 	}
-	meta, err := manifest.LoadMeta(filepath.Join(dir, manifest.MetaFileName))
-	if errors.Is(err, fs.ErrNotExist) {
-		if _, statErr := os.Stat(dir); errors.Is(statErr, fs.ErrNotExist) {
+	for range lookupAttempts {
+		before, err := os.Stat(dir)
+		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil
-		} else if statErr != nil {
-			return nil, fmt.Errorf("store: read entry %s: %w", dir, statErr)
 		}
-		return nil, fmt.Errorf("%w: %s: %w", ErrCorrupt, dir, err)
+		if err != nil {
+			return nil, fmt.Errorf("store: read entry %s: %w", dir, err)
+		}
+		meta, err := judge(dir, key)
+		var corrupt *CorruptError
+		if !errors.As(err, &corrupt) {
+			return meta, err
+		}
+		if after, err := os.Stat(dir); err == nil && os.SameFile(before, after) {
+			corrupt.key, corrupt.judged = key, before
+			return nil, corrupt
+		}
 	}
+	return nil, fmt.Errorf("store: read entry %s: it was replaced while it was read, %d times", dir, lookupAttempts)
+}
+
+// judge verifies the entry of key in dir (Lookup).
+func judge(dir, key string) (*manifest.Meta, error) {
+	meta, err := manifest.LoadMeta(filepath.Join(dir, manifest.MetaFileName))
 	var syntax *json.SyntaxError
 	var wrongType *json.UnmarshalTypeError
-	if errors.As(err, &syntax) || errors.As(err, &wrongType) {
-		return nil, fmt.Errorf("%w: %s: %w", ErrCorrupt, dir, err)
-	}
-	if err != nil {
+	switch {
+	case errors.Is(err, fs.ErrNotExist) || errors.As(err, &syntax) || errors.As(err, &wrongType):
+		return nil, &CorruptError{Dir: dir, Err: err}
+	case err != nil:
 		return nil, fmt.Errorf("store: read entry %s: %w", dir, err)
-	}
-	if meta.Key != key {
-		return nil, fmt.Errorf("%w: %s: meta.json names key %s", ErrCorrupt, dir, meta.Key)
+	case meta.Key != key:
+		return nil, &CorruptError{Dir: dir, Err: fmt.Errorf("meta.json names key %s", meta.Key)}
 	}
 	if err := VerifyFiles(dir, meta); err != nil {
 		if errors.Is(err, ErrCorrupt) {
@@ -92,26 +124,62 @@ func (s *Store) Lookup(key string) (*manifest.Meta, error) {
 }
 
 // VerifyFiles checks that every image file in dir has the size and sha256 meta records. A file
-// that is missing or differs is an error matching ErrCorrupt; an error reading one is returned
-// as it is.
+// that is missing or differs is a *CorruptError (matching ErrCorrupt); an error reading one is
+// returned as it is.
 func VerifyFiles(dir string, meta *manifest.Meta) error {
 	problems := manifest.CheckFiles(dir, meta)
 	switch {
 	case len(problems) == 0:
 		return nil
 	case errors.Is(problems[0], manifest.ErrFileMismatch):
-		return fmt.Errorf("%w: %s: %w", ErrCorrupt, dir, problems[0])
+		return &CorruptError{Dir: dir, Err: problems[0]}
 	}
 	return problems[0]
 }
 
-// Remove removes key's entry.
-func (s *Store) Remove(key string) error {
-	dir, err := s.Path(key)
-	if err != nil {
-		return err
+// RemoveCorrupt removes the entry that Lookup judged corrupt (verdict, Lookup's error), and
+// only that one: the verdict may be minutes old, and another run may have put a good entry in
+// its place since. An entry whose directory is not the one judged is left; one that is (or has
+// its inode number, reused) is moved out of the key's name into a pending directory of this
+// run's lease (swept if the run dies), judged again there, where nothing else changes it, and removed only if it is
+// corrupt still; otherwise it is put back. It reports whether it removed the entry.
+func (s *Store) RemoveCorrupt(verdict error) (bool, error) {
+	var c *CorruptError
+	if !errors.As(verdict, &c) || c.judged == nil {
+		return false, fmt.Errorf("store: remove an entry: %v is not Lookup's verdict on one", verdict)
 	}
-	return os.RemoveAll(dir)
+	now, err := os.Stat(c.Dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("store: remove %s: %w", c.Dir, err)
+	}
+	if !os.SameFile(now, c.judged) {
+		return false, nil // another run's entry by now
+	}
+	aside, err := s.pendingDir(c.key)
+	if err != nil {
+		return false, err
+	}
+	entry := filepath.Join(aside, "entry")
+	if err := os.Rename(c.Dir, entry); err != nil {
+		os.Remove(aside)
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		return false, fmt.Errorf("store: remove %s: %w", c.Dir, err)
+	}
+	_, err = judge(entry, c.key)
+	if errors.As(err, new(*CorruptError)) {
+		return true, os.RemoveAll(aside)
+	}
+	// Not shown corrupt now: another run's entry after all. Put back, unless yet another took
+	// the name meanwhile (Commit has judged that one).
+	if err := os.Rename(entry, c.Dir); err != nil {
+		return false, errors.Join(fmt.Errorf("store: put back %s: %w", c.Dir, err), os.RemoveAll(aside))
+	}
+	return false, os.Remove(aside)
 }
 
 // Pending is an entry being written: a private directory in the store, on the same file
@@ -127,24 +195,30 @@ const pendingPrefix = ".pending-"
 
 // Begin makes a private directory for a capture of key, under the store's lease.
 func (s *Store) Begin(key string) (*Pending, error) {
-	hex, err := keyHex(key)
-	if err != nil {
-		return nil, err
-	}
-	if s.Lease == nil {
-		return nil, errors.New("store: a capture into the store needs the run's lease")
-	}
-	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
-		return nil, err
-	}
-	if err := s.Lease.Hold(s.Dir); err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp(s.Dir, pendingPrefix+s.Lease.ID()+"-"+hex[:12]+"-")
+	dir, err := s.pendingDir(key)
 	if err != nil {
 		return nil, err
 	}
 	return &Pending{Dir: dir, store: s, key: key}, nil
+}
+
+// pendingDir makes an empty private directory for key's entry, named after the run's lease
+// (RemoveDeadPending sweeps it when the run dies).
+func (s *Store) pendingDir(key string) (string, error) {
+	hex, err := keyHex(key)
+	if err != nil {
+		return "", err
+	}
+	if s.Lease == nil {
+		return "", errors.New("store: a write into the store needs the run's lease")
+	}
+	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
+		return "", err
+	}
+	if err := s.Lease.Hold(s.Dir); err != nil {
+		return "", err
+	}
+	return os.MkdirTemp(s.Dir, pendingPrefix+s.Lease.ID()+"-"+hex[:12]+"-")
 }
 
 // RemoveDeadPending removes the pending directories of runs that are over (killed mid-capture:
@@ -203,7 +277,7 @@ func (p *Pending) Commit(meta *manifest.Meta) (*manifest.Meta, error) {
 		if lookupErr != nil && !errors.Is(lookupErr, ErrCorrupt) {
 			return nil, fmt.Errorf("store: commit %s: the entry there cannot be read: %w", final, lookupErr)
 		}
-		if err := os.RemoveAll(final); err != nil {
+		if _, err := p.store.RemoveCorrupt(lookupErr); err != nil {
 			return nil, err
 		}
 	}

@@ -403,3 +403,90 @@ func dropDACCapabilities() error {
 	}
 	return nil
 }
+
+// TestRemoveCorruptLeavesAGoodEntry: a run judges an entry corrupt; before it removes it,
+// another run (another pod sharing the store) judges it too, removes it and commits a good
+// one. The first run's removal, minutes late, must leave the good entry; an entry still
+// corrupt goes; a judged directory made good in place (as a reused inode number would look)
+// is judged again and put back. Nothing pending is left.
+func TestRemoveCorruptLeavesAGoodEntry(t *testing.T) {
+	s := newStore(t)
+	key := baseInputs().Key()
+	dir, _ := s.Path(key)
+	pages := filepath.Join(dir, "pages.img")
+	commit := func(s *Store, content string) {
+		t.Helper()
+		p, meta := pendingWith(t, s, key, content)
+		if _, err := p.Commit(meta); err != nil {
+			t.Fatal(err)
+		}
+	}
+	damage := func() []byte {
+		t.Helper()
+		data, err := os.ReadFile(pages)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(pages, 0o600)
+		if err := os.WriteFile(pages, []byte("changed"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+	judged := func(s *Store) error {
+		t.Helper()
+		m, err := s.Lookup(key)
+		if m != nil || !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("Lookup of a damaged entry = %v, %v; want ErrCorrupt", m, err)
+		}
+		return err
+	}
+	good := func(want string) {
+		t.Helper()
+		m, err := s.Lookup(key)
+		if m == nil || err != nil {
+			t.Fatalf("the good entry is gone: %v, %v", m, err)
+		}
+		if data, _ := os.ReadFile(pages); string(data) != want+"pages.img" {
+			t.Fatalf("the entry holds %q, want the good one's %q", data, want+"pages.img")
+		}
+	}
+
+	commit(s, "one ")
+	damage()
+	late := judged(s)
+	other := &Store{Dir: s.Dir, Lease: newLease(t)}
+	if removed, err := other.RemoveCorrupt(judged(other)); !removed || err != nil {
+		t.Fatalf("the other run's RemoveCorrupt = %v, %v; want removed", removed, err)
+	}
+	commit(other, "two ")
+	if removed, err := s.RemoveCorrupt(late); removed || err != nil {
+		t.Fatalf("a late RemoveCorrupt = %v, %v; want the other run's entry left", removed, err)
+	}
+	good("two ")
+
+	// The directory judged, made good in place since: judged again, put back.
+	data := damage()
+	late = judged(s)
+	os.WriteFile(pages, data, 0o400)
+	if removed, err := s.RemoveCorrupt(late); removed || err != nil {
+		t.Fatalf("RemoveCorrupt of an entry good again = %v, %v; want it put back", removed, err)
+	}
+	good("two ")
+
+	// Still corrupt: removed.
+	damage()
+	if removed, err := s.RemoveCorrupt(judged(s)); !removed || err != nil {
+		t.Fatalf("RemoveCorrupt of a corrupt entry = %v, %v; want removed", removed, err)
+	}
+	if m, err := s.Lookup(key); m != nil || err != nil {
+		t.Fatalf("after its removal Lookup = %v, %v; want none", m, err)
+	}
+	if _, err := s.RemoveCorrupt(errors.New("not a verdict")); err == nil {
+		t.Error("RemoveCorrupt took an error that is not Lookup's verdict")
+	}
+	pending, _ := filepath.Glob(filepath.Join(s.Dir, pendingPrefix+"*"))
+	if len(pending) != 0 {
+		t.Errorf("left %v", pending)
+	}
+}
