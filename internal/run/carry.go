@@ -206,6 +206,13 @@ func (c *carrier) takeOver(ctx context.Context, w *setWork) error {
 	if err := store.LinkFiles(src, w.imageDir); err != nil {
 		return fmt.Errorf("%s: take the checkpoint from the %s: %w", sp.ID, sp.From, err)
 	}
+	if sp.Action == Keep {
+		// Not selected, so the plan did not look at its files: the run refuses rather than
+		// recaptures a set it was told to leave alone.
+		if err := store.VerifyFiles(w.imageDir, w.meta); err != nil {
+			return fmt.Errorf("%s: kept from the output, but its files do not match its meta.json (capture it again: pipeline capture --only %s): %w", sp.ID, sp.ID, err)
+		}
+	}
 	if stats != nil {
 		w.c.RestoreMS = *stats
 	}

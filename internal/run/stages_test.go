@@ -2,6 +2,7 @@ package run
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
 	"readie.dev/pipeline/pkg/sandbox"
@@ -33,6 +35,9 @@ type fakeDriver struct {
 	fingerprint string
 	failCapture map[string]bool // sets whose capture fails, after writing part of an image
 	failSmoke   map[string]bool
+	// alter changes a set's pages.img after its meta.json recorded it (a capture whose files
+	// do not match what it says of them).
+	alter map[string]bool
 
 	mu                         sync.Mutex
 	captured, measured, smoked []string
@@ -63,7 +68,11 @@ func (d *fakeDriver) Capture(ctx context.Context, set config.Set, dir string) (*
 	}
 	for _, name := range manifest.ImageFiles() {
 		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, []byte(fmt.Sprintf("%s of %s %v", name, set.ID, set.Imports)), 0o600); err != nil {
+		data := []byte(fmt.Sprintf("%s of %s %v", name, set.ID, set.Imports))
+		if name == "checkpoint.img" {
+			data = append(fakeImageHeader(meta.RunscVersion), data...)
+		}
+		if err := os.WriteFile(path, data, 0o600); err != nil {
 			return nil, err
 		}
 		size, sum, err := filedigest.Of(path)
@@ -75,8 +84,21 @@ func (d *fakeDriver) Capture(ctx context.Context, set config.Set, dir string) (*
 	return meta, atomicfile.WriteJSON(filepath.Join(dir, manifest.MetaFileName), meta)
 }
 
+// fakeImageHeader is the header gVisor starts checkpoint.img with (manifest.ImageHeader), as a
+// runsc of version would write it: Verify reads it.
+func fakeImageHeader(version string) []byte {
+	metadata := fmt.Sprintf(`{"runsc_version":%q}`, version)
+	header := binary.BigEndian.AppendUint64([]byte(manifest.ImageMagic), uint64(len(metadata)))
+	return append(header, metadata...)
+}
+
 func (d *fakeDriver) Measure(ctx context.Context, setID, dir string, runs int) (manifest.Stats, error) {
 	d.record(&d.measured, setID)
+	if d.alter[setID] {
+		if err := os.WriteFile(filepath.Join(dir, "pages.img"), []byte("altered"), 0o600); err != nil {
+			return manifest.Stats{}, err
+		}
+	}
 	if _, err := os.Stat(filepath.Join(dir, "checkpoint.img")); err != nil {
 		return manifest.Stats{}, err
 	}
@@ -121,16 +143,21 @@ func stagesEnv(t *testing.T) *Env {
 // and carries it out through d, as Env.Capture does after its runsc steps.
 func fakeCapture(t *testing.T, e *Env, d *fakeDriver, out string, only []string, extra []config.Set) (*Plan, *Result, error) {
 	t.Helper()
+	sel, err := e.Config.Select(only, extra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fakeCaptureWith(t, e, d, out, CaptureOptions{Selection: sel})
+}
+
+// fakeCaptureWith is fakeCapture with the options o.
+func fakeCaptureWith(t *testing.T, e *Env, d *fakeDriver, out string, o CaptureOptions) (*Plan, *Result, error) {
+	t.Helper()
 	b, err := newBasis(e, manifest.CPU{Features: []string{"sse2"}, CacheLine: 64}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	d.fingerprint = b.Fingerprint
-	sel, err := e.Config.Select(only, extra)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := CaptureOptions{Selection: sel}
 	plan := NewPlan(b, e.Store, out, o, e.Config.RestoreRuns)
 	res, err := carryOutPlan(context.Background(), e, plan, manifest.Runsc{Version: "fake-runsc", SHA256: e.RunscSHA256}, d, t.TempDir(), o)
 	return plan, res, err
@@ -389,5 +416,96 @@ func TestStagesKeyCoversTheBasis(t *testing.T) {
 	}
 	if m := testenv.Manifest(t, out); m.Rootfs.Digest != e.Rootfs.Digest {
 		t.Errorf("manifest rootfs %s", m.Rootfs.Digest)
+	}
+}
+
+// TestStagesKeptSetThatDoesNotVerify: a set kept from the previous output (not selected by
+// --only) whose file was altered there is refused, not recaptured (the run was told to leave it
+// alone): the run fails naming it, and the previous output stays in place as it was.
+func TestStagesKeptSetThatDoesNotVerify(t *testing.T) {
+	e := stagesEnv(t)
+	out := filepath.Join(t.TempDir(), "out")
+	if _, _, err := fakeCapture(t, e, &fakeDriver{}, out, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	// A new file in the output's place (the store's entry, linked before, stays good).
+	pages := filepath.Join(out, "pandas", "pages.img")
+	if err := os.Remove(pages); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pages, []byte("altered"), 0o400); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadFile(filepath.Join(out, manifest.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &fakeDriver{}
+	plan, res, err := fakeCapture(t, e, d, out, []string{"numpy"}, nil)
+	equal(t, "plan", actions(plan), []string{"empty reuse output", "numpy reuse output", "pandas keep output"})
+	if err == nil || !strings.Contains(err.Error(), "pandas: kept from the output, but its files do not match its meta.json") {
+		t.Fatalf("a capture keeping an altered set: %v; want it refused naming pandas", err)
+	}
+	if got := statuses(res)["pandas"]; got != Failed {
+		t.Errorf("pandas: %s, want failed", got)
+	}
+	if captured, _, _ := d.calls(); len(captured) != 0 {
+		t.Errorf("captured %v, want nothing", captured)
+	}
+	after, err := os.ReadFile(filepath.Join(out, manifest.FileName))
+	if err != nil || string(after) != string(before) {
+		t.Fatalf("the previous output's manifest changed (%v)", err)
+	}
+	if data, _ := os.ReadFile(pages); string(data) != "altered" {
+		t.Errorf("the previous output was replaced")
+	}
+}
+
+// TestStagesOutputThatDoesNotVerifyIsNotSwapped: every set passes, but the staging output does
+// not verify (a capture's file does not match its meta.json): the run fails saying so, and the
+// previous output stays in place.
+func TestStagesOutputThatDoesNotVerifyIsNotSwapped(t *testing.T) {
+	e := stagesEnv(t)
+	out := filepath.Join(t.TempDir(), "out")
+	first, _, err := fakeCapture(t, e, &fakeDriver{}, out, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Out of the store, so that the capture below, not the stored one, goes into the output.
+	entry, err := e.Store.Path(first.Sets[1].Key) // numpy
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(entry); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadFile(filepath.Join(out, manifest.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sel, err := e.Config.Select(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &fakeDriver{alter: map[string]bool{"numpy": true}}
+	_, res, err := fakeCaptureWith(t, e, d, out, CaptureOptions{Selection: sel, Recapture: true})
+	if err == nil || !strings.Contains(err.Error(), "does not verify") || !strings.Contains(err.Error(), filepath.Join("numpy", "pages.img")) {
+		t.Fatalf("a capture whose output does not verify: %v; want it refused naming numpy's pages.img", err)
+	}
+	for id, status := range statuses(res) {
+		if status != Captured {
+			t.Errorf("%s: %s, want captured (every set passed)", id, status)
+		}
+	}
+	after, err := os.ReadFile(filepath.Join(out, manifest.FileName))
+	if err != nil || string(after) != string(before) {
+		t.Fatalf("the output that does not verify was swapped in (%v)", err)
+	}
+	if _, err := manifest.Verify(out, executorproto.Version); err != nil {
+		t.Errorf("the previous output no longer verifies: %v", err)
+	}
+	staging, _ := namesBeside(out, stagingInfix)
+	if len(staging) != 0 {
+		t.Errorf("left %v", staging)
 	}
 }

@@ -7,6 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"readie.dev/pipeline/pkg/executorproto"
+	"readie.dev/pipeline/pkg/manifest"
 )
 
 // Names beside an output OUT: OUT.staging-RAND is where a run builds the next output,
@@ -109,16 +112,23 @@ func lockForWriting(out string) (*Lock, error) {
 }
 
 // throughStaging is how every output is written, by a capture, a merge or a pull: a fresh
-// staging directory beside out, which fill writes and which then replaces out (replaceDir).
-// When fill fails, out is left as it was and staging removed, or, with keepFailed, kept for
-// inspection under a name no sweep takes (keepStaging); the error says which. The caller
-// holds out's lock.
+// staging directory beside out, which fill writes, which is verified as a whole (what `verify`,
+// push and workers check), and which then replaces out (replaceDir). When fill fails or the
+// result does not verify, out is left as it was and staging removed, or, with keepFailed,
+// kept for inspection under a name no sweep takes (keepStaging); the error says which. The
+// caller holds out's lock.
 func throughStaging(out string, keepFailed bool, fill func(staging string) error) error {
 	staging, err := newStaging(out)
 	if err != nil {
 		return err
 	}
-	if err := fill(staging); err != nil {
+	err = fill(staging)
+	if err == nil {
+		if _, verr := manifest.Verify(staging, executorproto.Version); verr != nil {
+			err = fmt.Errorf("the new output does not verify, so it is not put in place: %w", verr)
+		}
+	}
+	if err != nil {
 		if !keepFailed {
 			os.RemoveAll(staging)
 			return fmt.Errorf("%w\n(%s left as it was; staging directory removed)", err, out)
