@@ -2,6 +2,7 @@ package lease
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,18 +13,25 @@ import (
 // in any pid namespace, l's own, and names without a lease ID are left alone. The store's
 // pending entries and the runs' scratch directories are swept with it.
 func (l *Lease) RemoveDeadDirs(dir, prefix string) ([]string, error) {
-	entries, err := filepath.Glob(filepath.Join(dir, prefix+"*"))
+	// Listed, not globbed: dir may hold glob metacharacters (a user's output directory), and
+	// a glob would then judge another directory's entries by this one's locks.
+	names, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
 	claims := map[string]*Claim{}
 	var removed []string
 	var errs []error
-	for _, entry := range entries {
-		id, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(entry), prefix), "-")
-		if !IsID(id) {
+	for _, name := range names {
+		rest, ok := strings.CutPrefix(name.Name(), prefix)
+		id, _, _ := strings.Cut(rest, "-")
+		if !ok || !IsID(id) {
 			continue
 		}
+		entry := filepath.Join(dir, name.Name())
 		claim, seen := claims[id]
 		if !seen {
 			if claim, err = l.TakeOver(dir, id); err != nil {

@@ -354,3 +354,27 @@ func TestReleaseRemovesOnlyTheFileHeld(t *testing.T) {
 		t.Errorf("the run's Release left its lock file: %v", err)
 	}
 }
+
+// TestRemoveDeadDirsInADirectoryNamedLikeAGlob: a shared directory whose name holds glob
+// metacharacters (a user's output directory beside which a merge pulls) is swept alone: the
+// entries of a directory its name would match as a pattern are not judged by its locks.
+func TestRemoveDeadDirsInADirectoryNamedLikeAGlob(t *testing.T) {
+	base := t.TempDir()
+	pattern, other := filepath.Join(base, "[ab]"), filepath.Join(base, "a")
+	live := mustNew(t)
+	if err := live.Hold(other); err != nil {
+		t.Fatal(err)
+	}
+	liveDir := filepath.Join(other, ".merge-pull-"+live.ID()+"-1")
+	for _, d := range []string{pattern, liveDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if removed, err := mustNew(t).RemoveDeadDirs(pattern, ".merge-pull-"); len(removed) != 0 || err != nil {
+		t.Fatalf("RemoveDeadDirs(%s) = %v, %v; want nothing", pattern, removed, err)
+	}
+	if _, err := os.Stat(liveDir); err != nil {
+		t.Fatalf("a live run's directory in %s was removed: %v", other, err)
+	}
+}
