@@ -121,18 +121,29 @@ func removeVerb(dryRun bool) string {
 }
 
 type cachePruneRootfsCmd struct {
-	config configFlag
-	dryRun bool
+	config    configFlag
+	olderThan time.Duration
+	dryRun    bool
 }
 
-func (*cachePruneRootfsCmd) Name() string  { return "prune-rootfs" }
-func (*cachePruneRootfsCmd) Usage() string { return "cache prune-rootfs [--dry-run] [OUT...]" }
+func (*cachePruneRootfsCmd) Name() string { return "prune-rootfs" }
+func (*cachePruneRootfsCmd) Usage() string {
+	return "cache prune-rootfs [--older-than D] [--dry-run] [OUT...]"
+}
 func (*cachePruneRootfsCmd) Synopsis() string {
-	return "remove rootfs directories that neither the config nor an output named here uses"
+	return "remove rootfs directories that neither the config nor an output named here uses, and unpacked images unused for --older-than"
 }
 func (c *cachePruneRootfsCmd) SetFlags(fs *flag.FlagSet) {
 	c.config.register(fs)
+	fs.DurationVar(&c.olderThan, "older-than", 0, "also remove images unpacked under rootfs/oci/ last used longer ago than this (e.g. 720h); without it they stay")
 	fs.BoolVar(&c.dryRun, "dry-run", false, "print what would be removed; remove nothing")
+}
+
+func (c *cachePruneRootfsCmd) CheckArgs([]string) error {
+	if c.olderThan < 0 {
+		return fmt.Errorf("--older-than must be a positive duration such as 720h")
+	}
+	return nil
 }
 
 func (c *cachePruneRootfsCmd) Execute(_ context.Context, con *console, args []string) error {
@@ -147,7 +158,11 @@ func (c *cachePruneRootfsCmd) Execute(_ context.Context, con *console, args []st
 	if rootfs, err := filepath.EvalSymlinks(cfg.Rootfs); err == nil {
 		keep = append(keep, rootfs)
 	}
-	pruned, err := run.PruneRootfs(filepath.Join(config.CacheDir(), "rootfs"), keep, []string{cfg.Runsc.Root, cfg.CheckpointCache}, c.dryRun)
+	var unusedSince time.Time
+	if c.olderThan > 0 {
+		unusedSince = time.Now().Add(-c.olderThan)
+	}
+	pruned, err := run.PruneRootfs(filepath.Join(config.CacheDir(), "rootfs"), keep, []string{cfg.Runsc.Root, cfg.CheckpointCache}, unusedSince, c.dryRun)
 	for _, dir := range pruned {
 		fmt.Fprintf(con.stdout, "%s %s\n", removeVerb(c.dryRun), dir)
 	}

@@ -134,8 +134,8 @@ func (c *checkHostCmd) host(ctx context.Context, limit time.Duration) (manifest.
 	return h, "the host of " + c.cpuFeatures, nil
 }
 
-// pull fetches the output an image holds into a temporary directory (verified, as `pipeline
-// pull` does) and returns its manifest.
+// pull fetches the output an image holds into a scratch directory of its own lease (verified,
+// as `pipeline pull` does; run.PullAside) and returns its manifest.
 func (c *checkHostCmd) pull(ctx context.Context, con *console, cfg *config.Config) (*manifest.Manifest, error) {
 	r, ctx, cancel, err := registryStep(ctx, cfg, "pull", c.image)
 	if err != nil {
@@ -146,12 +146,7 @@ func (c *checkHostCmd) pull(ctx context.Context, con *console, cfg *config.Confi
 	if err != nil {
 		return nil, err
 	}
-	tmp, err := os.MkdirTemp("", "readie-check-host-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(tmp)
-	m, err := run.Pull(ctx, img, filepath.Join(tmp, "out"), run.ImageLimits(cfg.Limits), con.log, "pull")
+	m, err := run.PullAside(ctx, img, run.ImageLimits(cfg.Limits), con.log, "pull")
 	if err != nil {
 		return nil, usageIfSetup(err)
 	}

@@ -125,7 +125,7 @@ func NewEnv(ctx context.Context, cfg *config.Config, log logrus.FieldLogger) (*E
 	return &Env{
 		Config: cfg, Runtime: rt, RunscSHA256: binary, RestoreFlags: slices.Clone(cfg.Runsc.RestoreFlags), Log: log, Store: st,
 		passEnv: passEnv, controls: controls, extraEnv: extraEnvOf(passEnv, controls), lease: l,
-		sweep: sweeper{runtime: rt, lease: l, store: st, log: log},
+		sweep: sweeper{runtime: rt, lease: l, store: st, rootfs: filepath.Join(config.CacheDir(), "rootfs"), log: log},
 	}, nil
 }
 

@@ -2,26 +2,47 @@ package run
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/sirupsen/logrus"
 
 	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/lease"
 	"readie.dev/pipeline/internal/oci/ref"
 	"readie.dev/pipeline/pkg/manifest"
 )
 
+// mergePullPrefix names the directory a merge pulls its image sources into, beside the output:
+// .merge-pull-RUN-RAND, after the merge's lease, so that a later merge (or capture) beside it
+// removes it when the merge that made it died (sweepMergePulls).
+const mergePullPrefix = ".merge-pull-"
+
 // MergeSources merges srcs into out (Merge), where a source that is not a directory is an
 // image of `pipeline push`: it is pulled beside out first (the same file system, so the merge
-// can hard-link from it), each pull bounded by timeouts.registry, and removed afterwards.
-func MergeSources(ctx context.Context, cfg *config.Config, out string, srcs []string, log logrus.FieldLogger) (*manifest.Manifest, error) {
+// can hard-link from it), each pull bounded by timeouts.registry, and removed afterwards. The
+// pulls of merges that died beside out are removed first.
+func MergeSources(ctx context.Context, cfg *config.Config, out string, srcs []string, log logrus.FieldLogger) (_ *manifest.Manifest, err error) {
+	l, err := lease.New()
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, l.Release()) }()
+	swept, err := sweepMergePulls(l, out)
+	for _, dir := range swept {
+		log.WithField("dir", dir).Warn("removed the pulled sources of a merge that died")
+	}
+	if err != nil {
+		log.WithError(err).Warn("could not remove every pulled source of merges that died")
+	}
 	sources := slices.Clone(srcs)
 	var pulled string
-	defer func() {
+	defer func() { // before the lease goes: nothing named after it may outlive it
 		if pulled != "" {
 			os.RemoveAll(pulled)
 		}
@@ -35,10 +56,14 @@ func MergeSources(ctx context.Context, cfg *config.Config, out string, srcs []st
 			return nil, fmt.Errorf("%w: merge source %s is neither a directory nor an image: %w", ErrSetup, src, err)
 		}
 		if pulled == "" {
-			if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			parent := filepath.Dir(out)
+			if err := os.MkdirAll(parent, 0o755); err != nil {
 				return nil, err
 			}
-			if pulled, err = os.MkdirTemp(filepath.Dir(out), ".merge-pull-"); err != nil {
+			if err := l.Hold(parent); err != nil {
+				return nil, err
+			}
+			if pulled, err = os.MkdirTemp(parent, mergePullPrefix+l.ID()+"-"); err != nil {
 				return nil, err
 			}
 		}
@@ -54,4 +79,14 @@ func MergeSources(ctx context.Context, cfg *config.Config, out string, srcs []st
 		}
 	}
 	return Merge(out, sources)
+}
+
+// sweepMergePulls removes, beside out, the pull directories of merges that are over (judged by
+// their lease, l being this process's) and those merges' lock files there; it returns the
+// directories removed.
+func sweepMergePulls(l *lease.Lease, out string) ([]string, error) {
+	parent := filepath.Dir(strings.TrimSuffix(out, "/"))
+	removed, err := l.RemoveDeadDirs(parent, mergePullPrefix)
+	_, lockErr := l.RemoveDeadLocks(parent)
+	return removed, errors.Join(err, lockErr)
 }

@@ -3,6 +3,7 @@ package run
 import (
 	"context"
 	"errors"
+	"path/filepath"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/sirupsen/logrus"
@@ -36,6 +37,23 @@ func Pull(ctx context.Context, img v1.Image, out string, limits unpack.Limits, l
 		return pulledCatalogue(staging, m)
 	})
 	return m, err
+}
+
+// PullAside pulls the output img holds (Pull) into a scratch directory named after a lease of
+// its own (swept like a run's when the process dies), for a command that only reads its
+// manifest, and removes it before it returns the manifest.
+func PullAside(ctx context.Context, img v1.Image, limits unpack.Limits, log logrus.FieldLogger, what string) (_ *manifest.Manifest, err error) {
+	l, err := lease.New()
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, l.Release()) }()
+	scratch, cleanup, err := scratchDir(l)
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup() // before the lease goes: nothing named after it may outlive it
+	return Pull(ctx, img, filepath.Join(scratch, "out"), limits, log, what)
 }
 
 // Push pushes the output out to r (output.Push) under out's lock taken shared: a capture cannot

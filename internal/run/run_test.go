@@ -9,11 +9,17 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
 	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/internal/lease"
+	"readie.dev/pipeline/internal/oci/unpack"
+	"readie.dev/pipeline/internal/store"
+	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/manifest"
 )
 
@@ -298,7 +304,7 @@ func TestPruneRootfs(t *testing.T) {
 	building := mk(".tmp-cccc-123/rootfs")
 	keep := []string{named, "/elsewhere/rootfs"}
 
-	would, err := PruneRootfs(cache, keep, nil, true)
+	would, err := PruneRootfs(cache, keep, nil, time.Time{}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,14 +323,14 @@ func TestPruneRootfs(t *testing.T) {
 	if err := running.Hold(shared); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := PruneRootfs(cache, keep, []string{shared}, false); !errors.Is(err, lease.ErrInUse) || !strings.Contains(err.Error(), running.ID()) {
+	if _, err := PruneRootfs(cache, keep, []string{shared}, time.Time{}, false); !errors.Is(err, lease.ErrInUse) || !strings.Contains(err.Error(), running.ID()) {
 		t.Fatalf("prune while a run lives: %v", err)
 	}
 	if _, err := os.Stat(unnamed); err != nil {
 		t.Fatalf("a refused prune removed %s", unnamed)
 	}
 	running.Release()
-	if _, err := PruneRootfs(cache, keep, []string{shared}, false); err != nil {
+	if _, err := PruneRootfs(cache, keep, []string{shared}, time.Time{}, false); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{named, layer, building} {
@@ -405,5 +411,176 @@ func TestCheckOutput(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "notes", "notes.txt")); err != nil {
 		t.Error("CheckOutput changed the directory")
+	}
+}
+
+// TestSweepRemovesWhatDeadRunsLeft: what runs that died leave outside the store and the runsc
+// root (the pulled sources of a merge beside the output, the scratch directory of a check-host
+// pull, the work directories of a rootfs assembly and of an image unpack in the cache) is
+// removed by the next run's sweep, judged by the lease or the lock of whoever made it; a live
+// run's stays.
+func TestSweepRemovesWhatDeadRunsLeft(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	rt := testenv.Runtime(t)
+	rootfs := filepath.Join(t.TempDir(), "rootfs")
+	s := sweeper{runtime: rt, lease: rt.Lease, store: &store.Store{Dir: filepath.Join(t.TempDir(), "store"), Lease: rt.Lease}, rootfs: rootfs, log: discardLog()}
+	out := filepath.Join(t.TempDir(), "out")
+
+	live, dead := newLease(t), newLease(t)
+	named := func(l *lease.Lease, dir, prefix string) string {
+		t.Helper()
+		if err := l.Hold(dir); err != nil {
+			t.Fatal(err)
+		}
+		d, err := os.MkdirTemp(dir, prefix+l.ID()+"-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	deadPull, livePull := named(dead, filepath.Dir(out), mergePullPrefix), named(live, filepath.Dir(out), mergePullPrefix)
+	deadScratch, liveScratch := named(dead, tmp, scratchPrefix), named(live, tmp, scratchPrefix)
+	dead.Release() // its lock files go, as a killed run's locks do; what it named stays
+
+	// Work directories of unpack.Once: .tmp-NAME-* beside NAME's lock.
+	work := func(parent, name string) string {
+		t.Helper()
+		dir := filepath.Join(parent, ".tmp-"+name+"-123")
+		if err := os.MkdirAll(filepath.Join(dir, "rootfs"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(parent, "."+name+".lock"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	oci := filepath.Join(rootfs, ociDir)
+	deadAssembly, deadUnpack, liveUnpack := work(rootfs, "sha256-aaaa"), work(oci, "bbbb"), work(oci, "cccc")
+	held, err := os.OpenFile(filepath.Join(oci, ".cccc.lock"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := syscall.Flock(int(held.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lock, err := s.lockAndSweep(ctx, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock.Unlock()
+	for _, gone := range []string{deadPull, deadScratch, deadAssembly, deadUnpack} {
+		if _, err := os.Stat(gone); !os.IsNotExist(err) {
+			t.Errorf("a dead run's %s is still there (%v)", gone, err)
+		}
+	}
+	for _, kept := range []string{livePull, liveScratch, liveUnpack} {
+		if _, err := os.Stat(kept); err != nil {
+			t.Errorf("a live run's %s was removed: %v", kept, err)
+		}
+	}
+}
+
+// TestPruneRootfsUnpackedImages: with --older-than, prune-rootfs removes the images unpacked
+// under oci/ last used before the cutoff, and not one that a run is making now (its lock
+// held); without it, oci/ stays. Work directories of dead runs go, a live run's stay.
+func TestPruneRootfsUnpackedImages(t *testing.T) {
+	cache := t.TempDir()
+	oci := filepath.Join(cache, ociDir)
+	old, recent := time.Now().Add(-48*time.Hour), time.Now()
+	image := func(name string, used time.Time) string {
+		t.Helper()
+		dir := filepath.Join(oci, name)
+		if err := os.MkdirAll(filepath.Join(dir, "rootfs"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		record := filepath.Join(dir, "unpack.json")
+		if err := os.WriteFile(record, []byte("{}"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(record, used, used); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	unused, used, busy := image("aaaa", old), image("bbbb", recent), image("cccc", old)
+	incomplete := filepath.Join(oci, "dddd", "rootfs")
+	os.MkdirAll(incomplete, 0o755)
+	held, err := os.OpenFile(filepath.Join(oci, ".cccc.lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := syscall.Flock(int(held.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	deadWork := filepath.Join(oci, ".tmp-eeee-1")
+	os.MkdirAll(deadWork, 0o755)
+	os.WriteFile(filepath.Join(oci, ".eeee.lock"), nil, 0o644)
+	liveWork := filepath.Join(oci, ".tmp-cccc-1")
+	os.MkdirAll(liveWork, 0o755)
+
+	if pruned, err := PruneRootfs(cache, nil, nil, time.Time{}, false); err != nil || len(pruned) != 1 || pruned[0] != deadWork {
+		t.Fatalf("without --older-than: pruned %v, %v; want only the dead run's %s", pruned, err, deadWork)
+	}
+	cutoff := time.Now().Add(-24 * time.Hour)
+	would, err := PruneRootfs(cache, nil, nil, cutoff, true)
+	if err != nil || strings.Join(would, ",") != unused+","+busy {
+		t.Fatalf("dry run would remove %v, %v; want %s and %s", would, err, unused, busy)
+	}
+	pruned, err := PruneRootfs(cache, nil, nil, cutoff, false)
+	if err != nil || strings.Join(pruned, ",") != unused {
+		t.Fatalf("pruned %v, %v; want only %s", pruned, err, unused)
+	}
+	for _, p := range []string{used, busy, incomplete, liveWork} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s was removed", p)
+		}
+	}
+	if left, _ := filepath.Glob(filepath.Join(oci, ".tmp-aaaa-*")); len(left) != 0 {
+		t.Errorf("the prune left %v", left)
+	}
+}
+
+// probeImage is an image whose Manifest runs probe, then fails: a pull stops there.
+type probeImage struct {
+	v1.Image
+	probe func()
+}
+
+func (i probeImage) Manifest() (*v1.Manifest, error) {
+	i.probe()
+	return nil, errors.New("stopped by the test")
+}
+
+// TestPullAsideIsSweptByLease: a pull that only reads the manifest (check-host --image) works
+// in a scratch directory named after a lease of its own, which a sweep leaves while the pull
+// lives (and removes once it is over, TestRemoveDeadWorkDirs), and which is gone when it
+// returns.
+func TestPullAsideIsSweptByLease(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	probed := false
+	_, err := PullAside(context.Background(), probeImage{probe: func() {
+		probed = true
+		dirs, _ := filepath.Glob(filepath.Join(tmp, scratchPrefix+"*"))
+		if len(dirs) != 1 {
+			t.Errorf("while it pulls, TMPDIR holds %v; want one scratch directory named after a lease", dirs)
+		}
+		if removed, err := (*lease.Lease)(nil).RemoveDeadDirs(tmp, scratchPrefix); len(removed) != 0 || err != nil {
+			t.Errorf("a sweep removed %v (%v) while the pull lives", removed, err)
+		}
+	}}, unpack.DefaultLimits(), discardLog(), "pull")
+	if err == nil || !probed {
+		t.Fatalf("PullAside = %v (probed %v); want the test's stop", err, probed)
+	}
+	left, _ := filepath.Glob(filepath.Join(tmp, "*"))
+	locks, _ := filepath.Glob(filepath.Join(tmp, lease.RunsDir, "*"))
+	if len(left) != 1 || left[0] != filepath.Join(tmp, lease.RunsDir) || len(locks) != 0 {
+		t.Errorf("left %v and lock files %v", left, locks)
 	}
 }

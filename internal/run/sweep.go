@@ -10,6 +10,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"readie.dev/pipeline/internal/lease"
+	"readie.dev/pipeline/internal/oci/unpack"
 	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/pkg/manifest"
@@ -89,7 +90,10 @@ type sweeper struct {
 	runtime *sandboxes.Runtime
 	lease   *lease.Lease
 	store   *store.Store
-	log     logrus.FieldLogger
+	// rootfs is the cache's rootfs/ directory, where runs make rootfs directories and unpack
+	// images (unpack.Once); "" for none.
+	rootfs string
+	log    logrus.FieldLogger
 }
 
 // lockAndSweep takes the output's lock and cleans up after runs that are over: their
@@ -118,6 +122,13 @@ func (s sweeper) lockAndSweep(ctx context.Context, out string) (*Lock, error) {
 		lock.Unlock()
 		return nil, err
 	}
+	pulls, err := sweepMergePulls(s.lease, out)
+	for _, dir := range pulls {
+		s.log.WithField("dir", dir).Warn("removed the pulled sources of a merge that died")
+	}
+	if err != nil {
+		s.log.WithError(err).Warn("could not remove every pulled source of merges that died")
+	}
 	return lock, nil
 }
 
@@ -136,8 +147,8 @@ func (s sweeper) holdShared() error {
 	return nil
 }
 
-// shared removes what runs that are over left in the directories runs share, and logs each
-// removal. A sandbox that cannot be deleted fails the run; a scratch or store directory that
+// shared removes what runs that are over left in the directories runs share (the runsc root,
+// the scratch directory, the store, the rootfs cache), and logs each removal. A sandbox that cannot be deleted fails the run; a scratch or store directory that
 // cannot be removed is logged and left for the next run.
 func (s sweeper) shared(ctx context.Context) error {
 	orphans, err := s.runtime.RemoveOrphans(ctx)
@@ -159,6 +170,17 @@ func (s sweeper) shared(ctx context.Context) error {
 	}
 	if err != nil {
 		s.log.WithError(err).Warn("could not remove every scratch directory of runs that died")
+	}
+	if s.rootfs != "" {
+		for _, parent := range []string{s.rootfs, filepath.Join(s.rootfs, ociDir)} {
+			dirs, err := unpack.RemoveDead(parent)
+			for _, dir := range dirs {
+				s.log.WithField("dir", dir).Warn("removed what a run that died making a rootfs or unpacking an image left")
+			}
+			if err != nil {
+				s.log.WithError(err).Warn("could not remove everything runs that died left in the rootfs cache")
+			}
+		}
 	}
 	dirs, err = s.store.RemoveDeadPending()
 	for _, dir := range dirs {

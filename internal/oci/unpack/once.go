@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -30,7 +32,7 @@ func Once(ctx context.Context, parent, name string, complete func(dir string) (b
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return "", false, err
 	}
-	lock, err := lockWait(ctx, filepath.Join(parent, "."+name+".lock"), log)
+	lock, err := lockWait(ctx, parent, name, log)
 	if err != nil {
 		return "", false, err
 	}
@@ -38,7 +40,10 @@ func Once(ctx context.Context, parent, name string, complete func(dir string) (b
 	if ok, err := complete(final); ok || err != nil {
 		return final, false, err
 	}
-	leftovers, _ := filepath.Glob(filepath.Join(parent, ".tmp-"+name+"-*"))
+	leftovers, err := workDirs(parent, name)
+	if err != nil {
+		return "", false, err
+	}
 	if _, err := os.Lstat(final); err == nil {
 		leftovers = append(leftovers, final)
 	}
@@ -48,7 +53,7 @@ func Once(ctx context.Context, parent, name string, complete func(dir string) (b
 		}
 		log.WithField("dir", dir).Warn("removed what a run that died left")
 	}
-	tmp, err := os.MkdirTemp(parent, ".tmp-"+name+"-")
+	tmp, err := os.MkdirTemp(parent, workPrefix+name+"-")
 	if err != nil {
 		return "", false, err
 	}
@@ -65,22 +70,130 @@ func Once(ctx context.Context, parent, name string, complete func(dir string) (b
 	return final, true, syncDir(parent)
 }
 
-// lockWait takes an exclusive flock on path, polling while another run holds it, until ctx is
-// done; it says once that it waits.
-func lockWait(ctx context.Context, path string, log logrus.FieldLogger) (*os.File, error) {
+// Names in a parent directory of Once: .NAME.lock is NAME's lock, .tmp-NAME-RAND a work
+// directory of NAME (Once's, or a prune's on its way out).
+const (
+	lockPrefix, lockSuffix = ".", ".lock"
+	workPrefix             = ".tmp-"
+)
+
+// workDirs lists the work directories of name in parent (.tmp-name-*), matched by prefix: a
+// glob would take name's own metacharacters.
+func workDirs(parent, name string) ([]string, error) {
+	entries, err := os.ReadDir(parent)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var dirs []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), workPrefix+name+"-") {
+			dirs = append(dirs, filepath.Join(parent, e.Name()))
+		}
+	}
+	return dirs, nil
+}
+
+// RemoveDead removes, from parent (a directory Once makes directories in), the work
+// directories of names that no one is making: those of runs that died while they made one
+// (or of prunes killed while they removed one), which no later Once of another name would
+// ever remove. It judges them as Once does, by NAME's lock: held, NAME is being made, and its
+// work directories stay; free, taken for the instant of the removal so that no Once of NAME
+// starts meanwhile. It returns the directories it removed.
+func RemoveDead(parent string) ([]string, error) {
+	entries, err := os.ReadDir(parent)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, e := range entries {
+		name, ok := strings.CutPrefix(e.Name(), lockPrefix)
+		if name, ok = strings.CutSuffix(name, lockSuffix); !ok || e.IsDir() {
+			continue
+		}
+		dirs, err := workDirs(parent, name)
+		if err != nil || len(dirs) == 0 {
+			errs = append(errs, err)
+			continue
+		}
+		lock, err := tryLock(parent, name)
+		if err != nil || lock == nil {
+			errs = append(errs, err) // nil: being made
+			continue
+		}
+		for _, dir := range dirs {
+			if err := os.RemoveAll(dir); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			removed = append(removed, dir)
+		}
+		lock.Close()
+	}
+	return removed, errors.Join(errs...)
+}
+
+// tryLock takes name's lock in parent if no one holds it, and returns nil, nil if someone
+// does (name is being made, or removed). Close the file to let go.
+func tryLock(parent, name string) (*os.File, error) {
+	path := filepath.Join(parent, lockPrefix+name+lockSuffix)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, err
 	}
+	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		f.Close()
+		return nil, nil
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// Remove removes dir, a directory Once made, under its name's lock: a run making it again
+// waits meanwhile, and while a run makes it now, it stays (false). It leaves its name at once
+// (a rename), so no run takes a half-removed tree for a complete one; what a killed removal
+// leaves is a work directory of the name, which RemoveDead (or the next Once of the name)
+// removes.
+func Remove(dir string) (bool, error) {
+	parent, name := filepath.Split(filepath.Clean(dir))
+	lock, err := tryLock(parent, name)
+	if err != nil || lock == nil {
+		return false, err
+	}
+	defer lock.Close()
+	aside, err := os.MkdirTemp(parent, workPrefix+name+"-pruned-")
+	if err != nil {
+		return false, err
+	}
+	if err := os.Rename(dir, filepath.Join(aside, "tree")); err != nil {
+		os.Remove(aside)
+		return false, fmt.Errorf("remove %s: %w", dir, err)
+	}
+	if err := os.RemoveAll(aside); err != nil {
+		return true, fmt.Errorf("remove %s: %w", aside, err)
+	}
+	return true, nil
+}
+
+// lockWait takes name's lock in parent (tryLock), polling while another run holds it, until
+// ctx is done; it says once that it waits.
+func lockWait(ctx context.Context, parent, name string, log logrus.FieldLogger) (*os.File, error) {
+	path := filepath.Join(parent, lockPrefix+name+lockSuffix)
 	said := false
 	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return f, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", path, err)
+		f, err := tryLock(parent, name)
+		if f != nil || err != nil {
+			return f, err
 		}
 		if !said {
 			log.WithField("lock", path).Info("waiting for another run making the same directory")
@@ -88,7 +201,6 @@ func lockWait(ctx context.Context, path string, log logrus.FieldLogger) (*os.Fil
 		}
 		select {
 		case <-ctx.Done():
-			f.Close()
 			err := ctx.Err()
 			if cause := context.Cause(ctx); cause != err {
 				err = fmt.Errorf("%w: %w", cause, err)

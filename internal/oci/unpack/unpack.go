@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/sirupsen/logrus"
@@ -90,8 +91,25 @@ func UnpackOnce(ctx context.Context, img v1.Image, cacheDir string, limits Limit
 	if err != nil {
 		return nil, err
 	}
+	if !made {
+		// Its last use, for `cache prune-rootfs --older-than` (LastUse).
+		now := time.Now()
+		if err := os.Chtimes(filepath.Join(dir, recordName), now, now); err != nil {
+			log.WithError(err).WithField("dir", dir).Warn("could not record the unpacked image's use")
+		}
+	}
 	got.Dir, got.Made = filepath.Join(dir, "rootfs"), made
 	return &got, nil
+}
+
+// LastUse is when the image unpacked in dir (a directory of cacheDir/rootfs/oci) was last
+// unpacked or used, and whether dir is a complete unpacked image at all.
+func LastUse(dir string) (time.Time, bool) {
+	fi, err := os.Stat(filepath.Join(dir, recordName))
+	if err != nil || !fi.Mode().IsRegular() {
+		return time.Time{}, false
+	}
+	return fi.ModTime(), true
 }
 
 // LogLayers reports each verified layer of an unpack or a pull as one log line: what, the

@@ -559,3 +559,84 @@ func TestOnceReplacesAStrayFile(t *testing.T) {
 		t.Fatalf("%q %v", data, err)
 	}
 }
+
+// TestRemoveDead: the work directories of a name that no one is making (a run died making it,
+// and no run makes that name again) are removed; those of a name a run is making now stay, and
+// so do those with no lock to judge them by. Remove takes a made directory out under its
+// name's lock, and leaves one a run is making.
+func TestRemoveDead(t *testing.T) {
+	parent := t.TempDir()
+	dead := filepath.Join(parent, ".tmp-aaaa-1")
+	os.MkdirAll(filepath.Join(dead, "rootfs"), 0o755)
+	os.WriteFile(filepath.Join(parent, ".aaaa.lock"), nil, 0o644)
+	unjudged := filepath.Join(parent, ".tmp-zzzz-1")
+	os.MkdirAll(unjudged, 0o755)
+
+	// A run making bbbb now: its build waits until the test lets it go on.
+	building, proceed := make(chan string), make(chan struct{})
+	done := make(chan error, 1)
+	complete := func(dir string) (bool, error) {
+		_, err := os.Stat(filepath.Join(dir, "done"))
+		return err == nil, nil
+	}
+	go func() {
+		_, _, err := Once(context.Background(), parent, "bbbb", complete, func(tmp string) error {
+			building <- tmp
+			<-proceed
+			return os.WriteFile(filepath.Join(tmp, "done"), nil, 0o644)
+		}, logrus.New())
+		done <- err
+	}()
+	live := <-building
+
+	removed, err := RemoveDead(parent)
+	if err != nil || len(removed) != 1 || removed[0] != dead {
+		t.Fatalf("RemoveDead = %v, %v; want only %s", removed, err, dead)
+	}
+	for _, kept := range []string{live, unjudged} {
+		if _, err := os.Stat(kept); err != nil {
+			t.Errorf("%s was removed: %v", kept, err)
+		}
+	}
+	if gone, err := Remove(filepath.Join(parent, "bbbb")); gone || err != nil {
+		t.Errorf("Remove of a directory being made = %v, %v; want it left", gone, err)
+	}
+	close(proceed)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if gone, err := Remove(filepath.Join(parent, "bbbb")); !gone || err != nil {
+		t.Fatalf("Remove = %v, %v", gone, err)
+	}
+	if names := dirNames(t, parent); strings.Join(names, ",") != ".tmp-zzzz-1" {
+		t.Errorf("left %v", names)
+	}
+}
+
+// TestUnpackOnceRecordsItsUse: an image found unpacked has its last use recorded (LastUse),
+// which `cache prune-rootfs --older-than` goes by.
+func TestUnpackOnceRecordsItsUse(t *testing.T) {
+	cache := t.TempDir()
+	img := imageOf(t, layerOf(t, entry{name: "etc/os-release", body: "ID=test\n"}))
+	u, err := UnpackOnce(context.Background(), img, cache, DefaultLimits(), logrus.New(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Dir(u.Dir)
+	long := time.Now().Add(-72 * time.Hour)
+	if err := os.Chtimes(filepath.Join(dir, recordName), long, long); err != nil {
+		t.Fatal(err)
+	}
+	if used, ok := LastUse(dir); !ok || !used.Equal(long) {
+		t.Fatalf("LastUse = %v, %v; want %v", used, ok, long)
+	}
+	if _, err := UnpackOnce(context.Background(), img, cache, DefaultLimits(), logrus.New(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if used, ok := LastUse(dir); !ok || !used.After(long) {
+		t.Errorf("after a reuse LastUse = %v, %v; want later than %v", used, ok, long)
+	}
+	if _, ok := LastUse(t.TempDir()); ok {
+		t.Error("LastUse of a directory with no record says it is an unpacked image")
+	}
+}
