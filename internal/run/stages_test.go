@@ -147,11 +147,12 @@ func fakeCapture(t *testing.T, e *Env, d *fakeDriver, out string, only []string,
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fakeCaptureWith(t, e, d, out, CaptureOptions{Selection: sel})
+	return fakeCaptureWith(t, e, d, out, CaptureOptions{Selection: sel}, nil)
 }
 
-// fakeCaptureWith is fakeCapture with the options o.
-func fakeCaptureWith(t *testing.T, e *Env, d *fakeDriver, out string, o CaptureOptions) (*Plan, *Result, error) {
+// fakeCaptureWith is fakeCapture with the options o; between, when set, runs between the plan
+// and its carry-out (what other runs do meanwhile).
+func fakeCaptureWith(t *testing.T, e *Env, d *fakeDriver, out string, o CaptureOptions, between func(*Plan)) (*Plan, *Result, error) {
 	t.Helper()
 	b, err := newBasis(e, manifest.CPU{Features: []string{"sse2"}, CacheLine: 64}, false)
 	if err != nil {
@@ -159,6 +160,9 @@ func fakeCaptureWith(t *testing.T, e *Env, d *fakeDriver, out string, o CaptureO
 	}
 	d.fingerprint = b.Fingerprint
 	plan := NewPlan(b, e.Store, out, o, e.Config.RestoreRuns)
+	if between != nil {
+		between(plan)
+	}
 	res, err := carryOutPlan(context.Background(), e, plan, manifest.Runsc{Version: "fake-runsc", SHA256: e.RunscSHA256}, d, t.TempDir(), o)
 	return plan, res, err
 }
@@ -488,7 +492,7 @@ func TestStagesOutputThatDoesNotVerifyIsNotSwapped(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := &fakeDriver{alter: map[string]bool{"numpy": true}}
-	_, res, err := fakeCaptureWith(t, e, d, out, CaptureOptions{Selection: sel, Recapture: true})
+	_, res, err := fakeCaptureWith(t, e, d, out, CaptureOptions{Selection: sel, Recapture: true}, nil)
 	if err == nil || !strings.Contains(err.Error(), "does not verify") || !strings.Contains(err.Error(), filepath.Join("numpy", "pages.img")) {
 		t.Fatalf("a capture whose output does not verify: %v; want it refused naming numpy's pages.img", err)
 	}
@@ -507,5 +511,64 @@ func TestStagesOutputThatDoesNotVerifyIsNotSwapped(t *testing.T) {
 	staging, _ := namesBeside(out, stagingInfix)
 	if len(staging) != 0 {
 		t.Errorf("left %v", staging)
+	}
+}
+
+// TestStagesStaleCorruptVerdict: the plan judges a store entry corrupt; before the carry-out
+// removes it, another run (another pod sharing the store) replaces it with a good entry. The
+// carry-out leaves that entry, and the output takes it.
+func TestStagesStaleCorruptVerdict(t *testing.T) {
+	e := stagesEnv(t)
+	out := filepath.Join(t.TempDir(), "out")
+	plan, _, err := fakeCapture(t, e, &fakeDriver{}, out, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(out); err != nil {
+		t.Fatal(err)
+	}
+	key := plan.Sets[1].Key // numpy
+	entry, err := e.Store.Path(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages := filepath.Join(entry, "pages.img")
+	if err := os.WriteFile(pages, []byte("changed"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sel, err := e.Config.Select(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &fakeDriver{}
+	plan, _, err = fakeCaptureWith(t, e, d, out, CaptureOptions{Selection: sel}, func(p *Plan) {
+		if p.Sets[1].corrupt == nil {
+			t.Fatalf("the plan did not judge the entry corrupt: %+v", p.Sets[1])
+		}
+		other := &store.Store{Dir: e.Store.Dir, Lease: newLease(t)}
+		_, verdict := other.Lookup(key)
+		if removed, err := other.RemoveCorrupt(verdict); !removed || err != nil {
+			t.Fatalf("the other run: Lookup %v, RemoveCorrupt %v, %v", verdict, removed, err)
+		}
+		pending, err := other.Begin(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		meta, err := (&fakeDriver{fingerprint: d.fingerprint}).Capture(context.Background(), config.Set{ID: "theirs", Imports: []string{"numpy"}}, pending.Dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pending.Commit(meta); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := os.ReadFile(pages); !strings.Contains(string(data), "of theirs") {
+		t.Errorf("the store entry holds %q: the other run's good entry was removed", data)
+	}
+	if data, _ := os.ReadFile(filepath.Join(out, "numpy", "pages.img")); !strings.Contains(string(data), "of theirs") {
+		t.Errorf("the output holds %q, want the other run's entry", data)
 	}
 }
