@@ -16,6 +16,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"readie.dev/pipeline/internal/atomicfile"
+	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/lease"
 	"readie.dev/pipeline/internal/oci/unpack"
 	"readie.dev/pipeline/internal/store"
@@ -582,5 +583,39 @@ func TestPullAsideIsSweptByLease(t *testing.T) {
 	locks, _ := filepath.Glob(filepath.Join(tmp, lease.RunsDir, "*"))
 	if len(left) != 1 || left[0] != filepath.Join(tmp, lease.RunsDir) || len(locks) != 0 {
 		t.Errorf("left %v and lock files %v", left, locks)
+	}
+}
+
+// TestMergeSweepsDeadMergesPulls: a merge first removes, beside its output, the pulled sources
+// of merges that died (named after their lease), and leaves a live merge's.
+func TestMergeSweepsDeadMergesPulls(t *testing.T) {
+	cfg, err := config.Parse([]byte("{}\n"), "test.yaml", t.TempDir(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	live, dead := newLease(t), newLease(t)
+	pull := func(l *lease.Lease) string {
+		t.Helper()
+		if err := l.Hold(filepath.Dir(out)); err != nil {
+			t.Fatal(err)
+		}
+		d, err := os.MkdirTemp(filepath.Dir(out), mergePullPrefix+l.ID()+"-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	deadPull, livePull := pull(dead), pull(live)
+	dead.Release()
+	_, err = MergeSources(context.Background(), cfg, out, []string{filepath.Join(t.TempDir(), "missing")}, discardLog())
+	if !errors.Is(err, ErrSetup) {
+		t.Fatalf("a merge of a missing source: %v, want a setup error", err)
+	}
+	if _, err := os.Stat(deadPull); !os.IsNotExist(err) {
+		t.Errorf("a dead merge's %s is still there (%v)", deadPull, err)
+	}
+	if _, err := os.Stat(livePull); err != nil {
+		t.Errorf("a live merge's %s was removed: %v", livePull, err)
 	}
 }
