@@ -33,7 +33,7 @@ for top in json.loads(sys.argv[2]):
             packages[norm(name)] = md.version(name)
         except Exception as e:
             errors[norm(name)] = (type(e).__name__ + ": " + str(e))[:300]
-sys.stdout.write(json.dumps({"packages": packages, "errors": errors}, sort_keys=True))
+sys.stdout.write("\n" + json.dumps({"packages": packages, "errors": errors}, sort_keys=True) + "\n")
 """
 
 
@@ -66,7 +66,8 @@ def read(tops=None):
     if os.waitstatus_to_exitcode(status) != 0:
         return {"error": f"the metadata reader exited with status {os.waitstatus_to_exitcode(status)}"}
     try:
-        result = json.loads(out)
+        # The last line: a sitecustomize of the image may print before the child's answer.
+        result = json.loads(out.strip().splitlines()[-1]) if out.strip() else None
     except ValueError:
         return {"error": f"the metadata reader printed {out[:200]!r}"}
     if not isinstance(result, dict) or not isinstance(result.get("packages"), dict):

@@ -5,6 +5,7 @@ importing importlib.metadata. The same report inside real sandboxes is tested by
 
 import importlib.metadata
 import json
+import os
 import sys
 import tempfile
 import unittest
@@ -32,6 +33,17 @@ class PackagesTest(unittest.TestCase):
         self.assertTrue(line.startswith(packages.REPORT_PREFIX))
         self.assertEqual(json.loads(line[len(packages.REPORT_PREFIX):])["packages"],
                          {"cloudpickle": importlib.metadata.version("cloudpickle")})
+
+    def test_noise_before_the_answer(self):
+        # An image's sitecustomize may print: the answer is the child's last line.
+        with tempfile.TemporaryDirectory() as d:
+            noisy = f"{d}/python3"
+            with open(noisy, "w") as f:
+                f.write(f"#!/bin/sh\necho 'hello from sitecustomize'\nexec {sys.executable} \"$@\"\n")
+            os.chmod(noisy, 0o755)
+            with mock.patch.object(sys, "executable", noisy):
+                self.assertEqual(packages.read(["cloudpickle"])["packages"],
+                                 {"cloudpickle": importlib.metadata.version("cloudpickle")})
 
     def test_reader_failure_is_reported(self):
         with mock.patch.object(sys, "executable", "/bin/false"):
