@@ -233,7 +233,7 @@ func (a *analyzer) run(ctx context.Context, names []string) (*analysis.File, *Re
 
 // imagePackages reads the image's distributions and the top-level packages each provides, in
 // one sandbox of the image (never on the host: the image's metadata is its code's to read),
-// or from the cache.
+// or from the cache. A CacheOnly analysis whose cache lacks them goes on without packages.
 func (a *analyzer) imagePackages(ctx context.Context) (imagePackages, error) {
 	k := a.base.of("packages")
 	k.Code = packagesDigest
@@ -252,6 +252,12 @@ func (a *analyzer) imagePackages(ctx context.Context) (imagePackages, error) {
 		}
 		return p, nil
 	})
+	if errors.Is(err, errNotCached) {
+		// A cache written before packages were read still answers for the figures; the
+		// analysis then says nothing of packages (the router checks no requirement on them).
+		a.log.Debug("analyze: the image's packages are not in the analysis cache: left out")
+		return imagePackages{}, nil
+	}
 	if err != nil {
 		return imagePackages{}, err
 	}

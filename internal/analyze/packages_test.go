@@ -66,6 +66,19 @@ func TestImagePackages(t *testing.T) {
 	}
 }
 
+// A read-only analysis whose cache predates the packages goes on without them, starting no
+// sandbox.
+func TestImagePackagesNotCached(t *testing.T) {
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	box := &starter{}
+	a := &analyzer{o: Options{CacheOnly: true}, cache: &cache{dir: t.TempDir(), readOnly: true}, box: box, log: log, base: testKey()}
+	p, err := a.imagePackages(context.Background())
+	if err != nil || p.Distributions != nil || p.of("numpy") != nil || box.started.Load() != 0 {
+		t.Errorf("%+v, %v; sandboxes %d", p, err, box.started.Load())
+	}
+}
+
 func TestDecodePackages(t *testing.T) {
 	p, err := decodePackages("noise\npackages {\"distributions\": {\"numpy\": \"1.26.4\", \"bad\": \"1 2\"}, \"top_level\": {\"numpy\": [\"numpy\"]}}\n")
 	if err != nil || p.Distributions["numpy"] != "1.26.4" || p.Distributions["bad"] != "" || !strings.Contains(p.Errors["bad"], "without white space") {
