@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -29,14 +30,14 @@ import (
 
 // A small corpus on the default image: numpy and pandas (and what pandas pulls in), modules the
 // executor already holds (re, collections), a name imported from a module (pandas.DataFrame),
-// one the image lacks, and a request with no imports.
+// one the image lacks, a request with no imports, and one that names package versions.
 const smallCorpus = `{"imports": ["pandas", "numpy"], "weight": 3}
 {"imports": ["numpy", "json"]}
 {"imports": ["re", "collections"]}
 {"imports": ["pandas.DataFrame"]}
 {"imports": ["transformers.AutoModel"]}
 {"imports": []}
-{"imports": ["pandas"], "weight": 2}
+{"imports": ["pandas"], "weight": 2, "packages": ["pandas>=1.5,<3", "numpy"]}
 {"imports": ["numpy"]}
 `
 
@@ -138,6 +139,13 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 		t.Errorf("plan-sets of a corpus not analysed: exit %d\n%s", code, stderr)
 	}
 
+	// A bad requirement is refused naming its line and item, before anything is planned.
+	badReq := filepath.Join(dir, "bad-requirement.jsonl")
+	os.WriteFile(badReq, []byte("{\"imports\": [\"numpy\"]}\n{\"imports\": [\"numpy\"], \"packages\": [\"numpy=>1.24\"]}\n"), 0o644)
+	if code, _, stderr := runCLI(t, "plan-sets", "--config", cfg, "--corpus", badReq); code != exitUsage || !strings.Contains(stderr, `line 2: packages[0]: invalid requirement: "=>1.24"`) {
+		t.Errorf("plan-sets of a corpus with a bad requirement: exit %d\n%s", code, stderr)
+	}
+
 	code, stdout, stderr := runCLI(t, "plan-sets", "--config", cfg, "--corpus", corpusPath, "--max-sets", "2")
 	if code != exitOK {
 		t.Fatalf("plan-sets exit %d\n%s", code, stderr)
@@ -186,6 +194,7 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkCatalogue(t, cat, m, a, plan)
+	checkPackages(t, cfg, cat, a)
 
 	// Select's choice for a request restores and answers with its modules already loaded.
 	want := plan.Sets[0].Imports
@@ -226,6 +235,78 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 		if fi, err := os.Stat(filepath.Join(out, "bench", "latest", name)); err != nil || fi.Size() == 0 {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+}
+
+// checkPackages checks the distributions recorded by analyze (numpy's, in the image and for the
+// module) and by the captures (each checkpoint's), then select with requirements on the real
+// output: a checkpoint whose loaded pandas (Debian 12's 1.5) does not satisfy pandas>=2 is
+// passed over, naming why, and the image is said to lack it; pandas<2 keeps the checkpoint.
+func checkPackages(t *testing.T, cfg string, cat *catalogue.Catalogue, a *analysis.File) {
+	t.Helper()
+	numpy, pandas := a.Packages["numpy"], a.Packages["pandas"]
+	if numpy == "" || pandas == "" || a.Packages["cloudpickle"] == "" {
+		t.Fatalf("the analysis's packages %v lack numpy, pandas or cloudpickle", a.Packages)
+	}
+	if got := a.Names["numpy"].Packages; !maps.Equal(got, map[string]string{"numpy": numpy}) {
+		t.Errorf("numpy's packages %v, want numpy %s", got, numpy)
+	}
+	if got := a.Names["pandas.DataFrame"].Packages; !maps.Equal(got, map[string]string{"pandas": pandas}) {
+		t.Errorf("pandas.DataFrame's packages %v, want pandas %s", got, pandas)
+	}
+	if len(a.Names["re"].Packages) != 0 || !maps.Equal(cat.Packages, a.Packages) {
+		t.Errorf("re's packages %v; the catalogue's %v, the analysis's %v", a.Names["re"].Packages, cat.Packages, a.Packages)
+	}
+	holder := ""
+	for _, cp := range cat.Checkpoints {
+		if cp.Packages["cloudpickle"] != a.Packages["cloudpickle"] {
+			t.Errorf("%s: packages %v lack the executor's cloudpickle", cp.ID, cp.Packages)
+		}
+		if slices.Contains(cp.Closure, "pandas") {
+			if cp.Packages["pandas"] != pandas || cp.Packages["numpy"] != numpy {
+				t.Errorf("%s: packages %v, want pandas %s and numpy %s", cp.ID, cp.Packages, pandas, numpy)
+			}
+			if holder == "" {
+				holder = cp.ID
+			}
+		} else if _, ok := cp.Packages["pandas"]; ok {
+			t.Errorf("%s: packages %v name pandas, which it does not load", cp.ID, cp.Packages)
+		}
+	}
+	if holder == "" {
+		t.Fatalf("no checkpoint loads pandas: %+v", cat.Checkpoints)
+	}
+	selectJSON := func(args ...string) catalogue.Choice {
+		t.Helper()
+		code, stdout, stderr := runCLI(t, append([]string{"select", "--config", cfg, "--log-format", "json"}, args...)...)
+		if code != exitOK {
+			t.Fatalf("select %v: exit %d\n%s", args, code, stderr)
+		}
+		var ch catalogue.Choice
+		if err := json.Unmarshal([]byte(stdout), &ch); err != nil {
+			t.Fatal(err)
+		}
+		return ch
+	}
+	if ch := selectJSON("pandas", "--requires", "pandas>=1.5,<2"); ch.Checkpoint == "" || ch.PassedOver != nil || ch.ImageLacks != nil {
+		t.Errorf("select pandas with pandas>=1.5,<2: %+v, want a checkpoint that holds pandas %s", ch, pandas)
+	}
+	ch := selectJSON("pandas", "--requires", "pandas>=2", "--requires", "numpy")
+	passed := map[string]string{}
+	for _, p := range ch.PassedOver {
+		passed[p.Checkpoint] = p.Why
+	}
+	if ch.Checkpoint == holder || passed[holder] != fmt.Sprintf("holds pandas %s loaded, not pandas>=2", pandas) ||
+		!slices.Equal(ch.ImageLacks, []string{"pandas>=2: the image has pandas " + pandas}) {
+		t.Errorf("select pandas with pandas>=2: %+v, want %s passed over", ch, holder)
+	}
+	code, stdout, _ := runCLI(t, "select", "--config", cfg, "pandas", "--requires", "pandas>=2")
+	if code != exitOK || !strings.Contains(stdout, "passed over "+holder+": holds pandas "+pandas+" loaded, not pandas>=2\n") || !strings.Contains(stdout, "not in the image: pandas>=2: the image has pandas "+pandas) {
+		t.Errorf("select's text output, exit %d:\n%s", code, stdout)
+	}
+	// A bad requirement names the flag; one with commas is one requirement.
+	if code, _, stderr := runCLI(t, "select", "--config", cfg, "pandas", "--requires", "pandas=>2"); code != exitUsage || !strings.Contains(stderr, `invalid value "pandas=>2" for flag --requires`) {
+		t.Errorf("select --requires pandas=>2: exit %d\n%s", code, stderr)
 	}
 }
 

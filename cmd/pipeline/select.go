@@ -10,21 +10,47 @@ import (
 	"strings"
 
 	"readie.dev/pipeline/pkg/catalogue"
+	"readie.dev/pipeline/pkg/pyreq"
 )
 
 type selectCmd struct {
-	config configFlag
-	out    outFlag
+	config   configFlag
+	out      outFlag
+	requires requiresFlag
 }
 
-func (*selectCmd) Name() string  { return "select" }
-func (*selectCmd) Usage() string { return "select [flags] NAME,NAME..." }
+// requiresFlag is --requires, one pip requirement per flag, repeatable; never split on commas
+// (pandas>=2.1,<3 is one requirement).
+type requiresFlag []pyreq.Requirement
+
+func (r *requiresFlag) String() string {
+	var parts []string
+	for _, req := range *r {
+		parts = append(parts, req.String())
+	}
+	return strings.Join(parts, " ")
+}
+
+func (r *requiresFlag) Set(s string) error {
+	req, err := pyreq.ParseRequirement(s)
+	if err != nil {
+		return err
+	}
+	*r = append(*r, req)
+	return nil
+}
+
+func (*selectCmd) Name() string { return "select" }
+func (*selectCmd) Usage() string {
+	return "select [flags] NAME,NAME... [--requires 'pandas>=2.1,<3' ...]"
+}
 func (*selectCmd) Synopsis() string {
 	return "say where a request that imports NAMES should start (a checkpoint of the output, or cold) and why"
 }
 func (c *selectCmd) SetFlags(fs *flag.FlagSet) {
 	c.config.register(fs)
 	c.out.register(fs)
+	fs.Var(&c.requires, "requires", "a pip requirement the request needs (pandas>=2.1,<3), one per flag, repeatable: a checkpoint holding another version loaded is passed over")
 }
 
 // names are the request's imports: comma-separated, in one argument or several.
@@ -72,7 +98,7 @@ func (c *selectCmd) Execute(ctx context.Context, con *console, args []string) er
 	if err != nil {
 		return usageError{fmt.Errorf("%s: %w", path, err)}
 	}
-	ch := r.Select(c.names(args))
+	ch := r.SelectFor(c.names(args), c.requires)
 	if con.json {
 		return writeJSON(con.stdout, ch)
 	}
@@ -81,5 +107,11 @@ func (c *selectCmd) Execute(ctx context.Context, con *console, args []string) er
 		where = "restore " + ch.Checkpoint
 	}
 	fmt.Fprintf(con.stdout, "%s: predicted %.0f ms (cold %.0f ms)\n%s\n", where, ch.PredictedMs, ch.ColdMs, ch.Why)
+	for _, p := range ch.PassedOver {
+		fmt.Fprintf(con.stdout, "passed over %s: %s\n", p.Checkpoint, p.Why)
+	}
+	for _, lack := range ch.ImageLacks {
+		fmt.Fprintf(con.stdout, "not in the image: %s\n", lack)
+	}
 	return nil
 }

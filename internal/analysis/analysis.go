@@ -20,8 +20,9 @@ import (
 // FileName is the analysis's name in an output directory.
 const FileName = "analysis.json"
 
-// Version is the version of analysis.json this package reads and writes.
-const Version = 1
+// Version is the version of analysis.json this package writes. Version 2 added packages (the
+// image's distributions, and each module's); version 1 is read too.
+const Version = 2
 
 // ErrInvalid wraps every problem of an analysis.
 var ErrInvalid = errors.New("invalid analysis")
@@ -38,6 +39,9 @@ type File struct {
 	// Host holds what was measured of this host besides the modules (absent in analyses
 	// written before it was measured).
 	Host *Host `json:"host,omitempty"`
+	// Packages are the image's distributions, PEP 503 normalized name to version, from its
+	// own metadata (importlib.metadata in a sandbox of the image); absent in version 1.
+	Packages map[string]string `json:"packages,omitempty"`
 }
 
 // Host is what the analysis measured of the host and the image besides the modules: the cost
@@ -90,11 +94,15 @@ type Entry struct {
 	// lacks (see pkg/catalogue), so a module shared by two closures is paid once.
 	OwnMs  float64 `json:"own_ms"`
 	OwnMiB float64 `json:"own_mib"`
+	// Packages are the distributions that provide Module's top-level package
+	// (importlib.metadata.packages_distributions), name to version: none for the standard
+	// library and modules no distribution declares.
+	Packages map[string]string `json:"packages,omitempty"`
 }
 
 // module is the catalogue's view of an entry.
 func (e Entry) module() catalogue.Module {
-	return catalogue.Module{Available: e.Available, ImportMs: e.ImportMs, MiB: e.MiB, OwnMs: e.OwnMs, OwnMiB: e.OwnMiB, Closure: e.Closure}
+	return catalogue.Module{Available: e.Available, ImportMs: e.ImportMs, MiB: e.MiB, OwnMs: e.OwnMs, OwnMiB: e.OwnMiB, Closure: e.Closure, Packages: e.Packages}
 }
 
 // Modules returns the analysed modules, one per distinct Module of the entries.
@@ -124,8 +132,11 @@ func (f *File) Index(model catalogue.CostModel) (*catalogue.Index, error) {
 func (f *File) Validate() error {
 	var problems []error
 	add := func(format string, args ...any) { problems = append(problems, fmt.Errorf(format, args...)) }
-	if f.Version != Version {
-		add("version %d: this reader knows %d", f.Version, Version)
+	if f.Version < 1 || f.Version > Version {
+		add("version %d: this reader knows 1 to %d", f.Version, Version)
+	}
+	if err := catalogue.CheckPackages(f.Packages); err != nil {
+		add("packages: %w", err)
 	}
 	for _, s := range f.Stdlib {
 		if !catalogue.IsModuleName(s) {
@@ -216,7 +227,7 @@ func (h *Host) check() error {
 
 func sameFigures(a, b Entry) bool {
 	return a.Available == b.Available && a.ImportMs == b.ImportMs && a.MiB == b.MiB &&
-		a.OwnMs == b.OwnMs && a.OwnMiB == b.OwnMiB && slices.Equal(a.Closure, b.Closure)
+		a.OwnMs == b.OwnMs && a.OwnMiB == b.OwnMiB && slices.Equal(a.Closure, b.Closure) && maps.Equal(a.Packages, b.Packages)
 }
 
 // Parse reads and validates an analysis.

@@ -71,6 +71,10 @@ var codeDigest = func() string {
 	return filedigest.OfBytes([]byte("analyze/1\n" + importCode + "\n" + resolveScript))
 }()
 
+// packagesDigest names the code that reads the image's distributions: the "packages" entries
+// have their own, so that adding them left every measurement cached before valid.
+var packagesDigest = filedigest.OfBytes([]byte("analyze-packages/1\n" + packagesScript))
+
 type analyzer struct {
 	o     Options
 	env   *run.Env
@@ -185,12 +189,17 @@ func (a *analyzer) run(ctx context.Context, names []string) (*analysis.File, *Re
 	if err != nil {
 		return nil, nil, err
 	}
+	pkgs, err := a.imagePackages(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
 	f := &analysis.File{
-		Version: analysis.Version,
-		Image:   analysis.Image{RootfsDigest: a.base.RootfsDigest, Runsc: a.base.RunscSHA256, SpecDigest: a.base.Spec, Runs: a.o.Runs},
-		Stdlib:  slices.Clone(res.stdlib),
-		Names:   map[string]analysis.Entry{},
-		Host:    host,
+		Version:  analysis.Version,
+		Image:    analysis.Image{RootfsDigest: a.base.RootfsDigest, Runsc: a.base.RunscSHA256, SpecDigest: a.base.Spec, Runs: a.o.Runs},
+		Stdlib:   slices.Clone(res.stdlib),
+		Names:    map[string]analysis.Entry{},
+		Host:     host,
+		Packages: pkgs.Distributions,
 	}
 	slices.Sort(f.Stdlib)
 	for _, name := range names {
@@ -211,11 +220,54 @@ func (a *analyzer) run(ctx context.Context, names []string) (*analysis.File, *Re
 			f.Names[m] = figures[m]
 		}
 	}
+	for name, e := range f.Names {
+		e.Packages = pkgs.of(e.Module)
+		f.Names[name] = e
+	}
 	rep.Modules = len(f.Modules())
 	if err := f.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("the analysis does not hold together (a bug): %w", err)
 	}
 	return f, rep, nil
+}
+
+// imagePackages reads the image's distributions and the top-level packages each provides, in
+// one sandbox of the image (never on the host: the image's metadata is its code's to read),
+// or from the cache. A CacheOnly analysis whose cache lacks them goes on without packages.
+func (a *analyzer) imagePackages(ctx context.Context) (imagePackages, error) {
+	k := a.base.of("packages")
+	k.Code = packagesDigest
+	p, fresh, err := lookup(a.cache, k, func() (imagePackages, error) {
+		box, err := a.starter(ctx)
+		if err != nil {
+			return imagePackages{}, err
+		}
+		out, runErr, err := box.runPython(ctx, "packages", packagesScript, nil)
+		if err != nil {
+			return imagePackages{}, err
+		}
+		p, err := decodePackages(out)
+		if err != nil {
+			return imagePackages{}, fmt.Errorf("reading the image's packages: %w", errors.Join(err, runErr))
+		}
+		return p, nil
+	})
+	if errors.Is(err, errNotCached) {
+		// A cache written before packages were read still answers for the figures; the
+		// analysis then says nothing of packages (the router checks no requirement on them).
+		a.log.Debug("analyze: the image's packages are not in the analysis cache: left out")
+		return imagePackages{}, nil
+	}
+	if err != nil {
+		return imagePackages{}, err
+	}
+	if fresh {
+		a.log.WithFields(logrus.Fields{"distributions": len(p.Distributions)}).Info("analyze: the image's packages")
+		for where, why := range p.Errors {
+			a.log.WithField("distribution", where).Warnf("analyze: its metadata is not readable, left out: %s", why)
+		}
+	}
+	return p, nil
 }
 
 // resolvedNames is what the name probe told: each name's module, the image's standard library,

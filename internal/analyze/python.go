@@ -2,10 +2,12 @@ package analyze
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
 
+	"readie.dev/pipeline/pkg/catalogue"
 	"readie.dev/pipeline/pkg/measure"
 )
 
@@ -129,3 +131,76 @@ for name in sys.argv[1:]:
         why = (type(e).__name__ + ": " + str(e)).replace("\n", " ")[:300]
     print("= " + name + (" 1 " if found else " 0 ") + why, flush=True)
 `
+
+// packagesScript runs as `python3 -c` in a sandbox of the image: it prints, on one line after
+// "packages ", the image's distributions (PEP 503 normalized name to version; the first on
+// sys.path wins, as an import would find it) and the distributions that provide each top-level
+// package (importlib.metadata.packages_distributions), from the image's own metadata. A
+// distribution whose metadata cannot be read is named in "errors".
+const packagesScript = `import importlib.metadata as md, json, re
+def norm(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+dists, errors = {}, {}
+for d in md.distributions():
+    try:
+        name = d.metadata["Name"]
+        if not name:
+            continue
+        if norm(name) not in dists:
+            dists[norm(name)] = d.version
+    except Exception as e:
+        errors[str(getattr(d, "_path", "?"))] = (type(e).__name__ + ": " + str(e))[:300]
+tops = {}
+for top, names in md.packages_distributions().items():
+    tops[top] = sorted({norm(n) for n in names if n and norm(n) in dists})
+print("packages " + json.dumps({"distributions": dists, "top_level": tops, "errors": errors}, sort_keys=True), flush=True)
+`
+
+// imagePackages is what packagesScript reports.
+type imagePackages struct {
+	Distributions map[string]string   `json:"distributions"`
+	TopLevel      map[string][]string `json:"top_level"`
+	Errors        map[string]string   `json:"errors,omitempty"`
+}
+
+// decodePackages reads packagesScript's output. A distribution whose name or version the
+// catalogue would refuse (white space in a version, say) is left out and named in Errors.
+func decodePackages(out string) (imagePackages, error) {
+	for line := range strings.Lines(out) {
+		report, ok := strings.CutPrefix(strings.TrimSpace(line), "packages ")
+		if !ok {
+			continue
+		}
+		var p imagePackages
+		if err := json.Unmarshal([]byte(report), &p); err != nil || p.Distributions == nil {
+			return imagePackages{}, fmt.Errorf("the image's packages are not readable: %.200q (%v)", report, err)
+		}
+		for name, v := range p.Distributions {
+			if err := catalogue.CheckPackages(map[string]string{name: v}); err != nil {
+				delete(p.Distributions, name)
+				if p.Errors == nil {
+					p.Errors = map[string]string{}
+				}
+				p.Errors[name] = err.Error()
+			}
+		}
+		return p, nil
+	}
+	return imagePackages{}, errors.New(`the packages probe printed no "packages" line`)
+}
+
+// of is the distributions that provide module's top-level package, name to version (nil for
+// none).
+func (p imagePackages) of(module string) map[string]string {
+	top, _, _ := strings.Cut(module, ".")
+	var out map[string]string
+	for _, name := range p.TopLevel[top] {
+		if v, ok := p.Distributions[name]; ok {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[name] = v
+		}
+	}
+	return out
+}

@@ -258,7 +258,7 @@ func drawRequests(o CorpusOptions, router *catalogue.Router, x *run.VerifiedOutp
 				continue
 			}
 		}
-		ch := router.Select(r.Imports)
+		ch := router.SelectFor(r.Imports, r.Packages)
 		if len(ch.Unavailable) > 0 || len(ch.Unknown) > 0 {
 			unservable++
 			continue

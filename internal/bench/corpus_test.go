@@ -157,3 +157,45 @@ func TestCorpusSummaryAndBenchfmt(t *testing.T) {
 		t.Errorf("chart: %v", err)
 	}
 }
+
+// A request's packages route it: the pandas checkpoint holds pandas 1.5.3, so a request that
+// needs pandas>=2 is replayed on the next best start (the empty checkpoint), one that does not
+// on the pandas checkpoint.
+func TestDrawRequestsPackages(t *testing.T) {
+	c := &catalogue.Catalogue{
+		Version:   catalogue.Version,
+		CostModel: catalogue.CostModel{InterceptMs: 130, AlphaMsPerMiB: 1.5, ColdStartMs: 400, EmptyMiB: 8},
+		Modules: map[string]catalogue.Module{
+			"numpy":  {Available: true, OwnMs: 200, OwnMiB: 9.5, ImportMs: 200, MiB: 9.5, Closure: []string{"numpy"}},
+			"pandas": {Available: true, OwnMs: 700, OwnMiB: 21, ImportMs: 900, MiB: 31, Closure: []string{"numpy", "pandas"}},
+		},
+		Checkpoints: []catalogue.Checkpoint{
+			{ID: "empty", Imports: []string{}, Closure: []string{}, ImageMiB: 8, RestoreMedianMs: 150},
+			{ID: "pandas", Imports: []string{"pandas"}, Closure: []string{"numpy", "pandas"}, ImageMiB: 40, RestoreMedianMs: 190,
+				Packages: map[string]string{"pandas": "1.5.3", "numpy": "1.24.2"}},
+		},
+	}
+	r, err := catalogue.NewRouter(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := &run.VerifiedOutput{Out: "/out", Manifest: &manifest.Manifest{Checkpoints: []manifest.Checkpoint{{ID: "empty", Dir: "empty"}, {ID: "pandas", Dir: "pandas"}}}}
+	cor, err := corpus.Parse(strings.NewReader(`{"imports": ["pandas"], "packages": ["pandas>=2"]}
+{"imports": ["pandas"], "packages": ["pandas<2"]}
+{"imports": ["pandas"]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	trials, _, _, err := drawRequests(CorpusOptions{Corpus: cor, Sample: 3, Part: PartAll}, r, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	choice := map[int]string{}
+	for _, tr := range trials {
+		choice[tr.req.Line] = tr.req.Choice
+	}
+	if want := map[int]string{1: "empty", 2: "pandas", 3: "pandas"}; fmt.Sprint(choice) != fmt.Sprint(want) {
+		t.Errorf("choices by line %v, want %v", choice, want)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"strconv"
 
 	"readie.dev/pipeline/pkg/catalogue"
+	"readie.dev/pipeline/pkg/pyreq"
 )
 
 // ErrInvalid wraps every problem of a corpus.
@@ -37,6 +38,9 @@ type Request struct {
 	// matplotlib.pyplot, or a name imported from one such as sklearn.svm.SVC), in the order
 	// given, each once. Empty: the request needs only the interpreter.
 	Imports []string
+	// Packages are the distributions the request needs, as pip requirements (pandas>=2.1,<3),
+	// in the order given: a start whose loaded versions do not satisfy one is never chosen.
+	Packages []pyreq.Requirement
 	// Weight is how often the request occurs (default 1); it may be fractional.
 	Weight float64
 	// Line is the line of the file where the request starts, from 1.
@@ -64,7 +68,8 @@ func Load(path string) (*Corpus, error) {
 
 // Parse reads a corpus: JSON Lines, one object per line ({"imports": [...], "weight": 3}; blank
 // lines are skipped), or one JSON array of such objects, told apart by the first byte that is
-// not white space. Keys other than imports and weight are ignored. Every problem is an error
+// not white space; packages ({"imports": ["pandas"], "packages": ["pandas>=2.1,<3"]}) are pip
+// requirement strings. Other keys are ignored. Every problem is an error
 // wrapping ErrInvalid that names the line; a corpus without requests is an error.
 func Parse(r io.Reader) (*Corpus, error) {
 	br := bufio.NewReaderSize(r, 64<<10)
@@ -259,6 +264,13 @@ func (p *parser) request(raw []byte) (Request, error) {
 		req.Imports = append(req.Imports, interned)
 	}
 	req.Imports = slices.Clip(req.Imports)
+	if packages, ok := fields["packages"]; ok {
+		reqs, err := parsePackages(packages)
+		if err != nil {
+			return Request{}, err
+		}
+		req.Packages = reqs
+	}
 	if w, ok := fields["weight"]; ok {
 		if kind := jsonKind(w); kind != "a number" {
 			return Request{}, fmt.Errorf("weight is %s, not a number", kind)
@@ -273,6 +285,30 @@ func (p *parser) request(raw []byte) (Request, error) {
 		req.Weight = v
 	}
 	return req, nil
+}
+
+// parsePackages reads a request's packages: a list of pip requirement strings.
+func parsePackages(raw []byte) ([]pyreq.Requirement, error) {
+	if kind := jsonKind(raw); kind != "a list" {
+		return nil, fmt.Errorf("packages is %s, not a list of requirements (such as \"pandas>=2.1,<3\")", kind)
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, fmt.Errorf("packages: %w", err)
+	}
+	out := make([]pyreq.Requirement, 0, len(items))
+	for i, item := range items {
+		var s string
+		if jsonKind(item) != "a string" || json.Unmarshal(item, &s) != nil {
+			return nil, fmt.Errorf("packages[%d] is %s, not a requirement string", i, jsonKind(item))
+		}
+		r, err := pyreq.ParseRequirement(s)
+		if err != nil {
+			return nil, fmt.Errorf("packages[%d]: %w", i, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 // importsError says which item of a list that is not a list of strings is wrong.

@@ -43,6 +43,30 @@ func TestParseFormats(t *testing.T) {
 	}
 }
 
+// TestParsePackages reads a request's pip requirements beside its imports.
+func TestParsePackages(t *testing.T) {
+	c, err := Parse(strings.NewReader(`{"imports": ["pandas", "seaborn"], "packages": ["pandas>=2.1,<3", "numpy==1.26.*", "Scikit_Learn ~= 1.4"]}
+{"imports": ["numpy"], "packages": []}
+{"imports": ["numpy"]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range c.Requests[0].Packages {
+		got = append(got, r.Key()+" "+r.String())
+	}
+	if want := []string{"pandas pandas>=2.1,<3", "numpy numpy==1.26.*", "scikit-learn Scikit_Learn~=1.4"}; !slices.Equal(got, want) {
+		t.Errorf("packages %q, want %q", got, want)
+	}
+	if p := c.Requests[0].Packages[0]; !p.Allows("2.2.3+dfsg") || p.Allows("1.5.3") {
+		t.Errorf("%s: want 2.2.3+dfsg in and 1.5.3 out", p)
+	}
+	if len(c.Requests[1].Packages) != 0 || c.Requests[2].Packages != nil {
+		t.Errorf("requests without packages: %+v", c.Requests[1:])
+	}
+}
+
 func TestParseErrorsNameTheLine(t *testing.T) {
 	for _, tc := range []struct{ name, input, want string }{
 		{"empty", "", "no requests"},
@@ -70,6 +94,12 @@ func TestParseErrorsNameTheLine(t *testing.T) {
 		{"array not closed", "[{\"imports\": []}", "not closed"},
 		{"data after array", "[{\"imports\": []}]\n{\"imports\": []}", "line 2: data after the array"},
 		{"line too long", `{"imports": ["` + strings.Repeat("a", MaxLineBytes) + `"]}`, "line 1: longer than"},
+		{"packages a string", `{"imports": [], "packages": "pandas>=2"}`, "line 1: packages is a string, not a list"},
+		{"packages not strings", `{"imports": [], "packages": ["numpy", 2]}`, "line 1: packages[1] is a number, not a requirement"},
+		{"bad specifier", "{\"imports\": []}\n{\"imports\": [\"pandas\"], \"packages\": [\"numpy\", \"pandas=>2\"]}", `line 2: packages[1]: invalid requirement: "=>2"`},
+		{"wildcard on >=", `{"imports": [], "packages": ["numpy>=1.26.*"]}`, "line 1: packages[0]: invalid requirement"},
+		{"no name", "[\n{\"imports\": [], \"packages\": [\">=2\"]}]", "line 2: packages[0]: invalid requirement"},
+		{"extras", `{"imports": [], "packages": ["pandas[excel]"]}`, "extras"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse(strings.NewReader(tc.input))

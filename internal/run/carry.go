@@ -296,7 +296,7 @@ func (c *carrier) finish(w *setWork) error {
 	if err := c.store.Use(w.sp.Key, w.sp.ID); err != nil {
 		c.log.WithField("set", w.sp.ID).WithError(err).Warn("could not record the store entry's use")
 	}
-	w.c.Bytes, w.c.CapturedAt, w.c.CPUCheck = w.meta.Bytes(), w.meta.CapturedAt, w.meta.CPUCheck
+	w.c.Bytes, w.c.CapturedAt, w.c.CPUCheck, w.c.Packages = w.meta.Bytes(), w.meta.CapturedAt, w.meta.CPUCheck, w.meta.Packages
 	w.done = true
 	return nil
 }

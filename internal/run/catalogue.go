@@ -29,13 +29,15 @@ type CatalogueInputs struct {
 	Model *catalogue.CostModel
 	// Predicted is the planned image size of each set, by id.
 	Predicted map[string]float64
+	// Packages are the image's distributions (nil: unknown).
+	Packages map[string]string
 	// From says where the modules came from, for the log.
 	From string
 }
 
 // FromAnalysis are the inputs an analysis gives.
 func FromAnalysis(a *analysis.File, from string) CatalogueInputs {
-	in := CatalogueInputs{Modules: a.Modules(), From: from}
+	in := CatalogueInputs{Modules: a.Modules(), From: from, Packages: a.Packages}
 	if h := a.Host; h != nil {
 		in.Model = &catalogue.CostModel{InterceptMs: h.InterceptMs, AlphaMsPerMiB: h.AlphaMsPerMiB, ColdStartMs: h.ColdStartMs, EmptyMiB: h.EmptyMiB}
 	}
@@ -44,7 +46,7 @@ func FromAnalysis(a *analysis.File, from string) CatalogueInputs {
 
 // FromCatalogue are the inputs an earlier catalogue gives (a source of a merge or a pull).
 func FromCatalogue(c *catalogue.Catalogue, from string) CatalogueInputs {
-	in := CatalogueInputs{Modules: c.Modules, From: from, Predicted: map[string]float64{}}
+	in := CatalogueInputs{Modules: c.Modules, From: from, Predicted: map[string]float64{}, Packages: c.Packages}
 	model := c.CostModel
 	in.Model = &model
 	for _, cp := range c.Checkpoints {
@@ -82,7 +84,7 @@ func BuildCatalogue(m *manifest.Manifest, in CatalogueInputs) (*catalogue.Catalo
 	if modules == nil {
 		modules = map[string]catalogue.Module{}
 	}
-	c := &catalogue.Catalogue{Version: catalogue.Version, Modules: modules, Checkpoints: []catalogue.Checkpoint{}}
+	c := &catalogue.Catalogue{Version: catalogue.Version, Modules: modules, Checkpoints: []catalogue.Checkpoint{}, Packages: in.Packages}
 	var sizes []float64
 	for _, cp := range m.Checkpoints {
 		if !slices.Contains(sizes, mib(cp.Bytes)) {
@@ -116,7 +118,7 @@ func BuildCatalogue(m *manifest.Manifest, in CatalogueInputs) (*catalogue.Catalo
 		entry := catalogue.Checkpoint{
 			ID: cp.ID, Imports: slices.Clone(cp.Imports), Closure: x.Names(loaded),
 			ImageMiB: round2(mib(cp.Bytes)), RestoreMedianMs: cp.RestoreMS.Median,
-			PredictedMiB: round2(in.Predicted[cp.ID]),
+			PredictedMiB: round2(in.Predicted[cp.ID]), Packages: cp.Packages,
 		}
 		if entry.Imports == nil {
 			entry.Imports = []string{}
@@ -222,6 +224,9 @@ func mergeCatalogueInputs(sources []mergeSource) (CatalogueInputs, error) {
 		}
 		if in.Model == nil {
 			in.Model = from.Model
+		}
+		if in.Packages == nil {
+			in.Packages = from.Packages
 		}
 	}
 	return in, nil

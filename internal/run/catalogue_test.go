@@ -25,7 +25,8 @@ func testManifest() *manifest.Manifest {
 		AlphaMsPerMiB: 1.5, InterceptMs: 130,
 		Checkpoints: []manifest.Checkpoint{
 			{ID: "empty", Imports: []string{}, Bytes: 8 * mebi, RestoreMS: manifest.Stats{Median: 150}},
-			{ID: "pandas", Imports: []string{"pandas"}, Bytes: 40 * mebi, RestoreMS: manifest.Stats{Median: 190}},
+			{ID: "pandas", Imports: []string{"pandas"}, Bytes: 40 * mebi, RestoreMS: manifest.Stats{Median: 190},
+				Packages: map[string]string{"pandas": "1.5.3", "numpy": "1.24.2"}},
 		},
 	}
 }
@@ -42,7 +43,8 @@ func testAnalysis() *analysis.File {
 			"pandas": {Module: "pandas", Available: true, ImportMs: 900, MiB: 31, OwnMs: 700, OwnMiB: 21.5, Closure: []string{"numpy", "pandas"}},
 			"torch":  {Module: "torch", Error: "no module named torch"},
 		},
-		Host: &analysis.Host{ColdStartMs: 400, EmptyMiB: 8, InterceptMs: 200, AlphaMsPerMiB: 4, RestoreSets: []string{"empty", "pandas"}},
+		Host:     &analysis.Host{ColdStartMs: 400, EmptyMiB: 8, InterceptMs: 200, AlphaMsPerMiB: 4, RestoreSets: []string{"empty", "pandas"}},
+		Packages: map[string]string{"pandas": "1.5.3", "numpy": "1.24.2"},
 	}
 }
 
@@ -75,6 +77,14 @@ func TestBuildCatalogue(t *testing.T) {
 	}
 	if ch := r.Select([]string{"pandas.DataFrame", "numpy"}); ch.Checkpoint != "pandas" || ch.PredictedMs != 190 {
 		t.Errorf("select %+v", ch)
+	}
+	// Packages: each checkpoint's from the manifest, the image's from the analysis, and kept
+	// by a catalogue rebuilt from this one (measure, merge, pull).
+	if p.Packages["pandas"] != "1.5.3" || c.Packages["numpy"] != "1.24.2" || c.Checkpoints[0].Packages != nil {
+		t.Errorf("packages: pandas %v, image %v, empty %v", p.Packages, c.Packages, c.Checkpoints[0].Packages)
+	}
+	if again, err := BuildCatalogue(m, FromCatalogue(c, "test")); err != nil || again.Packages["pandas"] != "1.5.3" || again.Checkpoints[1].Packages["numpy"] != "1.24.2" {
+		t.Errorf("rebuilt: %+v, %v", again, err)
 	}
 
 	// With one image size the manifest has no line: analyze's serves.

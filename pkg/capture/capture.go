@@ -21,6 +21,7 @@ import (
 	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/internal/filedigest"
 	"readie.dev/pipeline/internal/sandboxes"
+	"readie.dev/pipeline/pkg/catalogue"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/runsc"
 	"readie.dev/pipeline/pkg/sandbox"
@@ -32,6 +33,10 @@ const Marker = "readie-executor: checkpoint begin"
 // CPUCheckPrefix starts the line on which the executor reports its CPU check (one JSON object,
 // manifest.CPUCheck), before Marker, when a capture has a CPU baseline.
 const CPUCheckPrefix = "readie-executor: cpu-check "
+
+// PackagesPrefix starts the line on which the executor reports the distributions it holds
+// loaded after its imports (readie_executor/packages.py), before Marker.
+const PackagesPrefix = "readie-executor: packages "
 
 // CPUBaselineEnv tells the executor the baseline to check against (gVisor names, commas).
 const CPUBaselineEnv = "READIE_CPU_BASELINE"
@@ -161,6 +166,10 @@ func (req Request) evidence(stdout []byte, fingerprint string) (*manifest.Meta, 
 			return nil, err
 		}
 	}
+	var err error
+	if meta.Packages, err = loadedPackages(stdout); err != nil {
+		return nil, err
+	}
 	for _, name := range manifest.ImageFiles() {
 		size, sum, err := filedigest.Of(filepath.Join(req.Dir, name))
 		if err != nil {
@@ -188,6 +197,40 @@ func cpuCheck(stdout []byte) (*manifest.CPUCheck, error) {
 		return &check, nil
 	}
 	return nil, fmt.Errorf("the executor reported no CPU check (no %q on its stdout): does the image's executor predate it?", strings.TrimSpace(CPUCheckPrefix))
+}
+
+// loadedPackages reads the executor's packages report from its stdout: the distributions the
+// checkpoint holds loaded. One it could not read the version of is an error: a router would
+// take the checkpoint for one that holds no such distribution.
+func loadedPackages(stdout []byte) (map[string]string, error) {
+	for line := range strings.Lines(string(stdout)) {
+		report, ok := strings.CutPrefix(strings.TrimSpace(line), PackagesPrefix)
+		if !ok {
+			continue
+		}
+		var r struct {
+			Packages map[string]string `json:"packages"`
+			Errors   map[string]string `json:"errors"`
+			Error    string            `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(report), &r); err != nil {
+			return nil, fmt.Errorf("the executor's packages report is not readable: %.200q (%v)", report, err)
+		}
+		if r.Error != "" {
+			return nil, fmt.Errorf("the executor could not read the loaded packages: %s", r.Error)
+		}
+		if len(r.Errors) > 0 {
+			return nil, fmt.Errorf("the executor could not read the versions of loaded distributions: %v", r.Errors)
+		}
+		if err := catalogue.CheckPackages(r.Packages); err != nil {
+			return nil, fmt.Errorf("the executor's packages report: %w", err)
+		}
+		if r.Packages == nil {
+			r.Packages = map[string]string{}
+		}
+		return r.Packages, nil
+	}
+	return nil, fmt.Errorf("the executor reported no packages (no %q on its stdout): does the image's executor predate it?", strings.TrimSpace(PackagesPrefix))
 }
 
 // freshDir makes dir, which must be absent or empty: runsc refuses to save over image files.

@@ -3,6 +3,7 @@ package capture_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -188,6 +189,51 @@ func TestCPUCheck(t *testing.T) {
 			if slices.Contains(h.Features, f) {
 				t.Errorf("without the controls (CPUID faulting here): %s saw %s, a feature the mask names", place, f)
 			}
+		}
+	}
+}
+
+// TestPackages: meta.json names the distributions the checkpoint holds loaded and their
+// versions, as the image's metadata says (the directory names Debian installed, read here as
+// data): pandas brings numpy, python-dateutil, pytz and six; every checkpoint holds the executor's
+// cloudpickle; an empty set holds nothing else.
+func TestPackages(t *testing.T) {
+	rootfs := testenv.Rootfs(t)
+	installed := map[string]string{}
+	dirs, _ := filepath.Glob(filepath.Join(rootfs, "usr/lib/python3/dist-packages/*.egg-info"))
+	for _, d := range dirs {
+		name, version, _ := strings.Cut(strings.TrimSuffix(filepath.Base(d), ".egg-info"), "-")
+		installed[strings.ReplaceAll(strings.ToLower(name), "_", "-")] = version
+	}
+	rt := testenv.Runtime(t)
+	work := testenv.WorkDir(t)
+	for id, want := range map[string][]string{
+		"pandas": {"cloudpickle", "numpy", "pandas", "python-dateutil", "pytz", "six"},
+		"empty":  {"cloudpickle"},
+	} {
+		var imports []string
+		if id != "empty" {
+			imports = []string{id}
+		}
+		meta, err := capture.Run(context.Background(), rt, capture.Request{
+			ID: id, Imports: imports, Rootfs: rootfs, Dir: filepath.Join(work, id), WorkDir: work, Timeout: 2 * time.Minute,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantMap := map[string]string{}
+		for _, name := range want {
+			if installed[name] == "" {
+				t.Fatalf("the default image has no %s metadata directory: %v", name, installed)
+			}
+			wantMap[name] = installed[name]
+		}
+		if !maps.Equal(meta.Packages, wantMap) {
+			t.Errorf("%s: packages %v, want %v", id, meta.Packages, wantMap)
+		}
+		written, err := manifest.LoadMeta(filepath.Join(work, id, manifest.MetaFileName))
+		if err != nil || !maps.Equal(written.Packages, wantMap) {
+			t.Errorf("%s: meta.json packages %v, %v", id, written.Packages, err)
 		}
 	}
 }

@@ -1,24 +1,31 @@
 // Package catalogue holds catalogue.json, what a pipeline output publishes for routers: its
 // checkpoints (imports, closure, image size, measured restore time), the analysed modules
 // (import time, memory, closure) and the cost model; and Select, which picks for a request the
-// checkpoint, or a cold start, with the lowest predicted start cost. The planner prices with the
-// same Index and Pricer, so a plan and a router agree on what a request costs.
+// checkpoint, or a cold start, with the lowest predicted start cost, never a checkpoint whose
+// loaded distributions do not satisfy the request's package requirements (SelectFor). The
+// planner prices with the same Index and Pricer, so a plan and a router agree on what a
+// request costs.
 package catalogue
 
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"math"
 	"slices"
 	"strings"
+	"unicode"
 
 	"readie.dev/pipeline/internal/jsonfile"
+	"readie.dev/pipeline/pkg/pyreq"
 )
 
 // FileName is the catalogue's name in an output directory.
 const FileName = "catalogue.json"
 
-// Version is the version of catalogue.json this package reads and writes.
-const Version = 1
+// Version is the version of catalogue.json this package writes. Version 2 added packages (the
+// image's, each checkpoint's and each module's distributions); version 1 is read too.
+const Version = 2
 
 // ErrInvalid wraps every problem of a catalogue.
 var ErrInvalid = errors.New("invalid catalogue")
@@ -29,6 +36,9 @@ type Catalogue struct {
 	CostModel   CostModel         `json:"cost_model"`
 	Checkpoints []Checkpoint      `json:"checkpoints"`
 	Modules     map[string]Module `json:"modules"`
+	// Packages are the image's distributions, PEP 503 normalized name to version, as analyze
+	// found them in the image (absent without an analysis that recorded them).
+	Packages map[string]string `json:"packages,omitempty"`
 	// Prediction compares the predicted image sizes of planned checkpoints with their real
 	// ones (absent when no checkpoint was planned).
 	Prediction *Prediction `json:"prediction,omitempty"`
@@ -57,6 +67,10 @@ type Checkpoint struct {
 	PredictedMiB float64 `json:"predicted_mib,omitempty"`
 	// RestoreMedianMs is the median of its timed restores (0: not measured).
 	RestoreMedianMs float64 `json:"restore_median_ms"`
+	// Packages are the distributions its closure loaded, PEP 503 normalized name to version
+	// (2.2.3+dfsg), as the executor found them after its imports. A request that needs
+	// another version of one of them is never sent to it: a loaded module cannot be replaced.
+	Packages map[string]string `json:"packages,omitempty"`
 }
 
 // RestoreMs is the price of restoring c: its measured median when there is one, otherwise the
@@ -104,15 +118,19 @@ type Router struct {
 	index   *Index
 	pricer  *Pricer
 	options []Option
-	// ids and images name options[i] (the last option is the cold start: id "").
-	ids    []string
-	images []float64
+	// ids and images name options[i] (the last option is the cold start: id ""); packages are
+	// what each has loaded (none for the cold start).
+	ids      []string
+	images   []float64
+	packages []map[string]string
+	// image are the image's distributions (nil: unknown).
+	image map[string]string
 }
 
 // NewRouter validates c and compiles it for Select.
 func NewRouter(c *Catalogue) (*Router, error) {
-	if c.Version != Version {
-		return nil, fmt.Errorf("%w: version %d: this reader knows %d", ErrInvalid, c.Version, Version)
+	if c.Version < 1 || c.Version > Version {
+		return nil, fmt.Errorf("%w: version %d: this reader knows 1 to %d", ErrInvalid, c.Version, Version)
 	}
 	x, err := NewIndex(c.Modules, c.CostModel)
 	if err != nil {
@@ -133,10 +151,16 @@ func NewRouter(c *Catalogue) (*Router, error) {
 		if !finiteNonNegative(cp.ImageMiB) || !finiteNonNegative(cp.PredictedMiB) || !finiteNonNegative(cp.RestoreMedianMs) {
 			problems = append(problems, fmt.Errorf("%s: image_mib, predicted_mib and restore_median_ms must be finite numbers >= 0", where))
 		}
+		if err := CheckPackages(cp.Packages); err != nil {
+			problems = append(problems, fmt.Errorf("%s: packages: %w", where, err))
+		}
 		var errs []error
 		loaded[i], errs = cp.loaded(x, where)
 		problems = append(problems, errs...)
 		order = append(order, i)
+	}
+	if err := CheckPackages(c.Packages); err != nil {
+		problems = append(problems, fmt.Errorf("packages: %w", err))
 	}
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, errors.Join(problems...))
@@ -152,17 +176,36 @@ func NewRouter(c *Catalogue) (*Router, error) {
 		}
 		return strings.Compare(ca.ID, cb.ID)
 	})
-	r := &Router{index: x, pricer: x.Pricer()}
+	r := &Router{index: x, pricer: x.Pricer(), image: c.Packages}
 	for _, i := range order {
 		cp := c.Checkpoints[i]
 		r.options = append(r.options, Option{FixedMs: cp.RestoreMs(c.CostModel), Loaded: loaded[i]})
 		r.ids = append(r.ids, cp.ID)
 		r.images = append(r.images, cp.ImageMiB)
+		r.packages = append(r.packages, cp.Packages)
 	}
 	r.options = append(r.options, r.pricer.ColdOption())
 	r.ids = append(r.ids, "")
 	r.images = append(r.images, 0)
+	r.packages = append(r.packages, nil)
 	return r, nil
+}
+
+// CheckPackages checks a map of distributions to versions: each name PEP 503 normalized
+// (pyreq.NormalizeName), each version a non-empty string without white space (a version need
+// not be PEP 440: it is what the image's metadata says).
+func CheckPackages(packages map[string]string) error {
+	var problems []error
+	for _, name := range slices.Sorted(maps.Keys(packages)) {
+		v := packages[name]
+		if !pyreq.IsName(name) || pyreq.NormalizeName(name) != name {
+			problems = append(problems, fmt.Errorf("%q is not a normalized distribution name (%s)", name, pyreq.NormalizeName(name)))
+		}
+		if v == "" || len(v) > 256 || strings.ContainsFunc(v, unicode.IsSpace) {
+			problems = append(problems, fmt.Errorf("%s: version %q: want a non-empty string without white space", name, v))
+		}
+	}
+	return errors.Join(problems...)
 }
 
 // loaded is what the checkpoint holds loaded, of the index's modules: the closures of its
@@ -220,16 +263,65 @@ type Choice struct {
 	Modules     []string `json:"modules"`
 	Unknown     []string `json:"unknown,omitempty"`
 	Unavailable []string `json:"unavailable,omitempty"`
-	Why         string   `json:"why"`
+	// PassedOver are the checkpoints never considered because a distribution they hold loaded
+	// does not satisfy one of the request's packages, each with why.
+	PassedOver []PassedOver `json:"passed_over,omitempty"`
+	// ImageLacks are the request's packages the image itself does not satisfy (as analyze
+	// found its distributions), each with why: the worker must install them, or the request
+	// fails. A package a checkpoint does not hold loaded costs nothing either way.
+	ImageLacks []string `json:"image_lacks,omitempty"`
+	Why        string   `json:"why"`
+}
+
+// PassedOver is a checkpoint that a request's packages rule out.
+type PassedOver struct {
+	Checkpoint string `json:"checkpoint"`
+	Why        string `json:"why"`
 }
 
 // Select chooses where to start a request that imports names (modules, or names imported from
 // modules, as written in code): the option of lowest Cost among the catalogue's checkpoints and a
 // cold start. Ties go to the smaller image, then the lower id; cold loses ties.
-func (r *Router) Select(names []string) Choice {
+func (r *Router) Select(names []string) Choice { return r.SelectFor(names, nil) }
+
+// SelectFor is Select for a request that also needs packages: a checkpoint that holds loaded
+// a distribution whose version does not satisfy one of them is passed over (Choice.PassedOver
+// says why), since a loaded module cannot be replaced; one that does not load it is as good as
+// without the requirement (the worker installs it before the call). The cold start is never
+// ruled out. A requirement the image itself does not satisfy is reported in ImageLacks.
+func (r *Router) SelectFor(names []string, packages []pyreq.Requirement) Choice {
 	x, p := r.index, r.pricer
 	ch, need := r.resolve(names)
-	best, bestMs := p.Best(r.options, need)
+	ruledOut := make([]bool, len(r.options))
+	for i, held := range r.packages {
+		var why []string
+		for _, req := range packages {
+			if v, ok := held[req.Key()]; ok && !req.Allows(v) {
+				why = append(why, fmt.Sprintf("holds %s %s loaded, not %s", req.Key(), v, req))
+			}
+		}
+		if len(why) > 0 {
+			ruledOut[i] = true
+			ch.PassedOver = append(ch.PassedOver, PassedOver{Checkpoint: r.ids[i], Why: strings.Join(why, "; ")})
+		}
+	}
+	if r.image != nil {
+		for _, req := range packages {
+			switch v, ok := r.image[req.Key()]; {
+			case !ok:
+				ch.ImageLacks = append(ch.ImageLacks, fmt.Sprintf("%s: the image has no %s", req, req.Key()))
+			case !req.Allows(v):
+				ch.ImageLacks = append(ch.ImageLacks, fmt.Sprintf("%s: the image has %s %s", req, req.Key(), v))
+			}
+		}
+	}
+	// The cheapest option not ruled out; ties to the earliest, as Pricer.Best.
+	best, bestMs := -1, math.Inf(1)
+	for i, o := range r.options {
+		if ms := p.Cost(o, need); !ruledOut[i] && ms < bestMs {
+			best, bestMs = i, ms
+		}
+	}
 	o := r.options[best]
 	ch.Checkpoint = r.ids[best]
 	ch.Cold = ch.Checkpoint == ""
@@ -247,7 +339,7 @@ func (r *Router) Select(names []string) Choice {
 	// The runner-up, to say by how much the choice won.
 	second, secondMs := -1, 0.0
 	for i, opt := range r.options {
-		if i == best {
+		if i == best || ruledOut[i] {
 			continue
 		}
 		if ms := p.Cost(opt, need); second < 0 || ms < secondMs {
@@ -318,6 +410,12 @@ func (r *Router) why(ch *Choice, best, second int, secondMs float64) string {
 	}
 	if len(ch.Unknown) > 0 {
 		fmt.Fprintf(&why, "; %s not analysed (not priced)", strings.Join(ch.Unknown, ", "))
+	}
+	for _, p := range ch.PassedOver {
+		fmt.Fprintf(&why, "; passed over %s: %s", p.Checkpoint, p.Why)
+	}
+	for _, lack := range ch.ImageLacks {
+		fmt.Fprintf(&why, "; %s (the worker must install it)", lack)
 	}
 	return why.String()
 }

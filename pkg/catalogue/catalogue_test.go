@@ -3,10 +3,13 @@ package catalogue
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
 	"testing"
+
+	"readie.dev/pipeline/pkg/pyreq"
 )
 
 // stack is a small analysis whose costs are round numbers, so every optimum below is known by
@@ -141,6 +144,92 @@ func TestSelectSaysWhy(t *testing.T) {
 	}
 }
 
+// TestSelectPackages: a checkpoint that holds a distribution whose version does not satisfy a
+// request's requirement is passed over, naming why, for the next best (another checkpoint, or
+// cold); one that does not load it costs nothing; the image's own versions are reported.
+func TestSelectPackages(t *testing.T) {
+	pandas := pandasCP
+	pandas.Packages = map[string]string{"pandas": "1.5.3", "numpy": "1.24.2", "cloudpickle": "2.2.0"}
+	seaborn := seabornCP
+	seaborn.Packages = map[string]string{"pandas": "2.2.3+dfsg", "numpy": "1.26.4", "seaborn": "0.13.2", "cloudpickle": "2.2.0"}
+	empty := emptyCP
+	empty.Packages = map[string]string{"cloudpickle": "2.2.0"}
+	c := catalogue(model(), empty, pandas, seaborn)
+	c.Packages = map[string]string{"pandas": "2.2.3+dfsg", "numpy": "1.26.4", "seaborn": "0.13.2", "cloudpickle": "2.2.0"}
+	r, err := NewRouter(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := func(specs ...string) []pyreq.Requirement {
+		var out []pyreq.Requirement
+		for _, s := range specs {
+			req, err := pyreq.ParseRequirement(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, req)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name       string
+		imports    []string
+		packages   []string
+		want       string // checkpoint id, "" for cold
+		passedOver []string
+		imageLacks []string
+	}{
+		{"no requirement", []string{"pandas"}, nil, "pandas", nil, nil},
+		{"satisfied", []string{"pandas"}, []string{"pandas>=1.5,<3"}, "pandas", nil, nil},
+		// pandas 1.5.3 is loaded in "pandas": seaborn's checkpoint (230 + 0 ms) beats cold
+		// (150 + 400 ms) for the request.
+		{"passed over for another checkpoint", []string{"pandas"}, []string{"pandas>=2.1,<3"}, "seaborn", []string{"pandas"}, nil},
+		// Normalized names match: Pandas and pandas are one distribution.
+		{"name spelled otherwise", []string{"pandas"}, []string{"Pandas>=2.2"}, "seaborn", []string{"pandas"}, nil},
+		// Both checkpoints that hold pandas are out: the empty checkpoint (120 + 400 ms) beats
+		// cold (150 + 400 ms).
+		{"passed over for the empty checkpoint", []string{"pandas"}, []string{"pandas==3.*"}, "empty", []string{"pandas", "seaborn"}, []string{"pandas==3.*: the image has pandas 2.2.3+dfsg"}},
+		// cloudpickle is loaded everywhere, cold included: only cold is left.
+		{"every checkpoint out", []string{"numpy"}, []string{"cloudpickle>=3"}, "", []string{"empty", "pandas", "seaborn"}, []string{"cloudpickle>=3: the image has cloudpickle 2.2.0"}},
+		// A distribution no checkpoint loads costs nothing.
+		{"not loaded anywhere", []string{"pandas"}, []string{"requests>=2"}, "pandas", nil, []string{"requests>=2: the image has no requests"}},
+		// numpy alone: the empty checkpoint (120 + 100 ms) beats seaborn's (230 ms).
+		{"two requirements", []string{"numpy"}, []string{"numpy==1.26.*", "pandas>=2"}, "empty", []string{"pandas"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ch := r.SelectFor(tc.imports, reqs(tc.packages...))
+			var passed []string
+			for _, p := range ch.PassedOver {
+				passed = append(passed, p.Checkpoint)
+				if !strings.Contains(p.Why, "loaded, not ") || !strings.Contains(ch.Why, "passed over "+p.Checkpoint+": "+p.Why) {
+					t.Errorf("passed over %s: why %q; choice why %q", p.Checkpoint, p.Why, ch.Why)
+				}
+			}
+			slices.Sort(passed)
+			if ch.Checkpoint != tc.want || !slices.Equal(passed, tc.passedOver) || !slices.Equal(ch.ImageLacks, tc.imageLacks) {
+				t.Errorf("choice %q, passed over %v, image lacks %q; want %q, %v, %q\n%s", ch.Checkpoint, passed, ch.ImageLacks, tc.want, tc.passedOver, tc.imageLacks, ch.Why)
+			}
+		})
+	}
+	if ch := r.SelectFor([]string{"numpy"}, reqs("numpy==1.26.*", "pandas>=2")); ch.PassedOver[0].Why != "holds numpy 1.24.2 loaded, not numpy==1.26.*; holds pandas 1.5.3 loaded, not pandas>=2" {
+		t.Errorf("why %q", ch.PassedOver[0].Why)
+	}
+	if ch := r.SelectFor([]string{"pandas"}, reqs("pandas>=2.1,<3")); !strings.Contains(ch.Why, "passed over pandas: holds pandas 1.5.3 loaded, not pandas>=2.1,<3") {
+		t.Errorf("why %q", ch.Why)
+	}
+	// Without the image's distributions (no analysis recorded them), nothing is said of it.
+	c.Packages = nil
+	r, _ = NewRouter(c)
+	if ch := r.SelectFor([]string{"pandas"}, reqs("requests>=2")); ch.Checkpoint != "pandas" || ch.ImageLacks != nil {
+		t.Errorf("%+v", ch)
+	}
+	// A version 1 catalogue (no packages) is still read.
+	c.Version = 1
+	if _, err := NewRouter(c); err != nil {
+		t.Errorf("version 1: %v", err)
+	}
+}
+
 func TestInvalidCatalogues(t *testing.T) {
 	bad := func(edit func(c *Catalogue)) *Catalogue {
 		c := catalogue(model(), emptyCP, pandasCP)
@@ -152,7 +241,11 @@ func TestInvalidCatalogues(t *testing.T) {
 		cat  *Catalogue
 		want string
 	}{
-		{"version", bad(func(c *Catalogue) { c.Version = 2 }), "version 2"},
+		{"version", bad(func(c *Catalogue) { c.Version = Version + 1 }), fmt.Sprintf("version %d", Version+1)},
+		{"version 0", bad(func(c *Catalogue) { c.Version = 0 }), "version 0"},
+		{"package name not normalized", bad(func(c *Catalogue) { c.Checkpoints[1].Packages = map[string]string{"Scikit_Learn": "1.4"} }), `"Scikit_Learn" is not a normalized distribution name (scikit-learn)`},
+		{"package version empty", bad(func(c *Catalogue) { c.Packages = map[string]string{"pandas": ""} }), `pandas: version ""`},
+		{"module package", bad(func(c *Catalogue) { c.Modules["re"] = Module{Available: true, Packages: map[string]string{"a b": "1"}} }), `module re: packages: "a b"`},
 		{"bad id", bad(func(c *Catalogue) { c.Checkpoints[1].ID = "pan das" }), `"pan das": id`},
 		{"duplicate id", bad(func(c *Catalogue) { c.Checkpoints[1].ID = "empty" }), "duplicate id"},
 		{"unknown closure member", bad(func(c *Catalogue) { c.Checkpoints[1].Closure = []string{"torch"} }), `"torch" is not an available module`},

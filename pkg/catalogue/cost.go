@@ -58,6 +58,9 @@ type Module struct {
 	// Closure is the modules importing it leaves loaded (top-level modules outside the
 	// standard library, and other analysed modules), itself included.
 	Closure []string `json:"closure"`
+	// Packages are the distributions that provide it (its top-level package), PEP 503
+	// normalized name to version; none for the standard library and the image's loose modules.
+	Packages map[string]string `json:"packages,omitempty"`
 }
 
 // Validate checks the figures (finite, >= 0) and the closure's names.
@@ -78,6 +81,9 @@ func (m Module) Validate() error {
 	}
 	if !m.Available && len(m.Closure) > 0 {
 		problems = append(problems, errors.New("unavailable but has a closure"))
+	}
+	if err := CheckPackages(m.Packages); err != nil {
+		problems = append(problems, fmt.Errorf("packages: %w", err))
 	}
 	return errors.Join(problems...)
 }

@@ -94,6 +94,10 @@ type Checkpoint struct {
 	Smoke        Smoke     `json:"smoke"`
 	// CPUCheck is what the capture saw of the CPU from inside the sandbox (with a baseline).
 	CPUCheck *CPUCheck `json:"cpu_check,omitempty"`
+	// Packages are the distributions the checkpoint holds loaded, PEP 503 normalized name to
+	// version ({"pandas": "2.2.3+dfsg"}), as the executor read them after its imports (absent
+	// in checkpoints captured before it did).
+	Packages map[string]string `json:"packages,omitempty"`
 }
 
 // Manifest describes a whole output directory.
@@ -152,6 +156,10 @@ type Meta struct {
 	MeasuredWith *Measured `json:"measured_with,omitempty"`
 	// CPUCheck is what the capture saw of the CPU from inside the sandbox (with a baseline).
 	CPUCheck *CPUCheck `json:"cpu_check,omitempty"`
+	// Packages are the distributions the checkpoint holds loaded, PEP 503 normalized name to
+	// version ({"pandas": "2.2.3+dfsg"}), as the executor read them after its imports (absent
+	// in checkpoints captured before it did).
+	Packages map[string]string `json:"packages,omitempty"`
 }
 
 // Bytes is the total size of the checkpoint's image files.

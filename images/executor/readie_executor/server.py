@@ -7,7 +7,7 @@ import sys
 import time
 import warnings
 
-from . import calls, checkpoint, cpucheck, protocol, settings as settings_mod
+from . import calls, checkpoint, cpucheck, packages, protocol, settings as settings_mod
 
 EXIT_OK = 0
 EXIT_SETTINGS = 2
@@ -117,6 +117,10 @@ def main():
             started = time.monotonic()
             print(cpucheck.report(cpucheck.parse_baseline(baseline)), flush=True)
             log(f"cpu check in {(time.monotonic() - started) * 1000:.1f} ms")
+        # The distributions the checkpoint will hold loaded, read in a child interpreter.
+        started = time.monotonic()
+        print(packages.report(), flush=True)
+        log(f"packages read in {(time.monotonic() - started) * 1000:.1f} ms")
         print(f"{checkpoint.MARKER} imports={','.join(cfg.preimport)}", flush=True)
         try:
             result = checkpoint.trigger()

@@ -11,7 +11,7 @@ import types
 import unittest
 import warnings
 
-from readie_executor import checkpoint, cpucheck, server
+from readie_executor import checkpoint, cpucheck, packages, server
 from tests.test_executor import run_executor
 
 # This machine's CPUID words (AMD EPYC, family 0x19 model 0x11), as the sandbox read them.
@@ -182,7 +182,8 @@ class ExecutorTest(unittest.TestCase):
         self.assertEqual(result.returncode, 4, result.stderr)
         lines = result.stdout.splitlines()
         self.assertTrue(lines[0].startswith(cpucheck.REPORT_PREFIX), lines)
-        self.assertTrue(lines[1].startswith(checkpoint.MARKER), lines)
+        self.assertTrue(lines[1].startswith(packages.REPORT_PREFIX), lines)
+        self.assertTrue(lines[2].startswith(checkpoint.MARKER), lines)
         self.assertIn(json.loads(lines[0][len(cpucheck.REPORT_PREFIX):])["verdict"], ("enforced", "libraries"))
 
     def test_no_report_without_a_baseline(self):
