@@ -143,9 +143,11 @@ func RemoveDead(parent string) ([]string, error) {
 // does (name is being made, or removed). Close the file to let go.
 func tryLock(parent, name string) (*os.File, error) {
 	path := filepath.Join(parent, lockPrefix+name+lockSuffix)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	// O_NOFOLLOW: the cache is shared with strangers, and a symlink planted in a lock's place
+	// would have root create or open the file it names, anywhere.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 	if errors.Is(err, syscall.EWOULDBLOCK) {
