@@ -75,10 +75,13 @@ func Once(ctx context.Context, parent, name string, complete func(dir string) (b
 const (
 	lockPrefix, lockSuffix = ".", ".lock"
 	workPrefix             = ".tmp-"
+	prunedInfix            = "pruned-"
 )
 
-// workDirs lists the work directories of name in parent (.tmp-name-*), matched by prefix: a
-// glob would take name's own metacharacters.
+// workDirs lists the work directories of name in parent: .tmp-name-RAND (Once's) and
+// .tmp-name-pruned-RAND (Remove's), RAND holding no dash. Not by a glob or a bare prefix:
+// those would take name's metacharacters, or another name's work (.tmp-a-b-RAND is a-b's,
+// judged by a-b's lock, not a's).
 func workDirs(parent, name string) ([]string, error) {
 	entries, err := os.ReadDir(parent)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -89,7 +92,9 @@ func workDirs(parent, name string) ([]string, error) {
 	}
 	var dirs []string
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), workPrefix+name+"-") {
+		rest, ok := strings.CutPrefix(e.Name(), workPrefix+name+"-")
+		rest = strings.TrimPrefix(rest, prunedInfix)
+		if ok && rest != "" && !strings.Contains(rest, "-") {
 			dirs = append(dirs, filepath.Join(parent, e.Name()))
 		}
 	}
@@ -173,7 +178,7 @@ func Remove(dir string) (bool, error) {
 		return false, err
 	}
 	defer lock.Close()
-	aside, err := os.MkdirTemp(parent, workPrefix+name+"-pruned-")
+	aside, err := os.MkdirTemp(parent, workPrefix+name+"-"+prunedInfix)
 	if err != nil {
 		return false, err
 	}

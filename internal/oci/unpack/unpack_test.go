@@ -668,3 +668,35 @@ func TestRemoveDeadFollowsNoLockSymlink(t *testing.T) {
 		t.Fatalf("Once followed the planted lock symlink: %s exists (%v)", target, statErr)
 	}
 }
+
+// TestRemoveDeadJudgesEachNameByItsOwnLock: the work directories of a name that another name
+// starts with (a-b, beside a) are a-b's, judged by a-b's lock: a sweep that finds a's lock free
+// must leave the work directory of a run making a-b now.
+func TestRemoveDeadJudgesEachNameByItsOwnLock(t *testing.T) {
+	parent := t.TempDir()
+	dead := filepath.Join(parent, ".tmp-a-1")
+	if err := os.Mkdir(dead, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(parent, ".a.lock"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	building, proceed, done := make(chan string), make(chan struct{}), make(chan error, 1)
+	go func() {
+		_, _, err := Once(context.Background(), parent, "a-b", func(string) (bool, error) { return false, nil }, func(tmp string) error {
+			building <- tmp
+			<-proceed
+			return nil
+		}, logrus.New())
+		done <- err
+	}()
+	live := <-building
+	removed, err := RemoveDead(parent)
+	close(proceed)
+	if err := <-done; err != nil {
+		t.Fatalf("the run making a-b: %v", err)
+	}
+	if err != nil || len(removed) != 1 || removed[0] != dead {
+		t.Fatalf("RemoveDead = %v, %v; want only %s (a-b's %s is being made)", removed, err, dead, live)
+	}
+}
