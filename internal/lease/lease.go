@@ -140,7 +140,7 @@ func (l *Lease) Hold(dir string) error {
 // lockNew creates (or opens) path, locks it and checks that path still names the locked
 // file. It returns nil, nil when a sweeper took the file away: try again.
 func lockNew(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600) // O_CLOEXEC: Go sets it
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600) // O_CLOEXEC: Go sets it
 	if err != nil {
 		return nil, fmt.Errorf("lease: %w", err)
 	}
@@ -211,7 +211,10 @@ func (l *Lease) TakeOver(dir, id string) (*Claim, error) {
 func takeOver(dir, id string, opened func()) (*Claim, error) {
 	path := lockPath(dir, id)
 	for range holdAttempts {
-		f, err := os.OpenFile(path, os.O_RDWR, 0) // never O_CREAT: it is not ours to create
+		// Never O_CREAT: it is not ours to create. O_NOFOLLOW: a symlink in its place is no
+		// run's lock, and opening what it names (a device, another program's lock) as root is
+		// a stranger's choice.
+		f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NOFOLLOW, 0)
 		if errors.Is(err, fs.ErrNotExist) {
 			return &Claim{ID: id, path: path}, nil
 		}

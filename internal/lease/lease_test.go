@@ -378,3 +378,47 @@ func TestRemoveDeadDirsInADirectoryNamedLikeAGlob(t *testing.T) {
 		t.Fatalf("a live run's directory in %s was removed: %v", other, err)
 	}
 }
+
+// TestTakeOverFollowsNoSymlink: a shared directory is shared with strangers; one who plants a
+// run's lock file as a symlink (beside a leftover of that run, so that a sweep judges it) must
+// not have a sweeper open, as root, the file it points to (a device, another program's lock).
+// Such a file is no run's lock: no judgement, an error naming it, and the leftover stays.
+func TestTakeOverFollowsNoSymlink(t *testing.T) {
+	dir, outside := t.TempDir(), t.TempDir()
+	target := filepath.Join(outside, "someone-elses.lock")
+	if err := os.WriteFile(target, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	id := mustNew(t).ID()
+	if err := os.MkdirAll(filepath.Join(dir, RunsDir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, lockPath(dir, id)); err != nil {
+		t.Fatal(err)
+	}
+	leftover := filepath.Join(dir, ".pending-"+id+"-1")
+	if err := os.Mkdir(leftover, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	claim, err := mustNew(t).TakeOver(dir, id)
+	if claim != nil {
+		defer claim.Release()
+		f, openErr := os.Open(target)
+		if openErr != nil {
+			t.Fatal(openErr)
+		}
+		defer f.Close()
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+			t.Fatalf("TakeOver locked %s, the file a planted symlink names", target)
+		}
+	}
+	if claim != nil || err == nil || !strings.Contains(err.Error(), lockPath(dir, id)) {
+		t.Fatalf("TakeOver of a symlinked lock = %+v, %v; want an error naming it", claim, err)
+	}
+	if removed, err := mustNew(t).RemoveDeadDirs(dir, ".pending-"); len(removed) != 0 || err == nil {
+		t.Errorf("RemoveDeadDirs = %v, %v; want the leftover left and an error", removed, err)
+	}
+	if _, err := os.Lstat(leftover); err != nil {
+		t.Errorf("the leftover judged by a symlink was removed: %v", err)
+	}
+}

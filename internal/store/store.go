@@ -189,6 +189,9 @@ type Pending struct {
 	Dir   string
 	store *Store
 	key   string
+	// found, when set, runs when Commit's rename found an entry in place, before Commit looks
+	// at it: where other runs may remove or replace it (a test's step function).
+	found func()
 }
 
 const pendingPrefix = ".pending-"
@@ -268,13 +271,19 @@ func (p *Pending) Commit(meta *manifest.Meta) (*manifest.Meta, error) {
 		if !errors.Is(err, fs.ErrExist) && !errors.Is(err, errNotEmpty) {
 			return nil, err
 		}
+		if p.found != nil {
+			p.found()
+		}
 		// Another run got there first: keep its entry unless it is shown corrupt.
 		theirs, lookupErr := p.store.Lookup(p.key)
 		if lookupErr == nil && theirs != nil {
 			p.Abort()
 			return theirs, nil
 		}
-		if lookupErr != nil && !errors.Is(lookupErr, ErrCorrupt) {
+		if lookupErr == nil {
+			continue // gone since (a prune, another run's RemoveCorrupt): nothing to judge
+		}
+		if !errors.Is(lookupErr, ErrCorrupt) {
 			return nil, fmt.Errorf("store: commit %s: the entry there cannot be read: %w", final, lookupErr)
 		}
 		if _, err := p.store.RemoveCorrupt(lookupErr); err != nil {

@@ -490,3 +490,32 @@ func TestRemoveCorruptLeavesAGoodEntry(t *testing.T) {
 		t.Errorf("left %v", pending)
 	}
 }
+
+// TestCommitAfterTheEntryInPlaceWent: Commit finds another run's entry in place, and before it
+// looks at it that entry goes (a prune, or another run's RemoveCorrupt moving it aside). There
+// is then nothing to keep or remove: Commit must put its own entry in place, not fail.
+func TestCommitAfterTheEntryInPlaceWent(t *testing.T) {
+	s := newStore(t)
+	key := baseInputs().Key()
+	dir, _ := s.Path(key)
+	first, meta := pendingWith(t, s, key, "one ")
+	if _, err := first.Commit(meta); err != nil {
+		t.Fatal(err)
+	}
+	other := &Store{Dir: s.Dir, Lease: newLease(t)}
+	p, meta := pendingWith(t, other, key, "two ")
+	p.found = func() {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := p.Commit(meta); err != nil {
+		t.Fatalf("Commit after the entry in place went: %v", err)
+	}
+	if m, err := s.Lookup(key); m == nil || err != nil {
+		t.Fatalf("Lookup after the commit = %v, %v; want the committed entry", m, err)
+	}
+	if data, _ := os.ReadFile(filepath.Join(dir, "pages.img")); string(data) != "two pages.img" {
+		t.Errorf("the entry holds %q, want the second commit's", data)
+	}
+}

@@ -75,10 +75,13 @@ func Once(ctx context.Context, parent, name string, complete func(dir string) (b
 const (
 	lockPrefix, lockSuffix = ".", ".lock"
 	workPrefix             = ".tmp-"
+	prunedInfix            = "pruned-"
 )
 
-// workDirs lists the work directories of name in parent (.tmp-name-*), matched by prefix: a
-// glob would take name's own metacharacters.
+// workDirs lists the work directories of name in parent: .tmp-name-RAND (Once's) and
+// .tmp-name-pruned-RAND (Remove's), RAND holding no dash. Not by a glob or a bare prefix:
+// those would take name's metacharacters, or another name's work (.tmp-a-b-RAND is a-b's,
+// judged by a-b's lock, not a's).
 func workDirs(parent, name string) ([]string, error) {
 	entries, err := os.ReadDir(parent)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -89,7 +92,9 @@ func workDirs(parent, name string) ([]string, error) {
 	}
 	var dirs []string
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), workPrefix+name+"-") {
+		rest, ok := strings.CutPrefix(e.Name(), workPrefix+name+"-")
+		rest = strings.TrimPrefix(rest, prunedInfix)
+		if ok && rest != "" && !strings.Contains(rest, "-") {
 			dirs = append(dirs, filepath.Join(parent, e.Name()))
 		}
 	}
@@ -143,9 +148,11 @@ func RemoveDead(parent string) ([]string, error) {
 // does (name is being made, or removed). Close the file to let go.
 func tryLock(parent, name string) (*os.File, error) {
 	path := filepath.Join(parent, lockPrefix+name+lockSuffix)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	// O_NOFOLLOW: the cache is shared with strangers, and a symlink planted in a lock's place
+	// would have root create or open the file it names, anywhere.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 	if errors.Is(err, syscall.EWOULDBLOCK) {
@@ -171,7 +178,7 @@ func Remove(dir string) (bool, error) {
 		return false, err
 	}
 	defer lock.Close()
-	aside, err := os.MkdirTemp(parent, workPrefix+name+"-pruned-")
+	aside, err := os.MkdirTemp(parent, workPrefix+name+"-"+prunedInfix)
 	if err != nil {
 		return false, err
 	}

@@ -640,3 +640,63 @@ func TestUnpackOnceRecordsItsUse(t *testing.T) {
 		t.Error("LastUse of a directory with no record says it is an unpacked image")
 	}
 }
+
+// TestRemoveDeadFollowsNoLockSymlink: the rootfs cache is shared with strangers; one who plants
+// .NAME.lock as a symlink (and a .tmp-NAME-* directory, so that the sweep judges NAME) must not
+// have a run's sweep create or open the file it points to, as root, outside the cache.
+func TestRemoveDeadFollowsNoLockSymlink(t *testing.T) {
+	parent, outside := t.TempDir(), t.TempDir()
+	target := filepath.Join(outside, "planted")
+	if err := os.Symlink(target, filepath.Join(parent, ".x.lock")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(parent, ".tmp-x-1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	removed, err := RemoveDead(parent)
+	if _, statErr := os.Lstat(target); !errors.Is(statErr, fs.ErrNotExist) {
+		t.Fatalf("RemoveDead followed the planted lock symlink: %s exists (%v)", target, statErr)
+	}
+	if len(removed) != 0 || err == nil || !strings.Contains(err.Error(), ".x.lock") {
+		t.Errorf("RemoveDead = %v, %v; want nothing removed and an error naming the lock", removed, err)
+	}
+	if _, _, err := Once(context.Background(), parent, "x", func(string) (bool, error) { return false, nil },
+		func(string) error { return nil }, logrus.New()); err == nil {
+		t.Error("Once took a symlinked lock")
+	}
+	if _, statErr := os.Lstat(target); !errors.Is(statErr, fs.ErrNotExist) {
+		t.Fatalf("Once followed the planted lock symlink: %s exists (%v)", target, statErr)
+	}
+}
+
+// TestRemoveDeadJudgesEachNameByItsOwnLock: the work directories of a name that another name
+// starts with (a-b, beside a) are a-b's, judged by a-b's lock: a sweep that finds a's lock free
+// must leave the work directory of a run making a-b now.
+func TestRemoveDeadJudgesEachNameByItsOwnLock(t *testing.T) {
+	parent := t.TempDir()
+	dead := filepath.Join(parent, ".tmp-a-1")
+	if err := os.Mkdir(dead, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(parent, ".a.lock"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	building, proceed, done := make(chan string), make(chan struct{}), make(chan error, 1)
+	go func() {
+		_, _, err := Once(context.Background(), parent, "a-b", func(string) (bool, error) { return false, nil }, func(tmp string) error {
+			building <- tmp
+			<-proceed
+			return nil
+		}, logrus.New())
+		done <- err
+	}()
+	live := <-building
+	removed, err := RemoveDead(parent)
+	close(proceed)
+	if err := <-done; err != nil {
+		t.Fatalf("the run making a-b: %v", err)
+	}
+	if err != nil || len(removed) != 1 || removed[0] != dead {
+		t.Fatalf("RemoveDead = %v, %v; want only %s (a-b's %s is being made)", removed, err, dead, live)
+	}
+}
