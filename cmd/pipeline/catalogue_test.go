@@ -206,8 +206,31 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &ch); err != nil {
 		t.Fatal(err)
 	}
-	if ch.Cold || len(ch.Import) != 0 || ch.PredictedMs <= 0 || ch.Why == "" {
+	// Which start wins depends on the restore and cold times measured in this run, and a
+	// loaded machine can make a restore slower than a cold start: judge the choice by the
+	// catalogue's own figures, then restore the set that holds the request either way.
+	planned := plan.Sets[0].ID
+	var held *catalogue.Checkpoint
+	for i := range cat.Checkpoints {
+		if cat.Checkpoints[i].ID == planned {
+			held = &cat.Checkpoints[i]
+		}
+	}
+	if held == nil {
+		t.Fatalf("the catalogue has no checkpoint %s", planned)
+	}
+	restoreMs := held.RestoreMs(cat.CostModel)
+	switch {
+	case ch.PredictedMs <= 0 || ch.Why == "":
+		t.Fatalf("select %v: %+v, want a priced choice that says why", want, ch)
+	case ch.Cold && restoreMs < ch.ColdMs:
+		t.Fatalf("select %v chose a cold start (%.0f ms) over %s (restore %.0f ms): %+v", want, ch.ColdMs, planned, restoreMs, ch)
+	case !ch.Cold && len(ch.Import) != 0:
 		t.Fatalf("select %v: %+v, want a checkpoint that holds them", want, ch)
+	}
+	t.Logf("select %v: %s (%s: restore %.0f ms; cold %.0f ms)", want, ch.Why, planned, restoreMs, ch.ColdMs)
+	if ch.Cold {
+		ch.Checkpoint = planned
 	}
 	restoreAndCheck(t, cfg, out, m, ch)
 
