@@ -18,6 +18,7 @@ GOTEST_FLAGS ?= -race -timeout 30m
 # Defined before any rule names it: make expands a prerequisite list when it reads the rule,
 # so a later definition leaves the prerequisite empty (and benchstat never installed).
 BENCHSTAT := $(CACHE)/bin/benchstat
+STATICCHECK := $(CACHE)/bin/staticcheck
 
 export READIE_RUNSC := $(RUNSC)
 export READIE_ROOTFS := $(abspath $(ROOTFS))
@@ -30,7 +31,7 @@ build:
 	go build -o $(PIPELINE) ./cmd/pipeline
 
 # Host packages the tests and the image build need; installed only when missing.
-deps:
+deps: $(STATICCHECK)
 	@missing=""; \
 	for p in mmdebstrap python3-cloudpickle tzdata docker-registry skopeo bc curl; do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
@@ -57,9 +58,10 @@ image: deps runsc build
 capture: deps runsc image build
 	$(PIPELINE) capture --config pipeline.yaml --out out
 
-lint:
-	@test -z "$$(gofmt -l cmd pkg internal)" || { echo "gofmt needed:"; gofmt -l cmd pkg internal; exit 1; }
+lint: $(STATICCHECK)
+	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	go vet ./...
+	$(STATICCHECK) ./...
 	go mod tidy -diff
 
 check-golden:
@@ -84,6 +86,10 @@ test: deps lint check-golden test-python test-go
 
 $(BENCHSTAT):
 	GOBIN=$(abspath $(dir $@)) go install golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
+
+# 2026.2.2: the first release that reads Go 1.26.
+$(STATICCHECK):
+	GOBIN=$(abspath $(dir $@)) go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 # Restore latency side by side on the default config (captures first), summarized by benchstat.
 bench: deps runsc image build $(BENCHSTAT)

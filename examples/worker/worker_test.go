@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,18 +20,11 @@ import (
 	"readie.dev/pipeline/pkg/runsc"
 )
 
-func goTool() string {
-	if path, err := exec.LookPath("go"); err == nil {
-		return path
-	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
-}
-
 // build compiles a main package of this module into dir.
 func build(t *testing.T, dir, pkg string) string {
 	t.Helper()
 	bin := filepath.Join(dir, filepath.Base(pkg))
-	cmd := exec.Command(goTool(), "build", "-o", bin, pkg)
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
 	cmd.Dir = "../.."
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
@@ -62,7 +54,7 @@ func privateRoot(t *testing.T, runscPath, dir string) string {
 // sandbox. The worker imports pkg/ only.
 func TestWorker(t *testing.T) {
 	runscPath, rootfs := testenv.RunscPath(t), testenv.Rootfs(t)
-	imports, err := exec.Command(goTool(), "list", "-f", `{{join .Imports " "}}`, ".").Output()
+	imports, err := exec.Command("go", "list", "-f", `{{join .Imports " "}}`, ".").Output()
 	if err != nil {
 		t.Fatal(err)
 	}
