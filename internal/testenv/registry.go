@@ -73,6 +73,7 @@ func StartRegistry(t testing.TB, auth bool) *Registry {
 	os.WriteFile(configPath, []byte(config), 0o600)
 	cmd := exec.Command(bin, "serve", configPath)
 	cmd.Stdout, cmd.Stderr = r, r
+	cmd.WaitDelay = 10 * time.Second // its log goes into memory: Wait must not wait for the pipe
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
