@@ -75,6 +75,7 @@ checkpoints:
 // the second measures nothing), plan-sets, capture --plan, the catalogue, Select's choice
 // restored and answering with the request's modules loaded, and a short corpus replay.
 func TestAnalyzePlanCaptureSelect(t *testing.T) {
+	t.Parallel()
 	dir := testenv.WorkDir(t)
 	cfg := catalogueConfig(t, dir)
 	out := filepath.Join(dir, "out")
@@ -418,6 +419,7 @@ func abs(v float64) float64 {
 // TestCorpusErrorsExit2 gives analyze, plan-sets and bench --corpus bad corpora: each exits 2
 // naming the line (or the emptiness) before it starts a sandbox, and changes nothing on disk.
 func TestCorpusErrorsExit2(t *testing.T) {
+	t.Parallel()
 	dir := testenv.WorkDir(t)
 	cfg := catalogueConfig(t, dir)
 	out := filepath.Join(dir, "out")

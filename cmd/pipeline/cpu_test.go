@@ -85,6 +85,7 @@ func withBaseline(t *testing.T, tc testConfig, baseline string) string {
 // check, and check-host warns but exits 0. A later run that demands enforcement refuses the
 // checkpoints it would reuse. A baseline the host lacks is refused before any sandbox.
 func TestCPUBaselineEnforcement(t *testing.T) {
+	t.Parallel()
 	host, faulting := cpuHost(t)
 	removed := widest(host)
 	dir := testenv.WorkDir(t)
@@ -186,6 +187,7 @@ func TestCPUBaselineEnforcement(t *testing.T) {
 // of other hosts, check-host names every missing feature and the differing cache line (exit 1),
 // says when it could not check the cache line, and reads the output from an image of push.
 func TestCheckHost(t *testing.T) {
+	t.Parallel()
 	host, _ := cpuHost(t)
 	dir := testenv.WorkDir(t)
 	cfg := smallOutput(t, dir)
@@ -264,6 +266,7 @@ func writeText(t *testing.T, dir, name, text string) string {
 // the same resulting baseline share keys (the second reuses the first's empty from the store)
 // and merge; a shard with another baseline is refused, the merge naming cpu.
 func TestBaselineShardsMerge(t *testing.T) {
+	t.Parallel()
 	host, faulting := cpuHost(t)
 	removed := widest(host)
 	base := minus(host.Features, removed...)

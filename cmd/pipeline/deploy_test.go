@@ -64,6 +64,7 @@ func shardCounts(lines [][]string) []string {
 // whose shard count equals its completions and whose pods are pinned to a machine family;
 // every pipeline command line parses.
 func TestKubernetesManifests(t *testing.T) {
+	t.Parallel()
 	files, _ := filepath.Glob("../../deploy/kubernetes/*.yaml")
 	if len(files) < 2 {
 		t.Fatalf("deploy/kubernetes holds %v", files)
@@ -129,6 +130,7 @@ func TestKubernetesManifests(t *testing.T) {
 // TestGitHubActionsWorkflow: every pipeline command line of the workflow parses, and the
 // capture job's matrix has as many shards as --shard says.
 func TestGitHubActionsWorkflow(t *testing.T) {
+	t.Parallel()
 	data, err := os.ReadFile("../../deploy/github-actions/checkpoints.yml")
 	if err != nil {
 		t.Fatal(err)
@@ -172,6 +174,7 @@ func TestGitHubActionsWorkflow(t *testing.T) {
 
 // TestPipelineCommandsCatchErrors: the check above fails on a bad command line.
 func TestPipelineCommandsCatchErrors(t *testing.T) {
+	t.Parallel()
 	for _, script := range []string{"pipeline capture --shard 3/3", "pipeline frobnicate", "bin/pipeline push", "pipeline merge a b", "pipeline capture --bogus"} {
 		lines := pipelineCommands(script)
 		if len(lines) != 1 {

@@ -40,20 +40,21 @@ func TestMain(m *testing.M) {
 type faultEnv struct {
 	dir, root, out string
 	rootfs, runsc  string
+	// tmp is the TMPDIR of the runs the test starts in processes of their own (env), and of
+	// its in-process runs after useTmp.
+	tmp string
 }
 
 func newFaultEnv(t *testing.T) *faultEnv {
 	t.Helper()
 	dir := testenv.WorkDir(t)
-	e := &faultEnv{dir: dir, root: filepath.Join(dir, "root"), out: filepath.Join(dir, "out"), rootfs: testenv.Rootfs(t), runsc: testenv.RunscPath(t)}
-	// A temporary directory of the test's own: the runs of other tests (other packages run at
-	// the same time) sweep the shared one's scratch directories of runs that died, which the
-	// tests of killed runs look for.
-	tmp := filepath.Join(dir, "t")
-	if err := os.Mkdir(tmp, 0o700); err != nil {
+	// A temporary directory of the test's own: the runs of other tests (other packages and
+	// parallel tests run at the same time) sweep the shared one's scratch directories of runs
+	// that died, which the tests of killed runs look for.
+	e := &faultEnv{dir: dir, root: filepath.Join(dir, "root"), out: filepath.Join(dir, "out"), rootfs: testenv.Rootfs(t), runsc: testenv.RunscPath(t), tmp: filepath.Join(dir, "t")}
+	if err := os.Mkdir(e.tmp, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("TMPDIR", tmp)
 	t.Cleanup(func() {
 		e.checkNoSandboxes(t)
 		if err := testenv.RemoveRunscRoot(e.root); err != nil {
@@ -61,6 +62,22 @@ func newFaultEnv(t *testing.T) *faultEnv {
 		}
 	})
 	return e
+}
+
+// useTmp makes e.tmp the TMPDIR of this process for the rest of the test, for a test whose
+// in-process runs must see the scratch directories of the runs it started (t.Setenv: the
+// test cannot run in parallel).
+func (e *faultEnv) useTmp(t *testing.T) {
+	t.Setenv("TMPDIR", e.tmp)
+}
+
+// env returns extra and TMPDIR=e.tmp: the environment of a run in a process of its own.
+func (e *faultEnv) env(extra map[string]string) map[string]string {
+	env := map[string]string{"TMPDIR": e.tmp}
+	for k, v := range extra {
+		env[k] = v
+	}
+	return env
 }
 
 // config writes a config for this environment; sets defaults to pandas.
@@ -95,7 +112,7 @@ func (e *faultEnv) runtime() *sandboxes.Runtime {
 func (e *faultEnv) waitForBlockedCapture(t *testing.T) string {
 	t.Helper()
 	id := testenv.WaitForSandbox(t, e.runtime(), "-block-capture-", 2*time.Minute)
-	testenv.WaitForBlocked(t, id, 2*time.Minute)
+	testenv.WaitForBlocked(t, e.tmp, id, 2*time.Minute)
 	return id
 }
 
@@ -126,6 +143,7 @@ func (e *faultEnv) checkOutputVerifies(t *testing.T, cfg string) {
 }
 
 func TestFaultImportFails(t *testing.T) {
+	t.Parallel()
 	e := newFaultEnv(t)
 	good := e.goodOutput(t)
 	cfg := e.config(t, "  - id: broken\n    imports: [json, not_a_module_readie]\n", "")
@@ -147,6 +165,7 @@ func TestFaultImportFails(t *testing.T) {
 // TestFailedRunKeepsItsFiles: without --clean-failed, the directory the failed run names holds
 // the failed set's logs and files, and the next run leaves it alone.
 func TestFailedRunKeepsItsFiles(t *testing.T) {
+	t.Parallel()
 	e := newFaultEnv(t)
 	good := e.goodOutput(t)
 	cfg := e.config(t, "  - id: broken\n    imports: [json, not_a_module_readie]\n", "")
@@ -180,12 +199,13 @@ func TestFailedRunKeepsItsFiles(t *testing.T) {
 // previous output. The limit is generous for the empty set that is captured first, on any
 // machine; the blocked set exceeds any limit.
 func TestFaultCaptureTimeout(t *testing.T) {
+	t.Parallel()
 	e := newFaultEnv(t)
 	good := e.goodOutput(t)
 	cfg := e.blockingConfig(t)
 	data, _ := os.ReadFile(cfg)
 	os.WriteFile(cfg, []byte(strings.Replace(string(data), "capture: 3m", "capture: 15s", 1)), 0o644)
-	p := startPipelineEnv(t, blockingEnv, "capture", "--config", cfg)
+	p := startPipelineEnv(t, e.env(blockingEnv), "capture", "--config", cfg)
 	p.drain()
 	code := p.wait(t, 3*time.Minute)
 	stderr := p.all.String()
@@ -207,6 +227,7 @@ func TestFaultCaptureTimeout(t *testing.T) {
 }
 
 func TestFaultCorruptImages(t *testing.T) {
+	t.Parallel()
 	e := newFaultEnv(t)
 	cfg := e.goodOutput(t)
 	for _, tc := range []struct{ file string }{{"checkpoint.img"}, {"pages.img"}} {
@@ -231,10 +252,11 @@ func TestFaultCorruptImages(t *testing.T) {
 }
 
 func TestFaultFullFileSystem(t *testing.T) {
+	t.Parallel()
 	e := newFaultEnv(t)
 	small := filepath.Join(e.dir, "small-fs")
 	os.MkdirAll(small, 0o755)
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=24m", "readie-test", small).CombinedOutput(); err != nil {
+	if out, err := testenv.Command(t, time.Minute, "mount", "-t", "tmpfs", "-o", "size=24m", "readie-test", small).CombinedOutput(); err != nil {
 		t.Fatalf("mount a small tmpfs: %v\n%s", err, out)
 	}
 	t.Cleanup(func() { exec.Command("umount", "-l", small).Run() })
@@ -274,7 +296,7 @@ func startPipeline(t *testing.T, args ...string) *process {
 func startPipelineEnv(t *testing.T, env map[string]string, args ...string) *process {
 	t.Helper()
 	p := &process{exited: make(chan struct{})}
-	p.cmd = exec.Command(os.Args[0], args...)
+	p.cmd = testenv.Command(t, 10*time.Minute, os.Args[0], args...)
 	p.cmd.Env = append(os.Environ(), "READIE_TEST_AS_PIPELINE=1")
 	for k, v := range env {
 		p.cmd.Env = append(p.cmd.Env, k+"="+v)
@@ -325,9 +347,10 @@ func (p *process) wait(t *testing.T, limit time.Duration) int {
 }
 
 func TestFaultSIGINTDuringCapture(t *testing.T) {
+	t.Parallel()
 	e := newFaultEnv(t)
 	good := e.goodOutput(t)
-	p := startPipelineEnv(t, blockingEnv, "capture", "--config", e.blockingConfig(t))
+	p := startPipelineEnv(t, e.env(blockingEnv), "capture", "--config", e.blockingConfig(t))
 	p.drain()
 	e.waitForBlockedCapture(t)
 	p.cmd.Process.Signal(syscall.SIGINT)
@@ -363,6 +386,7 @@ func TestFaultSIGINTDuringCapture(t *testing.T) {
 // sandbox of either worker left.
 func TestSignalInProcess(t *testing.T) {
 	e := newFaultEnv(t)
+	e.useTmp(t)
 	t.Setenv("PYTHONPATH", testenv.TestingPythonPath)
 	signals := make(chan os.Signal, 1)
 	var stderr bytes.Buffer
@@ -373,7 +397,7 @@ func TestSignalInProcess(t *testing.T) {
 	}()
 	e.waitForBlockedCapture(t)
 	second := testenv.WaitForSandbox(t, e.runtime(), "-block2-capture-", 2*time.Minute)
-	testenv.WaitForBlocked(t, second, 2*time.Minute)
+	testenv.WaitForBlocked(t, e.tmp, second, 2*time.Minute)
 	signals <- syscall.SIGTERM
 	select {
 	case code := <-exited:
@@ -407,8 +431,9 @@ func TestDispatchLeavesNoGoroutine(t *testing.T) {
 // the next run removes them, takes the lock over, and says so.
 func TestFaultSIGKILLLeftovers(t *testing.T) {
 	e := newFaultEnv(t)
+	e.useTmp(t) // the next run, in this process, sweeps the killed run's scratch directory
 	good := e.goodOutput(t)
-	p := startPipelineEnv(t, blockingEnv, "capture", "--config", e.blockingConfig(t))
+	p := startPipelineEnv(t, e.env(blockingEnv), "capture", "--config", e.blockingConfig(t))
 	p.drain()
 	left := e.waitForBlockedCapture(t)
 	run, ok := sandboxes.OwnerRun(left)
@@ -430,7 +455,7 @@ func TestFaultSIGKILLLeftovers(t *testing.T) {
 	if pending, _ := filepath.Glob(pendingPattern); len(pending) == 0 {
 		t.Fatal("the killed run left no pending entry in the store (its blocked capture writes one)")
 	}
-	scratch := filepath.Join(os.TempDir(), "readie-scratch-"+run+"-")
+	scratch := filepath.Join(e.tmp, "readie-scratch-"+run+"-")
 	code, _, stderr := runCLI(t, "smoke", "--config", good, "--only", "small")
 	if code != exitOK {
 		t.Fatalf("the next run: exit %d\n%s", code, stderr)
@@ -458,9 +483,10 @@ func TestFaultSIGKILLLeftovers(t *testing.T) {
 // TestFaultConcurrentRun: while one run holds the output (its capture blocks forever), a
 // second run refuses at once, naming the holder's pid, instead of waiting for the lock.
 func TestFaultConcurrentRun(t *testing.T) {
+	t.Parallel()
 	e := newFaultEnv(t)
 	good := e.goodOutput(t)
-	p := startPipelineEnv(t, blockingEnv, "capture", "--config", e.blockingConfig(t))
+	p := startPipelineEnv(t, e.env(blockingEnv), "capture", "--config", e.blockingConfig(t))
 	p.waitForLine(t, "capture: start") // the lock is taken before any capture starts
 	p.drain()
 	code, _, stderr := runCLI(t, "capture", "--config", good)
@@ -483,6 +509,7 @@ func TestFaultConcurrentRun(t *testing.T) {
 // and checks that no file under the output (images, meta.json, manifest, restore spec), the
 // lock file, and nothing the pipeline printed contains any of them.
 func TestNoSecretsInCheckpoints(t *testing.T) {
+	t.Parallel()
 	e := newFaultEnv(t)
 	marker := fmt.Sprintf("readie-canary-%d-%d", os.Getpid(), time.Now().UnixNano())
 	canaries := map[string]string{
@@ -495,7 +522,7 @@ func TestNoSecretsInCheckpoints(t *testing.T) {
 	cfg := e.config(t, "  - id: small\n    imports: [json, email.parser]\n", "")
 	data, _ := os.ReadFile(cfg)
 	os.WriteFile(cfg, []byte(strings.Replace(string(data), "  restore_flags:", "  checkpoint_options: {compression: none}\n  restore_flags:", 1)), 0o644)
-	p := startPipelineEnv(t, canaries, "capture", "--config", cfg, "-v")
+	p := startPipelineEnv(t, e.env(canaries), "capture", "--config", cfg, "-v")
 	p.drain()
 	if code := p.wait(t, 3*time.Minute); code != exitOK {
 		t.Fatalf("capture: exit %d\n%s", code, p.all.String())

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -41,7 +40,7 @@ func userImage(t *testing.T, dir string) v1.Image {
 	data, _ := os.ReadFile(filepath.Join(rootfs, manifest.RootfsInfoFile))
 	json.Unmarshal(data, &info)
 	base := filepath.Join(dir, "base.tar")
-	tarCmd := exec.Command("tar", "-C", rootfs, "-cf", base,
+	tarCmd := testenv.Command(t, 5*time.Minute, "tar", "-C", rootfs, "-cf", base,
 		"--exclude=./usr/lib/readie", "--exclude=."+info.SitePackages+"/readie_executor",
 		"--exclude=./usr/lib/python3/dist-packages/pandas", "--exclude=./usr/lib/python3/dist-packages/numpy", ".")
 	if out, err := tarCmd.CombinedOutput(); err != nil {
@@ -79,10 +78,11 @@ func userImage(t *testing.T, dir string) v1.Image {
 	return img
 }
 
-// planRootfs runs `pipeline plan --image REF` and returns the rootfs digest it would use.
-func planRootfs(t *testing.T, cfg, ref string) string {
+// planRootfs runs `pipeline plan --image REF` in a process of its own with env added and
+// returns the rootfs digest it would use.
+func planRootfs(t *testing.T, env map[string]string, cfg, ref string) string {
 	t.Helper()
-	code, stdout, stderr := runCLI(t, "plan", "--config", cfg, "--image", ref, "--log-format", "json")
+	code, stdout, stderr := runProcess(t, env, 5*time.Minute, "plan", "--config", cfg, "--image", ref, "--log-format", "json")
 	if code != exitOK {
 		t.Fatalf("plan --image %s: exit %d\n%s", ref, code, stderr)
 	}
@@ -98,7 +98,10 @@ func planRootfs(t *testing.T, cfg, ref string) string {
 // upper layer deleted; the manifest names the image; the same image through oci-layout:,
 // docker-archive: and a registry gives the same rootfs digest; a second capture unpacks nothing.
 func TestCaptureFromUserImage(t *testing.T) {
-	t.Setenv("XDG_CACHE_HOME", t.TempDir()) // the unpacked images go with the test
+	t.Parallel()
+	// The unpacked images go with the test: its runs are processes of their own, with a cache
+	// of the test's in their environment.
+	env := map[string]string{"XDG_CACHE_HOME": t.TempDir()}
 	dir := testenv.WorkDir(t)
 	img := userImage(t, dir)
 	p, err := layout.Write(filepath.Join(dir, "layout"), empty.Index)
@@ -111,7 +114,7 @@ func TestCaptureFromUserImage(t *testing.T) {
 	cfg := testConfig{runsc: testenv.RunscPath(t), root: runscRoot(t, dir), rootfs: testenv.Rootfs(t), output: filepath.Join(dir, "out"),
 		sets: "  - id: small\n    imports: [json, email.parser]\n"}.write(t)
 	ref := "oci-layout:" + filepath.Join(dir, "layout") + ":v1"
-	code, stdout, stderr := runCLI(t, "capture", "--config", cfg, "--image", ref)
+	code, stdout, stderr := runProcess(t, env, 5*time.Minute, "capture", "--config", cfg, "--image", ref)
 	if code != exitOK || !strings.Contains(stderr, "unpack: done") {
 		t.Fatalf("capture --image: exit %d\n%s%s", code, stdout, stderr)
 	}
@@ -143,7 +146,7 @@ func TestCaptureFromUserImage(t *testing.T) {
 	}
 
 	// Again: nothing is unpacked, every set is reused.
-	code, stdout, stderr = runCLI(t, "capture", "--config", cfg, "--image", ref)
+	code, stdout, stderr = runProcess(t, env, 5*time.Minute, "capture", "--config", cfg, "--image", ref)
 	if code != exitOK || strings.Contains(stderr, "unpack: done") || tableColumn(stdout, 1)["small"] != "reused" {
 		t.Fatalf("second capture: exit %d\n%s%s", code, stdout, stderr)
 	}
@@ -161,7 +164,7 @@ func TestCaptureFromUserImage(t *testing.T) {
 	}
 	want := m.Rootfs.Digest
 	for _, other := range []string{"docker-archive:" + archive, pushed.String()} {
-		if got := planRootfs(t, cfg, other); got != want {
+		if got := planRootfs(t, env, cfg, other); got != want {
 			t.Errorf("%s gives rootfs %s, the OCI layout %s", other, got, want)
 		}
 	}

@@ -22,6 +22,18 @@ type incrementalEnv struct {
 	out   string
 	store string
 	cfg   testConfig
+	// env, when set, is added to the environment of the runs, each then a process of its own
+	// (this process's environment is every parallel test's).
+	env map[string]string
+}
+
+// run runs the pipeline with e.env.
+func (e *incrementalEnv) run(args ...string) (int, string, string) {
+	e.t.Helper()
+	if e.env != nil {
+		return runProcess(e.t, e.env, 5*time.Minute, args...)
+	}
+	return runCLI(e.t, args...)
 }
 
 func newIncrementalEnv(t *testing.T) *incrementalEnv {
@@ -35,7 +47,7 @@ func newIncrementalEnv(t *testing.T) *incrementalEnv {
 // statuses runs a command and returns each set's status from the summary table.
 func (e *incrementalEnv) statuses(args ...string) map[string]string {
 	e.t.Helper()
-	code, stdout, stderr := runCLI(e.t, args...)
+	code, stdout, stderr := e.run(args...)
 	if code != exitOK {
 		e.t.Fatalf("%v: exit %d\n%s%s", args, code, stdout, stderr)
 	}
@@ -72,7 +84,7 @@ func (e *incrementalEnv) ids() []string {
 
 func (e *incrementalEnv) verify(cfg string) {
 	e.t.Helper()
-	if code, stdout, stderr := runCLI(e.t, "verify", "--config", cfg); code != exitOK {
+	if code, stdout, stderr := e.run("verify", "--config", cfg); code != exitOK {
 		e.t.Fatalf("verify: exit %d\n%s%s", code, stdout, stderr)
 	}
 }
@@ -80,7 +92,7 @@ func (e *incrementalEnv) verify(cfg string) {
 // plan returns `pipeline plan --log-format json`'s action per set, and the dropped sets.
 func (e *incrementalEnv) plan(args ...string) (map[string]string, map[string]string) {
 	e.t.Helper()
-	code, stdout, stderr := runCLI(e.t, append([]string{"plan", "--log-format", "json"}, args...)...)
+	code, stdout, stderr := e.run(append([]string{"plan", "--log-format", "json"}, args...)...)
 	if code != exitOK {
 		e.t.Fatalf("plan: exit %d\n%s", code, stderr)
 	}
@@ -133,6 +145,7 @@ func wantStatuses(t *testing.T, got map[string]string, want map[string]string) {
 // nothing changed, one set's imports changed, a per-set trigger with --set and --only, and a
 // change of a key input that every set shares.
 func TestIncrementalCapture(t *testing.T) {
+	t.Parallel()
 	e := newIncrementalEnv(t)
 	cfg := e.cfg.write(t)
 	wantStatuses(t, e.statuses("capture", "--config", cfg), map[string]string{"empty": "captured", "a": "captured", "b": "captured"})
@@ -200,14 +213,14 @@ func TestIncrementalCapture(t *testing.T) {
 	// sets it did not select are dropped, naming the part that changed.
 	text, _ := os.ReadFile(cfg)
 	os.WriteFile(cfg, []byte(strings.Replace(string(text), "checkpoints:", "pass_env: [READIE_TEST_KEY_PART]\ncheckpoints:", 1)), 0o644)
-	t.Setenv("READIE_TEST_KEY_PART", "one")
+	e.env = map[string]string{"READIE_TEST_KEY_PART": "one"}
 	wantStatuses(t, e.statuses("capture", "--config", cfg), map[string]string{"empty": "captured", "a": "captured", "b": "captured"})
-	t.Setenv("READIE_TEST_KEY_PART", "two")
+	e.env["READIE_TEST_KEY_PART"] = "two"
 	plan, dropped = e.plan("--config", cfg, "--only", "a")
 	if dropped["b"] != "changed since the output: pass_env" || !strings.Contains(plan["a"], "pass_env") {
 		t.Errorf("plan after a pass_env change: %v, dropped %v", plan, dropped)
 	}
-	code, stdout, stderr := runCLI(t, "capture", "--config", cfg, "--only", "a")
+	code, stdout, stderr := e.run("capture", "--config", cfg, "--only", "a")
 	if code != exitOK || !strings.Contains(stderr, "dropped from the output") || !strings.Contains(stderr, "set=b") {
 		t.Fatalf("exit %d; the run does not warn that b was dropped:\n%s%s", code, stdout, stderr)
 	}
@@ -232,6 +245,7 @@ func TestIncrementalCapture(t *testing.T) {
 // output linked to it) is found before reuse; the entry is removed and captured again, and
 // the output verifies.
 func TestCorruptStoreEntryIsRecaptured(t *testing.T) {
+	t.Parallel()
 	e := newIncrementalEnv(t)
 	cfg := e.cfg.write(t)
 	e.statuses("capture", "--config", cfg)
@@ -259,6 +273,7 @@ func TestCorruptStoreEntryIsRecaptured(t *testing.T) {
 // naming the entry and the error, goes on with the others, and leaves the entry as it is;
 // once it can be read again it is reused.
 func TestUnreadableStoreEntryIsKept(t *testing.T) {
+	t.Parallel()
 	e := newIncrementalEnv(t)
 	e.statuses("capture", "--config", e.cfg.write(t))
 	key := e.manifest().Checkpoints[1].Key
@@ -293,6 +308,7 @@ func TestUnreadableStoreEntryIsKept(t *testing.T) {
 // so both commit the same keys); both succeed, the store holds one entry per key and nothing
 // pending, and both outputs link to it.
 func TestConcurrentCapturesShareOneEntry(t *testing.T) {
+	t.Parallel()
 	e := newIncrementalEnv(t)
 	e.cfg.sets = "  - id: a\n    imports: [json]\n"
 	cfgs := []string{e.cfg.write(t)}
@@ -348,6 +364,7 @@ func TestConcurrentCapturesShareOneEntry(t *testing.T) {
 
 // TestSetFlagBadInput: a bad --set exits 2 and changes nothing.
 func TestSetFlagBadInput(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := testConfig{runsc: "/x", root: filepath.Join(dir, "root"), rootfs: "/f", output: filepath.Join(dir, "out")}.write(t)
 	for _, arg := range []string{"torch", "empty=json", "to/rch=json", "torch=", "torch=scikit-learn"} {
@@ -366,6 +383,7 @@ func TestSetFlagBadInput(t *testing.T) {
 // TestKeptTimingsUnderOtherSettings: when restore_runs (or the restore flags) changed since
 // kept timings were measured, plan and the summary say so and point at --remeasure.
 func TestKeptTimingsUnderOtherSettings(t *testing.T) {
+	t.Parallel()
 	e := newIncrementalEnv(t)
 	cfg := e.cfg.write(t) // restore_runs: 2
 	e.statuses("capture", "--config", cfg)

@@ -82,6 +82,7 @@ func runscRoot(t *testing.T, dir string) string {
 }
 
 func TestUsageErrorsExit2(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	file := filepath.Join(dir, "a-file")
 	os.WriteFile(file, []byte("x"), 0o644)
@@ -141,6 +142,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 }
 
 func TestOutputIsAFileExit2(t *testing.T) {
+	t.Parallel()
 	dir := testenv.WorkDir(t)
 	out := filepath.Join(dir, "out")
 	os.WriteFile(out, []byte("not a directory"), 0o644)
@@ -157,6 +159,7 @@ func TestOutputIsAFileExit2(t *testing.T) {
 // TestCaptureVerify runs the command end to end under real gVisor: capture pandas (and the
 // empty set), verify, then catch a changed byte in pages.img.
 func TestCaptureVerify(t *testing.T) {
+	t.Parallel()
 	dir := testenv.WorkDir(t)
 	root := runscRoot(t, dir)
 	out := filepath.Join(dir, "out")
@@ -229,6 +232,7 @@ func TestCaptureVerify(t *testing.T) {
 // TestBenchShort runs `pipeline bench` for real: 2 rounds, one set, with the variants and the
 // breakdown, and checks the table, bench.json and bench.svg.
 func TestBenchShort(t *testing.T) {
+	t.Parallel()
 	dir := testenv.WorkDir(t)
 	out := filepath.Join(dir, "out")
 	cfg := testConfig{runsc: testenv.RunscPath(t), root: runscRoot(t, dir), rootfs: testenv.Rootfs(t), output: out,
@@ -350,6 +354,7 @@ func TestBenchShort(t *testing.T) {
 // what its manifest records, whatever the config says now, and refuse (exit 2, naming the
 // field and both values) a runsc, rootfs or spec shape that differs from the manifest's.
 func TestExistingOutputRestoresAsRecorded(t *testing.T) {
+	t.Parallel()
 	dir := testenv.WorkDir(t)
 	out := filepath.Join(dir, "out")
 	tc := testConfig{runsc: testenv.RunscPath(t), root: runscRoot(t, dir), rootfs: testenv.Rootfs(t), output: out,
@@ -467,6 +472,7 @@ func flipByte(t *testing.T, path string, offset int64) {
 // TestBenchConfigVariants: the variants bench measures are the config's bench.variants: their
 // names, their flags, and an image captured for the one with checkpoint options.
 func TestBenchConfigVariants(t *testing.T) {
+	t.Parallel()
 	dir := testenv.WorkDir(t)
 	out := filepath.Join(dir, "out")
 	cfg := testConfig{runsc: testenv.RunscPath(t), root: runscRoot(t, dir), rootfs: testenv.Rootfs(t), output: out,

@@ -42,7 +42,7 @@ func (p *nsProcess) output() string {
 func startInNamespace(t *testing.T, env map[string]string, args ...string) *nsProcess {
 	t.Helper()
 	p := &nsProcess{exited: make(chan struct{})}
-	p.cmd = exec.Command("unshare", append([]string{"--pid", "--fork", "--kill-child", "--mount-proc", os.Args[0]}, args...)...)
+	p.cmd = testenv.Command(t, 10*time.Minute, "unshare", append([]string{"--pid", "--fork", "--kill-child", "--mount-proc", os.Args[0]}, args...)...)
 	p.cmd.Env = append(os.Environ(), "READIE_TEST_AS_PIPELINE=1")
 	for k, v := range env {
 		p.cmd.Env = append(p.cmd.Env, k+"="+v)
@@ -126,7 +126,7 @@ func (e *faultEnv) leftoversOf(t *testing.T, sandboxID string) runLeftovers {
 	}
 	l := runLeftovers{sandbox: sandboxID}
 	l.pending, _ = filepath.Glob(filepath.Join(e.dir, "store", ".pending-"+run+"-*"))
-	if m, _ := filepath.Glob(filepath.Join(os.TempDir(), "readie-scratch-"+run+"-*")); len(m) == 1 {
+	if m, _ := filepath.Glob(filepath.Join(e.tmp, "readie-scratch-"+run+"-*")); len(m) == 1 {
 		l.scratch = m[0]
 	}
 	if len(l.pending) == 0 || l.scratch == "" {
@@ -167,6 +167,7 @@ func (e *faultEnv) present(t *testing.T, l runLeftovers) []string {
 // runsc_command limit where runsc alone would wait two minutes.
 func TestRunsInOtherPidNamespaces(t *testing.T) {
 	e := newFaultEnv(t)
+	e.useTmp(t) // a run in this process sweeps beside the others
 	good := e.goodOutput(t)
 	blocking := func(out, id string) string {
 		path := testConfig{runsc: e.runsc, root: e.root, rootfs: e.rootfs, output: out,
@@ -177,10 +178,10 @@ func TestRunsInOtherPidNamespaces(t *testing.T) {
 	}
 	a := startInNamespace(t, blockingEnv, "capture", "--config", blocking(filepath.Join(e.dir, "out-a"), "blocka"))
 	idA := testenv.WaitForSandbox(t, e.runtime(), "-blocka-capture-", 2*time.Minute)
-	testenv.WaitForBlocked(t, idA, 2*time.Minute)
+	testenv.WaitForBlocked(t, e.tmp, idA, 2*time.Minute)
 	b := startInNamespace(t, blockingEnv, "capture", "--config", blocking(filepath.Join(e.dir, "out-b"), "blockb"))
 	idB := testenv.WaitForSandbox(t, e.runtime(), "-blockb-capture-", 2*time.Minute)
-	testenv.WaitForBlocked(t, idB, 2*time.Minute)
+	testenv.WaitForBlocked(t, e.tmp, idB, 2*time.Minute)
 	leftA, leftB := e.leftoversOf(t, idA), e.leftoversOf(t, idB)
 
 	// B swept when it began, while A lived; a run of this namespace sweeps now.

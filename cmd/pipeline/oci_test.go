@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -24,7 +23,7 @@ import (
 // is read once per process) with env added, and returns its exit code, stdout and stderr.
 func runProcess(t *testing.T, env map[string]string, limit time.Duration, args ...string) (int, string, string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
+	cmd := testenv.Command(t, limit+time.Minute, os.Args[0], args...) // the limit below says why first
 	cmd.Env = append(os.Environ(), "READIE_TEST_AS_PIPELINE=1")
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
@@ -59,7 +58,7 @@ func smallOutput(t *testing.T, dir string) string {
 
 func skopeo(t *testing.T, args ...string) string {
 	t.Helper()
-	out, err := exec.Command("skopeo", args...).CombinedOutput()
+	out, err := testenv.Command(t, 2*time.Minute, "skopeo", args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("skopeo %v: %v\n%s (make test installs Debian's skopeo)", args, err, out)
 	}
@@ -70,6 +69,7 @@ func skopeo(t *testing.T, args ...string) string {
 // client), pull it back from the registry and from skopeo's OCI layout; both verify and
 // restore. A second push of the unchanged output uploads no blob.
 func TestPushPull(t *testing.T) {
+	t.Parallel()
 	reg := testenv.StartRegistry(t, false)
 	dir := testenv.WorkDir(t)
 	cfg := smallOutput(t, dir)
@@ -134,6 +134,7 @@ func TestPushPull(t *testing.T) {
 // TestPullRefusesAnotherProtocol: an image of another executor protocol is refused with the
 // words a worker uses, and the output is not written.
 func TestPullRefusesAnotherProtocol(t *testing.T) {
+	t.Parallel()
 	dir := testenv.WorkDir(t)
 	cfg := smallOutput(t, dir)
 	img, _, err := output.Image(filepath.Join(dir, "out"), t.TempDir())
@@ -171,6 +172,7 @@ func pullRefused(t *testing.T, cfg, ref, pulled string, words ...string) {
 
 // TestPushUnreachableRegistry fails within the registry timeout, naming the host; exit 1.
 func TestPushUnreachableRegistry(t *testing.T) {
+	t.Parallel()
 	dir := testenv.WorkDir(t)
 	cfg := smallOutput(t, dir)
 	data, _ := os.ReadFile(cfg)
@@ -185,6 +187,7 @@ func TestPushUnreachableRegistry(t *testing.T) {
 // with them (a Docker config, as every client reads) push and pull work, and the password is
 // in no log line, output file, or layer of the pushed image.
 func TestRegistryAuth(t *testing.T) {
+	t.Parallel()
 	reg := testenv.StartRegistry(t, true)
 	dir := testenv.WorkDir(t)
 	cfg := smallOutput(t, dir)
@@ -193,8 +196,7 @@ func TestRegistryAuth(t *testing.T) {
 	if code, _, stderr := runProcess(t, env, 2*time.Minute, "push", "--config", cfg, ref); code != exitFailed || !strings.Contains(stderr, "401 Unauthorized") {
 		t.Fatalf("push without credentials: exit %d\n%s", code, stderr)
 	}
-	reg.DockerConfig(t)
-	env["DOCKER_CONFIG"] = os.Getenv("DOCKER_CONFIG")
+	env["DOCKER_CONFIG"] = reg.DockerConfig(t)
 	var said bytes.Buffer
 	code, stdout, stderr := runProcess(t, env, 2*time.Minute, "push", "--config", cfg, "--log-format", "json", "-v", ref)
 	said.WriteString(stdout + stderr)

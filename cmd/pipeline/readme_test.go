@@ -53,6 +53,7 @@ func makeTargets(t *testing.T) []string {
 }
 
 func TestReadmeMakeTargets(t *testing.T) {
+	t.Parallel()
 	readme := readFile(t, "../../README.md")
 	targets := makeTargets(t)
 	named := map[string]bool{}
@@ -74,6 +75,7 @@ func TestReadmeMakeTargets(t *testing.T) {
 }
 
 func TestReadmeCommands(t *testing.T) {
+	t.Parallel()
 	readme := readFile(t, "../../README.md")
 	set := commands()
 	for _, span := range codeSpans(readme) {
@@ -126,6 +128,7 @@ func jsonFields(t reflect.Type, seen map[reflect.Type]bool, into map[string]stri
 }
 
 func TestReadmeDocumentsManifestFields(t *testing.T) {
+	t.Parallel()
 	readme := readFile(t, "../../README.md")
 	fields := map[string]string{}
 	seen := map[reflect.Type]bool{}
@@ -144,6 +147,7 @@ func TestReadmeDocumentsManifestFields(t *testing.T) {
 // TestReadmeWalkthrough runs the README's walkthrough as written, with a free port and its own
 // directories instead of 5000 and /tmp/readie-*: a new user's first commands must work.
 func TestReadmeWalkthrough(t *testing.T) {
+	t.Parallel()
 	testenv.Rootfs(t) // fails, saying how, when `make image` has not run
 	script := walkthrough(t, readFile(t, "../../README.md"))
 	dir := t.TempDir()
@@ -159,7 +163,7 @@ func TestReadmeWalkthrough(t *testing.T) {
 		}
 		script = strings.ReplaceAll(script, r.old, r.new)
 	}
-	build := exec.Command("go", "build", "-o", filepath.Join(dir, "bin", "pipeline"), ".")
+	build := testenv.Command(t, 5*time.Minute, "go", "build", "-o", filepath.Join(dir, "bin", "pipeline"), ".")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}

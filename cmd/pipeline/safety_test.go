@@ -15,6 +15,7 @@ import (
 // taken as an output to replace, by capture, pull or merge: exit 2, naming it, and its files
 // are untouched.
 func TestNeverReplacesAStranger(t *testing.T) {
+	t.Parallel()
 	dir := testenv.WorkDir(t)
 	cfg := smallOutput(t, dir)
 	out := filepath.Join(dir, "out")
@@ -47,6 +48,7 @@ func TestNeverReplacesAStranger(t *testing.T) {
 // TestReadersVerifyFirst: smoke, measure and bench verify an output before they restore
 // anything; a changed byte fails them (exit 1) and nothing is written.
 func TestReadersVerifyFirst(t *testing.T) {
+	t.Parallel()
 	dir := testenv.WorkDir(t)
 	cfg := smallOutput(t, dir)
 	out := filepath.Join(dir, "out")

@@ -33,6 +33,7 @@ const sixSets = `  - id: json
 // on the merged output with the full config reuses every set. The same sources in another
 // order give the same manifest.json, byte for byte.
 func TestShardsAndMerge(t *testing.T) {
+	t.Parallel()
 	dir := testenv.WorkDir(t)
 	tc := testConfig{runsc: testenv.RunscPath(t), root: runscRoot(t, dir), rootfs: testenv.Rootfs(t), output: filepath.Join(dir, "merged"),
 		store: filepath.Join(dir, "store"), sets: sixSets}
@@ -110,6 +111,7 @@ func TestShardsAndMerge(t *testing.T) {
 // under two keys, are refused (exit 1) with the field, the sources and both values named (and
 // for two keys, the key parts that differ), and the output is not written.
 func TestMergeRefuses(t *testing.T) {
+	t.Parallel()
 	dir := testenv.WorkDir(t)
 	tc := testConfig{runsc: testenv.RunscPath(t), root: runscRoot(t, dir), rootfs: testenv.Rootfs(t), output: filepath.Join(dir, "a"),
 		store: filepath.Join(dir, "store"), sets: "  - id: js\n    imports: [json]\n"}
@@ -172,6 +174,7 @@ func copyTree(src, dst string) error {
 // TestJobsWithAFailingSet: with --jobs 2, a set whose import fails among good ones fails the
 // run, which names it, leaves no sandbox, and keeps the previous output valid.
 func TestJobsWithAFailingSet(t *testing.T) {
+	t.Parallel()
 	e := newFaultEnv(t)
 	good := e.goodOutput(t)
 	cfg := e.config(t, "  - id: js\n    imports: [json]\n  - id: broken\n    imports: [not_a_module_readie]\n  - id: csv\n    imports: [csv]\n", "")

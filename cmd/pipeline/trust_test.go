@@ -13,7 +13,6 @@ import (
 	"io/fs"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -114,11 +113,11 @@ func hashTree(t *testing.T, dir string) string {
 	return fmt.Sprintf("%x (%d entries)", sum, len(lines))
 }
 
-// planJSON runs `pipeline plan --image REF` and returns its exit code, the rootfs it would use
-// and its stderr.
-func planJSON(t *testing.T, cfg, ref string) (int, manifest.Rootfs, string) {
+// planJSON runs `pipeline plan --image REF` in a process of its own whose XDG_CACHE_HOME is
+// cache, and returns its exit code, the rootfs it would use and its stderr.
+func planJSON(t *testing.T, cache, cfg, ref string) (int, manifest.Rootfs, string) {
 	t.Helper()
-	code, stdout, stderr := runCLI(t, "plan", "--config", cfg, "--image", ref, "--log-format", "json")
+	code, stdout, stderr := runProcess(t, map[string]string{"XDG_CACHE_HOME": cache}, 5*time.Minute, "plan", "--config", cfg, "--image", ref, "--log-format", "json")
 	var p struct{ Rootfs manifest.Rootfs }
 	if code == exitOK {
 		if err := json.Unmarshal([]byte(stdout), &p); err != nil {
@@ -183,8 +182,8 @@ _attack()
 // smoke test) leave no such file on the host, and the unpacked and assembled directories in
 // the cache do not change.
 func TestHostileImageStaysInItsSandbox(t *testing.T) {
+	t.Parallel()
 	cache := t.TempDir()
-	t.Setenv("XDG_CACHE_HOME", cache)
 	dir := testenv.WorkDir(t)
 	marker := filepath.Join(dir, "escaped", "on-the-host")
 	module := fmt.Sprintf(hostileModule, marker)
@@ -200,7 +199,7 @@ func TestHostileImageStaysInItsSandbox(t *testing.T) {
 	cfg := testConfig{runsc: testenv.RunscPath(t), root: runscRoot(t, dir), rootfs: testenv.Rootfs(t), output: filepath.Join(dir, "out"),
 		sets: "  - id: small\n    imports: [json]\n"}.write(t)
 
-	code, rootfs, stderr := planJSON(t, cfg, ref)
+	code, rootfs, stderr := planJSON(t, cache, cfg, ref)
 	if code != exitOK {
 		t.Fatalf("plan --image: exit %d\n%s", code, stderr)
 	}
@@ -222,7 +221,7 @@ func TestHostileImageStaysInItsSandbox(t *testing.T) {
 	}
 	before := []string{hashTree(t, unpacked), hashTree(t, rootfs.Path)}
 
-	code, stdout, stderr := runCLI(t, "capture", "--config", cfg, "--image", ref)
+	code, stdout, stderr := runProcess(t, map[string]string{"XDG_CACHE_HOME": cache}, 5*time.Minute, "capture", "--config", cfg, "--image", ref)
 	if code != exitOK {
 		t.Fatalf("capture --image: exit %d\n%s%s", code, stdout, stderr)
 	}
@@ -275,12 +274,12 @@ func forgeConfig(t *testing.T, dir string, edit func(*v1.ConfigFile)) {
 // layer, the expected and the actual digest; nothing a later run could take as made is left
 // in the cache; the other image's rootfs is neither served nor changed, whichever comes first.
 func TestForgedImagesAreRefused(t *testing.T) {
+	t.Parallel()
 	dir := testenv.WorkDir(t)
 	cfg := testConfig{runsc: testenv.RunscPath(t), root: runscRoot(t, dir), rootfs: testenv.Rootfs(t), output: filepath.Join(dir, "out")}.write(t)
 
 	t.Run("other bytes under a blob's name", func(t *testing.T) {
 		cache := t.TempDir()
-		t.Setenv("XDG_CACHE_HOME", cache)
 		img, _ := mutate.AppendLayers(empty.Image, tarLayer(t, file("etc/hostname", "tiny\n")))
 		layoutDir := filepath.Join(t.TempDir(), "layout")
 		ref := writeLayout(t, layoutDir, img)
@@ -293,7 +292,7 @@ func TestForgedImagesAreRefused(t *testing.T) {
 		tw.Close()
 		zw.Close()
 		os.WriteFile(filepath.Join(layoutDir, "blobs", "sha256", m.Layers[0].Digest.Hex), other.Bytes(), 0o644)
-		code, _, stderr := planJSON(t, cfg, ref)
+		code, _, stderr := planJSON(t, cache, cfg, ref)
 		actual := fmt.Sprintf("sha256:%x", sha256.Sum256(other.Bytes()))
 		if code != exitFailed || !strings.Contains(stderr, "layer 1 of 1 ("+m.Layers[0].Digest.String()+")") ||
 			!strings.Contains(stderr, "expected "+m.Layers[0].Digest.String()) || !strings.Contains(stderr, "got "+actual) {
@@ -315,7 +314,7 @@ func TestForgedImagesAreRefused(t *testing.T) {
 	forgeConfig(t, filepath.Join(dir, "b"), func(c *v1.ConfigFile) { c.RootFS.DiffIDs = cfgA.RootFS.DiffIDs })
 	refuseB := func(t *testing.T, cache string) {
 		t.Helper()
-		code, _, stderr := planJSON(t, cfg, refB)
+		code, _, stderr := planJSON(t, cache, cfg, refB)
 		if code != exitFailed || !strings.Contains(stderr, "layer 2 of 2 ("+manifestB.Layers[1].Digest.String()+")") ||
 			!strings.Contains(stderr, "uncompressed tar: expected "+cfgA.RootFS.DiffIDs[1].String()) {
 			t.Fatalf("forged config: exit %d\n%s", code, stderr)
@@ -324,8 +323,7 @@ func TestForgedImagesAreRefused(t *testing.T) {
 
 	t.Run("another image's diff IDs, after it", func(t *testing.T) {
 		cache := t.TempDir()
-		t.Setenv("XDG_CACHE_HOME", cache)
-		code, rootfsA, stderr := planJSON(t, cfg, refA)
+		code, rootfsA, stderr := planJSON(t, cache, cfg, refA)
 		if code != exitOK {
 			t.Fatalf("plan A: exit %d\n%s", code, stderr)
 		}
@@ -344,12 +342,11 @@ func TestForgedImagesAreRefused(t *testing.T) {
 
 	t.Run("another image's diff IDs, before it", func(t *testing.T) {
 		cache := t.TempDir()
-		t.Setenv("XDG_CACHE_HOME", cache)
 		refuseB(t, cache)
 		if found := completeInCache(t, cache); len(found) != 0 {
 			t.Errorf("left in the cache: %v", found)
 		}
-		code, rootfsA, stderr := planJSON(t, cfg, refA)
+		code, rootfsA, stderr := planJSON(t, cache, cfg, refA)
 		if code != exitOK {
 			t.Fatalf("plan A: exit %d\n%s", code, stderr)
 		}
@@ -363,8 +360,8 @@ func TestForgedImagesAreRefused(t *testing.T) {
 // limits.image_file_bytes before it is written (exit 2, naming the entry and the key), and
 // nothing is left in the cache.
 func TestImageLimits(t *testing.T) {
+	t.Parallel()
 	cache := t.TempDir()
-	t.Setenv("XDG_CACHE_HOME", cache)
 	dir := testenv.WorkDir(t)
 	var buf bytes.Buffer
 	record := func(k, v string) string {
@@ -403,7 +400,7 @@ func TestImageLimits(t *testing.T) {
 	cfg := testConfig{runsc: testenv.RunscPath(t), root: runscRoot(t, dir), rootfs: testenv.Rootfs(t), output: filepath.Join(dir, "out")}.write(t)
 	text, _ := os.ReadFile(cfg)
 	os.WriteFile(cfg, append(text, []byte("limits:\n  image_file_bytes: 1MiB\n")...), 0o644)
-	code, _, stderr := planJSON(t, cfg, ref)
+	code, _, stderr := planJSON(t, cache, cfg, ref)
 	if code != exitUsage || !strings.Contains(stderr, `entry \"big\": 2 GiB exceeds the limit on one file, 1 MiB (limits.image_file_bytes)`) {
 		t.Fatalf("exit %d\n%s", code, stderr)
 	}
@@ -415,7 +412,7 @@ func TestImageLimits(t *testing.T) {
 // TestImageFetchBounded: a registry that accepts connections and never answers holds
 // `plan --image` no longer than timeouts.registry; the error says so.
 func TestImageFetchBounded(t *testing.T) {
-	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -434,7 +431,7 @@ func TestImageFetchBounded(t *testing.T) {
 	cfg := testConfig{runsc: testenv.RunscPath(t), root: runscRoot(t, dir), rootfs: testenv.Rootfs(t), output: filepath.Join(dir, "out")}.write(t)
 	text, _ := os.ReadFile(cfg)
 	os.WriteFile(cfg, []byte(strings.Replace(string(text), "runsc_command: 30s", "runsc_command: 30s\n  registry: 3s", 1)), 0o644)
-	code, _, stderr := runProcess(t, nil, 2*time.Minute, "plan", "--config", cfg, "--image", ln.Addr().String()+"/readie/user:v1")
+	code, _, stderr := runProcess(t, map[string]string{"XDG_CACHE_HOME": t.TempDir()}, 2*time.Minute, "plan", "--config", cfg, "--image", ln.Addr().String()+"/readie/user:v1")
 	if code != exitFailed || !strings.Contains(stderr, "exceeded timeouts.registry (3s)") {
 		t.Fatalf("exit %d\n%s", code, stderr)
 	}
@@ -443,6 +440,7 @@ func TestImageFetchBounded(t *testing.T) {
 // TestPullRefusesForgedLayer: a pull from a layout whose layer blob holds other bytes fails
 // (exit 1) naming the layer, and leaves the output unwritten.
 func TestPullRefusesForgedLayer(t *testing.T) {
+	t.Parallel()
 	dir := testenv.WorkDir(t)
 	cfg := smallOutput(t, dir)
 	layoutDir := filepath.Join(dir, "layout")
@@ -463,6 +461,7 @@ func TestPullRefusesForgedLayer(t *testing.T) {
 // and a second push of the same output says that it uploaded nothing; pull reports the same
 // sizes per layer; a tag a layout lacks is refused listing the tags it has.
 func TestPushMessages(t *testing.T) {
+	t.Parallel()
 	dir := testenv.WorkDir(t)
 	cfg := smallOutput(t, dir)
 	ref := "oci-layout:" + filepath.Join(dir, "layout") + ":v1"
@@ -502,6 +501,7 @@ func TestPushMessages(t *testing.T) {
 // TestPushWhileACaptureSwaps: a push started while a capture holds the output waits for it,
 // then pushes the output the capture swapped in, whole: never the old one, never a mix.
 func TestPushWhileACaptureSwaps(t *testing.T) {
+	t.Parallel()
 	dir := testenv.WorkDir(t)
 	cfg := smallOutput(t, dir)
 	out := filepath.Join(dir, "out")
@@ -518,7 +518,7 @@ func TestPushWhileACaptureSwaps(t *testing.T) {
 		t.Fatal(err)
 	}
 	layoutDir := filepath.Join(dir, "layout")
-	cmd := exec.Command(os.Args[0], "push", "--config", cfg, "oci-layout:"+layoutDir+":v1")
+	cmd := testenv.Command(t, 5*time.Minute, os.Args[0], "push", "--config", cfg, "oci-layout:"+layoutDir+":v1")
 	cmd.Env = append(os.Environ(), "READIE_TEST_AS_PIPELINE=1")
 	stderr, _ := cmd.StderrPipe()
 	var stdout bytes.Buffer

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,18 +20,11 @@ import (
 	"readie.dev/pipeline/pkg/runsc"
 )
 
-func goTool() string {
-	if path, err := exec.LookPath("go"); err == nil {
-		return path
-	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
-}
-
 // build compiles a main package of this module into dir.
 func build(t *testing.T, dir, pkg string) string {
 	t.Helper()
 	bin := filepath.Join(dir, filepath.Base(pkg))
-	cmd := exec.Command(goTool(), "build", "-o", bin, pkg)
+	cmd := testenv.Command(t, 5*time.Minute, "go", "build", "-o", bin, pkg)
 	cmd.Dir = "../.."
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
@@ -62,7 +54,7 @@ func privateRoot(t *testing.T, runscPath, dir string) string {
 // sandbox. The worker imports pkg/ only.
 func TestWorker(t *testing.T) {
 	runscPath, rootfs := testenv.RunscPath(t), testenv.Rootfs(t)
-	imports, err := exec.Command(goTool(), "list", "-f", `{{join .Imports " "}}`, ".").Output()
+	imports, err := testenv.Command(t, time.Minute, "go", "list", "-f", `{{join .Imports " "}}`, ".").Output()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,14 +80,14 @@ checkpoints:
   - id: small
     imports: [json, email.parser]
 `, runscPath, privateRoot(t, runscPath, filepath.Join(dir, "pipeline")), rootfs, out, filepath.Join(dir, "store"))), 0o644)
-	capture := exec.Command(pipeline, "capture", "--config", config)
+	capture := testenv.Command(t, 5*time.Minute, pipeline, "capture", "--config", config)
 	if output, err := capture.CombinedOutput(); err != nil {
 		t.Fatalf("pipeline capture: %v\n%s", err, output)
 	}
 
 	root := privateRoot(t, runscPath, filepath.Join(dir, "worker"))
 	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(worker, "-out", out, "-runsc", runscPath, "-root", root, "-set", "small", "-eval", "sum(range(10))")
+	cmd := testenv.Command(t, 2*time.Minute, worker, "-out", out, "-runsc", runscPath, "-root", root, "-set", "small", "-eval", "sum(range(10))")
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("worker: %v\nstdout:\n%s\nstderr:\n%s", err, &stdout, &stderr)
@@ -131,7 +123,7 @@ checkpoints:
 		dir := filepath.Join(tampered, edit.field)
 		os.Mkdir(dir, 0o755)
 		os.WriteFile(filepath.Join(dir, "manifest.json"), data, 0o644)
-		cmd := exec.Command(worker, "-out", dir, "-runsc", runscPath, "-root", root, "-set", "small")
+		cmd := testenv.Command(t, 2*time.Minute, worker, "-out", dir, "-runsc", runscPath, "-root", root, "-set", "small")
 		output, err := cmd.CombinedOutput()
 		var exit *exec.ExitError
 		if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(output), "the manifest's "+edit.field) {
@@ -153,7 +145,7 @@ checkpoints:
 		{[]string{"-runsc", otherRunsc}, 1, `does not restore on this host: runsc version "other"`},
 	} {
 		args := append([]string{"-out", out, "-runsc", runscPath, "-root", root}, tc.args...)
-		cmd := exec.Command(worker, args...)
+		cmd := testenv.Command(t, 2*time.Minute, worker, args...)
 		output, err := cmd.CombinedOutput()
 		var exit *exec.ExitError
 		if !errors.As(err, &exit) || exit.ExitCode() != tc.code || !strings.Contains(string(output), tc.want) {
@@ -165,7 +157,7 @@ checkpoints:
 	// sandbox (privateRoot checks) and exits 128+15. It is signalled only once it has said
 	// that it is calling, so the signal certainly arrives during the call.
 	var pipe io.ReadCloser
-	blocked := exec.Command(worker, "-out", out, "-runsc", runscPath, "-root", root, "-set", "small", "-eval", `__import__("time").sleep(3600)`)
+	blocked := testenv.Command(t, 5*time.Minute, worker, "-out", out, "-runsc", runscPath, "-root", root, "-set", "small", "-eval", `__import__("time").sleep(3600)`)
 	pipe, err = blocked.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

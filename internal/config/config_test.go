@@ -227,11 +227,10 @@ func TestShards(t *testing.T) {
 	for _, id := range ids {
 		sets = append(sets, Set{ID: id, Imports: []string{id}})
 	}
-	c, err := Parse([]byte("checkpoints: []\n"), "x", "/w", "/c")
-	if err == nil {
+	if _, err := Parse([]byte("checkpoints: []\n"), "x", "/w", "/c"); err == nil {
 		t.Fatal("an empty checkpoints list was accepted")
 	}
-	c, _ = Parse(pipeline.DefaultConfig(), "x", "/w", "/c")
+	c, _ := Parse(pipeline.DefaultConfig(), "x", "/w", "/c")
 	c.Checkpoints = sets
 	seen := map[string]int{}
 	for i := range 3 {

@@ -3,12 +3,13 @@ package cpubaseline
 import (
 	"encoding/json"
 	"errors"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/cpu"
 	"readie.dev/pipeline/pkg/manifest"
 )
@@ -99,7 +100,7 @@ openssl["avx512ifma"] = [1, 21]
 print(json.dumps({"names": sorted(c.GVISOR_NAMES), "numpy": c.NUMPY_TARGETS, "glibc": c.GLIBC_HWCAPS,
                   "openblas": c.OPENBLAS_CORES, "openssl": openssl, "preferred": c.GLIBC_AVX_PREFERRED}))
 `
-	cmd := exec.Command("/usr/bin/python3", "-c", script)
+	cmd := testenv.Command(t, time.Minute, "/usr/bin/python3", "-c", script)
 	cmd.Dir = "../../images/executor"
 	out, err := cmd.Output()
 	if err != nil {

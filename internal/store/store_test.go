@@ -15,6 +15,7 @@ import (
 
 	"readie.dev/pipeline/internal/filedigest"
 	"readie.dev/pipeline/internal/lease"
+	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/manifest"
 )
 
@@ -270,7 +271,7 @@ func TestLinkFilesAcrossFileSystems(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=4m", "readie-test", other).CombinedOutput(); err != nil {
+	if out, err := testenv.Command(t, time.Minute, "mount", "-t", "tmpfs", "-o", "size=4m", "readie-test", other).CombinedOutput(); err != nil {
 		t.Fatalf("mount a tmpfs (the tests run as root): %v %s", err, out)
 	}
 	t.Cleanup(func() { exec.Command("umount", "-l", other).Run() })

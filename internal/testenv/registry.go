@@ -45,6 +45,7 @@ func (r *Registry) Write(p []byte) (int, error) {
 // fails the test, saying how to install it, when docker-registry is missing.
 func StartRegistry(t testing.TB, auth bool) *Registry {
 	t.Helper()
+	SkipIfShort(t, "docker-registry")
 	bin, err := exec.LookPath("docker-registry")
 	if err != nil {
 		t.Fatalf("docker-registry is not installed: run the tests with `make test` (its deps install Debian's docker-registry): %v", err)
@@ -72,6 +73,7 @@ func StartRegistry(t testing.TB, auth bool) *Registry {
 	os.WriteFile(configPath, []byte(config), 0o600)
 	cmd := exec.Command(bin, "serve", configPath)
 	cmd.Stdout, cmd.Stderr = r, r
+	cmd.WaitDelay = 10 * time.Second // its log goes into memory: Wait must not wait for the pipe
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -101,15 +103,16 @@ func StartRegistry(t testing.TB, auth bool) *Registry {
 }
 
 // DockerConfig writes a Docker config with the registry's credentials into a new directory
-// and points DOCKER_CONFIG at it for the rest of the test.
-func (r *Registry) DockerConfig(t *testing.T) {
+// and returns it, for DOCKER_CONFIG in the environment of the runs that use it (not this
+// process's: tests that set it cannot run in parallel).
+func (r *Registry) DockerConfig(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	auth := fmt.Sprintf(`{"auths":{%q:{"username":%q,"password":%q}}}`, r.Host, r.User, r.Password)
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(auth), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("DOCKER_CONFIG", dir)
+	return dir
 }
 
 // Uploads counts the blob uploads the registry has been asked to start.

@@ -1,6 +1,7 @@
 // Package testenv gives integration tests the real runsc and the real executor rootfs. They
-// are never skipped: without them a test fails and says how to get them (`make test` builds
-// both and sets READIE_RUNSC and READIE_ROOTFS).
+// are never skipped by `make test`: without them a test fails and says how to get them
+// (`make test` builds both and sets READIE_RUNSC and READIE_ROOTFS). Only `go test -short`,
+// the quick loop, skips the tests that need them.
 package testenv
 
 import (
@@ -30,9 +31,19 @@ const (
 	TestingPythonPath = "/usr/lib/readie/testing"
 )
 
+// SkipIfShort skips the test under `go test -short`, naming what it needs that the quick loop
+// goes without. `make test` never passes -short.
+func SkipIfShort(t testing.TB, needs string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("-short: needs %s", needs)
+	}
+}
+
 // Rootfs returns the executor image's root filesystem.
 func Rootfs(t testing.TB) string {
 	t.Helper()
+	SkipIfShort(t, "the executor rootfs")
 	path := os.Getenv("READIE_ROOTFS")
 	if path == "" {
 		t.Fatal("READIE_ROOTFS is not set: run the tests with `make test`, which builds the image")
@@ -58,12 +69,12 @@ func Rootfs(t testing.TB) string {
 const BlockedLine = "readie_test_block: blocking forever"
 
 // WaitForBlocked waits until the capture sandbox id has imported BlockingModule (its stderr
-// log, in its run's scratch directory, holds BlockedLine): from then on the executor writes
-// nothing, so even a pipeline killed outright leaves it running.
-func WaitForBlocked(t testing.TB, id string, limit time.Duration) {
+// log, in its run's scratch directory under tmp, the run's TMPDIR, holds BlockedLine): from
+// then on the executor writes nothing, so even a pipeline killed outright leaves it running.
+func WaitForBlocked(t testing.TB, tmp, id string, limit time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
-	pattern := filepath.Join(os.TempDir(), "readie-scratch-*", id, "stderr.log")
+	pattern := filepath.Join(tmp, "readie-scratch-*", id, "stderr.log")
 	for {
 		logs, _ := filepath.Glob(pattern)
 		for _, log := range logs {
@@ -105,6 +116,7 @@ func WaitForSandbox(t testing.TB, rt *sandboxes.Runtime, part string, limit time
 // RunscPath returns the pinned runsc binary.
 func RunscPath(t testing.TB) string {
 	t.Helper()
+	SkipIfShort(t, "runsc")
 	path := os.Getenv("READIE_RUNSC")
 	if path == "" {
 		t.Fatal("READIE_RUNSC is not set: run the tests with `make test`, which installs runsc")

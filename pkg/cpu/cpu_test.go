@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -27,7 +26,7 @@ func pinnedGVisor(t *testing.T) string {
 	if m == nil {
 		t.Fatal("the Makefile has no RUNSC_VERSION")
 	}
-	cache, err := exec.Command("go", "env", "GOMODCACHE").Output()
+	cache, err := testenv.Command(t, time.Minute, "go", "env", "GOMODCACHE").Output()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +195,7 @@ func TestReadHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := exec.Command(runsc, "cpu-features").Output()
+	raw, err := testenv.Command(t, time.Minute, runsc, "cpu-features").Output()
 	if err != nil {
 		t.Fatal(err)
 	}

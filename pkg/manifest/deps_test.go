@@ -2,8 +2,6 @@ package manifest_test
 
 import (
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -13,12 +11,8 @@ import (
 // and the runsc driver) pulls in no go-runc, and nothing outside the standard library and
 // this module but the OCI runtime-spec types, as `go list -deps` reports it.
 func TestWorkerKitDependencies(t *testing.T) {
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
 	for _, pkg := range []string{"./pkg/manifest", "./pkg/executorproto", "./pkg/sandbox", "./pkg/runsc"} {
-		cmd := exec.Command(goTool, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", pkg)
+		cmd := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", pkg)
 		cmd.Dir = "../.."
 		out, err := cmd.Output()
 		if err != nil {

@@ -390,3 +390,32 @@ func TestLeftBehindChildDoesNotHoldTheCaller(t *testing.T) {
 		}
 	}
 }
+
+// TestRunscRunsInUTC: runsc's logs carry wall-clock times without a zone, which the restore
+// breakdown (internal/bench) reads as UTC, so every runsc command runs in UTC whatever this
+// process's zone. The zone is checked here, where it is set, rather than by running every
+// test in two zones.
+func TestRunscRunsInUTC(t *testing.T) {
+	t.Setenv("TZ", "America/New_York") // for the children: this process's time.Local is set once
+	dir := t.TempDir()
+	seen := filepath.Join(dir, "zone")
+	fake := filepath.Join(dir, "runsc")
+	script := "#!/bin/sh\necho \"$TZ $(date +%Z)\" > " + seen + "\necho null\n"
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "root"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	r := &runsc.Runsc{Path: fake, Root: filepath.Join(dir, "root")}
+	if _, err := r.List(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(seen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(data)); got != "UTC UTC" {
+		t.Errorf("runsc ran with TZ and zone %q, want \"UTC UTC\"", got)
+	}
+}

@@ -162,12 +162,12 @@ func TestRestoreSpecRefuses(t *testing.T) {
 		})
 	}
 	t.Run("no executor mount", func(t *testing.T) {
-		path, fp := shipped(t, func(s *specs.Spec) { s.Mounts = s.Mounts[:len(s.Mounts)-1] })
+		path, _ := shipped(t, func(s *specs.Spec) { s.Mounts = s.Mounts[:len(s.Mounts)-1] })
 		// The shape changed too, so a recorded fingerprint of this shape is what is compared.
 		data, _ := os.ReadFile(path)
 		var s specs.Spec
 		json.Unmarshal(data, &s)
-		fp = fingerprint(t, &s, DefaultFlags())
+		fp := fingerprint(t, &s, DefaultFlags())
 		if _, err := RestoreSpec(path, fp, flags, good); !errors.Is(err, ErrRestoreSpec) || !strings.Contains(err.Error(), "no bind mount on "+ExecutorDir) {
 			t.Fatalf("err = %v", err)
 		}

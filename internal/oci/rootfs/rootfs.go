@@ -114,7 +114,9 @@ func build(ctx context.Context, o Options, info *Info, tmp string) error {
 	info.SitePackages = "/" + site
 	rootfs := filepath.Join(tmp, "rootfs")
 	// Hard links share the base's files: the applier replaces files, never writes into them.
-	if out, err := exec.CommandContext(ctx, "cp", "-al", o.Base, rootfs).CombinedOutput(); err != nil {
+	cp := exec.CommandContext(ctx, "cp", "-al", o.Base, rootfs)
+	cp.WaitDelay = time.Second // its output goes into memory: nothing holding the pipe keeps us past ctx
+	if out, err := cp.CombinedOutput(); err != nil {
 		return fmt.Errorf("link %s: %w: %s", o.Base, err, out)
 	}
 	root, err := os.OpenRoot(rootfs)

@@ -54,8 +54,8 @@ func (b *Budget) Take(hdr *tar.Header) error {
 }
 
 func isRegular(hdr *tar.Header) bool {
-	//nolint:staticcheck // TypeRegA: old writers' regular files
-	return hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeRegA || hdr.Typeflag == tar.TypeGNUSparse
+	// No TypeRegA: tar.Reader already turns old writers' '\x00' entries into TypeReg (or TypeDir).
+	return hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeGNUSparse
 }
 
 // Size prints a byte count in binary units, as the config writes them.

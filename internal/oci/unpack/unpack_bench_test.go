@@ -4,9 +4,9 @@ import (
 	"compress/gzip"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -25,7 +25,7 @@ func BenchmarkUnpack(b *testing.B) {
 	rootfs := testenv.Rootfs(b)
 	dir := b.TempDir()
 	plain := filepath.Join(dir, "layer.tar")
-	if out, err := exec.Command("tar", "-C", rootfs, "-cf", plain, ".").CombinedOutput(); err != nil {
+	if out, err := testenv.Command(b, 5*time.Minute, "tar", "-C", rootfs, "-cf", plain, ".").CombinedOutput(); err != nil {
 		b.Fatalf("%v %s", err, out)
 	}
 	fi, _ := os.Stat(plain)
@@ -69,7 +69,7 @@ func BenchmarkUnpack(b *testing.B) {
 	})
 	b.Run("impl=tar-x", func(b *testing.B) {
 		run(b, func(root string) error {
-			out, err := exec.Command("tar", "-C", root, "-xzpf", blob).CombinedOutput()
+			out, err := testenv.Command(b, 5*time.Minute, "tar", "-C", root, "-xzpf", blob).CombinedOutput()
 			if err != nil {
 				b.Logf("%s", out)
 			}

@@ -10,7 +10,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -29,6 +28,7 @@ import (
 
 	"readie.dev/pipeline/internal/oci/ocitest"
 	"readie.dev/pipeline/internal/oci/verify"
+	"readie.dev/pipeline/internal/testenv"
 )
 
 // entry is one tar entry of a test layer.
@@ -469,7 +469,7 @@ func TestUnpackOnceAfterSIGKILL(t *testing.T) {
 	if err := p.AppendImage(img); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("unshare", "--pid", "--fork", "--kill-child", "--mount-proc", os.Args[0], "-test.run=^TestHelperUnpackOnce$")
+	cmd := testenv.Command(t, 5*time.Minute, "unshare", "--pid", "--fork", "--kill-child", "--mount-proc", os.Args[0], "-test.run=^TestHelperUnpackOnce$")
 	cmd.Env = append(os.Environ(), "READIE_TEST_UNPACK_LAYOUT="+dir, "READIE_TEST_UNPACK_CACHE="+cache)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
