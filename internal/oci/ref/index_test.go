@@ -8,14 +8,17 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"readie.dev/pipeline/internal/oci/verify"
+	"readie.dev/pipeline/internal/testenv"
 )
 
 func platformImage(t *testing.T, p *v1.Platform) mutate.IndexAddendum {
@@ -131,5 +134,33 @@ func TestParsePlatform(t *testing.T) {
 	}
 	if p, err := ParsePlatform("linux/arm/v7"); err != nil || p.OS != "linux" || p.Architecture != "arm" || p.Variant != "v7" {
 		t.Errorf("linux/arm/v7: %+v %v", p, err)
+	}
+}
+
+// TestResolveRegistryIndex: a registry reference that resolves to an index (nested, with an
+// attestation) gives the host's image, the index's digest and the platform, as a layout does.
+func TestResolveRegistryIndex(t *testing.T) {
+	dir, outer, amd64 := multiLayout(t)
+	p, _ := layout.FromPath(dir)
+	root, _ := p.ImageIndex()
+	idx, err := root.ImageIndex(outer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := testenv.StartRegistry(t, false)
+	tag, _ := name.NewTag(reg.Host + "/readie/multi:v1")
+	if err := remote.WriteIndex(tag, idx); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Resolve(context.Background(), tag.String(), nil, &v1.Platform{OS: "linux", Architecture: "amd64"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := res.Image.Digest()
+	if got != amd64 || res.Index != outer.String() || res.Platform != "linux/amd64" {
+		t.Errorf("image %s index %s platform %s; want %s in %s", got, res.Index, res.Platform, amd64, outer)
+	}
+	if _, err := Resolve(context.Background(), tag.String(), nil, &v1.Platform{OS: "windows", Architecture: "amd64"}); !errors.Is(err, ErrRef) || !strings.Contains(err.Error(), "no image for windows/amd64") {
+		t.Errorf("windows/amd64: %v", err)
 	}
 }
