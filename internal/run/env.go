@@ -174,8 +174,11 @@ func (e *Env) PrepareRootfs(ctx context.Context) error {
 		e.Log.WithFields(logrus.Fields{"image": unpacked.Manifest, "took": time.Since(start).Round(time.Millisecond)}).Info("unpack: done")
 	}
 	image := &manifest.Image{Ref: e.Config.Image, Digest: unpacked.Manifest, Index: resolved.Index, Platform: resolved.Platform}
-	// The config's digest is in the manifest that names the unpacked directory.
-	cfg, err := verify.Config(img)
+	// The config's digest is in the manifest that names the unpacked directory: the same one.
+	cfg, manifestDigest, err := verify.Config(img)
+	if err == nil && manifestDigest.String() != unpacked.Manifest {
+		err = fmt.Errorf("%w: the manifest changed while it was read (%s, then %s)", verify.ErrDigest, unpacked.Manifest, manifestDigest)
+	}
 	if err != nil {
 		return imageError(fetchCtx, e.Config.Image, err)
 	}

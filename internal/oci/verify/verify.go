@@ -108,11 +108,15 @@ func Layers(ctx context.Context, img v1.Image, apply func(Layer, *tar.Reader) er
 	return &Image{Manifest: Sum(raw), Content: Sum(content).String(), Config: cfg}, nil
 }
 
-// Config is img's config, checked against the digest and size its manifest gives: what Layers
-// checks of it, for a run that finds the image already unpacked.
-func Config(img v1.Image) (*v1.ConfigFile, error) {
-	_, _, cfg, err := manifestAndConfig(img)
-	return cfg, err
+// Config is img's config, checked against the digest and size its manifest gives (what
+// Layers checks of it, for a run that finds the image already unpacked), and the digest of
+// that manifest.
+func Config(img v1.Image) (*v1.ConfigFile, v1.Hash, error) {
+	raw, _, cfg, err := manifestAndConfig(img)
+	if err != nil {
+		return nil, v1.Hash{}, err
+	}
+	return cfg, Sum(raw), nil
 }
 
 // manifestAndConfig reads img's manifest (its raw bytes and parsed) and its config, checked
