@@ -25,6 +25,7 @@ type selectionFlags struct {
 	only      onlyFlag
 	runs      runsFlag
 	image     string
+	platform  string
 	sets      []config.Set
 	shard     string
 	jobs      int
@@ -48,6 +49,7 @@ func (f *selectionFlags) register(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.StringVar(&f.image, "image", "", "the sandbox root: an OCI image (oci-layout:DIR[:TAG|@DIGEST], docker-archive:FILE, HOST/REPO[:TAG|@DIGEST]) with the executor layered on top (default: the config's image, else its rootfs)")
+	fs.StringVar(&f.platform, "platform", "", "the platform `OS/ARCH[/VARIANT]` to choose when the image is an index (default: the config's platform, else this host's)")
 	fs.StringVar(&f.shard, "shard", "", "I/N: work on shard I (from 0, like JOB_COMPLETION_INDEX) of N; the output holds that shard's sets and empty")
 	fs.IntVar(&f.jobs, "jobs", 0, "sets captured and smoke-tested at a time (default: the config's jobs)")
 	fs.BoolVar(&f.recapture, "recapture", false, "capture every selected set again, ignoring the output's and the store's checkpoints")
@@ -115,6 +117,9 @@ func (f *selectionFlags) options(cfg *config.Config) (run.CaptureOptions, error)
 	}
 	if f.image != "" {
 		cfg.Image = f.image
+	}
+	if f.platform != "" {
+		cfg.Platform = f.platform
 	}
 	if f.jobs > 0 {
 		cfg.Jobs = f.jobs

@@ -222,6 +222,10 @@ func writeBundle(work string, o options, m *manifest.Manifest, rootfs string) (b
 	if err != nil {
 		return bundle{}, fmt.Errorf("%w: %w", errBadInput, err)
 	}
+	// An image's non-root user must be able to bind the executor's socket there.
+	if err := sandbox.PrepareHostDir(b.hostDir, spec.Process.User); err != nil {
+		return bundle{}, err
+	}
 	data, err := json.Marshal(spec)
 	if err != nil {
 		return bundle{}, err

@@ -145,6 +145,9 @@ type Config struct {
 	// Image, when set, is the sandbox root instead of Rootfs: an OCI image (oci-layout:DIR,
 	// docker-archive:FILE or a registry reference) with the executor layered on top.
 	Image string `yaml:"image"`
+	// Platform is the platform chosen when Image names an image index: OS/ARCH[/VARIANT]
+	// ("": the host's).
+	Platform string `yaml:"platform"`
 	// CheckpointCache is the content-addressed checkpoint store.
 	CheckpointCache string `yaml:"checkpoint_cache"`
 	Output          string `yaml:"output"`

@@ -11,6 +11,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"readie.dev/pipeline/internal/cpubaseline"
+	"readie.dev/pipeline/internal/oci/ref"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
@@ -34,6 +35,9 @@ func (c *Config) validate() error {
 	c.validatePaths(&p)
 	c.validateCounts(&p)
 	c.validatePassEnv(&p)
+	if _, err := ref.ParsePlatform(c.Platform); err != nil {
+		p.add("platform: %v", err)
+	}
 	validateCheckpoints(&p, c.Checkpoints)
 	return errors.Join(p...)
 }

@@ -25,8 +25,13 @@ type Basis struct {
 	Flags        sandbox.Flags
 	RestoreFlags []string
 	Rootfs       manifest.Rootfs
-	// Image names the user's image Rootfs was made from, if it was.
-	Image *manifest.Image
+	// Image names the user's image Rootfs was made from, if it was; Process is its config's
+	// environment, cwd and user (nil for the default rootfs).
+	Image   *manifest.Image
+	Process *sandbox.Process
+	// PythonPath and Python are the rootfs's python3, as its probe found it.
+	PythonPath string
+	Python     *manifest.Python
 	// RestoreSpec is the spec a worker restores with (restore-spec.json); Fingerprint is its
 	// sandbox.Fingerprint with Flags (the manifest's spec_fingerprint).
 	RestoreSpec *specs.Spec
@@ -46,10 +51,11 @@ func (b *Basis) KeyOf(imports []string) (string, map[string]string) {
 	return in.Key(), in.Parts()
 }
 
-// restoreShape is the restore spec of sandboxes on rootfs, with its fingerprint under flags:
-// what the manifest records, the key covers and a run over an output checks.
-func restoreShape(rootfs string, flags sandbox.Flags) (*specs.Spec, string, error) {
-	spec, err := sandbox.Spec(sandbox.SpecOptions{Mode: sandbox.ModeSandbox, Rootfs: rootfs, HostDir: RestoreSpecHostDir})
+// restoreShape is the restore spec of sandboxes on rootfs running process (the image's
+// environment, cwd and user), with its fingerprint under flags: what the manifest records,
+// the key covers and a run over an output checks.
+func restoreShape(rootfs string, process sandbox.Process, flags sandbox.Flags) (*specs.Spec, string, error) {
+	spec, err := sandbox.Spec(sandbox.SpecOptions{Mode: sandbox.ModeSandbox, Rootfs: rootfs, HostDir: RestoreSpecHostDir, Process: process})
 	if err != nil {
 		return nil, "", err
 	}
@@ -79,13 +85,22 @@ func (e *Env) Basis(ctx context.Context) (*Basis, error) {
 // newBasis is the basis of a capture with e's runsc flags, restore flags, rootfs, runsc
 // binary and config, on a host whose CPU the checkpoints need as need says.
 func newBasis(e *Env, need manifest.CPU, cpuidFaulting bool) (*Basis, error) {
-	spec, fingerprint, err := restoreShape(e.Rootfs.Path, e.Runtime.Flags)
+	spec, fingerprint, err := restoreShape(e.Rootfs.Path, e.RootfsInfo.SandboxProcess(), e.Runtime.Flags)
 	if err != nil {
 		return nil, err
 	}
 	b := &Basis{
 		Flags: e.Runtime.Flags, RestoreFlags: slices.Clone(e.RestoreFlags), Rootfs: e.Rootfs, Image: e.Image,
 		RestoreSpec: spec, Fingerprint: fingerprint, CPU: need, CPUIDFaulting: cpuidFaulting,
+		PythonPath: sandbox.PythonPath,
+	}
+	if info := e.RootfsInfo; info != nil {
+		if !info.SandboxProcess().IsZero() {
+			b.Process = info.Process
+		}
+		if info.PythonPath != "" { // a rootfs made before it was recorded: Debian's
+			b.PythonPath, b.Python = info.PythonPath, info.Python
+		}
 	}
 	b.Key = store.KeyInputs{
 		Schema:            store.KeySchema,
@@ -97,6 +112,7 @@ func newBasis(e *Env, need manifest.CPU, cpuidFaulting bool) (*Basis, error) {
 		ExecutorProtocol:  executorproto.Version,
 		PassEnv:           store.PassEnvValues(e.Config.PassEnv, os.LookupEnv),
 		CPU:               store.CPU{Features: strings.Join(need.Features, ","), CacheLine: need.CacheLine, Controls: need.Controls},
+		ImageConfig:       b.Process,
 	}
 	return b, nil
 }

@@ -23,6 +23,7 @@ import (
 	"readie.dev/pipeline/internal/cpubaseline"
 	"readie.dev/pipeline/internal/filedigest"
 	"readie.dev/pipeline/internal/lease"
+	"readie.dev/pipeline/internal/oci/imageconfig"
 	"readie.dev/pipeline/internal/oci/ref"
 	"readie.dev/pipeline/internal/oci/rootfs"
 	"readie.dev/pipeline/internal/oci/unpack"
@@ -54,6 +55,9 @@ type Env struct {
 	// Rootfs is the image sandboxes run; set by Capture from the config, or from the manifest
 	// for a run over an existing output.
 	Rootfs manifest.Rootfs
+	// RootfsInfo is what Rootfs records of itself: the image's process (environment, cwd,
+	// user), its python3.
+	RootfsInfo *manifest.RootfsInfo
 	// Image names the user's image Rootfs was made from, if it was.
 	Image *manifest.Image
 	// RestoreFlags are passed to every `runsc restore`.
@@ -139,8 +143,8 @@ func (e *Env) Close() error { return e.lease.Release() }
 // config's limits; the executor layered on top, the image's own code run only in sandboxes).
 func (e *Env) PrepareRootfs(ctx context.Context) error {
 	if e.Config.Image == "" {
-		opened, err := OpenRootfs(e.Config.Rootfs)
-		e.Rootfs = opened
+		opened, info, err := OpenRootfs(e.Config.Rootfs)
+		e.Rootfs, e.RootfsInfo = opened, info
 		if err != nil {
 			return err
 		}
@@ -149,10 +153,15 @@ func (e *Env) PrepareRootfs(ctx context.Context) error {
 	fetchCtx, cancel := context.WithTimeoutCause(ctx, e.Config.Timeouts.Registry,
 		fmt.Errorf("fetching and unpacking image %s exceeded timeouts.registry (%s)", e.Config.Image, e.Config.Timeouts.Registry))
 	defer cancel()
-	img, err := ref.Open(fetchCtx, e.Config.Image, e.Config.InsecureRegistries)
+	platform, err := ref.ParsePlatform(e.Config.Platform)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	resolved, err := ref.Resolve(fetchCtx, e.Config.Image, e.Config.InsecureRegistries, platform)
 	if err != nil {
 		return imageError(fetchCtx, e.Config.Image, err)
 	}
+	img := resolved.Image
 	if err := e.sweep.holdShared(); err != nil { // before the rootfs it reuses or makes
 		return err
 	}
@@ -164,9 +173,21 @@ func (e *Env) PrepareRootfs(ctx context.Context) error {
 	if unpacked.Made {
 		e.Log.WithFields(logrus.Fields{"image": unpacked.Manifest, "took": time.Since(start).Round(time.Millisecond)}).Info("unpack: done")
 	}
-	image := &manifest.Image{Ref: e.Config.Image, Digest: unpacked.Manifest}
+	image := &manifest.Image{Ref: e.Config.Image, Digest: unpacked.Manifest, Index: resolved.Index, Platform: resolved.Platform}
+	// The config's digest is in the manifest that names the unpacked directory: the same one.
+	cfg, manifestDigest, err := verify.Config(img)
+	if err == nil && manifestDigest.String() != unpacked.Manifest {
+		err = fmt.Errorf("%w: the manifest changed while it was read (%s, then %s)", verify.ErrDigest, unpacked.Manifest, manifestDigest)
+	}
+	if err != nil {
+		return imageError(fetchCtx, e.Config.Image, err)
+	}
+	process, err := imageconfig.Process(cfg.Config, unpacked.Dir)
+	if err != nil {
+		return fmt.Errorf("%w: image %s: %w", ErrSetup, e.Config.Image, err)
+	}
 	path, _, err := rootfs.Assemble(ctx, rootfs.Options{
-		Cache: config.CacheDir(), Base: unpacked.Dir, BaseDigest: unpacked.Content, Image: image,
+		Cache: config.CacheDir(), Base: unpacked.Dir, BaseDigest: unpacked.Content, Image: image, Process: &process,
 		Runtime: e.Runtime, Timeout: e.Config.Timeouts.ImageProbe, Log: e.Log,
 	})
 	if err != nil {
@@ -175,11 +196,11 @@ func (e *Env) PrepareRootfs(ctx context.Context) error {
 		}
 		return err
 	}
-	opened, err := OpenRootfs(path)
+	opened, info, err := OpenRootfs(path)
 	if err != nil {
 		return err
 	}
-	e.Rootfs, e.Image = opened, image
+	e.Rootfs, e.RootfsInfo, e.Image = opened, info, image
 	return nil
 }
 
@@ -197,24 +218,24 @@ func imageError(ctx context.Context, image string, err error) error {
 	return fmt.Errorf("%w: image %s: %w", ErrSetup, image, err)
 }
 
-// OpenRootfs resolves a rootfs directory (runsc refuses a symlinked root) and reads the digest
-// that `make image` recorded in it.
-func OpenRootfs(path string) (manifest.Rootfs, error) {
+// OpenRootfs resolves a rootfs directory (runsc refuses a symlinked root) and reads what
+// `make image` or an image's assembly recorded in it: its digest, its process, its python3.
+func OpenRootfs(path string) (manifest.Rootfs, *manifest.RootfsInfo, error) {
 	resolved, err := filepath.EvalSymlinks(path)
 	if err != nil {
-		return manifest.Rootfs{}, fmt.Errorf("%w: rootfs %s: %w (run `make image`)", ErrSetup, path, err)
+		return manifest.Rootfs{}, nil, fmt.Errorf("%w: rootfs %s: %w (run `make image`)", ErrSetup, path, err)
 	}
 	info, err := manifest.ReadRootfsInfo(resolved)
 	if err != nil {
-		return manifest.Rootfs{}, fmt.Errorf("%w: rootfs %s has no readable image.json: %w (run `make image`)", ErrSetup, resolved, err)
+		return manifest.Rootfs{}, nil, fmt.Errorf("%w: rootfs %s has no readable image.json: %w (run `make image`)", ErrSetup, resolved, err)
 	}
-	return manifest.Rootfs{Path: resolved, Digest: info.Digest}, nil
+	return manifest.Rootfs{Path: resolved, Digest: info.Digest}, info, nil
 }
 
 // Launcher starts sandboxes of this environment's shape, each bounded by limit; workDir
 // holds their bundles.
 func (e *Env) Launcher(workDir string, limit time.Duration) sandboxes.Launcher {
-	return sandboxes.Launcher{Runtime: e.Runtime, Rootfs: e.Rootfs.Path, WorkDir: workDir, Env: slices.Clone(e.extraEnv), Timeout: limit}
+	return sandboxes.Launcher{Runtime: e.Runtime, Rootfs: e.Rootfs.Path, Process: e.RootfsInfo.SandboxProcess(), WorkDir: workDir, Env: slices.Clone(e.extraEnv), Timeout: limit}
 }
 
 // Restorer restores checkpoints of this environment with its restore flags, each restore
@@ -229,7 +250,7 @@ func (e *Env) Restorer(workDir string, limit time.Duration) *measure.Restorer {
 // checkpoint options.
 func (e *Env) CaptureRequest(set config.Set, dir, workDir, runscVersion string, options map[string]string) capture.Request {
 	return capture.Request{
-		ID: set.ID, Imports: set.Imports, Rootfs: e.Rootfs.Path, Dir: dir, WorkDir: workDir,
+		ID: set.ID, Imports: set.Imports, Rootfs: e.Rootfs.Path, Process: e.RootfsInfo.SandboxProcess(), Dir: dir, WorkDir: workDir,
 		Env: slices.Clone(e.extraEnv), CheckpointOptions: options, CPUBaseline: baselineFeatures(e.Config),
 		Timeout: e.Config.Timeouts.Capture, RunscVersion: runscVersion,
 	}

@@ -90,7 +90,7 @@ func manifestEnv(e *Env, m *manifest.Manifest) (*Env, error) {
 	if err := sandbox.CheckRestoreFlags(m.RestoreFlags); err != nil {
 		return nil, fmt.Errorf("%w: manifest restore_flags: %w", ErrSetup, err)
 	}
-	rootfs, err := OpenRootfs(m.Rootfs.Path)
+	rootfs, info, err := OpenRootfs(m.Rootfs.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -101,14 +101,14 @@ func manifestEnv(e *Env, m *manifest.Manifest) (*Env, error) {
 	rt.Flags = flags
 	x := *e
 	x.Runtime = &rt
-	x.Rootfs = rootfs
+	x.Rootfs, x.RootfsInfo = rootfs, info
 	x.RestoreFlags = slices.Clone(m.RestoreFlags)
 	x.controls = nil
 	if m.CPU != nil {
 		x.controls = m.CPU.Controls // restored as a worker is told to: with the capture's controls
 	}
 	x.extraEnv = extraEnvOf(x.passEnv, x.controls)
-	_, fingerprint, err := restoreShape(rootfs.Path, flags)
+	_, fingerprint, err := restoreShape(rootfs.Path, info.SandboxProcess(), flags)
 	if err != nil {
 		return nil, err
 	}

@@ -27,7 +27,7 @@ func (e *Env) Scratch(ctx context.Context) (work string, cleanup func(), err err
 // (the restore spec's, as the manifest records it): what a measurement of the image depends
 // on besides the rootfs and runsc.
 func (e *Env) SpecFingerprint() (string, error) {
-	_, fingerprint, err := restoreShape(e.Rootfs.Path, e.Runtime.Flags)
+	_, fingerprint, err := restoreShape(e.Rootfs.Path, e.RootfsInfo.SandboxProcess(), e.Runtime.Flags)
 	return fingerprint, err
 }
 

@@ -19,6 +19,9 @@ type Launcher struct {
 	Rootfs  string
 	// WorkDir holds bundles and host directories; keep it short (socket paths).
 	WorkDir string
+	// Process is the image's environment, cwd and user (the zero Process: the default
+	// rootfs's).
+	Process sandbox.Process
 	// Env holds variables added to every sandbox's base environment.
 	Env []string
 	// Timeout bounds one sandbox's work: a restore, or a start or restore plus the call.
@@ -37,7 +40,7 @@ func (l *Launcher) NewSandbox(setID, step string, mode sandbox.Mode, env, args [
 	if err := os.MkdirAll(hostDir, 0o755); err != nil {
 		return nil, err
 	}
-	spec, err := sandbox.Spec(sandbox.SpecOptions{Mode: mode, Rootfs: l.Rootfs, HostDir: hostDir, Env: append(slices.Clone(l.Env), env...), Args: args})
+	spec, err := sandbox.Spec(sandbox.SpecOptions{Mode: mode, Rootfs: l.Rootfs, HostDir: hostDir, Process: l.Process, Env: append(slices.Clone(l.Env), env...), Args: args})
 	if err != nil {
 		return nil, err
 	}

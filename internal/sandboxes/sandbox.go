@@ -118,8 +118,14 @@ type Sandbox struct {
 func (s *Sandbox) SocketPath() string { return filepath.Join(s.HostDir, sandbox.SocketName) }
 
 // NewSandbox writes spec into a fresh bundle under workDir/id; the process's stdout and
-// stderr will be logged there. The spec's bind mount source must already be hostDir.
+// stderr will be logged there. The spec's bind mount source must already be hostDir, which is
+// given to the spec's user (sandbox.PrepareHostDir).
 func (r *Runtime) NewSandbox(id, workDir, hostDir string, spec *specs.Spec) (*Sandbox, error) {
+	if hostDir != "" && spec.Process != nil {
+		if err := sandbox.PrepareHostDir(hostDir, spec.Process.User); err != nil {
+			return nil, err
+		}
+	}
 	bundle := filepath.Join(workDir, id)
 	if err := os.MkdirAll(bundle, 0o700); err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"readie.dev/pipeline/internal/filedigest"
+	"readie.dev/pipeline/pkg/sandbox"
 )
 
 // KeySchema is the version of the key's own encoding: bump it when KeyInputs changes meaning,
@@ -60,6 +61,10 @@ type KeyInputs struct {
 	PassEnv []EnvValue `json:"pass_env"`
 	// CPU: what restore checks of the host.
 	CPU CPU `json:"cpu"`
+	// ImageConfig: the image config's environment, cwd and user, which the saved process was
+	// started with (its os.environ, its sys.path through PYTHONPATH or a venv's PATH). Absent
+	// for the default rootfs, whose keys it leaves as they were.
+	ImageConfig *sandbox.Process `json:"image_config,omitempty"`
 }
 
 // PassEnvValues describes the pass_env variables for a key, sorted by name.

@@ -54,6 +54,8 @@ type Request struct {
 	// WorkDir holds the sandbox's bundle and host directory; keep its path short (a Unix
 	// socket path must fit in 108 bytes).
 	WorkDir string
+	// Process is the image's environment, cwd and user (sandbox.SpecOptions).
+	Process sandbox.Process
 	// Env holds the only variables passed in besides the sandbox's base environment.
 	Env []string
 	// CheckpointOptions are extra gVisor checkpoint annotations (sandbox.SpecOptions).
@@ -140,7 +142,7 @@ func newSandbox(rt *sandboxes.Runtime, req Request) (*sandboxes.Sandbox, string,
 	}
 	spec, err := sandbox.Spec(sandbox.SpecOptions{
 		Mode: sandbox.ModeCapture, Rootfs: req.Rootfs, HostDir: hostDir, ImageDir: req.Dir, Imports: req.Imports,
-		Env: env, CheckpointOptions: req.CheckpointOptions, CPUFeatures: req.CPUBaseline,
+		Process: req.Process, Env: env, CheckpointOptions: req.CheckpointOptions, CPUFeatures: req.CPUBaseline,
 	})
 	if err != nil {
 		return nil, "", err

@@ -48,10 +48,14 @@ type Rootfs struct {
 	Digest string `json:"digest"`
 }
 
-// Image names the OCI image a rootfs was made from: the reference given, the manifest digest.
+// Image names the OCI image a rootfs was made from: the reference given and the digest of the
+// image manifest used; when the reference named an image index, the index's digest and the
+// platform chosen in it (os/arch[/variant]).
 type Image struct {
-	Ref    string `json:"ref"`
-	Digest string `json:"digest"`
+	Ref      string `json:"ref"`
+	Digest   string `json:"digest"`
+	Index    string `json:"index,omitempty"`
+	Platform string `json:"platform,omitempty"`
 }
 
 // Stats are restore times in milliseconds.
@@ -118,7 +122,14 @@ type Manifest struct {
 	InterceptMs     float64  `json:"intercept_ms"`
 	SpecFingerprint string   `json:"spec_fingerprint"`
 	ExecutorArgv    []string `json:"executor_argv"`
-	PythonPath      string   `json:"python_path"`
+	// PythonPath is the python3 the executor runs under, found through the sandbox's PATH.
+	PythonPath string `json:"python_path"`
+	// Python is the interpreter the checkpoints hold (nil in outputs made before it was
+	// recorded): a client pickling functions by value checks it (CheckPython).
+	Python *Python `json:"python,omitempty"`
+	// Process is the image config's environment, cwd and user that every sandbox ran with
+	// (absent for the default rootfs); the restore spec holds them too.
+	Process *sandbox.Process `json:"process,omitempty"`
 	// Manifests from before runsc_flags was the one record of runsc's global flags also
 	// carried "overlay" and "network", copies of two of them: they still load (the fields are
 	// ignored); Flags reads every flag from runsc_flags.

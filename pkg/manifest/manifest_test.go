@@ -291,3 +291,28 @@ func TestLoadOldFormatWithNetworkAndOverlay(t *testing.T) {
 		t.Errorf("manifest written again:\n%s", data)
 	}
 }
+
+// TestCheckPython: only what the client names is compared, a version on X.Y; a manifest
+// without python is refused.
+func TestCheckPython(t *testing.T) {
+	m := &Manifest{Python: &Python{Version: "3.13.5", Implementation: "cpython", CacheTag: "cpython-313", Cloudpickle: "3.1.1"}}
+	for _, ok := range []Python{{}, {Version: "3.13"}, {Version: "3.13.1", Implementation: "cpython"}, {CacheTag: "cpython-313", Cloudpickle: "3.1.1"}} {
+		if err := m.CheckPython(ok); err != nil {
+			t.Errorf("%+v: %v", ok, err)
+		}
+	}
+	for want, says := range map[Python]string{
+		{Version: "3.11.2"}:       "python 3.13.5, the client's 3.11.2",
+		{Version: "3.1"}:          "python 3.13.5, the client's 3.1",
+		{Implementation: "pypy"}:  "implementation cpython, the client's pypy",
+		{Cloudpickle: "2.2.0"}:    "cloudpickle 3.1.1, the client's 2.2.0",
+		{CacheTag: "cpython-311"}: "cache tag cpython-313",
+	} {
+		if err := m.CheckPython(want); !errors.Is(err, ErrPython) || !strings.Contains(err.Error(), says) {
+			t.Errorf("%+v: %v, want one saying %q", want, err, says)
+		}
+	}
+	if err := (&Manifest{}).CheckPython(Python{Version: "3.11"}); !errors.Is(err, ErrPython) {
+		t.Errorf("a manifest without python: %v", err)
+	}
+}

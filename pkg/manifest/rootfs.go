@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"readie.dev/pipeline/pkg/sandbox"
 )
 
 // RootfsInfoFile is where a rootfs the pipeline built records its RootfsInfo, relative to its
@@ -24,6 +26,22 @@ type RootfsInfo struct {
 	SitePackages string `json:"site_packages"`
 	// Image is the OCI image the base was unpacked from, if it was.
 	Image *Image `json:"image,omitempty"`
+	// Process is the image config's environment, cwd and user, which every sandbox on this
+	// rootfs runs with (nil: the default rootfs's, sandbox.Process's zero value).
+	Process *sandbox.Process `json:"process,omitempty"`
+	// PythonPath is the python3 found through the process's PATH, as the probe found it (a
+	// venv's own bin/python3, not its realpath); Python is what the probe said of it. Both are
+	// absent in a rootfs made before they were recorded.
+	PythonPath string  `json:"python_path,omitempty"`
+	Python     *Python `json:"python,omitempty"`
+}
+
+// SandboxProcess is the process every sandbox on the rootfs runs with.
+func (i *RootfsInfo) SandboxProcess() sandbox.Process {
+	if i == nil || i.Process == nil {
+		return sandbox.Process{}
+	}
+	return *i.Process
 }
 
 // ReadRootfsInfo reads the RootfsInfo that dir (a rootfs) records; one without a digest is an

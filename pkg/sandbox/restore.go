@@ -87,7 +87,8 @@ func checkCanonical(s *specs.Spec) error {
 	if s.Root == nil || !filepath.IsAbs(s.Root.Path) || !filepath.IsAbs(mount.Source) || s.Process == nil {
 		return errors.New("no absolute root path, executor mount source or process")
 	}
-	want, err := Spec(SpecOptions{Mode: ModeSandbox, Rootfs: s.Root.Path, HostDir: mount.Source})
+	// The image's cwd and user are the spec's own: the fingerprint, checked before, covers them.
+	want, err := Spec(SpecOptions{Mode: ModeSandbox, Rootfs: s.Root.Path, HostDir: mount.Source, Process: Process{Cwd: s.Process.Cwd, User: s.Process.User}})
 	if err != nil {
 		return err
 	}
@@ -222,11 +223,19 @@ func explainFingerprint(s *specs.Spec, flags Flags, recorded string) string {
 	if s.Root != nil && filepath.IsAbs(s.Root.Path) {
 		rootfs = s.Root.Path
 	}
-	ref, err := Spec(SpecOptions{Mode: ModeSandbox, Rootfs: rootfs, HostDir: hostDir})
-	if err != nil {
-		return ""
+	// The captured shape is the default rootfs's, or an image's with this spec's cwd and user.
+	var ref *specs.Spec
+	for _, process := range []Process{{}, {Cwd: s.Process.Cwd, User: s.Process.User}} {
+		candidate, err := Spec(SpecOptions{Mode: ModeSandbox, Rootfs: rootfs, HostDir: hostDir, Process: process})
+		if err != nil {
+			continue
+		}
+		if fp, err := Fingerprint(candidate, flags); err == nil && fp == recorded {
+			ref = candidate
+			break
+		}
 	}
-	if fp, err := Fingerprint(ref, flags); err != nil || fp != recorded {
+	if ref == nil {
 		return fmt.Sprintf(" (with the manifest's runsc flags %q, neither this spec nor this pipeline's sandbox shape gives it: the flags or the spec were changed, or another version of the pipeline made the output)", flags.Args())
 	}
 	differ := shapeOf(s, flags).differences(shapeOf(ref, flags))

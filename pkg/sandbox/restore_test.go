@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -215,5 +216,46 @@ func TestParseFlagsAllowsWhatThePipelineWrites(t *testing.T) {
 	}
 	if _, err := ParseFlags(append(DefaultFlags().Args(), "--platform=kvm;rm")); err == nil {
 		t.Error("a platform outside the list was accepted")
+	}
+}
+
+// TestRestoreSpecImageProcess: the restore spec of an image keeps its Env (the worker's
+// variables set over it), its cwd and its user; a user edited in the file is refused.
+func TestRestoreSpecImageProcess(t *testing.T) {
+	p := Process{Env: []string{"VIRTUAL_ENV=/opt/venv", "PATH=/opt/venv/bin:/usr/bin"}, Cwd: "/srv", User: specs.User{UID: 1000, GID: 1000}}
+	s := mustSpec(t, SpecOptions{Mode: ModeSandbox, Rootfs: "/build/rootfs", HostDir: "/run/readie/sandboxes/SANDBOX_ID", Process: p})
+	fingerprint, _ := Fingerprint(s, DefaultFlags())
+	dir := t.TempDir()
+	path := filepath.Join(dir, "restore-spec.json")
+	data, _ := json.Marshal(s)
+	os.WriteFile(path, data, 0o644)
+	got, err := RestoreSpec(path, fingerprint, DefaultFlags().Args(), RestoreOptions{Rootfs: "/w/rootfs", HostDir: "/w/h", Env: []string{"PATH=/worker", "TOKEN=1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Process.Cwd != "/srv" || got.Process.User.UID != 1000 || !slices.Contains(got.Process.Env, "VIRTUAL_ENV=/opt/venv") ||
+		!slices.Contains(got.Process.Env, "PATH=/worker") || !slices.Contains(got.Process.Env, "TOKEN=1") {
+		t.Errorf("restore spec process %+v", got.Process)
+	}
+	s.Process.User.UID = 0
+	data, _ = json.Marshal(s)
+	os.WriteFile(path, data, 0o644)
+	if _, err := RestoreSpec(path, fingerprint, DefaultFlags().Args(), RestoreOptions{Rootfs: "/w/rootfs", HostDir: "/w/h"}); !errors.Is(err, ErrRestoreSpec) || !strings.Contains(err.Error(), "the manifest records "+fingerprint) {
+		t.Errorf("a spec whose user was edited: %v", err)
+	}
+}
+
+// TestPrepareHostDir: a non-root user gets the directory; root's stays as it is.
+func TestPrepareHostDir(t *testing.T) {
+	dir := t.TempDir()
+	if err := PrepareHostDir(dir, specs.User{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := PrepareHostDir(dir, specs.User{UID: 4242, GID: 4343}); err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := os.Stat(dir)
+	if st := fi.Sys().(*syscall.Stat_t); st.Uid != 4242 || st.Gid != 4343 {
+		t.Errorf("owner %d:%d, want 4242:4343", st.Uid, st.Gid)
 	}
 }

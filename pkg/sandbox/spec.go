@@ -41,7 +41,8 @@ const (
 	ExecutorDir = "/run/readie"
 	// SocketName is the executor's socket file inside ExecutorDir.
 	SocketName = "executor.sock"
-	// PythonPath is the interpreter the executor runs under, inside the image.
+	// PythonPath is the interpreter the executor runs under in the default rootfs (Debian's);
+	// in an image, the python3 its PATH finds (the manifest's python_path).
 	PythonPath = "/usr/bin/python3"
 
 	annotationCheckpointPrefix = "dev.gvisor.internal.checkpoint."
@@ -61,20 +62,6 @@ const (
 // ExecutorArgs is the executor's argv; a fresh slice every call so no caller can change it.
 func ExecutorArgs() []string { return []string{"python3", "-u", "-m", "readie_executor"} }
 
-// baseEnv is the whole environment a sandbox starts from. Nothing of the pipeline's own
-// environment is passed on: a checkpoint ships to every sandbox, secrets included.
-func baseEnv(mode Mode) []string {
-	return []string{
-		"PATH=/usr/local/bin:/usr/bin:/bin",
-		"HOME=/root",
-		"LANG=C.UTF-8",
-		"PYTHONUNBUFFERED=1",
-		"PYTHONDONTWRITEBYTECODE=1",
-		"EXECUTOR_DIR=" + ExecutorDir,
-		"EXECUTOR_MODE=" + string(mode),
-	}
-}
-
 // SpecOptions describes one sandbox.
 type SpecOptions struct {
 	Mode Mode
@@ -91,7 +78,11 @@ type SpecOptions struct {
 	// CheckpointOptions are extra gVisor checkpoint annotations, named without their
 	// "dev.gvisor.internal.checkpoint." prefix, e.g. "exclude-committed-zero-pages" (capture only).
 	CheckpointOptions map[string]string
-	// Env adds KEY=VALUE entries after the base environment; restore may differ here.
+	// Process is the image's: its Env under the pipeline's variables, its cwd and its user
+	// (the zero Process for the default rootfs). Nothing of the pipeline's own environment is
+	// passed on: a checkpoint ships to every sandbox, secrets included.
+	Process Process
+	// Env adds KEY=VALUE entries over the base environment; restore may differ here.
 	Env []string
 	// CPUFeatures, when not nil, are the only CPU features the sandbox is given (capture mode
 	// only: a checkpoint keeps them). gVisor's names; runsc refuses any other with a message
@@ -110,11 +101,11 @@ func Spec(o SpecOptions) (*specs.Spec, error) {
 	if err := o.check(); err != nil {
 		return nil, err
 	}
-	env := baseEnv(o.Mode)
+	var extra []string
 	if o.Mode == ModeCapture {
-		env = append(env, "READIE_PREIMPORT="+strings.Join(o.Imports, ","))
+		extra = append(extra, "READIE_PREIMPORT="+strings.Join(o.Imports, ","))
 	}
-	env = append(env, o.Env...)
+	env := o.Process.env(o.Mode, append(extra, o.Env...))
 	args := ExecutorArgs()
 	if o.Args != nil {
 		args = slices.Clone(o.Args)
@@ -127,8 +118,8 @@ func Spec(o SpecOptions) (*specs.Spec, error) {
 		Process: &specs.Process{
 			Args: args,
 			Env:  env,
-			Cwd:  "/",
-			User: specs.User{UID: 0, GID: 0},
+			Cwd:  o.Process.cwd(),
+			User: o.Process.User,
 			Capabilities: &specs.LinuxCapabilities{
 				Bounding: caps, Effective: caps, Permitted: caps,
 			},
@@ -179,7 +170,7 @@ func (o SpecOptions) check() error {
 			return fmt.Errorf("%w: environment entry %q is not KEY=VALUE", ErrSpec, kv)
 		}
 	}
-	return nil
+	return o.Process.Check()
 }
 
 // mounts are every sandbox's mounts, and the bind mount of hostDir on ExecutorDir when set.

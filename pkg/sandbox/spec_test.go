@@ -203,3 +203,55 @@ func TestFingerprint(t *testing.T) {
 		}
 	}
 }
+
+// TestSpecProcess: an image's Env is the base of the environment, under the pipeline's
+// overrides, with defaults only for what it lacks; its cwd and user shape the process and the
+// fingerprint, its Env does not; the zero Process gives the default rootfs's spec.
+func TestSpecProcess(t *testing.T) {
+	image := Process{
+		Env:  []string{"PATH=/opt/venv/bin:/usr/bin", "VIRTUAL_ENV=/opt/venv", "PYTHONUNBUFFERED=0", "EXECUTOR_DIR=/elsewhere", "HOME=/home/app"},
+		Cwd:  "/srv/app",
+		User: specs.User{UID: 1000, GID: 1001, AdditionalGids: []uint32{50}},
+	}
+	o := testOptions(ModeCapture)
+	o.Process = image
+	o.Env = []string{"PASSED=1", "VIRTUAL_ENV=/from/pass_env"}
+	s := mustSpec(t, o)
+	want := []string{
+		"PATH=/opt/venv/bin:/usr/bin", "VIRTUAL_ENV=/from/pass_env", "PYTHONUNBUFFERED=1", "EXECUTOR_DIR=" + ExecutorDir, "HOME=/home/app",
+		"LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1", "EXECUTOR_MODE=capture", "READIE_PREIMPORT=numpy,pandas", "PASSED=1",
+	}
+	if !slices.Equal(s.Process.Env, want) {
+		t.Errorf("env\n%q\nwant\n%q", s.Process.Env, want)
+	}
+	if s.Process.Cwd != "/srv/app" || s.Process.User.UID != 1000 || s.Process.User.GID != 1001 {
+		t.Errorf("cwd %q user %+v", s.Process.Cwd, s.Process.User)
+	}
+	def := mustSpec(t, testOptions(ModeSandbox))
+	wantDefault := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/root", "LANG=C.UTF-8", "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1", "EXECUTOR_DIR=" + ExecutorDir, "EXECUTOR_MODE=sandbox"}
+	if !slices.Equal(def.Process.Env, wantDefault) || def.Process.Cwd != "/" || def.Process.User.UID != 0 {
+		t.Errorf("default env %q cwd %q user %+v", def.Process.Env, def.Process.Cwd, def.Process.User)
+	}
+	fp := func(p Process) string {
+		o := testOptions(ModeSandbox)
+		o.Process = p
+		f, err := Fingerprint(mustSpec(t, o), DefaultFlags())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	if fp(Process{Env: image.Env}) != fp(Process{}) {
+		t.Error("the image's Env changed the fingerprint")
+	}
+	if fp(Process{Cwd: "/srv/app"}) == fp(Process{}) || fp(Process{User: image.User}) == fp(Process{}) {
+		t.Error("the image's cwd or user left the fingerprint unchanged")
+	}
+	for _, bad := range []Process{{Env: []string{"NOVALUE"}}, {Cwd: "relative"}} {
+		o := testOptions(ModeSandbox)
+		o.Process = bad
+		if _, err := Spec(o); !errors.Is(err, ErrSpec) {
+			t.Errorf("%+v: %v", bad, err)
+		}
+	}
+}

@@ -18,7 +18,6 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"readie.dev/pipeline/internal/oci/verify"
 )
@@ -141,17 +140,27 @@ func Fetch(ctx context.Context, r Ref) (v1.Image, error) {
 
 // fetchLayout finds the image at r in an OCI layout, by digest, by tag, or the only one.
 func fetchLayout(r Ref) (v1.Image, error) {
+	p, desc, err := layoutEntry(r)
+	if err != nil {
+		return nil, err
+	}
+	return fetchLayoutImage(p, r, desc)
+}
+
+// layoutEntry finds the entry of the layout's index.json that r names, by digest, by tag, or
+// the only one.
+func layoutEntry(r Ref) (layout.Path, v1.Descriptor, error) {
 	p, err := layout.FromPath(r.Layout)
 	if err != nil {
-		return nil, fmt.Errorf("OCI layout %s: %w", r.Layout, err)
+		return "", v1.Descriptor{}, fmt.Errorf("OCI layout %s: %w", r.Layout, err)
 	}
 	index, err := p.ImageIndex()
 	if err != nil {
-		return nil, err
+		return "", v1.Descriptor{}, err
 	}
 	im, err := index.IndexManifest()
 	if err != nil {
-		return nil, err
+		return "", v1.Descriptor{}, err
 	}
 	var found []v1.Descriptor
 	var tags []string
@@ -168,11 +177,16 @@ func fetchLayout(r Ref) (v1.Image, error) {
 	}
 	switch {
 	case len(found) == 0 && r.Tag != "":
-		return nil, fmt.Errorf("%w: %s: no image tagged %q (tags: %s)", ErrRef, r, r.Tag, listOrNone(tags))
+		return "", v1.Descriptor{}, fmt.Errorf("%w: %s: no image tagged %q (tags: %s)", ErrRef, r, r.Tag, listOrNone(tags))
 	case len(found) != 1:
-		return nil, fmt.Errorf("%w: %s: %d images match (name one with :TAG or @DIGEST; tags: %s)", ErrRef, r, len(found), listOrNone(tags))
+		return "", v1.Descriptor{}, fmt.Errorf("%w: %s: %d images match (name one with :TAG or @DIGEST; tags: %s)", ErrRef, r, len(found), listOrNone(tags))
 	}
-	img, err := p.Image(found[0].Digest)
+	return p, found[0], nil
+}
+
+// fetchLayoutImage opens the image manifest desc names in the layout p.
+func fetchLayoutImage(p layout.Path, r Ref, desc v1.Descriptor) (v1.Image, error) {
+	img, err := p.Image(desc.Digest)
 	if err != nil {
 		return nil, err
 	}
@@ -182,7 +196,7 @@ func fetchLayout(r Ref) (v1.Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("OCI layout %s: %w", r.Layout, err)
 	}
-	if err := verify.Bytes("OCI layout "+r.Layout+": manifest", raw, found[0].Digest, found[0].Size); err != nil {
+	if err := verify.Bytes("OCI layout "+r.Layout+": manifest", raw, desc.Digest, desc.Size); err != nil {
 		return nil, err
 	}
 	return img, nil
@@ -194,21 +208,4 @@ func listOrNone(tags []string) string {
 	}
 	slices.Sort(tags)
 	return strings.Join(tags, ", ")
-}
-
-// Open finds the image ref names: oci-layout:DIR[:TAG|@DIGEST], docker-archive:FILE, or a
-// registry reference.
-func Open(ctx context.Context, ref string, insecure []string) (v1.Image, error) {
-	if file, ok := strings.CutPrefix(ref, "docker-archive:"); ok {
-		img, err := tarball.ImageFromPath(file, nil)
-		if err != nil {
-			return nil, fmt.Errorf("docker archive %s: %w", file, err)
-		}
-		return img, nil
-	}
-	r, err := ParseRef(ref, insecure)
-	if err != nil {
-		return nil, err
-	}
-	return Fetch(ctx, r)
 }

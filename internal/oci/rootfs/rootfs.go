@@ -26,6 +26,7 @@ import (
 	"readie.dev/pipeline/internal/oci/unpack"
 	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/pkg/manifest"
+	"readie.dev/pipeline/pkg/sandbox"
 )
 
 // Info is what Assemble made: the rootfs's own record (manifest.RootfsInfo, written at
@@ -45,6 +46,10 @@ type Options struct {
 	Base, BaseDigest string
 	// Image names the image Base was unpacked from, if it was.
 	Image *manifest.Image
+	// Process is the image config's environment, cwd and user (imageconfig.Process): the
+	// probe and the precompile run with it, as every sandbox on the rootfs will. Nil for a
+	// base without a config (the default rootfs).
+	Process *sandbox.Process
 	// Runtime runs the base's python3 (the probe, the precompile), with no network whatever
 	// its flags say; Timeout bounds each run (timeouts.image_probe).
 	Runtime *sandboxes.Runtime
@@ -70,7 +75,16 @@ func Assemble(ctx context.Context, o Options) (string, *Info, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	info := &Info{RootfsInfo: manifest.RootfsInfo{Digest: filedigest.OfBytes([]byte(o.BaseDigest + " " + executorDigest)), BaseDigest: o.BaseDigest, ExecutorDigest: executorDigest, Image: o.Image}}
+	named := o.BaseDigest + " " + executorDigest
+	if o.Process != nil && !o.Process.IsZero() {
+		// The process decides which python3 the probe finds (PATH), so where the executor goes.
+		process, err := json.Marshal(o.Process)
+		if err != nil {
+			return "", nil, err
+		}
+		named += " " + string(process)
+	}
+	info := &Info{RootfsInfo: manifest.RootfsInfo{Digest: filedigest.OfBytes([]byte(named)), BaseDigest: o.BaseDigest, ExecutorDigest: executorDigest, Image: o.Image, Process: o.Process}}
 	ctx, cancel := context.WithTimeoutCause(ctx, 3*o.Timeout, fmt.Errorf("making the rootfs of %s exceeded three times timeouts.image_probe (%s)", o.what(), 3*o.Timeout))
 	defer cancel()
 	if err := os.MkdirAll(o.Runtime.Root, 0o700); err != nil {
@@ -95,7 +109,8 @@ func Assemble(ctx context.Context, o Options) (string, *Info, error) {
 		if err != nil {
 			return "", nil, fmt.Errorf("rootfs %s: %w", rootfs, err)
 		}
-		info.SitePackages, info.Reused = recorded.SitePackages, true
+		recorded.Image = o.Image // the same content may have come through another reference
+		info.RootfsInfo, info.Reused = *recorded, true
 	}
 	return rootfs, info, nil
 }
@@ -106,12 +121,13 @@ func build(ctx context.Context, o Options, info *Info, tmp string) error {
 	if err := os.Mkdir(scratch, 0o700); err != nil {
 		return err
 	}
-	code := newImageCode(o.Runtime, o.Timeout, o.what())
-	site, err := code.probe(ctx, o.Base, scratch)
+	code := newImageCode(o.Runtime, o.Timeout, o.what(), info.SandboxProcess())
+	said, err := code.probe(ctx, o.Base, scratch)
 	if err != nil {
 		return err
 	}
-	info.SitePackages = "/" + site
+	site := said.Purelib
+	info.SitePackages, info.PythonPath, info.Python = "/"+site, said.PythonPath, &said.Python
 	rootfs := filepath.Join(tmp, "rootfs")
 	// Hard links share the base's files: the applier replaces files, never writes into them.
 	cp := exec.CommandContext(ctx, "cp", "-al", o.Base, rootfs)

@@ -2,6 +2,7 @@ package rootfs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"readie.dev/pipeline/internal/sandboxes"
+	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/runsc"
 	"readie.dev/pipeline/pkg/sandbox"
 )
@@ -24,15 +26,27 @@ var ErrPython = errors.New("the image cannot run the executor")
 
 // probeScript finds the directory on the image's python3 path where the executor goes
 // (sysconfig's purelib, with its links resolved inside the image), after checking the version
-// and cloudpickle. Exit 3 and 4 say what is missing.
-const probeScript = `import os, sys, sysconfig
+// and cloudpickle, and says which python3 it is: the one found through PATH (shutil.which,
+// as runsc found it: a venv's bin/python3, not its realpath), its version, implementation,
+// cache tag and cloudpickle's version. One JSON line; exit 3 and 4 say what is missing.
+const probeScript = `import json, os, platform, shutil, sys, sysconfig
 if sys.version_info < (3, 11):
     print("python3 %d.%d is older than 3.11" % sys.version_info[:2]); sys.exit(3)
 try:
     import cloudpickle
 except ImportError:
     print("cloudpickle is missing"); sys.exit(4)
-print(os.path.realpath(sysconfig.get_paths()["purelib"]))`
+print(json.dumps({"purelib": os.path.realpath(sysconfig.get_paths()["purelib"]),
+    "python_path": shutil.which("python3") or sys.executable, "version": platform.python_version(),
+    "implementation": sys.implementation.name, "cache_tag": sys.implementation.cache_tag,
+    "cloudpickle": getattr(cloudpickle, "__version__", "")}))`
+
+// probed is what probeScript says.
+type probed struct {
+	Purelib    string `json:"purelib"`
+	PythonPath string `json:"python_path"`
+	manifest.Python
+}
 
 // pycachePrefix is where the precompile writes bytecode, inside the sandbox: the one
 // directory it may write (the host directory on sandbox.ExecutorDir), never the root.
@@ -52,12 +66,14 @@ type imageCode struct {
 	rt      *sandboxes.Runtime
 	timeout time.Duration
 	what    string // the image, for errors
+	// process is the image config's: python3 is found through its PATH, as in every sandbox.
+	process sandbox.Process
 }
 
-func newImageCode(rt *sandboxes.Runtime, timeout time.Duration, what string) *imageCode {
+func newImageCode(rt *sandboxes.Runtime, timeout time.Duration, what string, process sandbox.Process) *imageCode {
 	isolated := *rt
 	isolated.Flags = sandbox.Flags{Network: "none", Overlay: "none", HostUDS: "none", Extra: slices.Clone(rt.Flags.Extra)}
-	return &imageCode{rt: &isolated, timeout: timeout, what: what}
+	return &imageCode{rt: &isolated, timeout: timeout, what: what, process: process}
 }
 
 // run runs args in a sandbox whose root is rootfs, with hostDir (or nothing, when empty) on
@@ -65,7 +81,7 @@ func newImageCode(rt *sandboxes.Runtime, timeout time.Duration, what string) *im
 // on stdout, and an error naming the image and the step.
 func (c *imageCode) run(ctx context.Context, step, rootfs, workDir, hostDir string, env, args []string) (string, error) {
 	fail := func(err error) error { return fmt.Errorf("image %s: %s: %w", c.what, step, err) }
-	spec, err := sandbox.Spec(sandbox.SpecOptions{Mode: sandbox.ModeSandbox, Rootfs: rootfs, HostDir: hostDir, Env: env, Args: args})
+	spec, err := sandbox.Spec(sandbox.SpecOptions{Mode: sandbox.ModeSandbox, Rootfs: rootfs, HostDir: hostDir, Process: c.process, Env: env, Args: args})
 	if err != nil {
 		return "", fail(err)
 	}
@@ -95,25 +111,33 @@ func (c *imageCode) run(ctx context.Context, step, rootfs, workDir, hostDir stri
 }
 
 // probe runs the image's python3 on base (read-only, with no host directory: runsc then makes
-// no mount point in it) and returns the directory where the executor goes, relative to the
-// root.
-func (c *imageCode) probe(ctx context.Context, base, workDir string) (string, error) {
+// no mount point in it) and returns what it said: the directory where the executor goes,
+// relative to the root, and which python3 it is.
+func (c *imageCode) probe(ctx context.Context, base, workDir string) (*probed, error) {
 	out, err := c.run(ctx, "python3 probe", base, workDir, "", nil, []string{"python3", "-B", "-c", probeScript})
 	said := strings.TrimSpace(out)
 	var exit *runsc.ExitError
 	switch {
 	case err == nil:
-		site := path.Clean(said)
-		if !path.IsAbs(site) || site == "/" || strings.ContainsAny(site, "\n\x00") || len(site) > 1024 {
-			return "", fmt.Errorf("%w: %s: python3's purelib directory %q is not an absolute path below /", ErrPython, c.what, said)
+		var p probed
+		if err := json.Unmarshal([]byte(said), &p); err != nil {
+			return nil, fmt.Errorf("%w: %s: the probe's answer is not readable: %q", ErrPython, c.what, said)
 		}
-		return strings.TrimPrefix(site, "/"), nil
+		site := path.Clean(p.Purelib)
+		if !path.IsAbs(site) || site == "/" || strings.ContainsAny(site, "\n\x00") || len(site) > 1024 {
+			return nil, fmt.Errorf("%w: %s: python3's purelib directory %q is not an absolute path below /", ErrPython, c.what, p.Purelib)
+		}
+		if !path.IsAbs(p.PythonPath) || strings.ContainsAny(p.PythonPath, "\n\x00") || p.Version == "" {
+			return nil, fmt.Errorf("%w: %s: the probe's answer is not usable: %q", ErrPython, c.what, said)
+		}
+		p.Purelib = strings.TrimPrefix(site, "/")
+		return &p, nil
 	case errors.As(err, &exit) && (exit.Status == 3 || exit.Status == 4):
-		return "", fmt.Errorf("%w: %s: %s", ErrPython, c.what, said)
+		return nil, fmt.Errorf("%w: %s: %s", ErrPython, c.what, said)
 	case strings.Contains(err.Error(), "error finding executable"):
-		return "", fmt.Errorf("%w: %s: python3 is missing (%w)", ErrPython, c.what, err)
+		return nil, fmt.Errorf("%w: %s: python3 is missing (%w)", ErrPython, c.what, err)
 	}
-	return "", fmt.Errorf("%w: %s: python3 does not run: %w", ErrPython, c.what, err)
+	return nil, fmt.Errorf("%w: %s: python3 does not run: %w", ErrPython, c.what, err)
 }
 
 // pycName is a bytecode file's name as compileall writes it: MODULE.TAG.pyc.

@@ -84,24 +84,9 @@ type Image struct {
 // diff ID; otherwise an error matching ErrDigest names the layer and both digests. Reads stop
 // with ctx.
 func Layers(ctx context.Context, img v1.Image, apply func(Layer, *tar.Reader) error, done func(Layer)) (*Image, error) {
-	raw, err := img.RawManifest()
+	raw, m, cfg, err := manifestAndConfig(img)
 	if err != nil {
-		return nil, fmt.Errorf("read the manifest: %w", err)
-	}
-	m, err := v1.ParseManifest(bytes.NewReader(raw))
-	if err != nil {
-		return nil, fmt.Errorf("parse the manifest: %w", err)
-	}
-	rawConfig, err := img.RawConfigFile()
-	if err != nil {
-		return nil, fmt.Errorf("read the config: %w", err)
-	}
-	if err := Bytes("config", rawConfig, m.Config.Digest, m.Config.Size); err != nil {
 		return nil, err
-	}
-	cfg, err := v1.ParseConfigFile(bytes.NewReader(rawConfig))
-	if err != nil {
-		return nil, fmt.Errorf("parse the config: %w", err)
 	}
 	if len(cfg.RootFS.DiffIDs) != len(m.Layers) {
 		return nil, fmt.Errorf("%w: the config lists %d diff IDs for the manifest's %d layers", ErrDigest, len(cfg.RootFS.DiffIDs), len(m.Layers))
@@ -121,6 +106,42 @@ func Layers(ctx context.Context, img v1.Image, apply func(Layer, *tar.Reader) er
 	}
 	content, _ := json.Marshal(ids)
 	return &Image{Manifest: Sum(raw), Content: Sum(content).String(), Config: cfg}, nil
+}
+
+// Config is img's config, checked against the digest and size its manifest gives (what
+// Layers checks of it, for a run that finds the image already unpacked), and the digest of
+// that manifest.
+func Config(img v1.Image) (*v1.ConfigFile, v1.Hash, error) {
+	raw, _, cfg, err := manifestAndConfig(img)
+	if err != nil {
+		return nil, v1.Hash{}, err
+	}
+	return cfg, Sum(raw), nil
+}
+
+// manifestAndConfig reads img's manifest (its raw bytes and parsed) and its config, checked
+// against the manifest's config descriptor.
+func manifestAndConfig(img v1.Image) ([]byte, *v1.Manifest, *v1.ConfigFile, error) {
+	raw, err := img.RawManifest()
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("read the manifest: %w", err)
+	}
+	m, err := v1.ParseManifest(bytes.NewReader(raw))
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("parse the manifest: %w", err)
+	}
+	rawConfig, err := img.RawConfigFile()
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("read the config: %w", err)
+	}
+	if err := Bytes("config", rawConfig, m.Config.Digest, m.Config.Size); err != nil {
+		return nil, nil, nil, err
+	}
+	cfg, err := v1.ParseConfigFile(bytes.NewReader(rawConfig))
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("parse the config: %w", err)
+	}
+	return raw, m, cfg, nil
 }
 
 // readLayer streams l's blob through a digester, its decompression, a second digester and a
