@@ -112,7 +112,9 @@ func kitCall(t *testing.T, out, id, expr string) any {
 // manifest's python_path is the venv's python3, and a restore through the kit finds the module
 // preloaded and the image's environment.
 func TestVenvImage(t *testing.T) {
-	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	t.Parallel()
+	// The unpacked images go with the test: its runs are processes of their own.
+	env := map[string]string{"XDG_CACHE_HOME": t.TempDir()}
 	dir := testenv.WorkDir(t)
 	base := userImage(t, dir)
 	site := "opt/venv/lib/python3.11/site-packages/"
@@ -139,10 +141,10 @@ func TestVenvImage(t *testing.T) {
 	out := filepath.Join(dir, "out")
 	cfg := testConfig{runsc: testenv.RunscPath(t), root: runscRoot(t, dir), rootfs: testenv.Rootfs(t), output: out,
 		sets: "  - id: venv\n    imports: [venvonly, json]\n"}.write(t)
-	if got := planRootfs(t, cfg, ref); !strings.HasPrefix(got, "sha256:") {
+	if got := planRootfs(t, env, cfg, ref); !strings.HasPrefix(got, "sha256:") {
 		t.Fatalf("plan: rootfs %q", got)
 	}
-	code, stdout, stderr := runCLI(t, "capture", "--config", cfg, "--image", ref)
+	code, stdout, stderr := runProcess(t, env, 10*time.Minute, "capture", "--config", cfg, "--image", ref)
 	if code != exitOK {
 		t.Fatalf("capture --image (venv): exit %d\n%s%s", code, stdout, stderr)
 	}
@@ -160,7 +162,7 @@ func TestVenvImage(t *testing.T) {
 	if c.ID != "venv" || !c.Smoke.OK || c.KeyParts["image_config"] == "" {
 		t.Errorf("checkpoint %+v: want venv, smoke ok, an image_config key part", c)
 	}
-	if code, stdout, stderr := runCLI(t, "verify", "--config", cfg); code != exitOK {
+	if code, stdout, stderr := runProcess(t, env, 10*time.Minute, "verify", "--config", cfg); code != exitOK {
 		t.Fatalf("verify: exit %d\n%s%s", code, stdout, stderr)
 	}
 	got := kitCall(t, out, "venv", `[__import__("sys").modules["venvonly"].WHERE, __import__("sys").prefix, __import__("os").environ.get("VIRTUAL_ENV"), __import__("os").environ.get("KIT")]`)
@@ -175,7 +177,9 @@ func TestVenvImage(t *testing.T) {
 // python3 under /usr/local/bin (first on its PATH: python_path names it) and its application's
 // modules on PYTHONPATH, as many images do: the set imports one of them.
 func TestImageUserAndWorkingDir(t *testing.T) {
-	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	t.Parallel()
+	// The unpacked images go with the test: its runs are processes of their own.
+	env := map[string]string{"XDG_CACHE_HOME": t.TempDir()}
 	dir := testenv.WorkDir(t)
 	base := userImage(t, dir)
 	passwd, err := os.ReadFile(filepath.Join(testenv.Rootfs(t), "etc/passwd"))
@@ -195,7 +199,7 @@ func TestImageUserAndWorkingDir(t *testing.T) {
 	out := filepath.Join(dir, "out")
 	cfg := testConfig{runsc: testenv.RunscPath(t), root: runscRoot(t, dir), rootfs: testenv.Rootfs(t), output: out,
 		sets: "  - id: small\n    imports: [json, appmod]\n"}.write(t)
-	code, stdout, stderr := runCLI(t, "capture", "--config", cfg, "--image", ref)
+	code, stdout, stderr := runProcess(t, env, 10*time.Minute, "capture", "--config", cfg, "--image", ref)
 	if code != exitOK {
 		t.Fatalf("capture --image (user, workdir): exit %d\n%s%s", code, stdout, stderr)
 	}
@@ -213,7 +217,7 @@ func TestImageUserAndWorkingDir(t *testing.T) {
 	// A user the image does not define is refused up front, naming it.
 	img = withConfig(t, base, tarLayer(t, dirEntry("srv/")), v1.Config{User: "nobody-here"})
 	ref = writeLayout(t, filepath.Join(dir, "layout2"), img)
-	code, _, stderr = runCLI(t, "capture", "--config", cfg, "--image", ref)
+	code, _, stderr = runProcess(t, env, 10*time.Minute, "capture", "--config", cfg, "--image", ref)
 	if code != exitUsage || !strings.Contains(stderr, `no user "nobody-here"`) {
 		t.Errorf("capture of an image with an unknown user: exit %d\n%s", code, stderr)
 	}
@@ -224,7 +228,9 @@ func TestImageUserAndWorkingDir(t *testing.T) {
 // and the manifest names the index, the image and the platform; --platform for a platform the
 // index lacks is refused naming the platforms it has.
 func TestImageIndexPlatforms(t *testing.T) {
-	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	t.Parallel()
+	// The unpacked images go with the test: its runs are processes of their own.
+	env := map[string]string{"XDG_CACHE_HOME": t.TempDir()}
 	dir := testenv.WorkDir(t)
 	base := userImage(t, dir)
 	cf, err := base.ConfigFile()
@@ -257,7 +263,7 @@ func TestImageIndexPlatforms(t *testing.T) {
 	out := filepath.Join(dir, "out")
 	cfg := testConfig{runsc: testenv.RunscPath(t), root: runscRoot(t, dir), rootfs: testenv.Rootfs(t), output: out,
 		sets: "  - id: small\n    imports: [json]\n"}.write(t)
-	code, stdout, stderr := runCLI(t, "capture", "--config", cfg, "--image", ref)
+	code, stdout, stderr := runProcess(t, env, 10*time.Minute, "capture", "--config", cfg, "--image", ref)
 	if code != exitOK {
 		t.Fatalf("capture --image (index): exit %d\n%s%s", code, stdout, stderr)
 	}
@@ -270,7 +276,7 @@ func TestImageIndexPlatforms(t *testing.T) {
 	if m.Image == nil || m.Image.Index != indexDigest.String() || m.Image.Digest != imageDigest.String() || m.Image.Platform != "linux/amd64" || !m.Checkpoints[1].Smoke.OK {
 		t.Errorf("manifest image %+v; want index %s, image %s, linux/amd64", m.Image, indexDigest, imageDigest)
 	}
-	code, _, stderr = runCLI(t, "capture", "--config", cfg, "--image", ref, "--platform", "linux/arm64", "--out", filepath.Join(dir, "out-arm64"))
+	code, _, stderr = runProcess(t, env, 10*time.Minute, "capture", "--config", cfg, "--image", ref, "--platform", "linux/arm64", "--out", filepath.Join(dir, "out-arm64"))
 	if code != exitUsage || !strings.Contains(stderr, "no image for linux/arm64") || !strings.Contains(stderr, "linux/amd64, linux/arm/v7, unknown/unknown (attestation)") {
 		t.Errorf("--platform linux/arm64: exit %d\n%s", code, stderr)
 	}
@@ -283,13 +289,15 @@ func TestImageIndexPlatforms(t *testing.T) {
 // build would is captured and restored; the manifest says python 3.13 and the kit's check
 // refuses a client of another minor version.
 func TestDebian13Image(t *testing.T) {
-	layoutDir := debianimage.Layout(t, "trixie") // in the shared cache, before it moves
-	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	t.Parallel()
+	layoutDir := debianimage.Layout(t, "trixie") // built once, then cached
+	// The unpacked images go with the test: its runs are processes of their own.
+	env := map[string]string{"XDG_CACHE_HOME": t.TempDir()}
 	dir := testenv.WorkDir(t)
 	out := filepath.Join(dir, "out")
 	cfg := testConfig{runsc: testenv.RunscPath(t), root: runscRoot(t, dir), rootfs: testenv.Rootfs(t), output: out,
 		sets: "  - id: numpy\n    imports: [numpy]\n"}.write(t)
-	code, stdout, stderr := runCLI(t, "capture", "--config", cfg, "--image", "oci-layout:"+layoutDir+":latest")
+	code, stdout, stderr := runProcess(t, env, 10*time.Minute, "capture", "--config", cfg, "--image", "oci-layout:"+layoutDir+":latest")
 	if code != exitOK {
 		t.Fatalf("capture --image (Debian 13): exit %d\n%s%s", code, stdout, stderr)
 	}

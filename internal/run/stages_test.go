@@ -541,7 +541,7 @@ func TestStagesStaleCorruptVerdict(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := &fakeDriver{}
-	plan, _, err = fakeCaptureWith(t, e, d, out, CaptureOptions{Selection: sel}, func(p *Plan) {
+	_, _, err = fakeCaptureWith(t, e, d, out, CaptureOptions{Selection: sel}, func(p *Plan) {
 		if p.Sets[1].corrupt == nil {
 			t.Fatalf("the plan did not judge the entry corrupt: %+v", p.Sets[1])
 		}

@@ -118,8 +118,9 @@ func RemoveDead(parent string) ([]string, error) {
 	var removed []string
 	var errs []error
 	for _, e := range entries {
-		name, ok := strings.CutPrefix(e.Name(), lockPrefix)
-		if name, ok = strings.CutSuffix(name, lockSuffix); !ok || e.IsDir() {
+		name, isLock := strings.CutPrefix(e.Name(), lockPrefix)
+		name, hasSuffix := strings.CutSuffix(name, lockSuffix)
+		if !isLock || !hasSuffix || e.IsDir() {
 			continue
 		}
 		dirs, err := workDirs(parent, name)
