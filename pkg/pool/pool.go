@@ -58,6 +58,27 @@ var (
 	ErrUsed = errors.New("pooled sandbox already used")
 )
 
+// SpecFunc returns the spec of a sandbox whose executor mount's source is hostDir.
+type SpecFunc func(hostDir string) (*specs.Spec, error)
+
+// FromRestoreSpec returns the SpecFunc of an output's restore spec: sandbox.RestoreSpec with
+// o, o.HostDir replaced by each sandbox's own. It reads and checks the spec once now, so a
+// spec that cannot restore the output is refused (sandbox.ErrRestoreSpec) before any sandbox
+// is made.
+func FromRestoreSpec(path, fingerprint string, runscFlags []string, o sandbox.RestoreOptions) (SpecFunc, error) {
+	if o.HostDir == "" {
+		o.HostDir = "/" // checked with a placeholder: each sandbox has its own
+	}
+	if _, err := sandbox.RestoreSpec(path, fingerprint, runscFlags, o); err != nil {
+		return nil, err
+	}
+	return func(hostDir string) (*specs.Spec, error) {
+		o := o
+		o.HostDir = hostDir
+		return sandbox.RestoreSpec(path, fingerprint, runscFlags, o)
+	}, nil
+}
+
 // Options shape a pool.
 type Options struct {
 	// Runsc creates, restores and deletes the sandboxes: its Root should be private to the
@@ -68,10 +89,9 @@ type Options struct {
 	// Dir holds a bundle and a host directory per sandbox; keep it short: the executor's
 	// socket path (Dir/h-XXXXXXXX/executor.sock) must fit in a Unix socket address.
 	Dir string
-	// Spec returns the spec of a sandbox whose executor mount's source is hostDir: for a
-	// worker, sandbox.RestoreSpec of the output with RestoreOptions{HostDir: hostDir, ...}.
+	// Spec returns the spec of each sandbox: for a worker, FromRestoreSpec of the output.
 	// Its environment is the restore-time environment of whatever is restored into it.
-	Spec func(hostDir string) (*specs.Spec, error)
+	Spec SpecFunc
 	// NewID names a sandbox; nil: "pool-" and 8 random hex digits.
 	NewID func() (string, error)
 	// Output receives the executors' stdout and stderr, each line prefixed with the sandbox's
