@@ -214,11 +214,13 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 	if err := json.Unmarshal(data, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Requests) != 2 || rep.Summary.MeanColdMs <= 0 || rep.Summary.MeanChosenMs <= 0 || rep.Summary.MeanPredictedMs <= 0 || rep.Unservable != 1 {
+	// The pooled series is on by default (--pool 2): each request also started from a pool.
+	if len(rep.Requests) != 2 || rep.Summary.MeanColdMs <= 0 || rep.Summary.MeanChosenMs <= 0 || rep.Summary.MeanPredictedMs <= 0 || rep.Unservable != 1 ||
+		rep.Pool != 2 || rep.Summary.MeanPooledMs <= 0 || rep.Summary.PooledOverCold <= 0 || rep.Summary.CreateMs <= 0 || rep.Summary.PredictedPooledMs <= 0 {
 		t.Errorf("corpus.json: %+v", rep)
 	}
 	for _, r := range rep.Requests {
-		if r.Choice == "" || len(r.Cold.Runs) != 1 || len(r.Chosen.Runs) != 1 {
+		if r.Choice == "" || len(r.Cold.Runs) != 1 || len(r.Chosen.Runs) != 1 || r.Pooled == nil || len(r.Pooled.Runs) != 1 || r.PooledMs <= 0 {
 			t.Errorf("request %+v", r)
 		}
 	}
