@@ -33,8 +33,8 @@ import (
 
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/manifest"
-	"readie.dev/pipeline/pkg/measure"
 	"readie.dev/pipeline/pkg/pool"
+	"readie.dev/pipeline/pkg/pycall"
 	"readie.dev/pipeline/pkg/runsc"
 	"readie.dev/pipeline/pkg/sandbox"
 )
@@ -145,7 +145,7 @@ func restoreAndCall(ctx context.Context, o options, stdout, stderr io.Writer) (e
 	// keeps: the smoke call reads it back.
 	token := randomHex(8)
 	specFor, err := pool.FromRestoreSpec(filepath.Join(o.out, m.Spec), m.SpecFingerprint, m.RunscFlags, sandbox.RestoreOptions{
-		Rootfs: rootfs, Env: []string{measure.SmokeTokenVar + "=" + token},
+		Rootfs: rootfs, Env: []string{pycall.SmokeTokenVar + "=" + token},
 	})
 	if err != nil { // refused before any sandbox
 		return fmt.Errorf("%w: %w", errBadInput, err)
@@ -311,7 +311,7 @@ func call(ctx context.Context, o options, c manifest.Checkpoint, socket, token s
 		return err
 	}
 	defer conn.Close()
-	request, err := measure.SmokeRequest(c.Imports)
+	request, err := pycall.SmokeRequest(c.Imports)
 	if err != nil {
 		return err
 	}
@@ -319,7 +319,7 @@ func call(ctx context.Context, o options, c manifest.Checkpoint, socket, token s
 	if err != nil {
 		return err
 	}
-	if err := measure.CheckSmokeResponse(response, token); err != nil {
+	if err := pycall.CheckSmokeResponse(response, token); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "worker: %s restored in %.0f ms and answered in %.0f ms (%s): its modules were imported and it sees the restore-time environment\n",
@@ -327,7 +327,7 @@ func call(ctx context.Context, o options, c manifest.Checkpoint, socket, token s
 	if o.eval == "" {
 		return nil
 	}
-	request, err = measure.EvalRequest(o.eval)
+	request, err = pycall.EvalRequest(o.eval)
 	if err != nil {
 		return err
 	}
@@ -335,7 +335,7 @@ func call(ctx context.Context, o options, c manifest.Checkpoint, socket, token s
 	if response, err = executorproto.Call(ctx, conn, request); err != nil {
 		return err
 	}
-	value, err := measure.DecodeEnvelope(response)
+	value, err := pycall.DecodeEnvelope(response)
 	if err != nil {
 		return err
 	}

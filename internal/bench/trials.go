@@ -14,22 +14,23 @@ import (
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/measure"
 	"readie.dev/pipeline/pkg/pool"
+	"readie.dev/pipeline/pkg/pycall"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
 // ImportRequest builds a request that imports every module of imports and returns how many
 // it imported: the first call of a cold executor, and the same call on a restored one.
 func ImportRequest(imports []string) ([]byte, error) {
-	list, err := measure.PyList(imports)
+	list, err := pycall.PyList(imports)
 	if err != nil {
 		return nil, err
 	}
-	return measure.EvalRequest(fmt.Sprintf(`len([__import__(m) for m in %s])`, list))
+	return pycall.EvalRequest(fmt.Sprintf(`len([__import__(m) for m in %s])`, list))
 }
 
 // checkImported checks the answer to ImportRequest.
 func checkImported(response []byte, imports []string) error {
-	value, err := measure.DecodeEnvelope(response)
+	value, err := pycall.DecodeEnvelope(response)
 	if err != nil {
 		return err
 	}

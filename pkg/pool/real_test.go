@@ -15,8 +15,8 @@ import (
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/capture"
 	"readie.dev/pipeline/pkg/executorproto"
-	"readie.dev/pipeline/pkg/measure"
 	"readie.dev/pipeline/pkg/pool"
+	"readie.dev/pipeline/pkg/pycall"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
@@ -50,7 +50,7 @@ func TestRealPool(t *testing.T) {
 	p, err := pool.New(ctx, pool.Options{
 		Runsc: rt.Driver(), Size: 2, Dir: filepath.Join(work, "p"),
 		Spec: func(hostDir string) (*specs.Spec, error) {
-			return sandbox.Spec(sandbox.SpecOptions{Mode: sandbox.ModeSandbox, Rootfs: rootfs, HostDir: hostDir, Env: []string{measure.SmokeTokenVar + "=" + token}})
+			return sandbox.Spec(sandbox.SpecOptions{Mode: sandbox.ModeSandbox, Rootfs: rootfs, HostDir: hostDir, Env: []string{pycall.SmokeTokenVar + "=" + token}})
 		},
 		NewID:  func() (string, error) { return rt.NewID("pool", "pooled") },
 		Output: testWriter{t},
@@ -82,7 +82,7 @@ func TestRealPool(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		request, err := measure.SmokeRequest(imports)
+		request, err := pycall.SmokeRequest(imports)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -90,7 +90,7 @@ func TestRealPool(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := measure.CheckSmokeResponse(response, token); err != nil {
+		if err := pycall.CheckSmokeResponse(response, token); err != nil {
 			t.Fatalf("%s restored into %s: %v", set, sb.ID, err)
 		}
 		t.Logf("%s restored into %s (created in %s ahead) answered", set, sb.ID, sb.CreateTime.Round(time.Millisecond))
