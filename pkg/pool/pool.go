@@ -213,7 +213,7 @@ func (p *Pool) Get(ctx context.Context) (*Sandbox, error) {
 			p.stats.HandedOut++
 			p.broadcast()
 		}
-		changed, lastErr := p.changed, p.lastErr
+		changed := p.changed
 		p.kick()
 		p.mu.Unlock()
 		if found != nil {
@@ -226,10 +226,7 @@ func (p *Pool) Get(ctx context.Context) (*Sandbox, error) {
 			if !errors.Is(err, ErrExhausted) {
 				err = fmt.Errorf("%w: %w", ErrExhausted, err)
 			}
-			if lastErr != nil {
-				err = fmt.Errorf("%w (the last create failed: %w)", err, lastErr)
-			}
-			return nil, err
+			return nil, p.withLastErr(err)
 		}
 	}
 }
@@ -246,7 +243,7 @@ func (p *Pool) Wait(ctx context.Context) error {
 			return ErrClosed
 		}
 		full := len(p.ready) >= p.o.Size && len(p.discard) == 0
-		changed, lastErr := p.changed, p.lastErr
+		changed := p.changed
 		p.kick()
 		p.mu.Unlock()
 		if full {
@@ -255,13 +252,19 @@ func (p *Pool) Wait(ctx context.Context) error {
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			err := fmt.Errorf("pool: %w", context.Cause(ctx))
-			if lastErr != nil {
-				err = fmt.Errorf("%w (the last create failed: %w)", err, lastErr)
-			}
-			return err
+			return p.withLastErr(fmt.Errorf("pool: %w", context.Cause(ctx)))
 		}
 	}
+}
+
+// withLastErr adds the last failed create or delete, if any, to err.
+func (p *Pool) withLastErr(err error) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.lastErr != nil {
+		return fmt.Errorf("%w (the last create failed: %w)", err, p.lastErr)
+	}
+	return err
 }
 
 // Close stops the refill and deletes every sandbox the pool made that is not deleted yet,

@@ -235,6 +235,9 @@ func TestExhausted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
+	// Once a create has failed (not a race with the clock: the Get below cannot succeed
+	// whenever it ends), the error names it.
+	waitFor(t, "a failed create", func() bool { return p.Stats().Failed > 0 })
 	_, err = p.Get(ctx)
 	if !errors.Is(err, pool.ErrExhausted) || !errors.Is(err, runsc.ErrFailed) || !strings.Contains(err.Error(), "no space left on device") {
 		t.Fatalf("Get with failing creates = %v, want ErrExhausted naming the create's error", err)
