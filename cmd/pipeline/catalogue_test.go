@@ -351,6 +351,8 @@ func TestCorpusErrorsExit2(t *testing.T) {
 		{[]string{"bench", "--corpus", badName, "--sample", "0"}, "--sample 0"},
 		{[]string{"bench", "--corpus", badName, "--part", "middle"}, `--part "middle"`},
 		{[]string{"bench", "--corpus", badName, "--explain"}, "--only and --explain are for the set benchmark"},
+		{[]string{"bench", "--corpus", badName, "--pool", "-1"}, "--pool -1"},
+		{[]string{"bench", "--pool", "0"}, "--pool 0: want 1 to 64 sandboxes (0 only with --corpus"},
 		{[]string{"select", "pan das"}, `"pan das" is not a dotted Python name`},
 	} {
 		args := append([]string{tc.args[0], "--config", cfg}, tc.args[1:]...)
