@@ -22,9 +22,10 @@ import (
 
 // TestRealPool restores two different checkpoints of one capture (one rootfs, one sandbox
 // shape) through one pool of the real runsc: each answers with its modules imported and sees
-// the environment its sandbox was created with, not the capture's. Then it kills every ready
-// sandbox's process, as a crash would, and the pool hands out none of them but a new one
-// that answers. testenv.Runtime checks that no sandbox is left under the root.
+// the environment its sandbox was created with, not the capture's, nor its bundle's as changed
+// after the create. Then it kills every ready sandbox's process, as a crash would, and the
+// pool hands out none of them but a new one that answers. testenv.Runtime checks that no
+// sandbox is left under the root.
 func TestRealPool(t *testing.T) {
 	rt := testenv.Runtime(t)
 	work := testenv.WorkDir(t)
@@ -74,6 +75,16 @@ func TestRealPool(t *testing.T) {
 				t.Error(err)
 			}
 		}()
+		// runsc restore onto a created sandbox uses the spec it was created with, not the
+		// bundle's config.json as it is now: a token changed there is not what the executor sees.
+		config := filepath.Join(sb.Bundle, "config.json")
+		data, err := os.ReadFile(config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(config, []byte(strings.ReplaceAll(string(data), token, "rewritten-after-create")), 0o600); err != nil {
+			t.Fatal(err)
+		}
 		if err := sb.Restore(ctx, filepath.Join(work, set), nil); err != nil {
 			t.Fatal(err)
 		}
