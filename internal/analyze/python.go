@@ -6,7 +6,7 @@ import (
 	"math"
 	"strings"
 
-	"readie.dev/pipeline/pkg/pycall"
+	"readie.dev/pipeline/pkg/measure"
 )
 
 // importCode runs inside the executor, as the first call of a cold start: it imports PRELOAD
@@ -44,7 +44,7 @@ result = {"ms": (t1 - t0) * 1000.0, "dirty": r1 - r0, "added": sorted(k for k in
 // reports on the second import. Names are validated dotted identifiers; they reach Python as
 // JSON string literals, which Python reads as its own.
 func importRequest(preload []string, module string) ([]byte, error) {
-	list, err := pycall.PyList(preload)
+	list, err := measure.PyList(preload)
 	if err != nil {
 		return nil, err
 	}
@@ -57,7 +57,7 @@ func importRequest(preload []string, module string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return pycall.EvalRequest(fmt.Sprintf(`(lambda ns: (__import__("builtins").exec(%s, ns), ns["result"])[1])({})`, literal))
+	return measure.EvalRequest(fmt.Sprintf(`(lambda ns: (__import__("builtins").exec(%s, ns), ns["result"])[1])({})`, literal))
 }
 
 // importResult is what one import call reported.
@@ -75,7 +75,7 @@ type importResult struct {
 
 // decodeImport reads the answer to importRequest.
 func decodeImport(response []byte) (importResult, error) {
-	v, err := pycall.DecodeEnvelope(response)
+	v, err := measure.DecodeEnvelope(response)
 	if err != nil {
 		return importResult{}, err
 	}

@@ -121,43 +121,6 @@ func TestDrawRequests(t *testing.T) {
 	}
 }
 
-func TestCorpusSummaryAndBenchfmt(t *testing.T) {
-	r := &CorpusReport{Rounds: 2, Corpus: "c.jsonl", Part: PartHeldOut, Requests: []CorpusRequest{
-		{Index: 3, ColdMs: 1000, ChosenMs: 200, PredictedMs: 250, PredictedColdMs: 1100, Cold: manifest.Stats{Runs: []float64{900, 1100}}, Chosen: manifest.Stats{Runs: []float64{190, 210}}},
-		{Index: 12, ColdMs: 500, ChosenMs: 300, PredictedMs: 200, PredictedColdMs: 450, Cold: manifest.Stats{Runs: []float64{500, 500}}, Chosen: manifest.Stats{Runs: []float64{300, 300}}},
-	}}
-	r.Summary = summarize(r.Requests)
-	s := r.Summary
-	if s.MeanColdMs != 750 || s.MeanChosenMs != 250 || s.MeanPredictedMs != 225 || s.SavedMs != 500 || fmt.Sprintf("%.4f", s.ChosenOverCold) != "0.3333" {
-		t.Errorf("summary %+v", s)
-	}
-	if fmt.Sprintf("%.2f", s.ModelErrorPct) != "11.11" || fmt.Sprintf("%.1f", s.MeanAbsErrorPct) != "35.0" {
-		t.Errorf("model error %+v", s)
-	}
-	var buf bytes.Buffer
-	if err := WriteCorpusBenchfmt(&buf, r); err != nil {
-		t.Fatal(err)
-	}
-	text := buf.String()
-	for _, want := range []string{
-		"BenchmarkCorpus/req=00003/series=cold 1 900000000 ns/op 1100.0 predicted-ms\n",
-		"BenchmarkCorpus/req=00012/series=chosen 1 300000000 ns/op 200.0 predicted-ms\n",
-		"BenchmarkCorpusMean/series=cold 1 700000000 ns/op 775.0 predicted-ms\n",
-		"BenchmarkCorpusMean/series=chosen 1 255000000 ns/op 225.0 predicted-ms\n",
-	} {
-		if !strings.Contains(text, want) {
-			t.Errorf("bench.txt lacks %q:\n%s", want, text)
-		}
-	}
-	if n := strings.Count(text, "BenchmarkCorpus/"); n != 8 {
-		t.Errorf("%d run lines, want 8", n)
-	}
-	var svg bytes.Buffer
-	if err := WriteCorpusChart(&svg, r); err != nil || !strings.Contains(svg.String(), "<svg") {
-		t.Errorf("chart: %v", err)
-	}
-}
-
 // With a pool: the pooled medians, their mean against cold, the prediction (the chosen one
 // less the pool's create time) and its error, and the pooled lines of bench.txt.
 func TestCorpusPooledSummaryAndBenchfmt(t *testing.T) {
@@ -191,6 +154,43 @@ func TestCorpusPooledSummaryAndBenchfmt(t *testing.T) {
 	}
 	var svg bytes.Buffer
 	if err := WriteCorpusChart(&svg, r); err != nil || !strings.Contains(svg.String(), "from a pool of 2") {
+		t.Errorf("chart: %v", err)
+	}
+}
+
+func TestCorpusSummaryAndBenchfmt(t *testing.T) {
+	r := &CorpusReport{Rounds: 2, Corpus: "c.jsonl", Part: PartHeldOut, Requests: []CorpusRequest{
+		{Index: 3, ColdMs: 1000, ChosenMs: 200, PredictedMs: 250, PredictedColdMs: 1100, Cold: manifest.Stats{Runs: []float64{900, 1100}}, Chosen: manifest.Stats{Runs: []float64{190, 210}}},
+		{Index: 12, ColdMs: 500, ChosenMs: 300, PredictedMs: 200, PredictedColdMs: 450, Cold: manifest.Stats{Runs: []float64{500, 500}}, Chosen: manifest.Stats{Runs: []float64{300, 300}}},
+	}}
+	r.Summary = summarize(r.Requests)
+	s := r.Summary
+	if s.MeanColdMs != 750 || s.MeanChosenMs != 250 || s.MeanPredictedMs != 225 || s.SavedMs != 500 || fmt.Sprintf("%.4f", s.ChosenOverCold) != "0.3333" {
+		t.Errorf("summary %+v", s)
+	}
+	if fmt.Sprintf("%.2f", s.ModelErrorPct) != "11.11" || fmt.Sprintf("%.1f", s.MeanAbsErrorPct) != "35.0" {
+		t.Errorf("model error %+v", s)
+	}
+	var buf bytes.Buffer
+	if err := WriteCorpusBenchfmt(&buf, r); err != nil {
+		t.Fatal(err)
+	}
+	text := buf.String()
+	for _, want := range []string{
+		"BenchmarkCorpus/req=00003/series=cold 1 900000000 ns/op 1100.0 predicted-ms\n",
+		"BenchmarkCorpus/req=00012/series=chosen 1 300000000 ns/op 200.0 predicted-ms\n",
+		"BenchmarkCorpusMean/series=cold 1 700000000 ns/op 775.0 predicted-ms\n",
+		"BenchmarkCorpusMean/series=chosen 1 255000000 ns/op 225.0 predicted-ms\n",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("bench.txt lacks %q:\n%s", want, text)
+		}
+	}
+	if n := strings.Count(text, "BenchmarkCorpus/"); n != 8 {
+		t.Errorf("%d run lines, want 8", n)
+	}
+	var svg bytes.Buffer
+	if err := WriteCorpusChart(&svg, r); err != nil || !strings.Contains(svg.String(), "<svg") {
 		t.Errorf("chart: %v", err)
 	}
 }
