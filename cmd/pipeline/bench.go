@@ -34,6 +34,8 @@ type benchCmd struct {
 	corpus corpusFlag
 	sample int
 	part   string
+	// pool is the size of the pool of the pooled series.
+	pool int
 	// corpusData is the corpus, read before anything else is done.
 	corpusData *corpus.Corpus
 }
@@ -41,7 +43,7 @@ type benchCmd struct {
 func (*benchCmd) Name() string  { return "bench" }
 func (*benchCmd) Usage() string { return "bench [flags] [OUT]" }
 func (*benchCmd) Synopsis() string {
-	return "restore latency side by side: floor, cold, restore, prestarted, measure, variants"
+	return "restore latency side by side: floor, cold, restore, prestarted, pooled, measure, variants"
 }
 func (c *benchCmd) SetFlags(fs *flag.FlagSet) {
 	c.config.register(fs)
@@ -57,6 +59,7 @@ func (c *benchCmd) SetFlags(fs *flag.FlagSet) {
 	c.corpus.register(fs, "replay this corpus instead: requests started where the output's catalogue chooses, beside cold starts (--sample, --part, --rounds)")
 	fs.IntVar(&c.sample, "sample", 20, "with --corpus: how many requests to draw, deterministically")
 	fs.StringVar(&c.part, "part", bench.PartHeldOut, "with --corpus: the part to draw from: held-out, planned or all")
+	fs.IntVar(&c.pool, "pool", bench.DefaultPoolSize, "sandboxes created ahead for the pooled series (with --corpus: 0 leaves the series out)")
 }
 
 // concurrencies parses --concurrency.
@@ -80,6 +83,9 @@ func (c *benchCmd) concurrencies() ([]int, error) {
 func (c *benchCmd) CheckArgs(args []string) error {
 	if c.rounds < 1 {
 		return fmt.Errorf("--rounds %d: want at least 1", c.rounds)
+	}
+	if c.pool < 0 || c.pool > 64 || c.pool == 0 && c.corpus.path == "" {
+		return fmt.Errorf("--pool %d: want 1 to 64 sandboxes (0 only with --corpus, for no pooled series)", c.pool)
 	}
 	if _, err := c.concurrencies(); err != nil {
 		return err
@@ -145,7 +151,7 @@ func (c *benchCmd) Execute(ctx context.Context, con *console, args []string) err
 	if c.corpus.path != "" {
 		return c.replay(ctx, con, env, out)
 	}
-	report, err := bench.Run(ctx, env, out, bench.Options{Only: c.only.ids(), Rounds: c.rounds, Variants: c.variants, Explain: c.explain, Concurrency: ks})
+	report, err := bench.Run(ctx, env, out, bench.Options{Only: c.only.ids(), Rounds: c.rounds, Variants: c.variants, Explain: c.explain, Concurrency: ks, Pool: c.pool})
 	if err != nil {
 		return usageIfSetup(err)
 	}
@@ -174,10 +180,10 @@ func printBench(w io.Writer, r *bench.Report) {
 	tw.Flush()
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "set\timage MiB\tcold/restore\trestore/floor\tprestarted/floor\t")
+	fmt.Fprintln(tw, "set\timage MiB\tcold/restore\trestore/floor\tprestarted/floor\tpooled/floor\t")
 	for _, s := range r.Sets {
-		fmt.Fprintf(tw, "%s\t%.1f\t%.2f\t%.2f\t%.2f\t\n", s.ID, float64(s.Bytes)/(1<<20),
-			s.Ratios["cold/restore"], s.Ratios["restore/floor"], s.Ratios["prestarted/floor"])
+		fmt.Fprintf(tw, "%s\t%.1f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", s.ID, float64(s.Bytes)/(1<<20),
+			s.Ratios["cold/restore"], s.Ratios["restore/floor"], s.Ratios["prestarted/floor"], s.Ratios["pooled/floor"])
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\nrestore cost model (measure-mode medians): %s\n", r.Fit.Describe())
@@ -206,7 +212,7 @@ func printBench(w io.Writer, r *bench.Report) {
 // replay is bench --corpus: the corpus's requests started where the catalogue chooses, beside
 // cold starts of the same call.
 func (c *benchCmd) replay(ctx context.Context, con *console, env *run.Env, out string) error {
-	report, err := bench.RunCorpus(ctx, env, out, bench.CorpusOptions{Corpus: c.corpusData, Path: c.corpus.path, Sample: c.sample, Part: c.part, Rounds: c.rounds})
+	report, err := bench.RunCorpus(ctx, env, out, bench.CorpusOptions{Corpus: c.corpusData, Path: c.corpus.path, Sample: c.sample, Part: c.part, Rounds: c.rounds, Pool: c.pool})
 	if err != nil {
 		return usageIfSetup(err)
 	}
@@ -217,13 +223,21 @@ func (c *benchCmd) replay(ctx context.Context, con *console, env *run.Env, out s
 	fmt.Fprintf(con.stdout, "%d requests drawn from %d servable ones of the %s part (%d unservable), %d rounds interleaved after a warm-up; medians:\n\n",
 		len(report.Requests), report.Eligible, report.Part, report.Unservable, report.Rounds)
 	tw := newTable(con.stdout)
-	fmt.Fprintln(tw, "line\tcold ms\tchosen ms\tpredicted ms\tchoice\timports\t")
+	fmt.Fprintln(tw, "line\tcold ms\tchosen ms\tpredicted ms\tpooled ms\tchoice\timports\t")
 	for _, r := range report.Requests {
-		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.0f\t%s\t%s\t\n", r.Line, r.ColdMs, r.ChosenMs, r.PredictedMs, r.Choice, orDash(strings.Join(r.Imports, ",")))
+		pooled := "-"
+		if r.Pooled != nil {
+			pooled = fmt.Sprintf("%.0f", r.PooledMs)
+		}
+		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t\n", r.Line, r.ColdMs, r.ChosenMs, r.PredictedMs, pooled, r.Choice, orDash(strings.Join(r.Imports, ",")))
 	}
 	tw.Flush()
 	fmt.Fprintf(con.stdout, "\nmean start to the first answer: cold %.0f ms, chosen %.0f ms (%.2fx cold, %.0f ms saved); predicted %.0f ms: measured %+.1f%% (per request, mean |error| %.1f%%)\n",
 		s.MeanColdMs, s.MeanChosenMs, s.ChosenOverCold, s.SavedMs, s.MeanPredictedMs, s.ModelErrorPct, s.MeanAbsErrorPct)
+	if report.Pool > 0 {
+		fmt.Fprintf(con.stdout, "from a pool of %d: pooled %.0f ms (%.2fx cold); predicted %.0f ms (the chosen prediction less the mean runsc create, %.0f ms): measured %+.1f%%\n",
+			report.Pool, s.MeanPooledMs, s.PooledOverCold, s.PredictedPooledMs, s.CreateMs, s.PooledModelErrorPct)
+	}
 	fmt.Fprintf(con.stdout, "wrote corpus.json, bench.txt (for benchstat) and corpus.svg into %s\n", report.Dir)
 	return nil
 }

@@ -247,11 +247,13 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 	if err := json.Unmarshal(data, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Requests) != 2 || rep.Summary.MeanColdMs <= 0 || rep.Summary.MeanChosenMs <= 0 || rep.Summary.MeanPredictedMs <= 0 || rep.Unservable != 1 {
+	// The pooled series is on by default (--pool 2): each request also started from a pool.
+	if len(rep.Requests) != 2 || rep.Summary.MeanColdMs <= 0 || rep.Summary.MeanChosenMs <= 0 || rep.Summary.MeanPredictedMs <= 0 || rep.Unservable != 1 ||
+		rep.Pool != 2 || rep.Summary.MeanPooledMs <= 0 || rep.Summary.PooledOverCold <= 0 || rep.Summary.CreateMs <= 0 || rep.Summary.PredictedPooledMs <= 0 {
 		t.Errorf("corpus.json: %+v", rep)
 	}
 	for _, r := range rep.Requests {
-		if r.Choice == "" || len(r.Cold.Runs) != 1 || len(r.Chosen.Runs) != 1 {
+		if r.Choice == "" || len(r.Cold.Runs) != 1 || len(r.Chosen.Runs) != 1 || r.Pooled == nil || len(r.Pooled.Runs) != 1 || r.PooledMs <= 0 {
 			t.Errorf("request %+v", r)
 		}
 	}
@@ -455,6 +457,8 @@ func TestCorpusErrorsExit2(t *testing.T) {
 		{[]string{"bench", "--corpus", badName, "--sample", "0"}, "--sample 0"},
 		{[]string{"bench", "--corpus", badName, "--part", "middle"}, `--part "middle"`},
 		{[]string{"bench", "--corpus", badName, "--explain"}, "--only and --explain are for the set benchmark"},
+		{[]string{"bench", "--corpus", badName, "--pool", "-1"}, "--pool -1"},
+		{[]string{"bench", "--pool", "0"}, "--pool 0: want 1 to 64 sandboxes (0 only with --corpus"},
 		{[]string{"select", "pan das"}, `"pan das" is not a dotted Python name`},
 	} {
 		args := append([]string{tc.args[0], "--config", cfg}, tc.args[1:]...)

@@ -25,6 +25,7 @@ import (
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
+	"readie.dev/pipeline/pkg/pycall"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
@@ -131,10 +132,10 @@ func TestCaptureFromUserImage(t *testing.T) {
 	// are gone, the new entry is there.
 	rt := &sandboxes.Runtime{Path: testenv.RunscPath(t), Root: filepath.Join(dir, "root"), Flags: sandbox.DefaultFlags(), Lease: testenv.Lease(t)}
 	r := &measure.Restorer{Launcher: sandboxes.Launcher{Runtime: rt, Rootfs: m.Rootfs.Path, WorkDir: dir, Timeout: time.Minute}, Flags: m.RestoreFlags}
-	request, _ := measure.EvalRequest(`[__import__("os").path.exists(p) for p in ("/etc/debian_version", "/usr/share/readie-opaque/new", "/usr/share/zoneinfo/UTC", "/etc/os-release")]`)
+	request, _ := pycall.EvalRequest(`[__import__("os").path.exists(p) for p in ("/etc/debian_version", "/usr/share/readie-opaque/new", "/usr/share/zoneinfo/UTC", "/etc/os-release")]`)
 	var seen []any
 	_, err = r.TimedCall(context.Background(), sandboxes.Call{SetID: "small", Step: "call", Start: sandboxes.RestoreStep(filepath.Join(dir, "out", "small"), r.Flags), Request: request, Check: func(resp []byte) error {
-		v, err := measure.DecodeEnvelope(resp)
+		v, err := pycall.DecodeEnvelope(resp)
 		seen, _ = v.([]any)
 		return err
 	}})

@@ -24,7 +24,7 @@ import (
 	"readie.dev/pipeline/internal/testenv/debianimage"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/manifest"
-	"readie.dev/pipeline/pkg/measure"
+	"readie.dev/pipeline/pkg/pycall"
 	"readie.dev/pipeline/pkg/runsc"
 	"readie.dev/pipeline/pkg/sandbox"
 )
@@ -91,10 +91,10 @@ func kitCall(t *testing.T, out, id, expr string) any {
 	if err == nil {
 		var conn net.Conn
 		if conn, err = executorproto.Dial(ctx, filepath.Join(host, sandbox.SocketName)); err == nil {
-			request, _ := measure.EvalRequest(expr)
+			request, _ := pycall.EvalRequest(expr)
 			var response []byte
 			if response, err = executorproto.Call(ctx, conn, request); err == nil {
-				value, err = measure.DecodeEnvelope(response)
+				value, err = pycall.DecodeEnvelope(response)
 			}
 			conn.Close()
 		}

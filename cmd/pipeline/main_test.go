@@ -249,7 +249,7 @@ func TestBenchShort(t *testing.T) {
 	if m, err := manifest.Load(filepath.Join(out, manifest.FileName)); err != nil || m.RestoreFlagsConcurrency != 0 || strings.Join(m.RestoreFlags, " ") != "-direct" {
 		t.Errorf("the bench changed the manifest: %+v, %v", m, err)
 	}
-	for _, want := range []string{"floor", "cold", "restore", "prestarted", "measure", "variant:-direct", "cold/restore", "spawn",
+	for _, want := range []string{"floor", "cold", "restore", "prestarted", "pooled", "measure", "variant:-direct", "cold/restore", "pooled/floor", "spawn",
 		// One set is one image size: no line can be fitted, and the table says so.
 		"no cost model: it needs at least two image sizes, and 1 set was measured"} {
 		if !strings.Contains(stdout, want) {
@@ -272,6 +272,7 @@ func TestBenchShort(t *testing.T) {
 		} `json:"sets"`
 		Fit     struct{ Points int } `json:"fit"`
 		Explain []struct {
+			Path  string  `json:"path"`
 			Total float64 `json:"total_ms"`
 		} `json:"explain"`
 		Concurrency []struct {
@@ -296,7 +297,9 @@ func TestBenchShort(t *testing.T) {
 			t.Errorf("series %s has %d runs, want 2", name, len(s.Runs))
 		}
 	}
-	if len(report.Sets[0].Series) != 14 || report.Sets[0].Ratios["cold/restore"] <= 0 || len(report.Explain) != 1 || report.Explain[0].Total <= 0 {
+	// --explain breaks down a restore and the pooled path (a restore onto a created sandbox).
+	if len(report.Sets[0].Series) != 15 || report.Sets[0].Ratios["cold/restore"] <= 0 || report.Sets[0].Ratios["pooled/floor"] <= 0 ||
+		len(report.Explain) != 2 || report.Explain[0].Total <= 0 || report.Explain[0].Path != "restore" || report.Explain[1].Path != "pooled" || report.Explain[1].Total <= 0 {
 		t.Errorf("bench.json: %d series, ratios %v, explain %+v", len(report.Sets[0].Series), report.Sets[0].Ratios, report.Explain)
 	}
 	// K restores at once, released by one barrier: every restore of every batch answered; how
@@ -324,7 +327,7 @@ func TestBenchShort(t *testing.T) {
 		t.Fatalf("bench.svg: %v", err)
 	}
 	txt, err := os.ReadFile(filepath.Join(latest, "bench.txt"))
-	if err != nil || bytes.Count(txt, []byte("\nBenchmarkRestore/set=small/series=")) != 14*2 || bytes.Count(txt, []byte("\nBenchmarkRestoreAtOnce/set=small/series=")) != 7*(2*1+2*2) {
+	if err != nil || bytes.Count(txt, []byte("\nBenchmarkRestore/set=small/series=")) != 15*2 || bytes.Count(txt, []byte("\nBenchmarkRestore/set=small/series=pooled/conc=1 ")) != 2 || bytes.Count(txt, []byte("\nBenchmarkRestoreAtOnce/set=small/series=")) != 7*(2*1+2*2) {
 		t.Errorf("bench.txt: %v\n%s", err, txt)
 	}
 	// A second run keeps the first: history, not overwrite; latest follows the new one.
@@ -497,7 +500,7 @@ func TestBenchConfigVariants(t *testing.T) {
 		} `json:"sets"`
 	}
 	json.Unmarshal(data, &report)
-	want := "floor cold restore prestarted measure variant:plain variant:zero"
+	want := "floor cold restore prestarted pooled measure variant:plain variant:zero"
 	if got := strings.Join(report.Series, " "); got != want {
 		t.Errorf("series %q, want %q", got, want)
 	}

@@ -1,10 +1,11 @@
 // Command worker is an example of a worker that restores an output of the readie pipeline
 // through pkg/ alone: it loads the output's manifest, checks that this host can restore it,
-// restores one checkpoint into a sandbox it created beforehand (so the restore does not pay
-// for the sandbox's start-up), calls the executor, checks the answer, and deletes the sandbox
-// on every path, SIGINT and SIGTERM included.
+// serves -calls calls, each restoring one checkpoint into a sandbox of its own: one taken from
+// a pool of sandboxes created ahead (-pool N, pkg/pool: the restore does not pay for the
+// sandbox's start-up), or one created on demand; calls the executor, checks the answer, and
+// deletes every sandbox on every path, SIGINT and SIGTERM included.
 //
-//	worker -out OUT -runsc PATH [-set ID] [-rootfs DIR] [-root DIR] [-eval EXPR] [-timeout D]
+//	worker -out OUT -runsc PATH [-set ID] [-rootfs DIR] [-root DIR] [-eval EXPR] [-timeout D] [-pool N] [-calls K]
 //
 // Exit codes: 0 the call answered as it should; 1 the host cannot restore the output, or the
 // restore or the call failed; 2 bad flags or an output that does not load or verify; 128+N
@@ -32,7 +33,8 @@ import (
 
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/manifest"
-	"readie.dev/pipeline/pkg/measure"
+	"readie.dev/pipeline/pkg/pool"
+	"readie.dev/pipeline/pkg/pycall"
 	"readie.dev/pipeline/pkg/runsc"
 	"readie.dev/pipeline/pkg/sandbox"
 )
@@ -45,6 +47,7 @@ func main() {
 type options struct {
 	out, runsc, set, rootfs, root, eval string
 	timeout                             time.Duration
+	pool, calls                         int
 }
 
 // errBadInput marks bad flags or an output that cannot be used at all (exit 2).
@@ -61,11 +64,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.root, "root", "/run/readie-worker/runsc", "runsc's state root, private to the worker")
 	fs.StringVar(&o.eval, "eval", "", "a Python expression to evaluate in the restored executor after the check")
 	fs.DurationVar(&o.timeout, "timeout", time.Minute, "the limit of the whole restore and calls")
+	fs.IntVar(&o.pool, "pool", 0, "keep this many sandboxes created ahead and restore each call into one (0: create a sandbox per call)")
+	fs.IntVar(&o.calls, "calls", 1, "how many calls to serve, each in a sandbox of its own")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if o.out == "" || o.runsc == "" || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "worker: -out and -runsc are required, and nothing else")
+		return 2
+	}
+	if o.pool < 0 || o.calls < 1 {
+		fmt.Fprintf(stderr, "worker: -pool %d -calls %d: want -pool >= 0 and -calls >= 1\n", o.pool, o.calls)
 		return 2
 	}
 
@@ -93,7 +102,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer stopMu.Unlock()
 	switch {
 	case stoppedBy != 0:
-		fmt.Fprintf(stderr, "worker: stopped by %v (the sandbox was deleted): %v\n", stoppedBy, err)
+		fmt.Fprintf(stderr, "worker: stopped by %v (every sandbox was deleted): %v\n", stoppedBy, err)
 		return 128 + int(stoppedBy)
 	case errors.Is(err, errBadInput):
 		fmt.Fprintf(stderr, "worker: %v\n", err)
@@ -106,7 +115,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 // restoreAndCall is the worker's job in the order a worker does it: open and check the output,
-// write a restore bundle, restore into a sandbox created beforehand, call the executor.
+// then serve -calls calls, each in a sandbox of its own restored from the checkpoint: taken from
+// a pool of sandboxes created ahead (-pool N), or created on demand.
 func restoreAndCall(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
 	m, c, err := openCheckpoint(o)
 	if err != nil {
@@ -131,14 +141,81 @@ func restoreAndCall(ctx context.Context, o options, stdout, stderr io.Writer) (e
 		return err
 	}
 	defer os.RemoveAll(work)
-	b, err := writeBundle(work, o, m, rootfs)
-	if err != nil {
-		return err
+	// The token is in the environment the sandbox is created with, which a restore onto it
+	// keeps: the smoke call reads it back.
+	token := randomHex(8)
+	specFor, err := pool.FromRestoreSpec(filepath.Join(o.out, m.Spec), m.SpecFingerprint, m.RunscFlags, sandbox.RestoreOptions{
+		Rootfs: rootfs, Env: []string{pycall.SmokeTokenVar + "=" + token},
+	})
+	if err != nil { // refused before any sandbox
+		return fmt.Errorf("%w: %w", errBadInput, err)
 	}
 
 	ctx, cancel := context.WithTimeoutCause(ctx, o.timeout, fmt.Errorf("restoring and calling %s exceeded -timeout %s", c.ID, o.timeout))
 	defer cancel()
-	id := "worker-" + c.ID + "-" + randomHex(4)
+	newID := func() (string, error) { return "worker-" + c.ID + "-" + randomHex(4), nil }
+	image := filepath.Join(o.out, c.Dir)
+	how := "created on demand"
+	var p *pool.Pool
+	if o.pool > 0 {
+		how = fmt.Sprintf("from a pool of %d", o.pool)
+		p, err = pool.New(ctx, pool.Options{Runsc: r, Size: o.pool, Dir: filepath.Join(work, "p"), Spec: specFor, NewID: newID, Output: &prefixed{w: stderr, prefix: "executor "}})
+		if err != nil {
+			return err
+		}
+		// Every sandbox the pool made is deleted, on SIGTERM too (ctx is cancelled, and
+		// Close waits for the deletes).
+		defer func() { err = errors.Join(err, p.Close()) }()
+		if err := p.Wait(ctx); err != nil { // a worker fills its pool before it takes calls
+			return err
+		}
+	}
+	for i := range o.calls {
+		var err error
+		start := time.Now()
+		if p != nil {
+			err = callPooled(ctx, p, image, m.RestoreFlags, func(socket string) error {
+				return call(ctx, o, c, socket, token, start, fmt.Sprintf("call %d of %d, %s", i+1, o.calls, how), stdout)
+			})
+		} else {
+			err = callOnDemand(ctx, r, work, image, m.RestoreFlags, specFor, newID, stderr, func(socket string) error {
+				return call(ctx, o, c, socket, token, start, fmt.Sprintf("call %d of %d, %s", i+1, o.calls, how), stdout)
+			})
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// callPooled restores the image into a sandbox of the pool, runs serve on its socket, and
+// deletes the sandbox: a sandbox that ran a call is never used again.
+func callPooled(ctx context.Context, p *pool.Pool, image string, flags []string, serve func(socket string) error) (err error) {
+	sb, err := p.Get(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, sb.Delete(ctx)) }()
+	if err := sb.Restore(ctx, image, flags); err != nil {
+		return err
+	}
+	return serve(sb.SocketPath())
+}
+
+// callOnDemand creates a sandbox (its bundle under work), restores the image into it, runs
+// serve on its socket, and deletes it on every path.
+func callOnDemand(ctx context.Context, r *runsc.Runsc, work, image string, flags []string, specFor pool.SpecFunc, newID func() (string, error), stderr io.Writer, serve func(socket string) error) (err error) {
+	id, err := newID()
+	if err != nil {
+		return err
+	}
+	b, err := writeBundle(work, id, specFor)
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(b.dir)
+	defer os.RemoveAll(b.hostDir)
 	// Pipes for the executor's stdout and stderr, as it had when it was captured: a restore
 	// needs stdio of the same kinds.
 	executorOut, err := relay(stderr, "executor: ")
@@ -158,12 +235,10 @@ func restoreAndCall(ctx context.Context, o options, stdout, stderr io.Writer) (e
 	if err != nil {
 		return err
 	}
-
-	start := time.Now()
-	if _, err := r.Restore(ctx, id, b.dir, &runsc.RestoreOpts{ImagePath: filepath.Join(o.out, c.Dir), Detach: true, ExtraArgs: m.RestoreFlags}); err != nil {
+	if _, err := r.Restore(ctx, id, b.dir, &runsc.RestoreOpts{ImagePath: image, Detach: true, ExtraArgs: flags}); err != nil {
 		return err
 	}
-	return call(ctx, o, c, b, start, stdout)
+	return serve(filepath.Join(b.hostDir, sandbox.SocketName))
 }
 
 // openCheckpoint loads the output's manifest and finds the checkpoint of -set in it.
@@ -203,24 +278,22 @@ func checkManifest(o options, m *manifest.Manifest) (sandbox.Flags, string, erro
 	return flags, rootfs, nil
 }
 
-// bundle is a restore bundle: its directory (config.json), the host directory the executor's
-// socket appears in, and the token its spec's environment carries for the smoke check.
-type bundle struct{ dir, hostDir, token string }
+// bundle is a restore bundle: its directory (config.json) and the host directory the
+// executor's socket appears in.
+type bundle struct{ dir, hostDir string }
 
-// writeBundle writes the output's restore spec, made this host's (sandbox.RestoreSpec, on
-// rootfs), into a bundle under work.
-func writeBundle(work string, o options, m *manifest.Manifest, rootfs string) (bundle, error) {
-	b := bundle{dir: filepath.Join(work, "b"), hostDir: filepath.Join(work, "h"), token: randomHex(8)}
+// writeBundle writes the output's restore spec, made this host's (specFor), into a bundle of
+// the sandbox id under work.
+func writeBundle(work, id string, specFor pool.SpecFunc) (bundle, error) {
+	b := bundle{dir: filepath.Join(work, "b-"+id), hostDir: filepath.Join(work, "h-"+id[len(id)-8:])}
 	for _, dir := range []string{b.hostDir, b.dir} {
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			return bundle{}, err
 		}
 	}
-	spec, err := sandbox.RestoreSpec(filepath.Join(o.out, m.Spec), m.SpecFingerprint, m.RunscFlags, sandbox.RestoreOptions{
-		Rootfs: rootfs, HostDir: b.hostDir, Env: []string{measure.SmokeTokenVar + "=" + b.token},
-	})
+	spec, err := specFor(b.hostDir)
 	if err != nil {
-		return bundle{}, fmt.Errorf("%w: %w", errBadInput, err)
+		return bundle{}, err
 	}
 	// An image's non-root user must be able to bind the executor's socket there.
 	if err := sandbox.PrepareHostDir(b.hostDir, spec.Process.User); err != nil {
@@ -233,16 +306,16 @@ func writeBundle(work string, o options, m *manifest.Manifest, rootfs string) (b
 	return b, os.WriteFile(filepath.Join(b.dir, "config.json"), data, 0o600)
 }
 
-// call dials the restored executor, checks its answer to the smoke request, and evaluates
-// -eval; start is when the restore began.
-func call(ctx context.Context, o options, c manifest.Checkpoint, b bundle, start time.Time, stdout io.Writer) error {
+// call dials the restored executor on socket, checks its answer to the smoke request, and
+// evaluates -eval; start is when the start began (before Get or create), which says how.
+func call(ctx context.Context, o options, c manifest.Checkpoint, socket, token string, start time.Time, which string, stdout io.Writer) error {
 	restored := time.Since(start)
-	conn, err := executorproto.Dial(ctx, filepath.Join(b.hostDir, sandbox.SocketName))
+	conn, err := executorproto.Dial(ctx, socket)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	request, err := measure.SmokeRequest(c.Imports)
+	request, err := pycall.SmokeRequest(c.Imports)
 	if err != nil {
 		return err
 	}
@@ -250,15 +323,15 @@ func call(ctx context.Context, o options, c manifest.Checkpoint, b bundle, start
 	if err != nil {
 		return err
 	}
-	if err := measure.CheckSmokeResponse(response, b.token); err != nil {
+	if err := pycall.CheckSmokeResponse(response, token); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "worker: %s restored in %.0f ms and answered in %.0f ms: its modules were imported and it sees the restore-time environment\n",
-		c.ID, ms(restored), ms(time.Since(start)))
+	fmt.Fprintf(stdout, "worker: %s restored in %.0f ms and answered in %.0f ms (%s): its modules were imported and it sees the restore-time environment\n",
+		c.ID, ms(restored), ms(time.Since(start)), which)
 	if o.eval == "" {
 		return nil
 	}
-	request, err = measure.EvalRequest(o.eval)
+	request, err = pycall.EvalRequest(o.eval)
 	if err != nil {
 		return err
 	}
@@ -266,7 +339,7 @@ func call(ctx context.Context, o options, c manifest.Checkpoint, b bundle, start
 	if response, err = executorproto.Call(ctx, conn, request); err != nil {
 		return err
 	}
-	value, err := measure.DecodeEnvelope(response)
+	value, err := pycall.DecodeEnvelope(response)
 	if err != nil {
 		return err
 	}
@@ -329,6 +402,19 @@ func (x *relayed) wait() error {
 	case <-time.After(5 * time.Second):
 		return errors.New("the executor's output was still open 5s after the sandbox was deleted")
 	}
+}
+
+// prefixed writes each write (a line, from pool.Options.Output) to w after prefix.
+type prefixed struct {
+	w      io.Writer
+	prefix string
+}
+
+func (x *prefixed) Write(b []byte) (int, error) {
+	if _, err := fmt.Fprintf(x.w, "%s%s", x.prefix, b); err != nil {
+		return 0, err
+	}
+	return len(b), nil
 }
 
 func randomHex(n int) string {

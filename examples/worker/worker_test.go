@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -86,18 +85,31 @@ checkpoints:
 	}
 
 	root := privateRoot(t, runscPath, filepath.Join(dir, "worker"))
-	var stdout, stderr bytes.Buffer
-	cmd := testenv.Command(t, 2*time.Minute, worker, "-out", out, "-runsc", runscPath, "-root", root, "-set", "small", "-eval", "sum(range(10))")
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("worker: %v\nstdout:\n%s\nstderr:\n%s", err, &stdout, &stderr)
-	}
-	for _, want := range []string{"worker: small restored in", "its modules were imported and it sees the restore-time environment", "worker: = 45"} {
-		if !strings.Contains(stdout.String(), want) {
-			t.Errorf("the worker did not say %q:\n%s", want, &stdout)
+	// The same calls with a sandbox created per call and from a pool of sandboxes created
+	// ahead: each call's start (create or Get, restore, dial, answer) is printed; the test
+	// logs them side by side and never judges how long they took.
+	for _, pool := range []string{"0", "2"} {
+		var stdout, stderr bytes.Buffer
+		cmd := testenv.Command(t, 2*time.Minute, worker, "-out", out, "-runsc", runscPath, "-root", root, "-set", "small", "-eval", "sum(range(10))", "-pool", pool, "-calls", "3")
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("worker -pool %s: %v\nstdout:\n%s\nstderr:\n%s", pool, err, &stdout, &stderr)
 		}
+		how := "created on demand"
+		if pool != "0" {
+			how = "from a pool of 2"
+		}
+		for i := 1; i <= 3; i++ {
+			want := fmt.Sprintf("(call %d of 3, %s): its modules were imported and it sees the restore-time environment", i, how)
+			if !strings.Contains(stdout.String(), want) {
+				t.Errorf("the worker (-pool %s) did not say %q:\n%s", pool, want, &stdout)
+			}
+		}
+		if !strings.Contains(stdout.String(), "worker: small restored in") || strings.Count(stdout.String(), "worker: = 45") != 3 {
+			t.Errorf("the worker (-pool %s) did not answer every call:\n%s", pool, &stdout)
+		}
+		t.Logf("worker -pool %s:\n%s", pool, &stdout)
 	}
-	t.Logf("worker:\n%s", &stdout)
 
 	// A checkpoint the output does not have, a binary that is no runsc, and a runsc of another
 	// version (the host check): refused, naming them, with nothing restored.
@@ -153,44 +165,50 @@ checkpoints:
 		}
 	}
 
-	// SIGTERM while the executor runs a call that never returns: the worker deletes its
-	// sandbox (privateRoot checks) and exits 128+15. It is signalled only once it has said
-	// that it is calling, so the signal certainly arrives during the call.
-	var pipe io.ReadCloser
-	blocked := testenv.Command(t, 5*time.Minute, worker, "-out", out, "-runsc", runscPath, "-root", root, "-set", "small", "-eval", `__import__("time").sleep(3600)`)
-	pipe, err = blocked.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var blockedErr bytes.Buffer
-	blocked.Stderr = &blockedErr
-	if err := blocked.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := bufio.NewScanner(pipe)
-	calling := false
-	for !calling && lines.Scan() {
-		calling = strings.HasPrefix(lines.Text(), "worker: eval ")
-	}
-	if !calling {
-		blocked.Process.Kill()
-		blocked.Wait()
-		t.Fatalf("the worker never started its call:\n%s", &blockedErr)
-	}
-	// The call is under way; signal now.
-	if err := blocked.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- blocked.Wait() }()
-	select {
-	case err = <-done:
-	case <-time.After(2 * time.Minute):
-		blocked.Process.Kill()
-		t.Fatalf("the worker did not stop after SIGTERM:\n%s", &blockedErr)
-	}
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() != 128+int(syscall.SIGTERM) || !strings.Contains(blockedErr.String(), "the sandbox was deleted") {
-		t.Fatalf("worker stopped by SIGTERM = %v\n%s", err, &blockedErr)
+	// SIGTERM while the executor runs a call that never returns, without a pool and with one
+	// (its other sandboxes wait, created): the worker deletes every sandbox (privateRoot
+	// checks) and exits 128+15. It is signalled only once it has said that it is calling, so
+	// the signal certainly arrives during the call.
+	for _, pool := range []string{"0", "2"} {
+		blocked := testenv.Command(t, 5*time.Minute, worker, "-out", out, "-runsc", runscPath, "-root", root, "-set", "small", "-pool", pool, "-eval", `__import__("time").sleep(3600)`)
+		pipe, err := blocked.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var blockedErr bytes.Buffer
+		blocked.Stderr = &blockedErr
+		if err := blocked.Start(); err != nil {
+			t.Fatal(err)
+		}
+		lines := bufio.NewScanner(pipe)
+		calling := false
+		for !calling && lines.Scan() {
+			calling = strings.HasPrefix(lines.Text(), "worker: eval ")
+		}
+		if !calling {
+			blocked.Process.Kill()
+			blocked.Wait()
+			t.Fatalf("the worker (-pool %s) never started its call:\n%s", pool, &blockedErr)
+		}
+		// The call is under way; signal now.
+		if err := blocked.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- blocked.Wait() }()
+		select {
+		case err = <-done:
+		case <-time.After(2 * time.Minute):
+			blocked.Process.Kill()
+			t.Fatalf("the worker (-pool %s) did not stop after SIGTERM:\n%s", pool, &blockedErr)
+		}
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 128+int(syscall.SIGTERM) || !strings.Contains(blockedErr.String(), "was deleted") {
+			t.Fatalf("worker -pool %s stopped by SIGTERM = %v\n%s", pool, err, &blockedErr)
+		}
+		cs, err := (&runsc.Runsc{Path: runscPath, Root: root}).List(context.Background())
+		if err != nil || len(cs) != 0 {
+			t.Fatalf("worker -pool %s left sandboxes after SIGTERM: %v, %v", pool, cs, err)
+		}
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"readie.dev/pipeline/pkg/catalogue"
-	"readie.dev/pipeline/pkg/measure"
+	"readie.dev/pipeline/pkg/pycall"
 )
 
 // importCode runs inside the executor, as the first call of a cold start: it imports PRELOAD
@@ -46,7 +46,7 @@ result = {"ms": (t1 - t0) * 1000.0, "dirty": r1 - r0, "added": sorted(k for k in
 // reports on the second import. Names are validated dotted identifiers; they reach Python as
 // JSON string literals, which Python reads as its own.
 func importRequest(preload []string, module string) ([]byte, error) {
-	list, err := measure.PyList(preload)
+	list, err := pycall.PyList(preload)
 	if err != nil {
 		return nil, err
 	}
@@ -59,7 +59,7 @@ func importRequest(preload []string, module string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return measure.EvalRequest(fmt.Sprintf(`(lambda ns: (__import__("builtins").exec(%s, ns), ns["result"])[1])({})`, literal))
+	return pycall.EvalRequest(fmt.Sprintf(`(lambda ns: (__import__("builtins").exec(%s, ns), ns["result"])[1])({})`, literal))
 }
 
 // importResult is what one import call reported.
@@ -77,7 +77,7 @@ type importResult struct {
 
 // decodeImport reads the answer to importRequest.
 func decodeImport(response []byte) (importResult, error) {
-	v, err := measure.DecodeEnvelope(response)
+	v, err := pycall.DecodeEnvelope(response)
 	if err != nil {
 		return importResult{}, err
 	}

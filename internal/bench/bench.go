@@ -23,11 +23,15 @@ const (
 	Cold       = "cold"       // cold start of the executor, then the call that imports the set
 	Restore    = "restore"    // restore in sandbox mode, then the same call
 	Prestarted = "prestarted" // `runsc create` ahead, then restore and the same call
+	Pooled     = "pooled"     // a sandbox from a pool (pkg/pool), restored, the same call
 	Measure    = "measure"    // the measure-mode restore that capture records
 )
 
 // CoreSeries are measured for every set, in this order within a round.
-func CoreSeries() []string { return []string{Floor, Cold, Restore, Prestarted, Measure} }
+func CoreSeries() []string { return []string{Floor, Cold, Restore, Prestarted, Pooled, Measure} }
+
+// DefaultPoolSize is the size of the pool of the pooled series when Options.Pool is zero.
+const DefaultPoolSize = 2
 
 // Variant is a restore to the answer with other restore flags, and from an image captured with
 // other checkpoint options when it names some (config bench.variants).
@@ -109,7 +113,7 @@ type Runner interface {
 type SetReport struct {
 	Set
 	Series map[string]manifest.Stats `json:"series"`
-	// Ratios of medians: cold/restore, restore/floor, prestarted/floor.
+	// Ratios of medians: cold/restore, restore/floor, prestarted/floor, pooled/floor.
 	Ratios map[string]float64 `json:"ratios"`
 }
 
@@ -197,6 +201,7 @@ func Execute(ctx context.Context, sets []Set, series []string, rounds int, runne
 		ratio("cold/restore", Cold, Restore)
 		ratio("restore/floor", Restore, Floor)
 		ratio("prestarted/floor", Prestarted, Floor)
+		ratio("pooled/floor", Pooled, Floor)
 		if st, ok := rep.Series[Measure]; ok {
 			sizes = append(sizes, set.Bytes)
 			medians = append(medians, st.Median)

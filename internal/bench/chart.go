@@ -112,12 +112,12 @@ func setsPanel(r *Results) (*plot.Plot, error) {
 		names = append(names, s.ID)
 	}
 	var top float64
-	series := []string{Floor, Cold, Restore, Prestarted}
+	series := []string{Floor, Cold, Restore, Prestarted, Pooled}
 	for k, name := range series {
 		var s spread
 		for i, set := range r.Sets {
 			if st, ok := set.Series[name]; ok {
-				s.add(float64(i)+(float64(k)-1.5)*0.18, st)
+				s.add(float64(i)+(float64(k)-2)*0.15, st)
 			}
 		}
 		if len(s.XYs) == 0 {

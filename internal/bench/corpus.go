@@ -22,9 +22,11 @@ import (
 
 	"readie.dev/pipeline/internal/corpus"
 	"readie.dev/pipeline/internal/run"
+	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/pkg/catalogue"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
+	"readie.dev/pipeline/pkg/pool"
 )
 
 // The parts of a corpus a replay may draw from (corpus.HeldOut).
@@ -44,6 +46,9 @@ type CorpusOptions struct {
 	Part   string
 	// Rounds is how many times each request runs in each series, interleaved.
 	Rounds int
+	// Pool, when not zero, adds the pooled series: each request started in a sandbox of a
+	// pool of this size (restored, or started cold when Select chose a cold start).
+	Pool int
 }
 
 // CorpusRequest is one replayed request: what it imports, where Select starts it, and the
@@ -64,6 +69,12 @@ type CorpusRequest struct {
 	PredictedColdMs float64        `json:"predicted_cold_ms"`
 	Cold            manifest.Stats `json:"cold"`
 	Chosen          manifest.Stats `json:"chosen"`
+	// Pooled is the same start as Chosen from a sandbox of a pool (--pool), PooledMs its
+	// median; PredictedPooledMs is PredictedMs less the pool's mean `runsc create` time
+	// (CorpusSummary.CreateMs), the part of a start a pool takes off the clock.
+	Pooled            *manifest.Stats `json:"pooled,omitempty"`
+	PooledMs          float64         `json:"pooled_ms,omitempty"`
+	PredictedPooledMs float64         `json:"predicted_pooled_ms,omitempty"`
 }
 
 // CorpusSummary are the replay's means over the sampled requests.
@@ -82,6 +93,14 @@ type CorpusSummary struct {
 	// MeanAbsErrorPct the mean of each request's |measured - predicted| / predicted.
 	ModelErrorPct   float64 `json:"model_error_pct"`
 	MeanAbsErrorPct float64 `json:"mean_abs_error_pct"`
+	// With a pool: MeanPooledMs, PooledOverCold (MeanPooledMs / MeanColdMs), the mean
+	// predicted pooled start and the model's error on it, and CreateMs, the mean `runsc
+	// create` of the pool's sandboxes (measured off the clock in the same run).
+	MeanPooledMs        float64 `json:"mean_pooled_ms,omitempty"`
+	PooledOverCold      float64 `json:"pooled_over_cold,omitempty"`
+	PredictedPooledMs   float64 `json:"predicted_pooled_ms,omitempty"`
+	PooledModelErrorPct float64 `json:"pooled_model_error_pct,omitempty"`
+	CreateMs            float64 `json:"create_ms,omitempty"`
 }
 
 // CorpusReport is corpus.json.
@@ -95,6 +114,8 @@ type CorpusReport struct {
 	Part         string              `json:"part"`
 	Rounds       int                 `json:"rounds"`
 	WarmupRounds int                 `json:"warmup_rounds"`
+	// Pool is the size of the pool of the pooled series; 0: not measured.
+	Pool int `json:"pool"`
 	// Eligible is how many requests of the part the replay could draw from; Unservable how
 	// many it could not (a module the image lacks, or a name the catalogue has not analysed).
 	Eligible   int             `json:"eligible"`
@@ -129,6 +150,7 @@ type corpusTrial struct {
 	dir    string // the chosen checkpoint's directory; "" for a cold start
 	cold   []float64
 	chosen []float64
+	pooled []float64
 }
 
 func runCorpusOn(ctx context.Context, x *run.VerifiedOutput, o CorpusOptions) (*CorpusReport, error) {
@@ -140,21 +162,29 @@ func runCorpusOn(ctx context.Context, x *run.VerifiedOutput, o CorpusOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	if err := replay(ctx, x, trials, o); err != nil {
+	createMs, err := replay(ctx, x, trials, o)
+	if err != nil {
 		return nil, err
 	}
 	report := &CorpusReport{
 		CreatedAt: time.Now().UTC(), Machine: ThisMachine(), Runsc: x.Manifest.Runsc,
 		RestoreFlags: slices.Clone(x.Manifest.RestoreFlags), CostModel: cat.CostModel,
-		Corpus: o.Path, Part: o.Part, Rounds: o.Rounds, WarmupRounds: 1, Eligible: eligible, Unservable: unservable,
+		Corpus: o.Path, Part: o.Part, Rounds: o.Rounds, WarmupRounds: 1, Pool: o.Pool, Eligible: eligible, Unservable: unservable,
 	}
 	for _, t := range trials {
 		r := t.req
 		r.Cold, r.Chosen = measure.Summarize(t.cold), measure.Summarize(t.chosen)
 		r.ColdMs, r.ChosenMs = r.Cold.Median, r.Chosen.Median
+		if o.Pool > 0 {
+			st := measure.Summarize(t.pooled)
+			r.Pooled, r.PooledMs, r.PredictedPooledMs = &st, st.Median, max(r.PredictedMs-createMs, 0)
+		}
 		report.Requests = append(report.Requests, r)
 	}
 	report.Summary = summarize(report.Requests)
+	if o.Pool > 0 {
+		report.Summary.CreateMs = createMs
+	}
 	if report.Dir, err = writeCorpusRun(x.Out, report); err != nil {
 		return nil, err
 	}
@@ -182,52 +212,73 @@ func openCatalogue(out string) (*catalogue.Catalogue, *catalogue.Router, error) 
 	return cat, router, nil
 }
 
-// replay runs one warm-up pair, discarded, then o.Rounds rounds of every trial's cold and
-// chosen starts, alternating which goes first, and records the times in the trials.
-func replay(ctx context.Context, x *run.VerifiedOutput, trials []corpusTrial, o CorpusOptions) error {
+// replay runs one warm-up of each series, discarded, then o.Rounds rounds of every trial's
+// cold and chosen starts (and pooled ones with o.Pool), rotating which goes first, and records
+// the times in the trials. It returns the pool's mean `runsc create` time in milliseconds.
+func replay(ctx context.Context, x *run.VerifiedOutput, trials []corpusTrial, o CorpusOptions) (createMs float64, err error) {
 	env := x.Env
 	// A cold start and a restore are each bounded like a smoke test: a start plus a call.
 	restorer := env.Restorer(x.Work, env.Config.Timeouts.Smoke)
+	series := []string{Cold, "chosen"}
+	var p *pool.Pool
+	if o.Pool > 0 {
+		series = append(series, Pooled)
+		if p, err = NewPool(ctx, &restorer.Launcher, o.Pool); err != nil {
+			return 0, err
+		}
+		defer func() { err = errors.Join(err, p.Close()) }()
+	}
 	runOne := func(t *corpusTrial, series string) (float64, error) {
-		if series == Cold || t.dir == "" {
+		switch {
+		case series == Pooled:
+			// Select's choice from a pooled sandbox: restored, or started cold.
+			marks, err := TimePooledCall(ctx, p, t.dir, restorer.Flags, t.req.Modules, restorer.Timeout)
+			return marks.TotalMS(), err
+		case series == Cold || t.dir == "":
 			return TimeColdCall(ctx, &restorer.Launcher, "corpus", t.req.Modules)
 		}
 		marks, err := TimeRestoreCall(ctx, restorer, t.req.Choice, t.dir, t.req.Modules, false)
 		return marks.TotalMS(), err
 	}
-	env.Log.WithFields(logrus.Fields{"requests": len(trials), "rounds": o.Rounds, "part": o.Part}).Info("bench --corpus: start")
+	env.Log.WithFields(logrus.Fields{"requests": len(trials), "rounds": o.Rounds, "part": o.Part, "pool": o.Pool}).Info("bench --corpus: start")
 	start := time.Now()
-	// One warm-up pair, discarded: the first sandboxes of a run pay for cold caches.
-	for _, series := range []string{Cold, "chosen"} {
-		if _, err := runOne(&trials[0], series); err != nil {
-			return fmt.Errorf("bench --corpus: warm-up, request at line %d, %s: %w", trials[0].req.Line, series, err)
+	// One warm-up of each series, discarded: the first sandboxes of a run pay for cold caches.
+	for _, name := range series {
+		if _, err := runOne(&trials[0], name); err != nil {
+			return 0, fmt.Errorf("bench --corpus: warm-up, request at line %d, %s: %w", trials[0].req.Line, name, err)
 		}
 	}
 	for round := range o.Rounds {
 		for i := range trials {
 			t := &trials[i]
-			order := []string{Cold, "chosen"}
-			if (round+i)%2 == 1 {
-				order = []string{"chosen", Cold}
-			}
-			for _, series := range order {
+			k := (round + i) % len(series)
+			order := append(slices.Clone(series[k:]), series[:k]...)
+			for _, name := range order {
 				if err := ctx.Err(); err != nil {
-					return context.Cause(ctx)
+					return 0, context.Cause(ctx)
 				}
-				ms, err := runOne(t, series)
+				ms, err := runOne(t, name)
 				if err != nil {
-					return fmt.Errorf("bench --corpus: request at line %d (%s), %s, round %d: %w", t.req.Line, strings.Join(t.req.Imports, ","), series, round+1, err)
+					return 0, fmt.Errorf("bench --corpus: request at line %d (%s), %s, round %d: %w", t.req.Line, strings.Join(t.req.Imports, ","), name, round+1, err)
 				}
-				if series == Cold {
+				switch name {
+				case Cold:
 					t.cold = append(t.cold, ms)
-				} else {
+				case Pooled:
+					t.pooled = append(t.pooled, ms)
+				default:
 					t.chosen = append(t.chosen, ms)
 				}
 			}
 		}
 		env.Log.WithFields(logrus.Fields{"round": fmt.Sprintf("%d/%d", round+1, o.Rounds), "took": time.Since(start).Round(time.Second)}).Info("bench --corpus: round done")
 	}
-	return nil
+	if p != nil {
+		if s := p.Stats(); s.Created > 0 {
+			createMs = sandboxes.MS(s.CreateTime / time.Duration(s.Created))
+		}
+	}
+	return createMs, nil
 }
 
 // drawRequests draws o.Sample requests of the part, deterministically: among the requests
@@ -317,6 +368,20 @@ func summarize(reqs []CorpusRequest) CorpusSummary {
 		s.ModelErrorPct = 100 * (s.MeanChosenMs/s.MeanPredictedMs - 1)
 	}
 	s.MeanAbsErrorPct = 100 * absErr / n
+	if reqs[0].Pooled != nil {
+		for _, r := range reqs {
+			s.MeanPooledMs += r.PooledMs
+			s.PredictedPooledMs += r.PredictedPooledMs
+		}
+		s.MeanPooledMs /= n
+		s.PredictedPooledMs /= n
+		if s.MeanColdMs > 0 {
+			s.PooledOverCold = s.MeanPooledMs / s.MeanColdMs
+		}
+		if s.PredictedPooledMs > 0 {
+			s.PooledModelErrorPct = 100 * (s.MeanPooledMs/s.PredictedPooledMs - 1)
+		}
+	}
 	return s
 }
 
@@ -349,6 +414,11 @@ func WriteCorpusBenchfmt(w io.Writer, r *CorpusReport) error {
 		for _, ms := range q.Chosen.Runs {
 			fmt.Fprintf(&b, "BenchmarkCorpus/req=%05d/series=chosen 1 %d ns/op %.1f predicted-ms\n", q.Index, int64(ms*1e6), q.PredictedMs)
 		}
+		if q.Pooled != nil {
+			for _, ms := range q.Pooled.Runs {
+				fmt.Fprintf(&b, "BenchmarkCorpus/req=%05d/series=pooled 1 %d ns/op %.1f predicted-ms\n", q.Index, int64(ms*1e6), q.PredictedPooledMs)
+			}
+		}
 	}
 	for round := range r.Rounds {
 		var cold, chosen float64
@@ -359,6 +429,13 @@ func WriteCorpusBenchfmt(w io.Writer, r *CorpusReport) error {
 		n := float64(len(r.Requests))
 		fmt.Fprintf(&b, "BenchmarkCorpusMean/series=cold 1 %d ns/op %.1f predicted-ms\n", int64(cold/n*1e6), r.Summary.MeanPredictedColdMs)
 		fmt.Fprintf(&b, "BenchmarkCorpusMean/series=chosen 1 %d ns/op %.1f predicted-ms\n", int64(chosen/n*1e6), r.Summary.MeanPredictedMs)
+		if r.Pool > 0 {
+			var pooled float64
+			for _, q := range r.Requests {
+				pooled += q.Pooled.Runs[round]
+			}
+			fmt.Fprintf(&b, "BenchmarkCorpusMean/series=pooled 1 %d ns/op %.1f predicted-ms\n", int64(pooled/n*1e6), r.Summary.PredictedPooledMs)
+		}
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -374,12 +451,15 @@ func WriteCorpusChart(w io.Writer, r *CorpusReport) error {
 		len(reqs), filepath.Base(r.Corpus), r.Part, r.Summary.MeanColdMs, r.Summary.MeanChosenMs, r.Summary.MeanPredictedMs)
 	p.X.Label.Text = "request, by cold start time"
 	p.Y.Label.Text = "ms (median, bars min-max)"
-	var cold, chosen spread
+	var cold, chosen, pooled spread
 	predicted := plotter.XYs{}
 	var top float64
 	for i, q := range reqs {
 		cold.add(float64(i)-0.12, q.Cold)
 		chosen.add(float64(i)+0.12, q.Chosen)
+		if q.Pooled != nil {
+			pooled.add(float64(i)+0.3, *q.Pooled)
+		}
 		predicted = append(predicted, plotter.XY{X: float64(i) + 0.12, Y: q.PredictedMs})
 		top = max(top, q.PredictedMs)
 	}
@@ -389,6 +469,13 @@ func WriteCorpusChart(w io.Writer, r *CorpusReport) error {
 	if err := addSpread(p, &chosen, 1, "Select's choice"); err != nil {
 		return err
 	}
+	legend := 3
+	if len(pooled.XYs) > 0 {
+		if err := addSpread(p, &pooled, 3, fmt.Sprintf("the same from a pool of %d", r.Pool)); err != nil {
+			return err
+		}
+		legend++
+	}
 	pts, err := plotter.NewScatter(predicted)
 	if err != nil {
 		return err
@@ -396,7 +483,7 @@ func WriteCorpusChart(w io.Writer, r *CorpusReport) error {
 	pts.Color, pts.Shape, pts.Radius = plotutil.Color(2), plotutil.Shape(4), vg.Points(4)
 	p.Add(pts)
 	p.Legend.Add("predicted (choice)", pts)
-	roomForLegend(p, 3, max(top, cold.top(), chosen.top()))
+	roomForLegend(p, legend, max(top, cold.top(), chosen.top(), pooled.top()))
 	p.Legend.Left = true
 	p.X.Min, p.X.Max = -1, float64(len(reqs))
 	width := vg.Points(float64(max(chartWidth/2, min(chartWidth*2, 40+14*len(reqs)))))

@@ -121,6 +121,43 @@ func TestDrawRequests(t *testing.T) {
 	}
 }
 
+// With a pool: the pooled medians, their mean against cold, the prediction (the chosen one
+// less the pool's create time) and its error, and the pooled lines of bench.txt.
+func TestCorpusPooledSummaryAndBenchfmt(t *testing.T) {
+	r := &CorpusReport{Rounds: 2, Pool: 2, Corpus: "c.jsonl", Part: PartHeldOut, Requests: []CorpusRequest{
+		{Index: 3, ColdMs: 1000, ChosenMs: 200, PredictedMs: 250, PredictedColdMs: 1100, Cold: manifest.Stats{Runs: []float64{900, 1100}}, Chosen: manifest.Stats{Runs: []float64{190, 210}},
+			Pooled: &manifest.Stats{Runs: []float64{90, 110}}, PooledMs: 100, PredictedPooledMs: 150},
+		{Index: 12, ColdMs: 500, ChosenMs: 300, PredictedMs: 200, PredictedColdMs: 450, Cold: manifest.Stats{Runs: []float64{500, 500}}, Chosen: manifest.Stats{Runs: []float64{300, 300}},
+			Pooled: &manifest.Stats{Runs: []float64{200, 200}}, PooledMs: 200, PredictedPooledMs: 100},
+	}}
+	r.Summary = summarize(r.Requests)
+	s := r.Summary
+	if s.MeanPooledMs != 150 || s.PredictedPooledMs != 125 || fmt.Sprintf("%.4f %.2f", s.PooledOverCold, s.PooledModelErrorPct) != "0.2000 20.00" {
+		t.Errorf("summary %+v", s)
+	}
+	var buf bytes.Buffer
+	if err := WriteCorpusBenchfmt(&buf, r); err != nil {
+		t.Fatal(err)
+	}
+	text := buf.String()
+	for _, want := range []string{
+		"BenchmarkCorpus/req=00003/series=pooled 1 90000000 ns/op 150.0 predicted-ms\n",
+		"BenchmarkCorpusMean/series=pooled 1 145000000 ns/op 125.0 predicted-ms\n",
+		"BenchmarkCorpusMean/series=pooled 1 155000000 ns/op 125.0 predicted-ms\n",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("bench.txt lacks %q:\n%s", want, text)
+		}
+	}
+	if n := strings.Count(text, "BenchmarkCorpus/"); n != 12 {
+		t.Errorf("%d run lines, want 12", n)
+	}
+	var svg bytes.Buffer
+	if err := WriteCorpusChart(&svg, r); err != nil || !strings.Contains(svg.String(), "from a pool of 2") {
+		t.Errorf("chart: %v", err)
+	}
+}
+
 func TestCorpusSummaryAndBenchfmt(t *testing.T) {
 	r := &CorpusReport{Rounds: 2, Corpus: "c.jsonl", Part: PartHeldOut, Requests: []CorpusRequest{
 		{Index: 3, ColdMs: 1000, ChosenMs: 200, PredictedMs: 250, PredictedColdMs: 1100, Cold: manifest.Stats{Runs: []float64{900, 1100}}, Chosen: manifest.Stats{Runs: []float64{190, 210}}},

@@ -19,12 +19,15 @@ import (
 // debug timeline and the pipeline's own marks.
 type Breakdown struct {
 	Set string `json:"set"`
+	// Path is "restore" (a restore that makes its sandbox) or "pooled" (a restore onto a
+	// sandbox created ahead, as a pool's: the sandbox boot is off the clock).
+	Path string `json:"path"`
 	// Total runs from the start of `runsc restore` to the decoded answer.
 	Total float64 `json:"total_ms"`
 	// Spawn: starting the runsc process, until its first log line (the pipeline's cost).
 	Spawn float64 `json:"spawn_ms"`
 	// SandboxStart: runsc creating the sandbox (gofer, sentry boot) until it handles the
-	// restore RPC.
+	// restore RPC; on the pooled path, runsc restore reaching the sandbox created ahead.
 	SandboxStart float64 `json:"sandbox_start_ms"`
 	// PageLoad and KernelLoad: loading the memory file and the kernel state; RestoreOther is
 	// the rest of the restore RPC.
@@ -162,12 +165,13 @@ func WriteBreakdowns(w io.Writer, bs []Breakdown) error {
 		return errors.New("no breakdown")
 	}
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "%-10s %8s %8s %9s %8s %8s %8s %8s %8s %8s %10s\n", "set", "total", "spawn", "sandbox", "pages", "kernel", "other", "runsc", "wake", "call", "pipeline")
+	fmt.Fprintf(&sb, "%-10s %-8s %8s %8s %9s %8s %8s %8s %8s %8s %8s %10s\n", "set", "path", "total", "spawn", "sandbox", "pages", "kernel", "other", "runsc", "wake", "call", "pipeline")
 	for _, b := range bs {
-		fmt.Fprintf(&sb, "%-10s %8.0f %8.1f %9.0f %8.0f %8.0f %8.0f %8.0f %8.1f %8.1f %10.1f\n", b.Set, b.Total, b.Spawn, b.SandboxStart,
+		fmt.Fprintf(&sb, "%-10s %-8s %8.0f %8.1f %9.0f %8.0f %8.0f %8.0f %8.0f %8.1f %8.1f %10.1f\n", b.Set, b.Path, b.Total, b.Spawn, b.SandboxStart,
 			b.PageLoad, b.KernelLoad, b.RestoreOther, b.RunscExit, b.Wake, b.Call, b.PipelineOverhead())
 	}
-	sb.WriteString("ms; spawn: runsc process start-up; sandbox: gofer and sentry boot until the restore RPC; pages/kernel/other: the restore RPC;\n" +
+	sb.WriteString("ms; path: restore makes its sandbox, pooled restores onto one created ahead (a pool's);\n" +
+		"spawn: runsc process start-up; sandbox: gofer and sentry boot until the restore RPC (pooled: runsc reaching the created sandbox); pages/kernel/other: the restore RPC;\n" +
 		"runsc: until `runsc restore -detach` returns; wake: executor re-reads its environment and binds its socket, until it accepts;\n" +
 		"call: one request and response; pipeline: what the pipeline itself adds (spawn)\n")
 	_, err := io.WriteString(w, sb.String())

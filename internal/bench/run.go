@@ -31,6 +31,8 @@ type Options struct {
 	Explain  bool // also break one restore per set down from runsc's debug log
 	// Concurrency lists the numbers of restores at once to measure on the largest set.
 	Concurrency []int
+	// Pool is the size of the pool of the pooled series (DefaultPoolSize when zero).
+	Pool int
 }
 
 // Run measures the checkpoints of out side by side, restoring them exactly as their manifest
@@ -63,9 +65,19 @@ func runOn(ctx context.Context, x *run.VerifiedOutput, o Options) (*Report, erro
 			series = append(series, v.Name)
 		}
 	}
-	env.Log.WithFields(logrus.Fields{"sets": len(sets), "series": len(series), "rounds": o.Rounds}).Info("bench: start")
+	size := o.Pool
+	if size == 0 {
+		size = DefaultPoolSize
+	}
+	// One pool for every set: one spec serves every checkpoint of the output.
+	p, err := NewPool(ctx, &restorer.Launcher, size)
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	env.Log.WithFields(logrus.Fields{"sets": len(sets), "series": len(series), "rounds": o.Rounds, "pool": size}).Info("bench: start")
 	start := time.Now()
-	results, err := Execute(ctx, sets, series, o.Rounds, &SandboxRunner{Restorer: restorer, Variants: variants},
+	results, err := Execute(ctx, sets, series, o.Rounds, &SandboxRunner{Restorer: restorer, Variants: variants, Pool: p},
 		func(t Trial, ms float64) {
 			env.Log.WithFields(logrus.Fields{"round": t.Round + 1, "set": sets[t.Set].ID, "series": t.Series, "ms": ms}).Debug("bench: trial")
 		})
@@ -73,6 +85,9 @@ func runOn(ctx context.Context, x *run.VerifiedOutput, o Options) (*Report, erro
 		return nil, err
 	}
 	env.Log.WithField("took", time.Since(start).Round(time.Second)).Info("bench: done")
+	if err := p.Close(); err != nil { // before the restores at once: no idle sandbox beside them
+		return nil, err
+	}
 	report := &Report{
 		CreatedAt: time.Now().UTC(), Machine: ThisMachine(), Runsc: m.Runsc,
 		RunscFlags: env.Runtime.Flags.Args(), RestoreFlags: slices.Clone(m.RestoreFlags),
@@ -91,11 +106,13 @@ func runOn(ctx context.Context, x *run.VerifiedOutput, o Options) (*Report, erro
 	}
 	if o.Explain {
 		for _, set := range sets {
-			b, err := explainOne(ctx, restorer, set, work)
-			if err != nil {
-				return nil, fmt.Errorf("bench --explain: %s: %w", set.ID, err)
+			for _, pooled := range []bool{false, true} {
+				b, err := explainOne(ctx, restorer, set, work, pooled)
+				if err != nil {
+					return nil, fmt.Errorf("bench --explain: %s: %w", set.ID, err)
+				}
+				report.Explain = append(report.Explain, b)
 			}
-			report.Explain = append(report.Explain, b)
 		}
 	}
 	report.Dir, err = writeRun(x.Out, report, results)
@@ -273,8 +290,11 @@ func captureVariantImages(ctx context.Context, env *run.Env, sets []Set, variant
 	return nil
 }
 
-// explainOne restores set once with runsc's debug log on and breaks the time down.
-func explainOne(ctx context.Context, restorer *measure.Restorer, set Set, work string) (Breakdown, error) {
+// explainOne restores set once with runsc's debug log on and breaks the time down: a restore
+// that makes its sandbox, or with pooled the pool's path, a restore onto a sandbox made by
+// `runsc create` beforehand (the same runsc commands a pooled start runs; Get itself reads
+// /proc only), so the breakdown shows what is left once the sandbox boot is off the clock.
+func explainOne(ctx context.Context, restorer *measure.Restorer, set Set, work string, pooled bool) (Breakdown, error) {
 	logDir, err := os.MkdirTemp(work, "debug-")
 	if err != nil {
 		return Breakdown{}, err
@@ -284,9 +304,14 @@ func explainOne(ctx context.Context, restorer *measure.Restorer, set Set, work s
 	rt.DebugLogDir = logDir
 	debug := *restorer
 	debug.Runtime = &rt
-	marks, err := TimeRestoreCall(ctx, &debug, set.ID, set.Dir, set.Imports, false)
+	marks, err := TimeRestoreCall(ctx, &debug, set.ID, set.Dir, set.Imports, pooled)
 	if err != nil {
 		return Breakdown{}, err
 	}
-	return Explain(set.ID, logDir, marks)
+	b, err := Explain(set.ID, logDir, marks)
+	b.Path = Restore
+	if pooled {
+		b.Path = Pooled
+	}
+	return b, err
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -11,6 +12,7 @@ import (
 
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
+	"readie.dev/pipeline/pkg/pool"
 )
 
 // SandboxRunner runs trials with real sandboxes.
@@ -18,6 +20,8 @@ type SandboxRunner struct {
 	// Restorer restores with the flags the checkpoints were recorded with.
 	Restorer *measure.Restorer
 	Variants []Variant
+	// Pool serves the pooled series: sandboxes of the restore's shape created ahead.
+	Pool *pool.Pool
 }
 
 // Run implements Runner.
@@ -30,6 +34,12 @@ func (s *SandboxRunner) Run(ctx context.Context, set Set, series string) (float6
 		return TimeColdCall(ctx, &r.Launcher, set.ID, set.Imports)
 	case Restore, Prestarted:
 		marks, err := TimeRestoreCall(ctx, r, set.ID, set.Dir, set.Imports, series == Prestarted)
+		return marks.TotalMS(), err
+	case Pooled:
+		if s.Pool == nil {
+			return 0, errors.New("the pooled series needs a pool")
+		}
+		marks, err := TimePooledCall(ctx, s.Pool, set.Dir, r.Flags, set.Imports, r.Timeout)
 		return marks.TotalMS(), err
 	case Measure:
 		return r.MeasureOnce(ctx, set.ID, set.Dir)

@@ -4,26 +4,33 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"slices"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"readie.dev/pipeline/internal/sandboxes"
+	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/measure"
+	"readie.dev/pipeline/pkg/pool"
+	"readie.dev/pipeline/pkg/pycall"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
 // ImportRequest builds a request that imports every module of imports and returns how many
 // it imported: the first call of a cold executor, and the same call on a restored one.
 func ImportRequest(imports []string) ([]byte, error) {
-	list, err := measure.PyList(imports)
+	list, err := pycall.PyList(imports)
 	if err != nil {
 		return nil, err
 	}
-	return measure.EvalRequest(fmt.Sprintf(`len([__import__(m) for m in %s])`, list))
+	return pycall.EvalRequest(fmt.Sprintf(`len([__import__(m) for m in %s])`, list))
 }
 
 // checkImported checks the answer to ImportRequest.
 func checkImported(response []byte, imports []string) error {
-	value, err := measure.DecodeEnvelope(response)
+	value, err := pycall.DecodeEnvelope(response)
 	if err != nil {
 		return err
 	}
@@ -80,4 +87,75 @@ func TimeFloor(ctx context.Context, l *sandboxes.Launcher) (_ float64, err error
 	start := time.Now()
 	_, err = sb.Run(ctx)
 	return float64(time.Since(start).Microseconds()) / 1000, err
+}
+
+// NewPool starts a pool of size sandboxes of the launcher's shape in sandbox mode (the spec a
+// restore of the output uses), named with the run's lease (Runtime.NewID) so that no other run
+// takes them for leftovers; the caller closes it.
+func NewPool(ctx context.Context, l *sandboxes.Launcher, size int) (*pool.Pool, error) {
+	dir, err := os.MkdirTemp(l.WorkDir, "pool-")
+	if err != nil {
+		return nil, err
+	}
+	return pool.New(ctx, pool.Options{
+		Runsc: l.Runtime.Driver(), Size: size, Dir: dir,
+		Spec: func(hostDir string) (*specs.Spec, error) {
+			return sandbox.Spec(sandbox.SpecOptions{Mode: sandbox.ModeSandbox, Rootfs: l.Rootfs, HostDir: hostDir, Env: slices.Clone(l.Env)})
+		},
+		NewID:      func() (string, error) { return l.Runtime.NewID("pool", Pooled) },
+		GetTimeout: l.Timeout,
+	})
+}
+
+// TimePooledCall makes the same call as TimeRestoreCall in a sandbox of p: restored from
+// imageDir with flags, or started cold when imageDir is "" (a request no checkpoint serves).
+// The time runs from Get to the answer, as a worker with a pool sees it. The pool is full
+// before (Wait) and refilled after, both off the clock, so that no refill runs during any
+// other trial either.
+func TimePooledCall(ctx context.Context, p *pool.Pool, imageDir string, flags, imports []string, timeout time.Duration) (marks sandboxes.CallMarks, err error) {
+	request, err := ImportRequest(imports)
+	if err != nil {
+		return marks, err
+	}
+	if err := p.Wait(ctx); err != nil {
+		return marks, err
+	}
+	marks, err = pooledCall(ctx, p, imageDir, flags, timeout, request, func(resp []byte) error { return checkImported(resp, imports) })
+	if err != nil {
+		return marks, err
+	}
+	return marks, p.Wait(ctx)
+}
+
+// pooledCall takes a sandbox of p, restores or starts it, dials and calls it, and deletes it.
+func pooledCall(ctx context.Context, p *pool.Pool, imageDir string, flags []string, timeout time.Duration, request []byte, check func([]byte) error) (marks sandboxes.CallMarks, err error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("a pooled start and call exceeded its timeout of %s", timeout))
+	defer cancel()
+	marks.Began = time.Now()
+	sb, err := p.Get(ctx)
+	if err != nil {
+		return marks, err
+	}
+	defer func() { err = errors.Join(err, sb.Delete(ctx)) }()
+	if imageDir == "" {
+		err = sb.Start(ctx)
+	} else {
+		err = sb.Restore(ctx, imageDir, flags)
+	}
+	if err != nil {
+		return marks, err
+	}
+	marks.Started = time.Now()
+	conn, err := executorproto.Dial(ctx, sb.SocketPath())
+	if err != nil {
+		return marks, err
+	}
+	defer conn.Close()
+	marks.Connected = time.Now()
+	response, err := executorproto.Call(ctx, conn, request)
+	if err != nil {
+		return marks, err
+	}
+	marks.Answered = time.Now()
+	return marks, check(response)
 }

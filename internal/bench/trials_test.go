@@ -15,7 +15,8 @@ import (
 )
 
 // TestTrials runs every kind of trial once under real gVisor: a cold call, a restore to the
-// answer, the same into a pre-created sandbox, and the floor.
+// answer, the same into a pre-created sandbox, the same from a pool (restored, and started
+// cold), and the floor.
 func TestTrials(t *testing.T) {
 	rt := testenv.Runtime(t)
 	rootfs := testenv.Rootfs(t)
@@ -41,6 +42,30 @@ func TestTrials(t *testing.T) {
 	prestarted, err := TimeRestoreCall(ctx, r, "small", dir, imports, true)
 	if err != nil || prestarted.TotalMS() <= 0 {
 		t.Fatalf("prestarted restore call = %+v, %v", prestarted, err)
+	}
+	p, err := NewPool(ctx, &r.Launcher, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for _, image := range []string{dir, ""} { // a restore, then a cold start in a pooled sandbox
+		pooled, err := TimePooledCall(ctx, p, image, r.Flags, imports, time.Minute)
+		if err != nil || pooled.TotalMS() <= 0 || !pooled.Began.Before(pooled.Started) {
+			t.Fatalf("pooled call of %q = %+v, %v", image, pooled, err)
+		}
+		t.Logf("pooled (%q): %.0f ms", image, pooled.TotalMS())
+	}
+	if _, err := TimePooledCall(ctx, p, dir, r.Flags, []string{"no_such_module_readie"}, time.Minute); err == nil {
+		t.Fatal("a pooled call importing a missing module passed")
+	}
+	if err := p.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := p.Stats(); s.HandedOut != 3 || s.Created != 4 || s.Ready != 1 {
+		t.Errorf("pool stats %+v: want 3 handed out, each replaced", s)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
 	}
 	floor, err := TimeFloor(ctx, &r.Launcher)
 	if err != nil || floor <= 0 {

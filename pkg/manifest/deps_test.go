@@ -7,12 +7,16 @@ import (
 	"testing"
 )
 
-// TestWorkerKitDependencies: what a worker imports (manifest, executorproto, the spec shape
-// and the runsc driver) pulls in no go-runc, and nothing outside the standard library and
+// TestWorkerKitDependencies: what a worker imports (manifest, executorproto, the spec shape,
+// the runsc driver and the pool) pulls in no go-runc, and nothing outside the standard library and
 // this module but the OCI runtime-spec types, as `go list -deps` reports it.
 func TestWorkerKitDependencies(t *testing.T) {
-	for _, pkg := range []string{"./pkg/manifest", "./pkg/executorproto", "./pkg/sandbox", "./pkg/runsc"} {
-		cmd := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", pkg)
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("go list needs the go command on PATH: %v", err)
+	}
+	for _, pkg := range []string{"./pkg/manifest", "./pkg/executorproto", "./pkg/sandbox", "./pkg/runsc", "./pkg/pool"} {
+		cmd := exec.Command(goTool, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", pkg)
 		cmd.Dir = "../.."
 		out, err := cmd.Output()
 		if err != nil {

@@ -8,7 +8,7 @@ import (
 
 	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/internal/testenv"
-	"readie.dev/pipeline/pkg/measure"
+	"readie.dev/pipeline/pkg/pycall"
 )
 
 // TestDNSInSandboxNetwork: in a sandbox with a network (runsc --network=sandbox), the image
@@ -19,7 +19,7 @@ func TestDNSInSandboxNetwork(t *testing.T) {
 	rt := testenv.Runtime(t)
 	rt.Flags.Network = "sandbox"
 	l := &sandboxes.Launcher{Runtime: rt, Rootfs: testenv.Rootfs(t), WorkDir: testenv.WorkDir(t), Timeout: time.Minute}
-	request, err := measure.EvalRequest(`[open("/etc/resolv.conf").read(), __import__("socket").gethostbyname("localhost")]`)
+	request, err := pycall.EvalRequest(`[open("/etc/resolv.conf").read(), __import__("socket").gethostbyname("localhost")]`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestDNSInSandboxNetwork(t *testing.T) {
 		return sb.Start(ctx)
 	}
 	_, err = l.TimedCall(context.Background(), sandboxes.Call{SetID: "dns", Step: "cold", Start: start, Request: request, Check: func(resp []byte) error {
-		v, err := measure.DecodeEnvelope(resp)
+		v, err := pycall.DecodeEnvelope(resp)
 		if err != nil {
 			return err
 		}

@@ -1,10 +1,8 @@
 // Package measure times restores of a checkpoint, smoke-tests a restored executor through
 // the framing package, and summarises timings.
 //
-// Requests, for anyone who calls an executor: EvalRequest pickles a call of builtins.eval
-// (a valid request without cloudpickle), PyList renders names as a Python list literal,
-// DecodeEnvelope reads a response; SmokeRequest and CheckSmokeResponse are the smoke test's
-// call (every module of a set already imported, the restore-time SmokeTokenVar seen).
+// Requests for anyone who calls an executor (EvalRequest, SmokeRequest, DecodeEnvelope, ...)
+// are in pkg/pycall.
 //
 // Statistics: Summarize (min, median, p90, max of runs), Percentile, LeastSquares and
 // CostModel (restore median against image size).

@@ -19,7 +19,7 @@ import (
 
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/executorproto"
-	"readie.dev/pipeline/pkg/measure"
+	"readie.dev/pipeline/pkg/pycall"
 	"readie.dev/pipeline/pkg/runsc"
 	"readie.dev/pipeline/pkg/sandbox"
 )
@@ -298,13 +298,13 @@ func TestCaptureAndRestore(t *testing.T) {
 		r.Delete(ctx, "kit-restore", &runsc.DeleteOpts{Force: true})
 		t.Fatalf("%v\nexecutor:\n%s", err, executor.text(t))
 	}
-	request, _ := measure.EvalRequest(`[__import__("os").environ.get("KIT_TOKEN"), "json" in __import__("sys").modules]`)
+	request, _ := pycall.EvalRequest(`[__import__("os").environ.get("KIT_TOKEN"), "json" in __import__("sys").modules]`)
 	response, err := executorproto.Call(ctx, conn, request)
 	conn.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
-	value, err := measure.DecodeEnvelope(response)
+	value, err := pycall.DecodeEnvelope(response)
 	if got, _ := value.([]any); err != nil || len(got) != 2 || got[0] != "t0k" || got[1] != true {
 		t.Fatalf("the restored executor answered %v, %v; want its restore-time token and json imported", value, err)
 	}
