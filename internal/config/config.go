@@ -19,6 +19,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	pipeline "readie.dev/pipeline"
+	"readie.dev/pipeline/pkg/checkpointid"
 	"readie.dev/pipeline/pkg/cpu"
 	"readie.dev/pipeline/pkg/sandbox"
 )
@@ -226,7 +227,6 @@ func (b *CPUBaseline) resolve() error {
 }
 
 var (
-	idPattern      = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 	variantPattern = regexp.MustCompile(`^[A-Za-z0-9_,.+=-]{1,64}$`)
 	envPattern     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	modulePattern  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
@@ -316,8 +316,8 @@ func CacheDir() string {
 func (s Set) validate() error {
 	var problems []error
 	switch {
-	case !idPattern.MatchString(s.ID):
-		problems = append(problems, fmt.Errorf("id %q: use 1-64 letters, digits, - and _", s.ID))
+	case !checkpointid.Valid(s.ID):
+		problems = append(problems, checkpointid.Check(s.ID))
 	case s.ID == EmptySetID:
 		problems = append(problems, fmt.Errorf("id %q is reserved for the set every run captures first", s.ID))
 	}

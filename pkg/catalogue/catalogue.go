@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"readie.dev/pipeline/internal/jsonfile"
+	"readie.dev/pipeline/pkg/checkpointid"
 )
 
 // FileName is the catalogue's name in an output directory.
@@ -124,8 +125,8 @@ func NewRouter(c *Catalogue) (*Router, error) {
 	loaded := make([]Set, len(c.Checkpoints))
 	for i, cp := range c.Checkpoints {
 		where := fmt.Sprintf("checkpoints[%d] %q", i, cp.ID)
-		if !IsCheckpointID(cp.ID) {
-			problems = append(problems, fmt.Errorf("%s: id: use 1-64 letters, digits, - and _", where))
+		if err := checkpointid.Check(cp.ID); err != nil {
+			problems = append(problems, fmt.Errorf("%s: id: %w", where, err))
 		} else if seen[cp.ID] {
 			problems = append(problems, fmt.Errorf("%s: duplicate id", where))
 		}
@@ -185,20 +186,6 @@ func (cp Checkpoint) loaded(x *Index, where string) (Set, []error) {
 		}
 	}
 	return s, problems
-}
-
-// IsCheckpointID reports whether id is a valid checkpoint id: 1-64 letters, digits, - and _.
-func IsCheckpointID(id string) bool {
-	if len(id) == 0 || len(id) > 64 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !(c == '_' || c == '-' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
-			return false
-		}
-	}
-	return true
 }
 
 // Choice is where a request should start.

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"archive/tar"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+
+	"readie.dev/pipeline/internal/atomicfile"
+	"readie.dev/pipeline/internal/oci/output"
+	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/manifest"
+)
+
+// hostileID is a checkpoint id that, taken for a path under a staging directory
+// (dir/a/b/OUT.staging-X), names dir/a/escaped.
+const hostileID = "../../escaped"
+
+// TestHostileCheckpointID: an output whose manifest carries the id ../../escaped (its dir a
+// plain name, so every path check passes) is refused, naming the id, by merge (which once
+// wrote dir/a/escaped as root, outside its output), by a pull of its image, and by smoke;
+// nothing is written outside the output.
+func TestHostileCheckpointID(t *testing.T) {
+	dir := testenv.WorkDir(t)
+	cfg := smallOutput(t, dir)
+	out := filepath.Join(dir, "out")
+	// The image of the good output, its last layer (manifest.json's) replaced below.
+	img, _, err := output.Image(out, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	m := testenv.Manifest(t, out)
+	m.Checkpoints[0].ID = hostileID
+	if err := atomicfile.WriteJSON(filepath.Join(out, manifest.FileName), m); err != nil {
+		t.Fatal(err)
+	}
+	// The catalogue is checked on its own: without it only the manifest speaks of ids.
+	if err := os.Remove(filepath.Join(out, "catalogue.json")); err != nil {
+		t.Fatal(err)
+	}
+	escaped := filepath.Join(dir, "a", "escaped")
+	if err := os.MkdirAll(filepath.Join(dir, "a", "b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	merged := filepath.Join(dir, "a", "b", "merged")
+	code, _, stderr := runCLI(t, "merge", "--config", cfg, "--out", merged, out)
+	if code == exitOK || !strings.Contains(stderr, `"`+hostileID+`"`) {
+		t.Errorf("merge of an output with the id %s: exit %d\n%s", hostileID, code, stderr)
+	}
+	if _, err := os.Lstat(escaped); !os.IsNotExist(err) {
+		t.Errorf("merge wrote %s, outside its output (%v)", escaped, err)
+		os.RemoveAll(escaped)
+	}
+	if _, err := os.Lstat(merged); !os.IsNotExist(err) {
+		t.Errorf("a refused merge wrote its output (%v)", err)
+	}
+
+	// The same manifest in an image, pulled.
+	data, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := os.ReadFile(filepath.Join(out, m.Spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := tarLayer(t, tar.Header{Name: output.Root + "/", Typeflag: tar.TypeDir, Mode: 0o755},
+		file(output.Root+"/"+manifest.FileName, string(data)), file(output.Root+"/"+m.Spec, string(spec)))
+	forged, err := mutate.AppendLayers(empty.Image, append(layers[:len(layers)-1], top)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, _ := img.Manifest()
+	forged = mutate.Annotations(forged, im.Annotations).(v1.Image)
+	ref := writeLayout(t, filepath.Join(dir, "layout"), forged)
+	pullRefused(t, cfg, ref, filepath.Join(dir, "a", "b", "pulled"), `"`+hostileID+`"`)
+	if _, err := os.Lstat(escaped); !os.IsNotExist(err) {
+		t.Errorf("pull wrote %s, outside its output (%v)", escaped, err)
+	}
+
+	if code, _, stderr := runCLI(t, "smoke", "--config", cfg, "--out", out); code == exitOK || !strings.Contains(stderr, `"`+hostileID+`"`) {
+		t.Errorf("smoke of an output with the id %s: exit %d\n%s", hostileID, code, stderr)
+	}
+}
