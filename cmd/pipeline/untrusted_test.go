@@ -94,3 +94,35 @@ func TestHostileCheckpointID(t *testing.T) {
 		t.Errorf("smoke of an output with the id %s: exit %d\n%s", hostileID, code, stderr)
 	}
 }
+
+// TestKilledWriterTemporaries: the temporary files a writer killed between its create and
+// its rename leaves in an output (measure's, analyze's) neither block a capture (CheckOutput
+// once refused the output for good) nor outlive the next writer: capture and measure each
+// succeed and remove them.
+func TestKilledWriterTemporaries(t *testing.T) {
+	dir := testenv.WorkDir(t)
+	cfg := smallOutput(t, dir)
+	out := filepath.Join(dir, "out")
+	plant := func() []string {
+		var paths []string
+		for _, name := range []string{".manifest.json.tmp-4242", ".analysis.json.tmp-17", filepath.Join("js", ".meta.json.tmp-9")} {
+			path := filepath.Join(out, name)
+			if err := os.WriteFile(path, []byte("{"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			paths = append(paths, path)
+		}
+		return paths
+	}
+	for _, args := range [][]string{{"capture", "--config", cfg}, {"measure", "--config", cfg}} {
+		left := plant()
+		if code, _, stderr := runCLI(t, args...); code != exitOK {
+			t.Fatalf("%s over an output with a killed writer's temporary files: exit %d\n%s", args[0], code, stderr)
+		}
+		for _, path := range left {
+			if _, err := os.Lstat(path); !os.IsNotExist(err) {
+				t.Errorf("%s left %s (%v)", args[0], path, err)
+			}
+		}
+	}
+}
