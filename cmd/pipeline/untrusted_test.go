@@ -2,20 +2,28 @@ package main
 
 import (
 	"archive/tar"
+	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/sirupsen/logrus"
 
 	"readie.dev/pipeline/internal/atomicfile"
+	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/oci/output"
+	"readie.dev/pipeline/internal/run"
+	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/manifest"
+	"readie.dev/pipeline/pkg/measure"
 )
 
 // hostileID is a checkpoint id that, taken for a path under a staging directory
@@ -123,6 +131,76 @@ func TestKilledWriterTemporaries(t *testing.T) {
 			if _, err := os.Lstat(path); !os.IsNotExist(err) {
 				t.Errorf("%s left %s (%v)", args[0], path, err)
 			}
+		}
+	}
+}
+
+// TestPassEnvOnlyWhenAsked: the config's pass_env values reach a sandbox restored from an
+// existing output (any output: a pulled one is a stranger's) only with --pass-env. A variable
+// named by pass_env and set in the pipeline's environment is read by a call in the restored
+// executor: empty without it, its value with it; smoke and measure say which in their log.
+func TestPassEnvOnlyWhenAsked(t *testing.T) {
+	const name, value = "READIE_PASS_CANARY", "canary-7d1f"
+	dir := testenv.WorkDir(t)
+	cfg := smallOutput(t, dir)
+	data, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg, append(data, "pass_env: ["+name+"]\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(name, value)
+	out := filepath.Join(dir, "out")
+
+	seen := func(passEnv bool) string {
+		c, err := config.Load(cfg, config.CacheDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		log := logrus.New()
+		log.SetOutput(io.Discard)
+		env, err := run.NewEnv(ctx, c, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer env.Close()
+		env.PassEnvToOutputs = passEnv
+		request, _ := measure.EvalRequest(`__import__("os").environ.get("` + name + `", "")`)
+		var got any
+		_, err = env.WithVerifiedOutput(ctx, out, []string{"js"}, func(x *run.VerifiedOutput) error {
+			r := x.Env.Restorer(x.Work, time.Minute)
+			_, err := r.TimedCall(ctx, sandboxes.Call{SetID: "js", Step: "call", Start: sandboxes.RestoreStep(x.Dir(x.Picked[0]), r.Flags), Request: request,
+				Check: func(resp []byte) error {
+					var err error
+					got, err = measure.DecodeEnvelope(resp)
+					return err
+				}})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, _ := got.(string)
+		return s
+	}
+	if got := seen(false); got != "" {
+		t.Errorf("without --pass-env the restored executor saw %s=%q", name, got)
+	}
+	if got := seen(true); got != value {
+		t.Errorf("with --pass-env the restored executor saw %s=%q, want %q", name, got, value)
+	}
+
+	const said = "pass_env: not passed into the sandboxes of an existing output"
+	for _, args := range [][]string{{"smoke"}, {"measure", "--runs", "1"}} {
+		args = append(args, "--config", cfg)
+		if code, _, stderr := runCLI(t, args...); code != exitOK || !strings.Contains(stderr, said) {
+			t.Errorf("%v: exit %d, want the log to say %q\n%s", args, code, said, stderr)
+		}
+		if code, _, stderr := runCLI(t, append(args, "--pass-env")...); code != exitOK || strings.Contains(stderr, said) {
+			t.Errorf("%v --pass-env: exit %d\n%s", args, code, stderr)
 		}
 	}
 }

@@ -63,6 +63,10 @@ type Env struct {
 	Store *store.Store
 	// CleanFailed removes the staging directory of a failed run instead of leaving it.
 	CleanFailed bool
+	// PassEnvToOutputs passes the config's pass_env values into the sandboxes of a run over an
+	// existing output (--pass-env). Off, they get none: nothing records where an output came
+	// from, and a pulled one's checkpoints are a stranger's code.
+	PassEnvToOutputs bool
 	// passEnv holds the variables the config passes into every sandbox.
 	passEnv []string
 	// controls are the CPU baseline's library controls (cpubaseline.Controls): in every
