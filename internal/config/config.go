@@ -108,8 +108,8 @@ type Timeouts struct {
 	ImageProbe time.Duration `yaml:"image_probe"`
 }
 
-// Limits bound what unpacking an image (--image) or pulling an output may write: a small layer
-// can claim any size (a sparse entry, gzip of zeros).
+// Limits bound what unpacking an image (--image) or pulling an output may write (a small layer
+// can claim any size: a sparse entry, gzip of zeros), and what a sandbox's output may take.
 type Limits struct {
 	// ImageBytes bounds all regular files together, at their expanded size.
 	ImageBytes Size `yaml:"image_bytes"`
@@ -117,6 +117,9 @@ type Limits struct {
 	ImageEntries int64 `yaml:"image_entries"`
 	// ImageFileBytes bounds one regular file, at its expanded size.
 	ImageFileBytes Size `yaml:"image_file_bytes"`
+	// SandboxOutput bounds each of a sandbox's stdout and stderr, on disk and in the pipeline's
+	// memory: the first and last halves are kept, what falls between is counted and said.
+	SandboxOutput Size `yaml:"sandbox_output"`
 }
 
 // Size is a byte count, written as an integer or with a binary unit: 512MiB, 64GiB, 2TiB.

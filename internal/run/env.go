@@ -105,6 +105,7 @@ func NewEnv(ctx context.Context, cfg *config.Config, log logrus.FieldLogger) (*E
 		Root:           cfg.Runsc.Root,
 		Flags:          cfg.Runsc.SandboxFlags(),
 		CommandTimeout: cfg.Timeouts.RunscCommand,
+		OutputLimit:    int64(cfg.Limits.SandboxOutput),
 	}
 	if err := rt.Check(ctx); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
