@@ -13,6 +13,7 @@ import (
 
 	"readie.dev/pipeline/internal/jsonfile"
 	"readie.dev/pipeline/pkg/checkpointid"
+	"readie.dev/pipeline/pkg/limitread"
 )
 
 // FileName is the catalogue's name in an output directory.
@@ -89,7 +90,7 @@ func Parse(data []byte) (*Catalogue, error) {
 
 // Load reads and validates the catalogue at path.
 func Load(path string) (*Catalogue, error) {
-	data, err := jsonfile.Read(path)
+	data, err := limitread.OutputFile(path)
 	if err != nil {
 		return nil, err
 	}

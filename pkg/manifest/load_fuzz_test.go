@@ -10,6 +10,7 @@ import (
 
 	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/pkg/checkpointid"
+	"readie.dev/pipeline/pkg/limitread"
 )
 
 // escapes reports whether p, joined under a directory, could name anything but a plain entry
@@ -103,4 +104,39 @@ func FuzzLoadMeta(f *testing.F) {
 			t.Errorf("accepted id %q", m.ID)
 		}
 	})
+}
+
+// TestLoadRefusesTooLarge: a manifest.json or meta.json larger than limitread.OutputJSON (a
+// pulled one could be gigabytes) is refused before it is read, the error naming the limit;
+// the restore spec too, through Verify.
+func TestLoadRefusesTooLarge(t *testing.T) {
+	dir := t.TempDir()
+	sparse := func(name string) string {
+		path := filepath.Join(dir, name)
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := f.Truncate(limitread.OutputJSON + 1); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	const want = "is larger than 64 MiB (the limit on an output's JSON files)"
+	if _, err := Load(sparse(FileName)); !errors.Is(err, limitread.ErrTooLarge) || !strings.Contains(err.Error(), want) {
+		t.Errorf("Load of a manifest of 64 MiB + 1: %v", err)
+	}
+	if _, err := LoadMeta(sparse(MetaFileName)); !errors.Is(err, limitread.ErrTooLarge) || !strings.Contains(err.Error(), want) {
+		t.Errorf("LoadMeta of 64 MiB + 1: %v", err)
+	}
+	out := t.TempDir()
+	m := sample()
+	m.RunscFlags = []string{"--network=none", "--overlay2=none", "--host-uds=create"}
+	atomicfile.WriteJSON(filepath.Join(out, FileName), m)
+	dir = out
+	sparse(RestoreSpecFileName)
+	if _, err := Verify(out, 2); !errors.Is(err, limitread.ErrTooLarge) || !strings.Contains(err.Error(), RestoreSpecFileName+" "+want) {
+		t.Errorf("Verify with a restore spec of 64 MiB + 1: %v", err)
+	}
 }

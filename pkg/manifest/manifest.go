@@ -15,11 +15,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
 	"readie.dev/pipeline/pkg/checkpointid"
+	"readie.dev/pipeline/pkg/limitread"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
@@ -239,8 +239,9 @@ func LoadMeta(path string) (*Meta, error) {
 	return &m, nil
 }
 
+// readJSON reads an output's JSON file at path into v, within limitread.OutputJSON.
 func readJSON(path string, v any) error {
-	data, err := os.ReadFile(path)
+	data, err := limitread.OutputFile(path)
 	if err != nil {
 		return err
 	}
