@@ -4,9 +4,12 @@ import (
 	"archive/tar"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -202,5 +205,56 @@ func TestPassEnvOnlyWhenAsked(t *testing.T) {
 		if code, _, stderr := runCLI(t, append(args, "--pass-env")...); code != exitOK || strings.Contains(stderr, said) {
 			t.Errorf("%v --pass-env: exit %d\n%s", args, code, stderr)
 		}
+	}
+}
+
+// TestAnalyzeOffline: analyze imports an image's modules with no network even when the
+// config's runsc.network is sandbox: every measurement it caches was made with runsc
+// --network=none (the cache key records the flags its sandboxes ran with), and analysis.json
+// is written.
+func TestAnalyzeOffline(t *testing.T) {
+	dir := testenv.WorkDir(t)
+	cfg := catalogueConfig(t, dir)
+	data, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Replace(string(data), "runsc:\n", "runsc:\n  network: sandbox\n", 1)
+	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	corpusPath := filepath.Join(dir, "corpus.jsonl")
+	if err := os.WriteFile(corpusPath, []byte(`{"imports": ["json"]}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, stdout, stderr := runCLI(t, "analyze", "--config", cfg, "--corpus", corpusPath); code != exitOK {
+		t.Fatalf("analyze: exit %d\n%s%s", code, stdout, stderr)
+	}
+	var entries int
+	err = filepath.WalkDir(filepath.Join(dir, "analysis-cache"), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		var e struct {
+			Key struct {
+				Kind       string   `json:"kind"`
+				RunscFlags []string `json:"runsc_flags"`
+			} `json:"key"`
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if err := json.Unmarshal(data, &e); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		entries++
+		if !slices.Contains(e.Key.RunscFlags, "--network=none") {
+			t.Errorf("%s (%s) was measured with runsc flags %v, not --network=none", path, e.Key.Kind, e.Key.RunscFlags)
+		}
+		return nil
+	})
+	if err != nil || entries == 0 {
+		t.Fatalf("%d cache entries: %v", entries, err)
 	}
 }

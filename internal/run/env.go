@@ -134,6 +134,17 @@ func NewEnv(ctx context.Context, cfg *config.Config, log logrus.FieldLogger) (*E
 	}, nil
 }
 
+// Offline is a copy of e whose sandboxes have no network (runsc --network=none), whatever the
+// config's runsc.network: for a step that runs an image's own code for its figures alone
+// (analyze imports every module a corpus names), which needs no network and must not get one.
+func (e *Env) Offline() *Env {
+	rt := *e.Runtime
+	rt.Flags.Network = "none"
+	x := *e
+	x.Runtime = &rt
+	return &x
+}
+
 // Close ends the run: it releases its lease, so its lock files in shared directories go.
 // Everything the run named after its lease must be gone by then (a failed run's kept staging
 // directory is not named after it).
