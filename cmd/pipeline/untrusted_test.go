@@ -258,3 +258,32 @@ func TestAnalyzeOffline(t *testing.T) {
 		t.Fatalf("%d cache entries: %v", entries, err)
 	}
 }
+
+// TestPrecompileBounded: the precompile runs an image's own python3 with nothing of the host
+// writable (it once had a host directory, unbounded) and what it prints is bounded by
+// limits.sandbox_output: an image whose python3, asked to precompile, tries to write 100 MiB
+// into the bytecode directory it is given and prints 100 MiB is refused, naming the limit,
+// and no output is written.
+func TestPrecompileBounded(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	dir := testenv.WorkDir(t)
+	base := userImage(t, dir)
+	script := "#!/bin/sh\ncase \"$2\" in *compileall*)\n" +
+		"  mkdir -p \"$PYTHONPYCACHEPREFIX\"; head -c 104857600 /dev/zero > \"$PYTHONPYCACHEPREFIX/flood\"\n" +
+		"  head -c 104857600 /dev/zero; exit 0;;\nesac\nexec /usr/bin/python3.11 \"$@\"\n"
+	top := tarLayer(t, tar.Header{Name: "usr/bin/python3", Linkname: script, Mode: 0o755})
+	img, err := mutate.AppendLayers(base, top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := writeLayout(t, filepath.Join(dir, "layout"), img)
+	cfg := testConfig{runsc: testenv.RunscPath(t), root: runscRoot(t, dir), rootfs: testenv.Rootfs(t), output: filepath.Join(dir, "out"),
+		sets: "  - id: small\n    imports: [json]\n"}.write(t)
+	code, _, stderr := runCLI(t, "capture", "--config", cfg, "--image", ref)
+	if code == exitOK || !strings.Contains(stderr, "precompile") || !strings.Contains(stderr, "more on its stdout than limits.sandbox_output keeps") {
+		t.Fatalf("capture of an image whose precompile floods: exit %d\n%s", code, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "out")); !os.IsNotExist(err) {
+		t.Error("the output was written")
+	}
+}

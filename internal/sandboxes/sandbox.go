@@ -48,6 +48,14 @@ type Runtime struct {
 	OutputLimit int64
 }
 
+// OutputLimitOrDefault is OutputLimit, or DefaultOutputLimit when it is zero.
+func (r *Runtime) OutputLimitOrDefault() int64 {
+	if r.OutputLimit > 0 {
+		return r.OutputLimit
+	}
+	return DefaultOutputLimit
+}
+
 // Driver is the stateless runsc driver with this runtime's settings.
 func (r *Runtime) Driver() *runsc.Runsc {
 	d := &runsc.Runsc{Path: r.Path, Root: r.Root, GlobalArgs: r.Flags.Args(), CommandTimeout: r.CommandTimeout}
@@ -135,12 +143,8 @@ func (r *Runtime) NewSandbox(id, workDir, hostDir string, spec *specs.Spec) (*Sa
 	if err := os.WriteFile(filepath.Join(bundle, "config.json"), data, 0o600); err != nil {
 		return nil, err
 	}
-	limit := r.OutputLimit
-	if limit <= 0 {
-		limit = DefaultOutputLimit
-	}
 	s := &Sandbox{
-		ID: id, Bundle: bundle, HostDir: hostDir, driver: r.Driver(), outputLimit: limit,
+		ID: id, Bundle: bundle, HostDir: hostDir, driver: r.Driver(), outputLimit: r.OutputLimitOrDefault(),
 		Stdout: filepath.Join(bundle, "stdout.log"),
 		Stderr: filepath.Join(bundle, "stderr.log"),
 	}
