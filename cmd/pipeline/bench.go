@@ -23,6 +23,7 @@ type benchCmd struct {
 	out         outFlag
 	only        onlyFlag
 	runs        runsFlag
+	pass        passEnvFlag
 	concurrency string
 	rounds      int
 	capture     bool
@@ -50,6 +51,7 @@ func (c *benchCmd) SetFlags(fs *flag.FlagSet) {
 	c.out.register(fs)
 	c.only.register(fs)
 	c.runs.register(fs)
+	c.pass.register(fs)
 	fs.IntVar(&c.rounds, "rounds", 7, "rounds; every set and series runs once per round, interleaved")
 	fs.BoolVar(&c.capture, "capture", false, "capture first, as the capture command does, then bench")
 	fs.BoolVar(&c.cleanFailed, "clean-failed", false, "with --capture: remove the staging directory of a failed capture instead of leaving it for inspection")
@@ -137,6 +139,7 @@ func (c *benchCmd) Execute(ctx context.Context, con *console, args []string) err
 	}
 	defer env.Close()
 	env.CleanFailed = c.cleanFailed
+	env.PassEnvToOutputs = c.pass.on
 	out := cfg.Output
 	if c.capture {
 		res, err := env.Capture(ctx, out, opts)

@@ -94,6 +94,15 @@ func (o *onlyFlag) ids() []string {
 	return ids
 }
 
+// passEnvFlag is --pass-env of the commands that restore an existing output's checkpoints
+// (measure, smoke, bench): the output may be anyone's (a pull), so the config's pass_env
+// values go into its sandboxes only when asked.
+type passEnvFlag struct{ on bool }
+
+func (p *passEnvFlag) register(fs *flag.FlagSet) {
+	fs.BoolVar(&p.on, "pass-env", false, "pass the config's pass_env variables into the sandboxes restored from the output (default: none; the output may be someone else's, e.g. pulled)")
+}
+
 // runsFlag is --runs: timed restores per checkpoint.
 type runsFlag struct{ runs int }
 

@@ -10,6 +10,7 @@ type measureCmd struct {
 	out    outFlag
 	only   onlyFlag
 	runs   runsFlag
+	pass   passEnvFlag
 }
 
 func (*measureCmd) Name() string     { return "measure" }
@@ -20,6 +21,7 @@ func (c *measureCmd) SetFlags(fs *flag.FlagSet) {
 	c.out.register(fs)
 	c.only.register(fs)
 	c.runs.register(fs)
+	c.pass.register(fs)
 }
 func (*measureCmd) CheckArgs(args []string) error { return readsOutput(args) }
 
@@ -39,6 +41,7 @@ func (c *measureCmd) Execute(ctx context.Context, con *console, args []string) e
 		return err
 	}
 	defer env.Close()
+	env.PassEnvToOutputs = c.pass.on
 	m, err := env.Measure(ctx, cfg.Output, c.only.ids())
 	if err != nil {
 		return usageIfSetup(err)

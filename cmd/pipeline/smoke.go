@@ -9,6 +9,7 @@ type smokeCmd struct {
 	config configFlag
 	out    outFlag
 	only   onlyFlag
+	pass   passEnvFlag
 }
 
 func (*smokeCmd) Name() string  { return "smoke" }
@@ -20,6 +21,7 @@ func (c *smokeCmd) SetFlags(fs *flag.FlagSet) {
 	c.config.register(fs)
 	c.out.register(fs)
 	c.only.register(fs)
+	c.pass.register(fs)
 }
 func (*smokeCmd) CheckArgs(args []string) error { return readsOutput(args) }
 
@@ -36,6 +38,7 @@ func (c *smokeCmd) Execute(ctx context.Context, con *console, args []string) err
 		return err
 	}
 	defer env.Close()
+	env.PassEnvToOutputs = c.pass.on
 	m, err := env.Smoke(ctx, cfg.Output, c.only.ids())
 	if err != nil {
 		return usageIfSetup(err)

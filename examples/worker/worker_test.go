@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -116,10 +117,14 @@ checkpoints:
 	otherRunsc := filepath.Join(t.TempDir(), "runsc")
 	os.WriteFile(otherRunsc, []byte("#!/bin/sh\ncase \"$1\" in --version) echo 'runsc version other';; cpu-features) echo fpu,sse2;; esac\n"), 0o755)
 	// A manifest whose flags would reach runsc as root: a debug log written on the host,
-	// restore flags runsc would take as a path. Only manifest.json changes: the refusal comes
-	// before anything else is read.
+	// restore flags runsc would take as a path. The tampered output is a whole copy of the
+	// good one (its files linked) with only manifest.json edited, so that everything else
+	// passes: without the kit's refusal these flags would reach runsc (runsc --version and
+	// cpu-features for the host check, runsc restore) and "owned" would be written.
 	tampered := t.TempDir()
 	for _, edit := range []struct{ field, value string }{{"runsc_flags", `"--debug-log=` + tampered + `/owned"`}, {"restore_flags", `"-pid-file=` + tampered + `/owned"`}} {
+		dir := filepath.Join(tampered, edit.field)
+		linkOutput(t, out, dir)
 		data, err := os.ReadFile(filepath.Join(out, "manifest.json"))
 		if err != nil {
 			t.Fatal(err)
@@ -132,9 +137,9 @@ checkpoints:
 		json.Unmarshal(m[edit.field], &list)
 		m[edit.field], _ = json.Marshal(append(list, strings.Trim(edit.value, `"`)))
 		data, _ = json.Marshal(m)
-		dir := filepath.Join(tampered, edit.field)
-		os.Mkdir(dir, 0o755)
-		os.WriteFile(filepath.Join(dir, "manifest.json"), data, 0o644)
+		if err := os.WriteFile(filepath.Join(dir, "manifest.json"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
 		cmd := testenv.Command(t, 2*time.Minute, worker, "-out", dir, "-runsc", runscPath, "-root", root, "-set", "small")
 		output, err := cmd.CombinedOutput()
 		var exit *exec.ExitError
@@ -210,5 +215,27 @@ checkpoints:
 		if err != nil || len(cs) != 0 {
 			t.Fatalf("worker -pool %s left sandboxes after SIGTERM: %v, %v", pool, cs, err)
 		}
+	}
+}
+
+// linkOutput makes dst a copy of the output src, every file hard-linked but manifest.json
+// (left out, for the caller to write).
+func linkOutput(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
+		case rel == "manifest.json" || !d.Type().IsRegular():
+			return nil
+		}
+		return os.Link(path, filepath.Join(dst, rel))
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

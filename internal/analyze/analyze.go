@@ -95,7 +95,8 @@ type analyzer struct {
 	scratchErr  error
 }
 
-// Run analyses the modules that names resolve to in the image of env's config.
+// Run analyses the modules that names resolve to in the image of env's config, in sandboxes
+// without network (Env.Offline) whatever the config's runsc.network.
 func Run(ctx context.Context, env *run.Env, names []string, o Options) (*analysis.File, *Report, error) {
 	start := time.Now()
 	if o.Runs < 1 || o.RestoreRuns < 1 || o.Jobs < 1 || o.Timeout <= 0 || o.CacheDir == "" {
@@ -104,6 +105,8 @@ func Run(ctx context.Context, env *run.Env, names []string, o Options) (*analysi
 	if len(names) == 0 {
 		return nil, nil, fmt.Errorf("%w: no names to analyse", run.ErrSetup)
 	}
+	// Every import of an image a stranger may have made runs here: no network for any of it.
+	env = env.Offline()
 	if err := env.PrepareRootfs(ctx); err != nil {
 		return nil, nil, err
 	}

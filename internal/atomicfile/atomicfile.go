@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // WriteJSON writes v as indented JSON to path atomically: a temporary file in the same
@@ -22,10 +23,29 @@ func WriteJSONPerm(path string, v any, perm os.FileMode) error {
 	return Write(path, append(data, '\n'), perm)
 }
 
+// tmpInfix is between the name and the random part of a temporary file: .NAME.tmp-RAND.
+const tmpInfix = ".tmp-"
+
+// TempOf reports whether name is a temporary file Write makes for a file named base
+// (.BASE.tmp-RAND, RAND decimal digits), and that base. A writer killed between its create and
+// its rename leaves one; only a writer of that directory (under its lock) may judge it dead.
+func TempOf(name string) (base string, ok bool) {
+	rest, ok := strings.CutPrefix(name, ".")
+	i := strings.LastIndex(rest, tmpInfix)
+	if !ok || i <= 0 {
+		return "", false
+	}
+	rand := rest[i+len(tmpInfix):]
+	if rand == "" || strings.Trim(rand, "0123456789") != "" {
+		return "", false
+	}
+	return rest[:i], true
+}
+
 // Write writes data to path atomically (see WriteJSON).
 func Write(path string, data []byte, perm os.FileMode) (err error) {
 	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+tmpInfix+"*")
 	if err != nil {
 		return err
 	}

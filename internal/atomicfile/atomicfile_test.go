@@ -36,3 +36,21 @@ func TestWriteAtomicKeepsOldFileOnFailure(t *testing.T) {
 		t.Fatal("a failed write changed the file")
 	}
 }
+
+// TestTempOf: TempOf knows the names Write gives its temporary files, and no other.
+func TestTempOf(t *testing.T) {
+	dir := t.TempDir()
+	tmp, err := os.CreateTemp(dir, ".manifest.json"+tmpInfix+"*") // as Write names them
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp.Close()
+	if base, ok := TempOf(filepath.Base(tmp.Name())); !ok || base != "manifest.json" {
+		t.Errorf("TempOf(%q) = %q, %v", filepath.Base(tmp.Name()), base, ok)
+	}
+	for _, name := range []string{"manifest.json", ".manifest.json.tmp-", ".manifest.json.tmp-12a", "manifest.json.tmp-12", "..tmp-1", ".tmp-1", ".x.tmp-1/"} {
+		if base, ok := TempOf(name); ok {
+			t.Errorf("TempOf(%q) = %q, true", name, base)
+		}
+	}
+}

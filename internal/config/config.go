@@ -19,6 +19,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	pipeline "readie.dev/pipeline"
+	"readie.dev/pipeline/pkg/checkpointid"
 	"readie.dev/pipeline/pkg/cpu"
 	"readie.dev/pipeline/pkg/sandbox"
 )
@@ -107,8 +108,8 @@ type Timeouts struct {
 	ImageProbe time.Duration `yaml:"image_probe"`
 }
 
-// Limits bound what unpacking an image (--image) or pulling an output may write: a small layer
-// can claim any size (a sparse entry, gzip of zeros).
+// Limits bound what unpacking an image (--image) or pulling an output may write (a small layer
+// can claim any size: a sparse entry, gzip of zeros), and what a sandbox's output may take.
 type Limits struct {
 	// ImageBytes bounds all regular files together, at their expanded size.
 	ImageBytes Size `yaml:"image_bytes"`
@@ -116,6 +117,9 @@ type Limits struct {
 	ImageEntries int64 `yaml:"image_entries"`
 	// ImageFileBytes bounds one regular file, at its expanded size.
 	ImageFileBytes Size `yaml:"image_file_bytes"`
+	// SandboxOutput bounds each of a sandbox's stdout and stderr, on disk and in the pipeline's
+	// memory: the first and last halves are kept, what falls between is counted and said.
+	SandboxOutput Size `yaml:"sandbox_output"`
 }
 
 // Size is a byte count, written as an integer or with a binary unit: 512MiB, 64GiB, 2TiB.
@@ -229,7 +233,6 @@ func (b *CPUBaseline) resolve() error {
 }
 
 var (
-	idPattern      = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 	variantPattern = regexp.MustCompile(`^[A-Za-z0-9_,.+=-]{1,64}$`)
 	envPattern     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	modulePattern  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
@@ -319,8 +322,8 @@ func CacheDir() string {
 func (s Set) validate() error {
 	var problems []error
 	switch {
-	case !idPattern.MatchString(s.ID):
-		problems = append(problems, fmt.Errorf("id %q: use 1-64 letters, digits, - and _", s.ID))
+	case !checkpointid.Valid(s.ID):
+		problems = append(problems, checkpointid.Check(s.ID))
 	case s.ID == EmptySetID:
 		problems = append(problems, fmt.Errorf("id %q is reserved for the set every run captures first", s.ID))
 	}

@@ -27,7 +27,7 @@ func TestDefaultConfig(t *testing.T) {
 	if c.Timeouts.Capture != 5*time.Minute || c.RestoreRuns != 5 || c.Timeouts.ImageProbe != 2*time.Minute {
 		t.Errorf("timeouts %+v runs %d", c.Timeouts, c.RestoreRuns)
 	}
-	if c.Limits != (Limits{ImageBytes: 64 << 30, ImageEntries: 1_000_000, ImageFileBytes: 16 << 30}) {
+	if c.Limits != (Limits{ImageBytes: 64 << 30, ImageEntries: 1_000_000, ImageFileBytes: 16 << 30, SandboxOutput: 16 << 20}) {
 		t.Errorf("limits %+v", c.Limits)
 	}
 	sel, err := c.Select(nil, nil)

@@ -150,6 +150,7 @@ func (c *Config) validateCounts(p *problems) {
 	}
 	for name, n := range map[string]int64{
 		"image_bytes": int64(c.Limits.ImageBytes), "image_entries": c.Limits.ImageEntries, "image_file_bytes": int64(c.Limits.ImageFileBytes),
+		"sandbox_output": int64(c.Limits.SandboxOutput),
 	} {
 		if n <= 0 {
 			p.add("limits.%s must be positive", name)

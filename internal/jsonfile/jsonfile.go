@@ -6,8 +6,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
-	"os"
+
+	"readie.dev/pipeline/pkg/limitread"
 )
 
 // MaxBytes bounds what Read reads of a file.
@@ -27,17 +27,9 @@ func Decode(data []byte, v any, what string) error {
 	return nil
 }
 
-// Read reads the file at path, at most MaxBytes of it. An error opening it is returned as it
-// is (errors.Is(err, fs.ErrNotExist) holds); one reading it names the path.
+// Read reads the file at path and refuses one larger than MaxBytes, naming the limit. An
+// error opening it is returned as it is (errors.Is(err, fs.ErrNotExist) holds); one reading it
+// names the path.
 func Read(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxBytes))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return data, nil
+	return limitread.File(path, MaxBytes, "the limit on the pipeline's own JSON files")
 }

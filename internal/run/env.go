@@ -67,6 +67,10 @@ type Env struct {
 	Store *store.Store
 	// CleanFailed removes the staging directory of a failed run instead of leaving it.
 	CleanFailed bool
+	// PassEnvToOutputs passes the config's pass_env values into the sandboxes of a run over an
+	// existing output (--pass-env). Off, they get none: nothing records where an output came
+	// from, and a pulled one's checkpoints are a stranger's code.
+	PassEnvToOutputs bool
 	// passEnv holds the variables the config passes into every sandbox.
 	passEnv []string
 	// controls are the CPU baseline's library controls (cpubaseline.Controls): in every
@@ -105,6 +109,7 @@ func NewEnv(ctx context.Context, cfg *config.Config, log logrus.FieldLogger) (*E
 		Root:           cfg.Runsc.Root,
 		Flags:          cfg.Runsc.SandboxFlags(),
 		CommandTimeout: cfg.Timeouts.RunscCommand,
+		OutputLimit:    int64(cfg.Limits.SandboxOutput),
 	}
 	if err := rt.Check(ctx); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
@@ -131,6 +136,17 @@ func NewEnv(ctx context.Context, cfg *config.Config, log logrus.FieldLogger) (*E
 		passEnv: passEnv, controls: controls, extraEnv: extraEnvOf(passEnv, controls), lease: l,
 		sweep: sweeper{runtime: rt, lease: l, store: st, rootfs: filepath.Join(config.CacheDir(), "rootfs"), log: log},
 	}, nil
+}
+
+// Offline is a copy of e whose sandboxes have no network (runsc --network=none), whatever the
+// config's runsc.network: for a step that runs an image's own code for its figures alone
+// (analyze imports every module a corpus names), which needs no network and must not get one.
+func (e *Env) Offline() *Env {
+	rt := *e.Runtime
+	rt.Flags.Network = "none"
+	x := *e
+	x.Runtime = &rt
+	return &x
 }
 
 // Close ends the run: it releases its lease, so its lock files in shared directories go.

@@ -107,6 +107,12 @@ func manifestEnv(e *Env, m *manifest.Manifest) (*Env, error) {
 	if m.CPU != nil {
 		x.controls = m.CPU.Controls // restored as a worker is told to: with the capture's controls
 	}
+	if !e.PassEnvToOutputs {
+		x.passEnv = nil
+		if len(e.passEnv) > 0 {
+			e.Log.Info("pass_env: not passed into the sandboxes of an existing output (--pass-env passes them)")
+		}
+	}
 	x.extraEnv = extraEnvOf(x.passEnv, x.controls)
 	_, fingerprint, err := restoreShape(rootfs.Path, info.SandboxProcess(), flags)
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/pkg/cpu"
 	"readie.dev/pipeline/pkg/executorproto"
+	"readie.dev/pipeline/pkg/limitread"
 	"readie.dev/pipeline/pkg/manifest"
 )
 
@@ -222,7 +222,7 @@ func writeMerged(staging string, m *manifest.Manifest, byID map[string]picked, s
 		if err := store.LinkFiles(src, dst); err != nil {
 			return err
 		}
-		meta, err := os.ReadFile(filepath.Join(src, manifest.MetaFileName))
+		meta, err := limitread.OutputFile(filepath.Join(src, manifest.MetaFileName))
 		if err != nil {
 			return err
 		}
@@ -234,7 +234,7 @@ func writeMerged(staging string, m *manifest.Manifest, byID map[string]picked, s
 		m.Checkpoints = append(m.Checkpoints, c)
 	}
 	first := sources[0]
-	spec, err := os.ReadFile(filepath.Join(first.dir, first.m.Spec))
+	spec, err := limitread.OutputFile(filepath.Join(first.dir, first.m.Spec))
 	if err != nil {
 		return err
 	}

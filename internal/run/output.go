@@ -36,7 +36,9 @@ func writeOutputJSON(path string, v any) error {
 
 // CheckOutput refuses an output path that a run must not replace: a file, or a directory that
 // holds anything the pipeline did not write there (an output is replaced as a whole, so
-// whatever else is in it would be lost). An absent or empty directory is fine.
+// whatever else is in it would be lost). An absent or empty directory is fine, and so is a
+// temporary file of one of the pipeline's files that a killed writer left (the next writer
+// sweeps it: sweepTemporaries).
 func CheckOutput(out string) error {
 	fi, err := os.Stat(out)
 	if errors.Is(err, os.ErrNotExist) {
@@ -62,7 +64,8 @@ func CheckOutput(out string) error {
 	}
 	var strangers []string
 	for _, e := range entries {
-		if !slices.Contains(ours, e.Name()) {
+		base, temporary := atomicfile.TempOf(e.Name())
+		if !slices.Contains(ours, e.Name()) && !(temporary && e.Type().IsRegular() && slices.Contains(ours, base)) {
 			strangers = append(strangers, e.Name())
 		}
 	}

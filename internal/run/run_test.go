@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -394,7 +395,9 @@ func TestCheckOutput(t *testing.T) {
 	ours := mk("ours", "restore-spec.json", "analysis.json", "numpy/pages.img", "bench/x/bench.json")
 	atomicfile.WriteJSON(filepath.Join(ours, manifest.FileName), &manifest.Manifest{ExecutorProtocol: 2,
 		Checkpoints: []manifest.Checkpoint{{ID: "numpy", Dir: "numpy"}}})
-	for _, ok := range []string{ours, mk("empty"), mk("analysed", "analysis.json", "plan.json"), filepath.Join(dir, "absent")} {
+	// A killed writer's temporary files of the output's own files: the next writer sweeps them.
+	killed := mk("killed", ".manifest.json.tmp-123", ".plan.json.tmp-9", "analysis.json")
+	for _, ok := range []string{ours, mk("empty"), mk("analysed", "analysis.json", "plan.json"), killed, filepath.Join(dir, "absent")} {
 		if err := CheckOutput(ok); err != nil {
 			t.Errorf("%s: %v", ok, err)
 		}
@@ -404,6 +407,8 @@ func TestCheckOutput(t *testing.T) {
 		mk("home", ".bashrc", "src/main.go"):            "holds .bashrc, src",
 		mk("stray", "analysis.json", "numpy/pages.img"): "holds numpy", // no manifest names numpy
 		mk("badmanifest", "manifest.json"):              "cannot read",
+		mk("othertmp", ".notes.txt.tmp-1"):              "holds .notes.txt.tmp-1", // not a file of ours
+		mk("tmpdir", ".manifest.json.tmp-1/x"):          "holds .manifest.json.tmp-1",
 	} {
 		err := CheckOutput(path)
 		if !errors.Is(err, ErrSetup) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), path) {
@@ -617,5 +622,37 @@ func TestMergeSweepsDeadMergesPulls(t *testing.T) {
 	}
 	if _, err := os.Stat(livePull); err != nil {
 		t.Errorf("a live merge's %s was removed: %v", livePull, err)
+	}
+}
+
+// TestSweepTemporaries: under the lock, sweepOutput removes the temporary files killed writers
+// left in the output (top level, checkpoint directories, bench runs), and nothing else.
+func TestSweepTemporaries(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	keep := []string{"manifest.json", "numpy/meta.json", "bench/20261203T000000Z/bench.json", ".hidden", "notes.tmp-1"}
+	gone := []string{".manifest.json.tmp-1", ".catalogue.json.tmp-22", "numpy/.meta.json.tmp-3", "bench/20261203T000000Z/.bench.json.tmp-4"}
+	for _, name := range slices.Concat(keep, gone) {
+		path := filepath.Join(out, name)
+		os.MkdirAll(filepath.Dir(path), 0o755)
+		if err := os.WriteFile(path, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	did, err := sweepOutput(out)
+	if err != nil || len(did) != len(gone) {
+		t.Fatalf("sweepOutput = %q, %v; want %d removals", did, err, len(gone))
+	}
+	for _, name := range gone {
+		if _, err := os.Lstat(filepath.Join(out, name)); !os.IsNotExist(err) {
+			t.Errorf("%s is still there", name)
+		}
+	}
+	for _, name := range keep {
+		if _, err := os.Lstat(filepath.Join(out, name)); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if did, err := sweepOutput(filepath.Join(t.TempDir(), "absent")); err != nil || len(did) != 0 {
+		t.Errorf("an absent output: %q, %v", did, err)
 	}
 }

@@ -20,7 +20,8 @@ import (
 // cleans up itself); the caller holds out's lock exclusively, so whatever it finds is not in
 // use. It removes their staging directories (OUT.staging-RAND holding the staging marker), and
 // puts back a previous output that a killed swap left aside (OUT.old-RAND, an output of the
-// pipeline) when OUT itself is missing, or removes it when OUT is there. Kept staging
+// pipeline) when OUT itself is missing, or removes it when OUT is there; then the temporary
+// files killed writers left in OUT (sweepTemporaries). Kept staging
 // directories of failed runs (OUT.failed-*) stay, and so does anything else of such a name: it
 // is said, not touched. It returns what it did, one line each, for the log.
 func sweepOutput(out string) ([]string, error) {
@@ -64,7 +65,9 @@ func sweepOutput(out string) ([]string, error) {
 		}
 		did = append(did, "removed the previous output that a run which died had moved aside: "+dir)
 	}
-	return did, nil
+	// Last: a previous output put back may hold some too.
+	removed, err := sweepTemporaries(out)
+	return append(did, removed...), err
 }
 
 // isStaging reports whether dir is a staging directory the pipeline made: it holds the

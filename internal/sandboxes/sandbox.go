@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -44,6 +43,17 @@ type Runtime struct {
 	// Lease is the run's: the IDs of its sandboxes carry it (NewID), so that another run can
 	// tell them from the leftovers of a run that is over (RemoveOrphans).
 	Lease *lease.Lease
+	// OutputLimit bounds each sandbox's stdout and stderr, on disk and in memory: the first and
+	// last halves are kept, the rest counted (boundedCopy). Zero means DefaultOutputLimit.
+	OutputLimit int64
+}
+
+// OutputLimitOrDefault is OutputLimit, or DefaultOutputLimit when it is zero.
+func (r *Runtime) OutputLimitOrDefault() int64 {
+	if r.OutputLimit > 0 {
+		return r.OutputLimit
+	}
+	return DefaultOutputLimit
 }
 
 // Driver is the stateless runsc driver with this runtime's settings.
@@ -107,11 +117,13 @@ type Sandbox struct {
 	Stdout  string // log file of the process's stdout
 	Stderr  string // log file of the process's stderr
 
-	driver  *runsc.Runsc
-	stdio   *stdio
-	mu      sync.Mutex
-	started bool // a runsc command that may have created state has run
-	deleted bool
+	driver *runsc.Runsc
+	stdio  *stdio
+	// outputLimit bounds each of Stdout and Stderr (boundedCopy).
+	outputLimit int64
+	mu          sync.Mutex
+	started     bool // a runsc command that may have created state has run
+	deleted     bool
 }
 
 // SocketPath is the executor's socket as seen from the host.
@@ -138,7 +150,7 @@ func (r *Runtime) NewSandbox(id, workDir, hostDir string, spec *specs.Spec) (*Sa
 		return nil, err
 	}
 	s := &Sandbox{
-		ID: id, Bundle: bundle, HostDir: hostDir, driver: r.Driver(),
+		ID: id, Bundle: bundle, HostDir: hostDir, driver: r.Driver(), outputLimit: r.OutputLimitOrDefault(),
 		Stdout: filepath.Join(bundle, "stdout.log"),
 		Stderr: filepath.Join(bundle, "stderr.log"),
 	}
@@ -229,7 +241,7 @@ func (s *Sandbox) begin() error {
 	if s.stdio != nil {
 		return nil
 	}
-	io, err := newStdio(s.Stdout, s.Stderr)
+	io, err := newStdio(s.Stdout, s.Stderr, s.outputLimit)
 	if err != nil {
 		return err
 	}
@@ -260,32 +272,47 @@ func (s *Sandbox) Delete(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Tail returns the last n lines of the process's stderr, for error messages. The log is only
+// Tail returns the last n lines of the process's stderr, for error messages, after a line
+// saying how much of its stdout and stderr the output limit dropped, if any. The log is only
 // complete after Delete.
-func (s *Sandbox) Tail(n int) string { return tailFile(s.Stderr, n) }
+func (s *Sandbox) Tail(n int) string {
+	tail := tailFile(s.Stderr, n)
+	stdout, stderr := s.Dropped()
+	if stdout == 0 && stderr == 0 {
+		return tail
+	}
+	note := fmt.Sprintf("[readie: the sandbox wrote more than limits.sandbox_output (%s) allows: %s of its stdout and %s of its stderr dropped from the middle of their logs]",
+		mib(s.outputLimit), mib(stdout), mib(stderr))
+	if tail == "" {
+		return note
+	}
+	return note + "\n" + tail
+}
 
-func tailFile(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return ""
+// Dropped returns how many bytes of the process's stdout and stderr the output limit left out
+// of their logs; final after Delete.
+func (s *Sandbox) Dropped() (stdout, stderr int64) {
+	s.mu.Lock()
+	std := s.stdio
+	s.mu.Unlock()
+	if std == nil {
+		return 0, 0
 	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	return std.dropped[0].Load(), std.dropped[1].Load()
 }
 
 // stdio gives the sandbox pipes (a restored process with a regular file for stdout would write
-// at its old offset) and copies what comes out of them into log files.
+// at its old offset) and copies what comes out of them into log files, each bounded by limit.
 type stdio struct {
 	outR, outW, errR, errW *os.File
 	done                   chan error
 	closeOnce              sync.Once
 	handedOver             atomic.Bool
+	// dropped counts what the limit left out of the stdout and the stderr log.
+	dropped [2]atomic.Int64
 }
 
-func newStdio(stdoutPath, stderrPath string) (*stdio, error) {
+func newStdio(stdoutPath, stderrPath string, limit int64) (*stdio, error) {
 	outFile, err := os.OpenFile(stdoutPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
@@ -304,12 +331,14 @@ func newStdio(stdoutPath, stderrPath string) (*stdio, error) {
 		errFile.Close()
 		return nil, err
 	}
-	for _, p := range []struct {
+	for i, p := range []struct {
 		r    *os.File
 		dest *os.File
-	}{{s.outR, outFile}, {s.errR, errFile}} {
+		what string
+	}{{s.outR, outFile, "stdout"}, {s.errR, errFile, "stderr"}} {
 		go func() {
-			_, err := io.Copy(p.dest, p.r)
+			dropped, err := boundedCopy(p.dest, p.r, limit, p.what)
+			s.dropped[i].Store(dropped)
 			p.r.Close()
 			err = errors.Join(err, p.dest.Close())
 			s.done <- err

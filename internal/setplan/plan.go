@@ -23,6 +23,7 @@ import (
 	"readie.dev/pipeline/internal/corpus"
 	"readie.dev/pipeline/internal/jsonfile"
 	"readie.dev/pipeline/pkg/catalogue"
+	"readie.dev/pipeline/pkg/checkpointid"
 )
 
 // FileName is the plan's name in an output directory.
@@ -357,8 +358,8 @@ func Parse(data []byte) (*Result, error) {
 	seen := map[string]bool{}
 	for i, s := range r.Sets {
 		switch {
-		case !catalogue.IsCheckpointID(s.ID):
-			problems = append(problems, fmt.Errorf("sets[%d]: id %q: use 1-64 letters, digits, - and _", i, s.ID))
+		case !checkpointid.Valid(s.ID):
+			problems = append(problems, fmt.Errorf("sets[%d]: %w", i, checkpointid.Check(s.ID)))
 		case s.ID == config.EmptySetID:
 			problems = append(problems, fmt.Errorf("sets[%d]: id %q is reserved for the set every run captures first", i, s.ID))
 		case seen[s.ID]:

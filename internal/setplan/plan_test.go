@@ -16,6 +16,7 @@ import (
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/corpus"
 	"readie.dev/pipeline/pkg/catalogue"
+	"readie.dev/pipeline/pkg/checkpointid"
 )
 
 // mod is a module of a hand-made analysis: own time, own memory, what it imports.
@@ -467,7 +468,7 @@ func TestConfigBlock(t *testing.T) {
 		if got := baseID(tc.imports); got != tc.id {
 			t.Errorf("baseID(%v) = %q, want %q", tc.imports, got, tc.id)
 		}
-		if !catalogue.IsCheckpointID(baseID(tc.imports)) {
+		if !checkpointid.Valid(baseID(tc.imports)) {
 			t.Errorf("baseID(%v) = %q is not a valid id", tc.imports, baseID(tc.imports))
 		}
 	}

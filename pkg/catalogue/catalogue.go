@@ -17,6 +17,8 @@ import (
 	"unicode"
 
 	"readie.dev/pipeline/internal/jsonfile"
+	"readie.dev/pipeline/pkg/checkpointid"
+	"readie.dev/pipeline/pkg/limitread"
 	"readie.dev/pipeline/pkg/pyreq"
 )
 
@@ -102,7 +104,7 @@ func Parse(data []byte) (*Catalogue, error) {
 
 // Load reads and validates the catalogue at path.
 func Load(path string) (*Catalogue, error) {
-	data, err := jsonfile.Read(path)
+	data, err := limitread.OutputFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -142,8 +144,8 @@ func NewRouter(c *Catalogue) (*Router, error) {
 	loaded := make([]Set, len(c.Checkpoints))
 	for i, cp := range c.Checkpoints {
 		where := fmt.Sprintf("checkpoints[%d] %q", i, cp.ID)
-		if !IsCheckpointID(cp.ID) {
-			problems = append(problems, fmt.Errorf("%s: id: use 1-64 letters, digits, - and _", where))
+		if err := checkpointid.Check(cp.ID); err != nil {
+			problems = append(problems, fmt.Errorf("%s: id: %w", where, err))
 		} else if seen[cp.ID] {
 			problems = append(problems, fmt.Errorf("%s: duplicate id", where))
 		}
@@ -228,20 +230,6 @@ func (cp Checkpoint) loaded(x *Index, where string) (Set, []error) {
 		}
 	}
 	return s, problems
-}
-
-// IsCheckpointID reports whether id is a valid checkpoint id: 1-64 letters, digits, - and _.
-func IsCheckpointID(id string) bool {
-	if len(id) == 0 || len(id) > 64 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !(c == '_' || c == '-' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
-			return false
-		}
-	}
-	return true
 }
 
 // Choice is where a request should start.

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"readie.dev/pipeline/pkg/checkpointid"
 	"readie.dev/pipeline/pkg/pyreq"
 )
 
@@ -324,6 +326,7 @@ func FuzzParse(f *testing.F) {
 	f.Add(good)
 	f.Add([]byte(`{"version":1,"cost_model":{"cold_start_ms":1},"checkpoints":[{"id":"x","imports":["a"]}],"modules":{"a":{"available":true,"closure":["a","b"]},"b":{"available":true}}}`))
 	f.Add([]byte(`{}`))
+	f.Add([]byte(`{"version":1,"cost_model":{"cold_start_ms":1},"checkpoints":[{"id":"../../x","imports":["a"]}],"modules":{"a":{"available":true}}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse(data)
 		if err != nil {
@@ -331,6 +334,12 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("error not ErrInvalid: %v", err)
 			}
 			return
+		}
+		// An accepted id is one plain name: outputs and sandboxes are named after it.
+		for _, cp := range c.Checkpoints {
+			if !checkpointid.Valid(cp.ID) || !filepath.IsLocal(cp.ID) || filepath.Base(cp.ID) != cp.ID {
+				t.Fatalf("accepted id %q", cp.ID)
+			}
 		}
 		r, err := NewRouter(c)
 		if err != nil {

@@ -15,10 +15,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
+	"readie.dev/pipeline/pkg/checkpointid"
+	"readie.dev/pipeline/pkg/limitread"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
@@ -202,11 +203,13 @@ func (m *Manifest) CheckProtocol(implemented int) error {
 	return nil
 }
 
-// ErrInvalid reports a manifest that names files outside its own output directory.
+// ErrInvalid reports a manifest or meta.json that names files outside its own output
+// directory, or a checkpoint id that is not one (checkpointid).
 var ErrInvalid = errors.New("invalid manifest")
 
 // Load reads a manifest and refuses one whose restore spec or checkpoint directories are not
-// local paths inside the output directory: workers and the pipeline open what it names.
+// local paths inside the output directory, or whose checkpoint ids are not ids (or repeat):
+// workers and the pipeline open what it names, and make directories named after its ids.
 func Load(path string) (*Manifest, error) {
 	var m Manifest
 	if err := readJSON(path, &m); err != nil {
@@ -226,7 +229,16 @@ func (m *Manifest) checkPaths() error {
 	if m.Spec != "" && !local(m.Spec) {
 		problems = append(problems, fmt.Errorf("%w: spec %q is not a path inside the output", ErrInvalid, m.Spec))
 	}
-	for _, c := range m.Checkpoints {
+	seen := map[string]bool{}
+	for i, c := range m.Checkpoints {
+		if err := checkpointid.Check(c.ID); err != nil {
+			problems = append(problems, fmt.Errorf("%w: checkpoints[%d]: %w", ErrInvalid, i, err))
+			continue
+		}
+		if seen[c.ID] {
+			problems = append(problems, fmt.Errorf("%w: checkpoints[%d]: duplicate id %q", ErrInvalid, i, c.ID))
+		}
+		seen[c.ID] = true
 		if !local(c.Dir) {
 			problems = append(problems, fmt.Errorf("%w: checkpoint %s: dir %q is not a path inside the output", ErrInvalid, c.ID, c.Dir))
 		}
@@ -234,17 +246,21 @@ func (m *Manifest) checkPaths() error {
 	return errors.Join(problems...)
 }
 
-// LoadMeta reads a checkpoint's meta.json.
+// LoadMeta reads a checkpoint's meta.json and refuses one whose id is not an id.
 func LoadMeta(path string) (*Meta, error) {
 	var m Meta
 	if err := readJSON(path, &m); err != nil {
 		return nil, err
 	}
+	if err := checkpointid.Check(m.ID); err != nil {
+		return nil, fmt.Errorf("%s: %w: %w", path, ErrInvalid, err)
+	}
 	return &m, nil
 }
 
+// readJSON reads an output's JSON file at path into v, within limitread.OutputJSON.
 func readJSON(path string, v any) error {
-	data, err := os.ReadFile(path)
+	data, err := limitread.OutputFile(path)
 	if err != nil {
 		return err
 	}

@@ -61,9 +61,13 @@ func ReadRootfsInfo(dir string) (*RootfsInfo, error) {
 	return &info, nil
 }
 
-// CheckRootfs says whether the directory at path is the rootfs m's checkpoints were captured
-// on, by the digest the rootfs records. A worker restores onto its own copy; a manifest's
-// rootfs.path comes from whoever wrote the output and may name any directory of the host.
+// CheckRootfs checks that path is absolute and that the directory there records (in its
+// RootfsInfoFile) the digest of m's rootfs. That is all it guarantees: it reads the record,
+// never the tree, so any directory whose record names the digest passes, whoever wrote it (a
+// rootfs another tenant unpacked on a shared worker, a directory with a planted record). It
+// keeps a manifest from pointing the sandbox's root at a directory that is no pipeline rootfs
+// (/, /etc); it does not prove the files are the ones captured on. A worker restores onto a
+// rootfs it made or verified itself (-rootfs), never merely one a manifest's rootfs.path names.
 func (m *Manifest) CheckRootfs(path string) error {
 	if !filepath.IsAbs(path) {
 		return fmt.Errorf("rootfs %q is not an absolute path", path)

@@ -4,13 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"readie.dev/pipeline/pkg/limitread"
 )
 
 // ErrRestoreSpec reports a restore spec that cannot restore an output's checkpoints: one whose
@@ -48,7 +49,7 @@ func ReadSpec(path, fingerprint string, runscFlags []string) (*specs.Spec, error
 	if err != nil {
 		return nil, fmt.Errorf("%w: the manifest's runsc_flags: %w", ErrRestoreSpec, err)
 	}
-	data, err := os.ReadFile(path)
+	data, err := limitread.OutputFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRestoreSpec, err)
 	}

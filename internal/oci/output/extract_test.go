@@ -74,3 +74,34 @@ func TestExtractTakesExactlyReadie(t *testing.T) {
 		})
 	}
 }
+
+// TestExtractModes: a pulled output's files get an output's modes (image files 0400, the rest
+// 0444), whatever modes the image's tar gives them (0777, setuid).
+func TestExtractModes(t *testing.T) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, h := range []tar.Header{
+		{Name: "readie/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "readie/manifest.json", Typeflag: tar.TypeReg, Mode: 0o777, Size: 2},
+		{Name: "readie/js/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "readie/js/pages.img", Typeflag: tar.TypeReg, Mode: 0o4777, Size: 2},
+		{Name: "readie/js/meta.json", Typeflag: tar.TypeReg, Mode: 0o600, Size: 2},
+	} {
+		tw.WriteHeader(&h)
+		io.WriteString(tw, strings.Repeat("x", int(h.Size)))
+	}
+	tw.Close()
+	data := buf.Bytes()
+	l, _ := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+	img, _ := mutate.AppendLayers(empty.Image, l)
+	dir := t.TempDir()
+	if err := Extract(context.Background(), img, dir, unpack.DefaultLimits(), nil); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]os.FileMode{"manifest.json": 0o444, "js/pages.img": 0o400, "js/meta.json": 0o444} {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil || fi.Mode() != want {
+			t.Errorf("%s: mode %v, %v; want %v", name, fi.Mode(), err, want)
+		}
+	}
+}

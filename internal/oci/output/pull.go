@@ -80,7 +80,7 @@ func extractLayer(tr *tar.Reader, root *os.Root, budget *unpack.Budget) error {
 				}
 			}
 		case hdr.Typeflag == tar.TypeReg && rel != "" && strings.Count(rel, "/") <= 1:
-			if err := extractFile(tr, root, rel, hdr); err != nil {
+			if err := extractFile(tr, root, rel); err != nil {
 				return fmt.Errorf("%s: %w", hdr.Name, err)
 			}
 		default:
@@ -102,13 +102,23 @@ func outputPath(name string) (string, error) {
 	return rel, nil
 }
 
-func extractFile(r io.Reader, root *os.Root, rel string, hdr *tar.Header) error {
+// pulledPerm is the mode of a pulled output's file, whatever the image's tar says (a stranger's
+// image may say 0777): the modes of an output the pipeline writes, image files 0400 (they
+// hold process memory, and are linked, never written in place) and the rest 0444.
+func pulledPerm(rel string) os.FileMode {
+	if strings.HasSuffix(rel, ".img") {
+		return 0o400
+	}
+	return 0o444
+}
+
+func extractFile(r io.Reader, root *os.Root, rel string) error {
 	if dir := path.Dir(rel); dir != "." {
 		if err := root.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
 	}
-	f, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, os.FileMode(hdr.Mode).Perm())
+	f, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, pulledPerm(rel))
 	if err != nil {
 		return err
 	}

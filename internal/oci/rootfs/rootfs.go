@@ -68,7 +68,7 @@ func (o Options) what() string {
 // the digest of the base and of the executor layer's recipe, once (unpack.Once: a run that
 // finds it made reuses it, a run that finds another making it waits): the base is linked, not
 // copied; the base's python3 says, in a sandbox, where the executor goes and precompiles it
-// into a scratch directory; the executor layer, its bytecode and the Info go on through the
+// (printing the bytecode: nothing of the host is writable by it); the executor layer, its bytecode and the Info go on through the
 // one layer applier. The whole is bounded by three times Timeout.
 func Assemble(ctx context.Context, o Options) (string, *Info, error) {
 	executorDigest, err := recipeDigest()

@@ -2,13 +2,14 @@ package rootfs
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -48,14 +49,29 @@ type probed struct {
 	manifest.Python
 }
 
-// pycachePrefix is where the precompile writes bytecode, inside the sandbox: the one
-// directory it may write (the host directory on sandbox.ExecutorDir), never the root.
-const pycachePrefix = sandbox.ExecutorDir + "/pycache"
+// pycachePrefix is where the precompile writes bytecode: the sandbox's own /tmp, never the
+// host (and never the root, read-only in every sandbox).
+const pycachePrefix = "/tmp/readie-pycache"
+
+// precompileScript compiles the executor as `python3 -m compileall -q DIR` does, DIR the
+// executor's package under the site directory argv[1], into pycachePrefix, then prints the
+// bytecode files as one JSON object of name: base64, in writes of 64 KiB that it repeats until
+// all is written (the sandbox's stdout pipe takes partial writes). The image's code thus
+// writes nothing on the host, and what it prints is bounded by limits.sandbox_output.
+const precompileScript = `import base64, compileall, json, os, select, sys
+d = os.path.join("/", sys.argv[1], "readie_executor")
+ok = compileall.compile_dir(d, quiet=1)
+c = sys.pycache_prefix + d
+out = json.dumps({n: base64.b64encode(open(os.path.join(c, n), "rb").read()).decode() for n in sorted(os.listdir(c))}).encode()
+while out:
+    select.select([], [1], [])
+    out = out[os.write(1, out[:65536]):]
+sys.exit(0 if ok else 1)`
 
 // compileArgs precompiles the executor: the root is read-only in every sandbox, so bytecode
 // not made here would be compiled again at every cold start.
 func compileArgs(site string) []string {
-	return []string{"python3", "-m", "compileall", "-q", path.Join("/", site, "readie_executor")}
+	return []string{"python3", "-c", precompileScript, site}
 }
 
 // imageCode runs an image's own code while a rootfs is made: each run in a gVisor sandbox of
@@ -78,8 +94,9 @@ func newImageCode(rt *sandboxes.Runtime, timeout time.Duration, what string, pro
 
 // run runs args in a sandbox whose root is rootfs, with hostDir (or nothing, when empty) on
 // sandbox.ExecutorDir; bundles go in workDir. It returns the start of what the process wrote
-// on stdout, and an error naming the image and the step.
-func (c *imageCode) run(ctx context.Context, step, rootfs, workDir, hostDir string, env, args []string) (string, error) {
+// on stdout, at most limit bytes, and an error naming the image and the step; a process that
+// wrote more on stdout than the runtime's output limit keeps is an error too.
+func (c *imageCode) run(ctx context.Context, step, rootfs, workDir, hostDir string, env, args []string, limit int64) (string, error) {
 	fail := func(err error) error { return fmt.Errorf("image %s: %s: %w", c.what, step, err) }
 	spec, err := sandbox.Spec(sandbox.SpecOptions{Mode: sandbox.ModeSandbox, Rootfs: rootfs, HostDir: hostDir, Process: c.process, Env: env, Args: args})
 	if err != nil {
@@ -97,7 +114,10 @@ func (c *imageCode) run(ctx context.Context, step, rootfs, workDir, hostDir stri
 	_, runErr := sb.Run(runCtx)
 	cancel()
 	deleteErr := sb.Delete(ctx)
-	stdout := head(sb.Stdout, 64<<10)
+	stdout := head(sb.Stdout, limit)
+	if dropped, _ := sb.Dropped(); dropped > 0 && runErr == nil {
+		runErr = fmt.Errorf("it wrote %d bytes more on its stdout than limits.sandbox_output keeps", dropped)
+	}
 	if runErr != nil {
 		if tail := sb.Tail(10); tail != "" {
 			runErr = fmt.Errorf("%w\nits stderr (last lines):\n%s", runErr, tail)
@@ -114,7 +134,7 @@ func (c *imageCode) run(ctx context.Context, step, rootfs, workDir, hostDir stri
 // no mount point in it) and returns what it said: the directory where the executor goes,
 // relative to the root, and which python3 it is.
 func (c *imageCode) probe(ctx context.Context, base, workDir string) (*probed, error) {
-	out, err := c.run(ctx, "python3 probe", base, workDir, "", nil, []string{"python3", "-B", "-c", probeScript})
+	out, err := c.run(ctx, "python3 probe", base, workDir, "", nil, []string{"python3", "-B", "-c", probeScript}, 64<<10)
 	said := strings.TrimSpace(out)
 	var exit *runsc.ExitError
 	switch {
@@ -143,46 +163,28 @@ func (c *imageCode) probe(ctx context.Context, base, workDir string) (*probed, e
 // pycName is a bytecode file's name as compileall writes it: MODULE.TAG.pyc.
 var pycName = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*)\.[a-z]+-[0-9]+\.pyc$`)
 
-// precompile runs the image's python3 on rootfs (read-only) to compile the executor into a
-// fresh host directory, and returns the bytecode as layer entries for its __pycache__: files
-// of the executor's modules only, regular, at most 1 MiB each.
+// precompile runs the image's python3 on rootfs (read-only, with no host directory) to compile
+// the executor, and returns the bytecode it printed as layer entries for its __pycache__: files
+// of the executor's modules only, at most 1 MiB each.
 func (c *imageCode) precompile(ctx context.Context, rootfs, site, workDir string) ([]layerFile, error) {
-	host := filepath.Join(workDir, "host")
-	if err := os.Mkdir(host, 0o755); err != nil {
-		return nil, err
-	}
-	if _, err := c.run(ctx, "precompile", rootfs, workDir, host, []string{"PYTHONPYCACHEPREFIX=" + pycachePrefix}, compileArgs(site)); err != nil {
-		return nil, err
-	}
-	root, err := os.OpenRoot(host)
+	out, err := c.run(ctx, "precompile", rootfs, workDir, "", []string{"PYTHONPYCACHEPREFIX=" + pycachePrefix}, compileArgs(site), c.rt.OutputLimitOrDefault())
 	if err != nil {
 		return nil, err
 	}
-	defer root.Close()
-	dir := path.Join(strings.TrimPrefix(pycachePrefix, sandbox.ExecutorDir+"/"), site, "readie_executor")
-	d, err := root.Open(dir)
-	if err != nil {
-		return nil, fmt.Errorf("image %s: precompile wrote no bytecode: %w", c.what, err)
-	}
-	names, err := d.Readdirnames(-1)
-	d.Close()
-	if err != nil {
-		return nil, err
+	var printed map[string]string
+	if err := json.Unmarshal([]byte(out), &printed); err != nil {
+		return nil, fmt.Errorf("image %s: precompile: its output is not the bytecode's JSON: %w", c.what, err)
 	}
 	modules := executorModules()
 	var files []layerFile
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(printed)) {
 		m := pycName.FindStringSubmatch(name)
 		if m == nil || !slices.Contains(modules, m[1]) {
 			continue
 		}
-		p := path.Join(dir, name)
-		if fi, err := root.Lstat(p); err != nil || !fi.Mode().IsRegular() || fi.Size() > 1<<20 {
-			return nil, fmt.Errorf("image %s: precompile: %s is not a regular file of at most 1 MiB", c.what, name)
-		}
-		data, err := root.ReadFile(p)
-		if err != nil {
-			return nil, err
+		data, err := base64.StdEncoding.DecodeString(printed[name])
+		if err != nil || len(data) > 1<<20 {
+			return nil, fmt.Errorf("image %s: precompile: %s is not base64 of at most 1 MiB", c.what, name)
 		}
 		files = append(files, layerFile{name: path.Join(site, "readie_executor", "__pycache__", name), data: data})
 	}

@@ -1,0 +1,37 @@
+// Package checkpointid is the one rule for checkpoint ids: the config's package sets, and every
+// manifest.json, meta.json and catalogue.json read, whoever wrote it. An id names a directory
+// of an output (and a sandbox's bundle), so one that is not a plain name would be a path.
+package checkpointid
+
+import (
+	"errors"
+	"fmt"
+)
+
+// MaxLen is the longest id.
+const MaxLen = 64
+
+// ErrInvalid reports an id that is not 1-64 letters, digits, - and _.
+var ErrInvalid = errors.New("invalid checkpoint id")
+
+// Valid reports whether id is a checkpoint id: 1-64 ASCII letters, digits, - and _.
+func Valid(id string) bool {
+	if len(id) == 0 || len(id) > MaxLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c == '_' || c == '-' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// Check returns an error naming id (quoted) when it is not Valid.
+func Check(id string) error {
+	if !Valid(id) {
+		return fmt.Errorf("%w %q: use 1-64 letters, digits, - and _", ErrInvalid, id)
+	}
+	return nil
+}
