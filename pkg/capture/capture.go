@@ -201,36 +201,44 @@ func cpuCheck(stdout []byte) (*manifest.CPUCheck, error) {
 
 // loadedPackages reads the executor's packages report from its stdout: the distributions the
 // checkpoint holds loaded. One it could not read the version of is an error: a router would
-// take the checkpoint for one that holds no such distribution.
+// take the checkpoint for one that holds no such distribution. The report is the last line
+// with PackagesPrefix before Marker: the image's preimports run, and may print, before it.
 func loadedPackages(stdout []byte) (map[string]string, error) {
+	var report string
+	found := false
 	for line := range strings.Lines(string(stdout)) {
-		report, ok := strings.CutPrefix(strings.TrimSpace(line), PackagesPrefix)
-		if !ok {
-			continue
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, Marker) {
+			break
 		}
-		var r struct {
-			Packages map[string]string `json:"packages"`
-			Errors   map[string]string `json:"errors"`
-			Error    string            `json:"error"`
+		if r, ok := strings.CutPrefix(line, PackagesPrefix); ok {
+			report, found = r, true
 		}
-		if err := json.Unmarshal([]byte(report), &r); err != nil {
-			return nil, fmt.Errorf("the executor's packages report is not readable: %.200q (%v)", report, err)
-		}
-		if r.Error != "" {
-			return nil, fmt.Errorf("the executor could not read the loaded packages: %s", r.Error)
-		}
-		if len(r.Errors) > 0 {
-			return nil, fmt.Errorf("the executor could not read the versions of loaded distributions: %v", r.Errors)
-		}
-		if err := catalogue.CheckPackages(r.Packages); err != nil {
-			return nil, fmt.Errorf("the executor's packages report: %w", err)
-		}
-		if r.Packages == nil {
-			r.Packages = map[string]string{}
-		}
-		return r.Packages, nil
 	}
-	return nil, fmt.Errorf("the executor reported no packages (no %q on its stdout): does the image's executor predate it?", strings.TrimSpace(PackagesPrefix))
+	if !found {
+		return nil, fmt.Errorf("the executor reported no packages (no %q on its stdout before %q): does the image's executor predate it?", strings.TrimSpace(PackagesPrefix), Marker)
+	}
+	var r struct {
+		Packages map[string]string `json:"packages"`
+		Errors   map[string]string `json:"errors"`
+		Error    string            `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(report), &r); err != nil {
+		return nil, fmt.Errorf("the executor's packages report is not readable: %.200q (%v)", report, err)
+	}
+	if r.Error != "" {
+		return nil, fmt.Errorf("the executor could not read the loaded packages: %s", r.Error)
+	}
+	if len(r.Errors) > 0 {
+		return nil, fmt.Errorf("the executor could not read the versions of loaded distributions: %v", r.Errors)
+	}
+	if err := catalogue.CheckPackages(r.Packages); err != nil {
+		return nil, fmt.Errorf("the executor's packages report: %w", err)
+	}
+	if r.Packages == nil {
+		r.Packages = map[string]string{}
+	}
+	return r.Packages, nil
 }
 
 // freshDir makes dir, which must be absent or empty: runsc refuses to save over image files.
