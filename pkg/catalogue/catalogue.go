@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"readie.dev/pipeline/internal/jsonfile"
 	"readie.dev/pipeline/pkg/pyreq"
@@ -192,8 +193,9 @@ func NewRouter(c *Catalogue) (*Router, error) {
 }
 
 // CheckPackages checks a map of distributions to versions: each name PEP 503 normalized
-// (pyreq.NormalizeName), each version a non-empty string without white space (a version need
-// not be PEP 440: it is what the image's metadata says).
+// (pyreq.NormalizeName), each version a non-empty string of at most 256 bytes of printable
+// characters other than white space (a version need not be PEP 440: it is what the image's
+// metadata says, and select prints it to a terminal).
 func CheckPackages(packages map[string]string) error {
 	var problems []error
 	for _, name := range slices.Sorted(maps.Keys(packages)) {
@@ -201,8 +203,8 @@ func CheckPackages(packages map[string]string) error {
 		if !pyreq.IsName(name) || pyreq.NormalizeName(name) != name {
 			problems = append(problems, fmt.Errorf("%q is not a normalized distribution name (%s)", name, pyreq.NormalizeName(name)))
 		}
-		if v == "" || len(v) > 256 || strings.ContainsFunc(v, unicode.IsSpace) {
-			problems = append(problems, fmt.Errorf("%s: version %q: want a non-empty string without white space", name, v))
+		if v == "" || len(v) > 256 || !utf8.ValidString(v) || strings.ContainsFunc(v, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsGraphic(r) }) {
+			problems = append(problems, fmt.Errorf("%s: version %q: want a non-empty string of printable characters without white space", name, v))
 		}
 	}
 	return errors.Join(problems...)

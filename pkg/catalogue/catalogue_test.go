@@ -245,6 +245,9 @@ func TestInvalidCatalogues(t *testing.T) {
 		{"version 0", bad(func(c *Catalogue) { c.Version = 0 }), "version 0"},
 		{"package name not normalized", bad(func(c *Catalogue) { c.Checkpoints[1].Packages = map[string]string{"Scikit_Learn": "1.4"} }), `"Scikit_Learn" is not a normalized distribution name (scikit-learn)`},
 		{"package version empty", bad(func(c *Catalogue) { c.Packages = map[string]string{"pandas": ""} }), `pandas: version ""`},
+		// An image's metadata reaches select's terminal output: no control characters.
+		{"package version with an escape", bad(func(c *Catalogue) { c.Checkpoints[0].Packages = map[string]string{"pandas": "2.2\x1b[2J"} }), `pandas: version "2.2\x1b[2J"`},
+		{"package version with a bidi override", bad(func(c *Catalogue) { c.Packages = map[string]string{"pandas": "2.2\u202e1"} }), `pandas: version "2.2\u202e1"`},
 		{"module package", bad(func(c *Catalogue) { c.Modules["re"] = Module{Available: true, Packages: map[string]string{"a b": "1"}} }), `module re: packages: "a b"`},
 		{"bad id", bad(func(c *Catalogue) { c.Checkpoints[1].ID = "pan das" }), `"pan das": id`},
 		{"duplicate id", bad(func(c *Catalogue) { c.Checkpoints[1].ID = "empty" }), "duplicate id"},
