@@ -8,6 +8,7 @@
 package catalogue
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -91,6 +92,14 @@ func (c *Catalogue) Validate() error {
 
 // Parse reads and validates a catalogue.
 func Parse(data []byte) (*Catalogue, error) {
+	// The version first, leniently: a newer catalogue is refused for its version, not for the
+	// first field it added.
+	var v struct {
+		Version int `json:"version"`
+	}
+	if err := json.Unmarshal(data, &v); err == nil && v.Version > Version {
+		return nil, checkVersion(v.Version)
+	}
 	var c Catalogue
 	if err := jsonfile.Decode(data, &c, "catalogue"); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -99,6 +108,14 @@ func Parse(data []byte) (*Catalogue, error) {
 		return nil, err
 	}
 	return &c, nil
+}
+
+// checkVersion refuses a catalogue version this package does not read.
+func checkVersion(v int) error {
+	if v < 1 || v > Version {
+		return fmt.Errorf("%w: version %d: this reader knows 1 to %d", ErrInvalid, v, Version)
+	}
+	return nil
 }
 
 // Load reads and validates the catalogue at path.
@@ -130,8 +147,8 @@ type Router struct {
 
 // NewRouter validates c and compiles it for Select.
 func NewRouter(c *Catalogue) (*Router, error) {
-	if c.Version < 1 || c.Version > Version {
-		return nil, fmt.Errorf("%w: version %d: this reader knows 1 to %d", ErrInvalid, c.Version, Version)
+	if err := checkVersion(c.Version); err != nil {
+		return nil, err
 	}
 	x, err := NewIndex(c.Modules, c.CostModel)
 	if err != nil {

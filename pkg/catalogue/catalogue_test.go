@@ -369,3 +369,14 @@ func TestCostBelow(t *testing.T) {
 		}
 	}
 }
+
+// TestParseNewerVersion: a catalogue of a version this reader does not know is refused for its
+// version, not for a field the version added (which is how a version 1 reader meets version 2's
+// packages).
+func TestParseNewerVersion(t *testing.T) {
+	data := fmt.Sprintf(`{"version": %d, "cost_model": {}, "checkpoints": [], "modules": {}, "flavours": {}}`, Version+1)
+	_, err := Parse([]byte(data))
+	if want := fmt.Sprintf("version %d: this reader knows 1 to %d", Version+1, Version); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %v, want ErrInvalid naming %q", err, want)
+	}
+}
