@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -226,11 +227,13 @@ func loadedPackages(stdout []byte) (map[string]string, error) {
 	if err := json.Unmarshal([]byte(report), &r); err != nil {
 		return nil, fmt.Errorf("the executor's packages report is not readable: %.200q (%v)", report, err)
 	}
+	// The image's python wrote what follows: quoted and cut short.
 	if r.Error != "" {
-		return nil, fmt.Errorf("the executor could not read the loaded packages: %s", r.Error)
+		return nil, fmt.Errorf("the executor could not read the loaded packages: %.300q", r.Error)
 	}
 	if len(r.Errors) > 0 {
-		return nil, fmt.Errorf("the executor could not read the versions of loaded distributions: %v", r.Errors)
+		names := slices.Sorted(maps.Keys(r.Errors))
+		return nil, fmt.Errorf("the executor could not read the versions of %d loaded distributions, %.100q first: %.300q", len(names), names[0], r.Errors[names[0]])
 	}
 	if err := catalogue.CheckPackages(r.Packages); err != nil {
 		return nil, fmt.Errorf("the executor's packages report: %w", err)

@@ -2,6 +2,7 @@ package capture
 
 import (
 	"maps"
+	"strings"
 	"testing"
 )
 
@@ -22,5 +23,20 @@ func TestLoadedPackagesIsTheExecutorsLine(t *testing.T) {
 	}
 	if want := map[string]string{"pandas": "1.5.3"}; !maps.Equal(got, want) {
 		t.Errorf("packages %v, want the executor's %v", got, want)
+	}
+}
+
+// TestLoadedPackagesErrorsBounded: what the image's python says of its failure reaches the
+// capture's error, quoted (no escapes reach a terminal) and cut short.
+func TestLoadedPackagesErrorsBounded(t *testing.T) {
+	long := strings.Repeat("a", 100000)
+	for _, report := range []string{
+		`{"error":"\u001b[2J` + long + `"}`,
+		`{"packages":{},"errors":{"pandas":"\u001b[2J` + long + `"}}`,
+	} {
+		_, err := loadedPackages([]byte(PackagesPrefix + report + "\n" + Marker + "\n"))
+		if err == nil || len(err.Error()) > 1000 || strings.ContainsRune(err.Error(), 0x1b) {
+			t.Errorf("%.40s...: error of %d bytes: %.200q", report, len(err.Error()), err)
+		}
 	}
 }
