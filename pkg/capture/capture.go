@@ -184,27 +184,10 @@ func (req Request) evidence(stdout []byte, fingerprint string) (*manifest.Meta, 
 	return meta, nil
 }
 
-// cpuCheck reads the executor's CPU check from its stdout.
-func cpuCheck(stdout []byte) (*manifest.CPUCheck, error) {
-	for line := range strings.Lines(string(stdout)) {
-		report, ok := strings.CutPrefix(strings.TrimSpace(line), CPUCheckPrefix)
-		if !ok {
-			continue
-		}
-		var check manifest.CPUCheck
-		if err := json.Unmarshal([]byte(report), &check); err != nil || check.Verdict == "" {
-			return nil, fmt.Errorf("the executor's CPU check is not readable: %q (%v)", report, err)
-		}
-		return &check, nil
-	}
-	return nil, fmt.Errorf("the executor reported no CPU check (no %q on its stdout): does the image's executor predate it?", strings.TrimSpace(CPUCheckPrefix))
-}
-
-// loadedPackages reads the executor's packages report from its stdout: the distributions the
-// checkpoint holds loaded. One it could not read the version of is an error: a router would
-// take the checkpoint for one that holds no such distribution. The report is the last line
-// with PackagesPrefix before Marker: the image's preimports run, and may print, before it.
-func loadedPackages(stdout []byte) (map[string]string, error) {
+// executorLine is the rest of the executor's line that starts with prefix: the last such line
+// before Marker. The image's preimports run, and may print, before the executor's reports;
+// the executor prints them last, just before Marker.
+func executorLine(stdout []byte, prefix string) (string, bool) {
 	var report string
 	found := false
 	for line := range strings.Lines(string(stdout)) {
@@ -212,11 +195,32 @@ func loadedPackages(stdout []byte) (map[string]string, error) {
 		if strings.HasPrefix(line, Marker) {
 			break
 		}
-		if r, ok := strings.CutPrefix(line, PackagesPrefix); ok {
+		if r, ok := strings.CutPrefix(line, prefix); ok {
 			report, found = r, true
 		}
 	}
-	if !found {
+	return report, found
+}
+
+// cpuCheck reads the executor's CPU check from its stdout.
+func cpuCheck(stdout []byte) (*manifest.CPUCheck, error) {
+	report, ok := executorLine(stdout, CPUCheckPrefix)
+	if !ok {
+		return nil, fmt.Errorf("the executor reported no CPU check (no %q on its stdout before %q): does the image's executor predate it?", strings.TrimSpace(CPUCheckPrefix), Marker)
+	}
+	var check manifest.CPUCheck
+	if err := json.Unmarshal([]byte(report), &check); err != nil || check.Verdict == "" {
+		return nil, fmt.Errorf("the executor's CPU check is not readable: %.200q (%v)", report, err)
+	}
+	return &check, nil
+}
+
+// loadedPackages reads the executor's packages report from its stdout: the distributions the
+// checkpoint holds loaded. One it could not read the version of is an error: a router would
+// take the checkpoint for one that holds no such distribution.
+func loadedPackages(stdout []byte) (map[string]string, error) {
+	report, ok := executorLine(stdout, PackagesPrefix)
+	if !ok {
 		return nil, fmt.Errorf("the executor reported no packages (no %q on its stdout before %q): does the image's executor predate it?", strings.TrimSpace(PackagesPrefix), Marker)
 	}
 	var r struct {

@@ -40,3 +40,15 @@ func TestLoadedPackagesErrorsBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestCPUCheckIsTheExecutorsLine: as for the packages report, a preimport's look-alike CPU check
+// line does not decide the checkpoint's.
+func TestCPUCheckIsTheExecutorsLine(t *testing.T) {
+	stdout := CPUCheckPrefix + `{"verdict":"forged"}` + "\n" +
+		CPUCheckPrefix + `{"verdict":"real"}` + "\n" +
+		PackagesPrefix + `{"packages":{}}` + "\n" + Marker + "\n"
+	check, err := cpuCheck([]byte(stdout))
+	if err != nil || check.Verdict != "real" {
+		t.Errorf("%+v, %v; want the executor's verdict", check, err)
+	}
+}
