@@ -341,6 +341,10 @@ func (r *Router) SelectFor(names []string, packages []pyreq.Requirement) Choice 
 			best, bestMs = i, ms
 		}
 	}
+	if best < 0 {
+		// Every cost overflowed to +Inf (figures near the float64 limit): start cold.
+		best, bestMs = len(r.options)-1, p.Cost(r.options[len(r.options)-1], need)
+	}
 	o := r.options[best]
 	ch.Checkpoint = r.ids[best]
 	ch.Cold = ch.Checkpoint == ""

@@ -380,3 +380,28 @@ func TestParseNewerVersion(t *testing.T) {
 		t.Fatalf("error %v, want ErrInvalid naming %q", err, want)
 	}
 }
+
+// TestSelectCostsOverflow: figures each finite (so valid) but whose sums overflow to +Inf price
+// every option alike; with the one checkpoint passed over, SelectFor chose nothing and panicked.
+// It starts cold.
+func TestSelectCostsOverflow(t *testing.T) {
+	m := model()
+	m.ColdStartMs = math.MaxFloat64
+	c := catalogue(m, pandasCP)
+	c.Checkpoints[0].Packages = map[string]string{"pandas": "1.5.3"}
+	for name, mod := range c.Modules {
+		mod.ImportMs, mod.OwnMs = math.MaxFloat64, math.MaxFloat64
+		c.Modules[name] = mod
+	}
+	r, err := NewRouter(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := pyreq.ParseRequirement("pandas>=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch := r.SelectFor([]string{"seaborn", "pandas"}, []pyreq.Requirement{req}); !ch.Cold {
+		t.Errorf("%+v, want a cold start", ch)
+	}
+}
