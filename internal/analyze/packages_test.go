@@ -90,3 +90,18 @@ func TestDecodePackages(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodePackagesUntrusted: the probe runs the image's python, whose sitecustomize may print
+// first (a look-alike line included): the probe's line is the last; what the image says of a
+// distribution it cannot read is quoted and cut short before it reaches a log.
+func TestDecodePackagesUntrusted(t *testing.T) {
+	out := "packages {\"distributions\": {\"numpy\": \"9\"}, \"top_level\": {}}\n" +
+		"packages {\"distributions\": {\"numpy\": \"1.26.4\"}, \"top_level\": {}, \"errors\": {\"/x\": \"\\u001b[2J" + strings.Repeat("a", 5000) + "\"}}\n"
+	p, err := decodePackages(out)
+	if err != nil || p.Distributions["numpy"] != "1.26.4" {
+		t.Fatalf("%+v, %v; want the probe's own line", p.Distributions, err)
+	}
+	if why := p.Errors["/x"]; len(why) > 400 || strings.ContainsRune(why, 0x1b) {
+		t.Errorf("error of %d bytes: %.100q", len(why), why)
+	}
+}

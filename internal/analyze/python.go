@@ -163,30 +163,38 @@ type imagePackages struct {
 	Errors        map[string]string   `json:"errors,omitempty"`
 }
 
-// decodePackages reads packagesScript's output. A distribution whose name or version the
-// catalogue would refuse (white space in a version, say) is left out and named in Errors.
+// decodePackages reads packagesScript's output: its last "packages " line (the image's
+// sitecustomize runs, and may print, first). A distribution whose name or version the catalogue
+// would refuse (white space in a version, say) is left out and named in Errors; what the image
+// says of one it cannot read is quoted and cut short, since it reaches the log.
 func decodePackages(out string) (imagePackages, error) {
+	var report string
+	found := false
 	for line := range strings.Lines(out) {
-		report, ok := strings.CutPrefix(strings.TrimSpace(line), "packages ")
-		if !ok {
-			continue
+		if r, ok := strings.CutPrefix(strings.TrimSpace(line), "packages "); ok {
+			report, found = r, true
 		}
-		var p imagePackages
-		if err := json.Unmarshal([]byte(report), &p); err != nil || p.Distributions == nil {
-			return imagePackages{}, fmt.Errorf("the image's packages are not readable: %.200q (%v)", report, err)
-		}
-		for name, v := range p.Distributions {
-			if err := catalogue.CheckPackages(map[string]string{name: v}); err != nil {
-				delete(p.Distributions, name)
-				if p.Errors == nil {
-					p.Errors = map[string]string{}
-				}
-				p.Errors[name] = err.Error()
-			}
-		}
-		return p, nil
 	}
-	return imagePackages{}, errors.New(`the packages probe printed no "packages" line`)
+	if !found {
+		return imagePackages{}, errors.New(`the packages probe printed no "packages" line`)
+	}
+	var p imagePackages
+	if err := json.Unmarshal([]byte(report), &p); err != nil || p.Distributions == nil {
+		return imagePackages{}, fmt.Errorf("the image's packages are not readable: %.200q (%v)", report, err)
+	}
+	for where, why := range p.Errors {
+		p.Errors[where] = fmt.Sprintf("%.300q", why)
+	}
+	for name, v := range p.Distributions {
+		if err := catalogue.CheckPackages(map[string]string{name: v}); err != nil {
+			delete(p.Distributions, name)
+			if p.Errors == nil {
+				p.Errors = map[string]string{}
+			}
+			p.Errors[name] = err.Error()
+		}
+	}
+	return p, nil
 }
 
 // of is the distributions that provide module's top-level package, name to version (nil for

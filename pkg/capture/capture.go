@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -185,54 +186,68 @@ func (req Request) evidence(stdout []byte, fingerprint string) (*manifest.Meta, 
 	return meta, nil
 }
 
+// executorLine is the rest of the executor's line that starts with prefix: the last such line
+// before Marker. The image's preimports run, and may print, before the executor's reports;
+// the executor prints them last, just before Marker.
+func executorLine(stdout []byte, prefix string) (string, bool) {
+	var report string
+	found := false
+	for line := range strings.Lines(string(stdout)) {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, Marker) {
+			break
+		}
+		if r, ok := strings.CutPrefix(line, prefix); ok {
+			report, found = r, true
+		}
+	}
+	return report, found
+}
+
 // cpuCheck reads the executor's CPU check from its stdout.
 func cpuCheck(stdout []byte) (*manifest.CPUCheck, error) {
-	for line := range strings.Lines(string(stdout)) {
-		report, ok := strings.CutPrefix(strings.TrimSpace(line), CPUCheckPrefix)
-		if !ok {
-			continue
-		}
-		var check manifest.CPUCheck
-		if err := json.Unmarshal([]byte(report), &check); err != nil || check.Verdict == "" {
-			return nil, fmt.Errorf("the executor's CPU check is not readable: %q (%v)", report, err)
-		}
-		return &check, nil
+	report, ok := executorLine(stdout, CPUCheckPrefix)
+	if !ok {
+		return nil, fmt.Errorf("the executor reported no CPU check (no %q on its stdout before %q): does the image's executor predate it?", strings.TrimSpace(CPUCheckPrefix), Marker)
 	}
-	return nil, fmt.Errorf("the executor reported no CPU check (no %q on its stdout): does the image's executor predate it?", strings.TrimSpace(CPUCheckPrefix))
+	var check manifest.CPUCheck
+	if err := json.Unmarshal([]byte(report), &check); err != nil || check.Verdict == "" {
+		return nil, fmt.Errorf("the executor's CPU check is not readable: %.200q (%v)", report, err)
+	}
+	return &check, nil
 }
 
 // loadedPackages reads the executor's packages report from its stdout: the distributions the
 // checkpoint holds loaded. One it could not read the version of is an error: a router would
 // take the checkpoint for one that holds no such distribution.
 func loadedPackages(stdout []byte) (map[string]string, error) {
-	for line := range strings.Lines(string(stdout)) {
-		report, ok := strings.CutPrefix(strings.TrimSpace(line), PackagesPrefix)
-		if !ok {
-			continue
-		}
-		var r struct {
-			Packages map[string]string `json:"packages"`
-			Errors   map[string]string `json:"errors"`
-			Error    string            `json:"error"`
-		}
-		if err := json.Unmarshal([]byte(report), &r); err != nil {
-			return nil, fmt.Errorf("the executor's packages report is not readable: %.200q (%v)", report, err)
-		}
-		if r.Error != "" {
-			return nil, fmt.Errorf("the executor could not read the loaded packages: %s", r.Error)
-		}
-		if len(r.Errors) > 0 {
-			return nil, fmt.Errorf("the executor could not read the versions of loaded distributions: %v", r.Errors)
-		}
-		if err := catalogue.CheckPackages(r.Packages); err != nil {
-			return nil, fmt.Errorf("the executor's packages report: %w", err)
-		}
-		if r.Packages == nil {
-			r.Packages = map[string]string{}
-		}
-		return r.Packages, nil
+	report, ok := executorLine(stdout, PackagesPrefix)
+	if !ok {
+		return nil, fmt.Errorf("the executor reported no packages (no %q on its stdout before %q): does the image's executor predate it?", strings.TrimSpace(PackagesPrefix), Marker)
 	}
-	return nil, fmt.Errorf("the executor reported no packages (no %q on its stdout): does the image's executor predate it?", strings.TrimSpace(PackagesPrefix))
+	var r struct {
+		Packages map[string]string `json:"packages"`
+		Errors   map[string]string `json:"errors"`
+		Error    string            `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(report), &r); err != nil {
+		return nil, fmt.Errorf("the executor's packages report is not readable: %.200q (%v)", report, err)
+	}
+	// The image's python wrote what follows: quoted and cut short.
+	if r.Error != "" {
+		return nil, fmt.Errorf("the executor could not read the loaded packages: %.300q", r.Error)
+	}
+	if len(r.Errors) > 0 {
+		names := slices.Sorted(maps.Keys(r.Errors))
+		return nil, fmt.Errorf("the executor could not read the versions of %d loaded distributions, %.100q first: %.300q", len(names), names[0], r.Errors[names[0]])
+	}
+	if err := catalogue.CheckPackages(r.Packages); err != nil {
+		return nil, fmt.Errorf("the executor's packages report: %w", err)
+	}
+	if r.Packages == nil {
+		r.Packages = map[string]string{}
+	}
+	return r.Packages, nil
 }
 
 // freshDir makes dir, which must be absent or empty: runsc refuses to save over image files.

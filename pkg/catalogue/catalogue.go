@@ -8,6 +8,7 @@
 package catalogue
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -15,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"readie.dev/pipeline/internal/jsonfile"
 	"readie.dev/pipeline/pkg/checkpointid"
@@ -92,6 +94,14 @@ func (c *Catalogue) Validate() error {
 
 // Parse reads and validates a catalogue.
 func Parse(data []byte) (*Catalogue, error) {
+	// The version first, leniently: a newer catalogue is refused for its version, not for the
+	// first field it added.
+	var v struct {
+		Version int `json:"version"`
+	}
+	if err := json.Unmarshal(data, &v); err == nil && v.Version > Version {
+		return nil, checkVersion(v.Version)
+	}
 	var c Catalogue
 	if err := jsonfile.Decode(data, &c, "catalogue"); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -100,6 +110,14 @@ func Parse(data []byte) (*Catalogue, error) {
 		return nil, err
 	}
 	return &c, nil
+}
+
+// checkVersion refuses a catalogue version this package does not read.
+func checkVersion(v int) error {
+	if v < 1 || v > Version {
+		return fmt.Errorf("%w: version %d: this reader knows 1 to %d", ErrInvalid, v, Version)
+	}
+	return nil
 }
 
 // Load reads and validates the catalogue at path.
@@ -131,8 +149,8 @@ type Router struct {
 
 // NewRouter validates c and compiles it for Select.
 func NewRouter(c *Catalogue) (*Router, error) {
-	if c.Version < 1 || c.Version > Version {
-		return nil, fmt.Errorf("%w: version %d: this reader knows 1 to %d", ErrInvalid, c.Version, Version)
+	if err := checkVersion(c.Version); err != nil {
+		return nil, err
 	}
 	x, err := NewIndex(c.Modules, c.CostModel)
 	if err != nil {
@@ -194,8 +212,9 @@ func NewRouter(c *Catalogue) (*Router, error) {
 }
 
 // CheckPackages checks a map of distributions to versions: each name PEP 503 normalized
-// (pyreq.NormalizeName), each version a non-empty string without white space (a version need
-// not be PEP 440: it is what the image's metadata says).
+// (pyreq.NormalizeName), each version a non-empty string of at most 256 bytes of printable
+// characters other than white space (a version need not be PEP 440: it is what the image's
+// metadata says, and select prints it to a terminal).
 func CheckPackages(packages map[string]string) error {
 	var problems []error
 	for _, name := range slices.Sorted(maps.Keys(packages)) {
@@ -203,8 +222,8 @@ func CheckPackages(packages map[string]string) error {
 		if !pyreq.IsName(name) || pyreq.NormalizeName(name) != name {
 			problems = append(problems, fmt.Errorf("%q is not a normalized distribution name (%s)", name, pyreq.NormalizeName(name)))
 		}
-		if v == "" || len(v) > 256 || strings.ContainsFunc(v, unicode.IsSpace) {
-			problems = append(problems, fmt.Errorf("%s: version %q: want a non-empty string without white space", name, v))
+		if v == "" || len(v) > 256 || !utf8.ValidString(v) || strings.ContainsFunc(v, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsGraphic(r) }) {
+			problems = append(problems, fmt.Errorf("%s: version %q: want a non-empty string of printable characters without white space", name, v))
 		}
 	}
 	return errors.Join(problems...)
@@ -309,6 +328,10 @@ func (r *Router) SelectFor(names []string, packages []pyreq.Requirement) Choice 
 		if ms := p.Cost(o, need); !ruledOut[i] && ms < bestMs {
 			best, bestMs = i, ms
 		}
+	}
+	if best < 0 {
+		// Every cost overflowed to +Inf (figures near the float64 limit): start cold.
+		best, bestMs = len(r.options)-1, p.Cost(r.options[len(r.options)-1], need)
 	}
 	o := r.options[best]
 	ch.Checkpoint = r.ids[best]

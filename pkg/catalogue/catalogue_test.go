@@ -247,6 +247,9 @@ func TestInvalidCatalogues(t *testing.T) {
 		{"version 0", bad(func(c *Catalogue) { c.Version = 0 }), "version 0"},
 		{"package name not normalized", bad(func(c *Catalogue) { c.Checkpoints[1].Packages = map[string]string{"Scikit_Learn": "1.4"} }), `"Scikit_Learn" is not a normalized distribution name (scikit-learn)`},
 		{"package version empty", bad(func(c *Catalogue) { c.Packages = map[string]string{"pandas": ""} }), `pandas: version ""`},
+		// An image's metadata reaches select's terminal output: no control characters.
+		{"package version with an escape", bad(func(c *Catalogue) { c.Checkpoints[0].Packages = map[string]string{"pandas": "2.2\x1b[2J"} }), `pandas: version "2.2\x1b[2J"`},
+		{"package version with a bidi override", bad(func(c *Catalogue) { c.Packages = map[string]string{"pandas": "2.2\u202e1"} }), `pandas: version "2.2\u202e1"`},
 		{"module package", bad(func(c *Catalogue) { c.Modules["re"] = Module{Available: true, Packages: map[string]string{"a b": "1"}} }), `module re: packages: "a b"`},
 		{"bad id", bad(func(c *Catalogue) { c.Checkpoints[1].ID = "pan das" }), `"pan das": id`},
 		{"duplicate id", bad(func(c *Catalogue) { c.Checkpoints[1].ID = "empty" }), "duplicate id"},
@@ -373,5 +376,41 @@ func TestCostBelow(t *testing.T) {
 		if ok != tc.ok || (ok && got != pr.Cost(empty, need)) || (!ok && got >= tc.limit && got > pr.Cost(empty, need)) {
 			t.Errorf("CostBelow(limit %v) = %v, %v; Cost %v", tc.limit, got, ok, pr.Cost(empty, need))
 		}
+	}
+}
+
+// TestParseNewerVersion: a catalogue of a version this reader does not know is refused for its
+// version, not for a field the version added (which is how a version 1 reader meets version 2's
+// packages).
+func TestParseNewerVersion(t *testing.T) {
+	data := fmt.Sprintf(`{"version": %d, "cost_model": {}, "checkpoints": [], "modules": {}, "flavours": {}}`, Version+1)
+	_, err := Parse([]byte(data))
+	if want := fmt.Sprintf("version %d: this reader knows 1 to %d", Version+1, Version); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %v, want ErrInvalid naming %q", err, want)
+	}
+}
+
+// TestSelectCostsOverflow: figures each finite (so valid) but whose sums overflow to +Inf price
+// every option alike; with the one checkpoint passed over, SelectFor chose nothing and panicked.
+// It starts cold.
+func TestSelectCostsOverflow(t *testing.T) {
+	m := model()
+	m.ColdStartMs = math.MaxFloat64
+	c := catalogue(m, pandasCP)
+	c.Checkpoints[0].Packages = map[string]string{"pandas": "1.5.3"}
+	for name, mod := range c.Modules {
+		mod.ImportMs, mod.OwnMs = math.MaxFloat64, math.MaxFloat64
+		c.Modules[name] = mod
+	}
+	r, err := NewRouter(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := pyreq.ParseRequirement("pandas>=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch := r.SelectFor([]string{"seaborn", "pandas"}, []pyreq.Requirement{req}); !ch.Cold {
+		t.Errorf("%+v, want a cold start", ch)
 	}
 }

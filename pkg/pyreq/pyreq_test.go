@@ -221,3 +221,15 @@ func FuzzRequirement(f *testing.F) {
 		_ = r.Allows(version)
 	})
 }
+
+// TestSpecifierLiteral: a Specifier built field by field, not parsed, says no rather than
+// panicking (a ~= without a release has no prefix to cut).
+func TestSpecifierLiteral(t *testing.T) {
+	v := mustVersion(t, "1.0")
+	for _, sp := range []Specifier{{Op: "~="}, {Op: "=="}, {Op: "<"}, {Op: "?"}} {
+		_ = sp.Contains(v)
+	}
+	if (Specifier{Op: "~="}).Contains(v) {
+		t.Error("~= without a version contains 1.0")
+	}
+}

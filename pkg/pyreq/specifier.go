@@ -94,8 +94,9 @@ func (sp Specifier) Contains(v Version) bool {
 		}
 		return !v.Local() || v.base().Compare(s.base()) != 0
 	case "~=":
-		// ~=2.2.1 is >=2.2.1, ==2.2.*: the release without its last number as a prefix.
-		return v.public().Compare(s) >= 0 && v.releasePrefix(s.Epoch, s.Release[:len(s.Release)-1])
+		// ~=2.2.1 is >=2.2.1, ==2.2.*: the release without its last number as a prefix. A
+		// Specifier built without ParseSpecifier may lack the release.
+		return len(s.Release) > 0 && v.public().Compare(s) >= 0 && v.releasePrefix(s.Epoch, s.Release[:len(s.Release)-1])
 	}
 	return false // === is matched on strings: see Requirement.Allows
 }
