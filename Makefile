@@ -24,6 +24,7 @@ BENCHSTAT := $(CACHE)/bin/benchstat
 
 export READIE_RUNSC := $(RUNSC)
 export READIE_ROOTFS := $(abspath $(ROOTFS))
+export READIE_PIPELINE_IMAGE := $(abspath $(PIPELINE_IMAGE))
 
 .PHONY: all build runsc image pipeline-image check-pipeline-image deps test test-go test-python check-golden golden lint capture bench bench-sizes image-catalogue bench-catalogue bench-incremental bench-jobs bench-oci bench-go bench-proto clean
 
