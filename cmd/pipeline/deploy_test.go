@@ -188,14 +188,15 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 }
 
-// TestGitHubActionsWorkflow: every pipeline command line of the workflow parses, and the
-// capture job's matrix has as many shards as --shard says.
+// TestGitHubActionsWorkflow: every pipeline command line of the workflow parses, the capture
+// job's matrix has as many shards as --shard says, and the pipeline's image is named by digest.
 func TestGitHubActionsWorkflow(t *testing.T) {
 	data, err := os.ReadFile("../../deploy/github-actions/checkpoints.yml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var wf struct {
+		Env  map[string]string `yaml:"env"`
 		Jobs map[string]struct {
 			Strategy struct {
 				Matrix struct {
@@ -209,6 +210,9 @@ func TestGitHubActionsWorkflow(t *testing.T) {
 	}
 	if err := yaml.Unmarshal(data, &wf); err != nil {
 		t.Fatal(err)
+	}
+	if !pinnedImage.MatchString(wf.Env["PIPELINE_IMAGE"]) {
+		t.Errorf("the workflow runs the pipeline's image %q, not by digest (HOST/REPO@sha256:...)", wf.Env["PIPELINE_IMAGE"])
 	}
 	expand := strings.NewReplacer("${{ matrix.shard }}", "0", "${{ env.IMAGE }}", "ghcr.io/owner/repo/checkpoints", "$shard", "0")
 	var total int
