@@ -110,9 +110,8 @@ func hardLimit(t *testing.T, r int, max uint64) string {
 	return n + ":" + n
 }
 
-// podman runs `podman --runtime runc ARGS`, bounded by ctx; the container, named name, is
-// removed when the test ends, whatever happened.
-func podman(ctx context.Context, t *testing.T, out *bytes.Buffer, args ...string) error {
+// podman runs `podman --runtime runc ARGS`, bounded by ctx, its output into out.
+func podman(ctx context.Context, out *bytes.Buffer, args ...string) error {
 	// crun refuses this host's hybrid cgroup layout; runc runs.
 	cmd := exec.CommandContext(ctx, "podman", append([]string{"--runtime", "runc"}, args...)...)
 	cmd.Stdout, cmd.Stderr = out, out
@@ -156,7 +155,7 @@ func TestPipelineImageInPodman(t *testing.T) {
 	image := reg.Host + "/readie/pipeline@" + digest.String()
 	var pullLog bytes.Buffer
 	start := time.Now()
-	if err := podman(ctx, t, &pullLog, "pull", "--tls-verify=false", "--creds", reg.User+":"+reg.Password, image); err != nil {
+	if err := podman(ctx, &pullLog, "pull", "--tls-verify=false", "--creds", reg.User+":"+reg.Password, image); err != nil {
 		t.Fatalf("podman pull %s: %v\n%s", image, err, &pullLog)
 	}
 	t.Logf("podman pull %s: %s (layers it already had are skipped)", image, time.Since(start).Round(time.Millisecond))
@@ -217,7 +216,7 @@ checkpoints:
 			rm, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			var out bytes.Buffer
-			if err := podman(rm, t, &out, "rm", "--force", "--ignore", "--time", "0", r.name); err != nil {
+			if err := podman(rm, &out, "rm", "--force", "--ignore", "--time", "0", r.name); err != nil {
 				t.Errorf("podman rm %s: %v\n%s", r.name, err, &out)
 			}
 		})
@@ -232,7 +231,7 @@ checkpoints:
 	start = time.Now()
 	for i := range shards {
 		runs[i] = run("../../deploy/kubernetes/capture-job.yaml", fmt.Sprintf("capture-%d", i), map[string]string{"JOB_COMPLETION_INDEX": strconv.Itoa(i)})
-		wg.Go(func() { errs[i] = podman(ctx, t, &runs[i].out, runs[i].args...) })
+		wg.Go(func() { errs[i] = podman(ctx, &runs[i].out, runs[i].args...) })
 	}
 	wg.Wait()
 	for i, r := range runs {
@@ -246,7 +245,7 @@ checkpoints:
 	t.Logf("%d capture pods at once: %s", shards, time.Since(start).Round(time.Millisecond))
 
 	merge := run("../../deploy/kubernetes/merge-job.yaml", "merge", map[string]string{})
-	if err := podman(ctx, t, &merge.out, merge.args...); err != nil {
+	if err := podman(ctx, &merge.out, merge.args...); err != nil {
 		t.Fatalf("merge pod: podman %s: %v\n%s", strings.Join(merge.args, " "), err, &merge.out)
 	}
 

@@ -23,7 +23,10 @@ func makeTree(t *testing.T, dir string, reverse bool) {
 		func() { os.Chmod(filepath.Join(dir, "sub"), 0o750) },
 		func() { os.WriteFile(filepath.Join(dir, "sub", "b.txt"), []byte("bee"), 0o644) },
 		func() { os.WriteFile(filepath.Join(dir, "a.py"), []byte("print(1)\n"), 0o644) },
-		func() { os.WriteFile(filepath.Join(dir, "su"), []byte("#!"), 0o755); os.Chmod(filepath.Join(dir, "su"), 0o755|os.ModeSetuid) },
+		func() {
+			os.WriteFile(filepath.Join(dir, "su"), []byte("#!"), 0o755)
+			os.Chmod(filepath.Join(dir, "su"), 0o755|os.ModeSetuid)
+		},
 		func() { os.Symlink("/usr/lib/x", filepath.Join(dir, "link")) },
 	}
 	os.MkdirAll(filepath.Join(dir, "sub"), 0o755)
