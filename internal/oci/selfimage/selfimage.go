@@ -50,9 +50,10 @@ type File struct {
 }
 
 // Tree is the host directory Source placed at Path in the image with its own metadata: types,
-// modes, owners, modification times to the nanosecond (a checkpoint's files must be the same
-// files wherever it is restored), hard links within it, device nodes. Extended attributes are
-// not carried.
+// modes, owners, modification times to the nanosecond, hard links within it, device nodes, so
+// that it is the same tree as the host's (Python checks each .pyc against its source's time:
+// with other times every import would compile again, on a read-only root). Extended
+// attributes are not carried.
 type Tree struct {
 	Path, Source string
 }
