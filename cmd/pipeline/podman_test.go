@@ -243,6 +243,15 @@ checkpoints:
 		}
 	}
 	t.Logf("%d capture pods at once: %s", shards, time.Since(start).Round(time.Millisecond))
+	// They shared the node's cache volume: its checkpoint store holds their checkpoints.
+	for _, v := range capture.Spec.Template.Spec.Volumes {
+		if v.HostPath == nil {
+			continue
+		}
+		if stored, err := os.ReadDir(filepath.Join(node, v.HostPath.Path, "checkpoints")); err != nil || len(stored) == 0 {
+			t.Errorf("the node's cache volume %s holds no checkpoint store: %v %v", v.Name, stored, err)
+		}
+	}
 
 	merge := run("../../deploy/kubernetes/merge-job.yaml", "merge", map[string]string{})
 	if err := podman(ctx, &merge.out, merge.args...); err != nil {
