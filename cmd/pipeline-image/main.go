@@ -19,6 +19,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -29,6 +30,7 @@ import (
 	"readie.dev/pipeline/internal/oci/output"
 	"readie.dev/pipeline/internal/oci/ref"
 	"readie.dev/pipeline/internal/oci/selfimage"
+	"readie.dev/pipeline/internal/parallel"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/runsc"
 )
@@ -156,20 +158,31 @@ func build(ctx context.Context, o options, log io.Writer) (string, error) {
 		return "", err
 	}
 	defer os.RemoveAll(scratch)
-	var built []v1.Layer
-	var names []string
-	for _, l := range layers {
+	// gzip is most of the build: the layers are made side by side, one per CPU.
+	built := make([]v1.Layer, len(layers))
+	errs := make([]error, len(layers))
+	notes := make([]string, len(layers))
+	indexes := make([]int, len(layers))
+	for i := range indexes {
+		indexes[i] = i
+	}
+	parallel.Each(ctx, runtime.NumCPU(), indexes, func(i int) {
 		start := time.Now()
-		layer, err := selfimage.WriteLayer(l, scratch)
-		if err != nil {
-			return "", err
+		l := layers[i]
+		if built[i], errs[i] = selfimage.WriteLayer(l, scratch); errs[i] != nil {
+			return
 		}
-		size, err := layer.Size()
-		if err != nil {
-			return "", err
-		}
-		fmt.Fprintf(log, "pipeline-image: layer %s: %.1f MiB compressed (%s)\n", l.Name, float64(size)/(1<<20), time.Since(start).Round(time.Millisecond))
-		built, names = append(built, layer), append(names, l.Name)
+		size, err := built[i].Size()
+		errs[i] = err
+		notes[i] = fmt.Sprintf("pipeline-image: layer %s: %.1f MiB compressed (%s)\n", l.Name, float64(size)/(1<<20), time.Since(start).Round(time.Millisecond))
+	})
+	if err := errors.Join(append(errs, ctx.Err())...); err != nil {
+		return "", err
+	}
+	var names []string
+	for i, l := range layers {
+		fmt.Fprint(log, notes[i])
+		names = append(names, l.Name)
 	}
 	annotations := map[string]string{
 		annotationSource:              o.source,
