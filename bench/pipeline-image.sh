@@ -2,8 +2,9 @@
 # The pipeline's image (make pipeline-image first): its size, a cold `podman pull` of it from a
 # loopback registry (Debian's docker-registry), and a capture of the default sets (numpy,
 # pandas; a fresh store each time) run in the image as the capture Job's pod runs it, beside
-# the same capture run directly, alternating, ROUNDS rounds (default 3). Removes the image from
-# podman's storage before each pull: run it where no one else uses that image.
+# the same capture run directly, alternating, ROUNDS rounds (default 3). Removes every image
+# named */readie/pipeline from podman's storage before each pull (TestPipelineImageInPodman
+# pulls it again).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${ROUNDS:-3}
@@ -46,9 +47,10 @@ direct() { # the same capture on the host: the same runsc, the same rootfs, a fr
 unmount_root() { while umount "$1/null-netns" 2>/dev/null; do :; done; }
 echo "round pull_s container_capture_s direct_capture_s ratio"
 for r in $(seq "$rounds"); do
-  # Every name of the image, so that its layers go too and the pull is cold.
-  id=$(podman image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
-  [ -z "$id" ] || podman rmi --force "$id" >/dev/null
+  # Every pipeline image podman holds (they share layers: the base, runsc and rootfs of one
+  # build are another's), so that the pull is cold.
+  podman images --format '{{.ID}} {{.Repository}}' | awk '$2 ~ /\/readie\/pipeline$|\/build\/pipeline-image$/ {print $1}' |
+    sort -u | xargs -r podman rmi --force >/dev/null
   pull=$(seconds podman --runtime runc pull -q --tls-verify=false "$image")
   c=$(seconds pod "$work/pod-$r")
   d=$(seconds direct "$work/direct-$r")
