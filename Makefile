@@ -13,6 +13,9 @@ ROOTFS := build/rootfs
 # Debian's python3: the python3 on PATH may be a build that does not see python3-* packages.
 PYTHON := /usr/bin/python3
 PIPELINE := bin/pipeline
+# The pipeline's own image (make pipeline-image): an OCI layout; PUSH=REF pushes it too.
+PIPELINE_IMAGE := build/pipeline-image
+PIPELINE_IMAGE_SOURCE ?= https://readie.dev/pipeline
 GOTEST_FLAGS ?= -timeout 30m
 
 # Defined before any rule names it: make expands a prerequisite list when it reads the rule,
@@ -22,8 +25,9 @@ STATICCHECK := $(CACHE)/bin/staticcheck
 
 export READIE_RUNSC := $(RUNSC)
 export READIE_ROOTFS := $(abspath $(ROOTFS))
+export READIE_PIPELINE_IMAGE := $(abspath $(PIPELINE_IMAGE))
 
-.PHONY: all build runsc image deps test test-go test-python check-golden golden lint capture bench bench-sizes image-catalogue bench-catalogue bench-incremental bench-jobs bench-oci bench-go bench-proto clean
+.PHONY: all build runsc image pipeline-image check-pipeline-image deps test test-go test-python check-golden golden lint capture bench bench-sizes image-catalogue bench-catalogue bench-incremental bench-jobs bench-oci bench-go bench-proto clean
 
 all: build
 
@@ -33,7 +37,7 @@ build:
 # Host packages the tests and the image build need; installed only when missing.
 deps: $(STATICCHECK)
 	@missing=""; \
-	for p in mmdebstrap python3-cloudpickle tzdata docker-registry skopeo bc curl; do \
+	for p in mmdebstrap python3-cloudpickle tzdata docker-registry skopeo bc curl podman runc busybox-static ca-certificates; do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
@@ -54,6 +58,24 @@ $(RUNSC):
 # in a sandbox.
 image: deps runsc build
 	./images/executor/build-image.sh
+
+# The pipeline's image: static pipeline (CGO_ENABLED=0, -trimpath) and runsc, busybox's sh,
+# the rootfs baked in (docs/fleet.md). Its last line is the image's digest.
+pipeline-image: deps runsc image build
+	@mkdir -p build/pipeline-image-bin
+	CGO_ENABLED=0 go build -trimpath -buildvcs=false -o build/pipeline-image-bin/pipeline ./cmd/pipeline
+	go run ./cmd/pipeline-image -out $(PIPELINE_IMAGE) -pipeline build/pipeline-image-bin/pipeline \
+	  -runsc $(RUNSC) -rootfs $(ROOTFS) -source $(PIPELINE_IMAGE_SOURCE) \
+	  -revision $$(git rev-parse HEAD) -created $$(git log -1 --format=%cI) \
+	  -version $$(git describe --tags --always --dirty) $(if $(PUSH),-push $(PUSH))
+
+# `make pipeline-image` twice gives the same digest: built again beside it, the digests match.
+check-pipeline-image: pipeline-image
+	@first=$$(grep -o 'sha256:[0-9a-f]\{64\}' $(PIPELINE_IMAGE)/index.json | head -n1); \
+	again=$$($(MAKE) --no-print-directory pipeline-image PIPELINE_IMAGE=build/pipeline-image-again | tail -n1); \
+	rm -rf build/pipeline-image-again; \
+	[ "$$first" = "$$again" ] || { echo "pipeline-image is not reproducible: $$first, then $$again"; exit 1; }; \
+	echo "pipeline-image is reproducible: $$again"
 
 capture: deps runsc image build
 	$(PIPELINE) capture --config pipeline.yaml --out out
@@ -90,13 +112,13 @@ RACE_CMD_TESTS := ^(TestSignalInProcess|TestDispatchLeavesNoGoroutine|TestJobsWi
 # One pass, in a zone that is not UTC: the code that formats or parses times is tested under
 # several zones where it lives (TestExplainInAnyTimeZone, TestRunscRunsInUTC, ...), so a second
 # whole-suite pass in UTC adds nothing. -count=1: the test cache does not know TZ.
-test-go: runsc image build $(BENCHSTAT)
+test-go: runsc image build pipeline-image $(BENCHSTAT)
 	export TZ=America/New_York; \
 	go test $(GOTEST_FLAGS) -count=1 $$(go list ./... | grep -vxF -e "$$(go list $(RACE_PACKAGES))"); \
 	go test $(GOTEST_FLAGS) -race -count=1 $(RACE_PACKAGES); \
 	go test $(GOTEST_FLAGS) -race -count=1 -run '$(RACE_CMD_TESTS)' ./cmd/pipeline
 
-test: deps lint check-golden test-python test-go
+test: deps lint check-golden check-pipeline-image test-python test-go
 
 $(BENCHSTAT):
 	GOBIN=$(abspath $(dir $@)) go install golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da

@@ -59,10 +59,79 @@ func shardCounts(lines [][]string) []string {
 	return counts
 }
 
+// readJob decodes a file of deploy/kubernetes strictly (an unknown field fails) into the
+// Kubernetes API's own Job type.
+func readJob(t *testing.T, file string) batchv1.Job {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := k8syaml.YAMLToJSON(data)
+	if err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	var job batchv1.Job
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&job); err != nil {
+		t.Fatalf("%s: not a Job of the Kubernetes API: %v", file, err)
+	}
+	return job
+}
+
+// pinnedImage is an image named by its digest: the deploy files run the pipeline's image so,
+// never by a tag that can move.
+var pinnedImage = regexp.MustCompile(`^[a-z0-9.-]+(:[0-9]+)?/[a-z0-9._/-]+@sha256:[0-9a-f]{64}$`)
+
+// expandKubernetes expands $(VAR) in a container's command or args as Kubernetes does: a
+// variable of env is replaced by its value, $$ is a literal $, and a reference to a variable
+// env does not hold is left as it is.
+func expandKubernetes(s string, env map[string]string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '$' || i+1 == len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		switch s[i+1] {
+		case '$':
+			b.WriteByte('$')
+			i++
+			continue
+		case '(':
+			if end := strings.IndexByte(s[i+2:], ')'); end >= 0 {
+				if v, ok := env[s[i+2:i+2+end]]; ok {
+					b.WriteString(v)
+					i += 2 + end
+					continue
+				}
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// TestExpandKubernetes: $(VAR) as Kubernetes expands it in command and args.
+func TestExpandKubernetes(t *testing.T) {
+	env := map[string]string{"JOB_COMPLETION_INDEX": "2", "A": "x"}
+	for in, want := range map[string]string{
+		"--shard $(JOB_COMPLETION_INDEX)/3": "--shard 2/3",
+		"$(A)$(A) $$(A) $(B) $ $":           "xx $(A) $(B) $ $",
+		"$(A":                               "$(A",
+		"shard-$(JOB_COMPLETION_INDEX)":     "shard-2",
+	} {
+		if got := expandKubernetes(in, env); got != want {
+			t.Errorf("expand %q = %q, want %q", in, got, want)
+		}
+	}
+}
+
 // TestKubernetesManifests: the files under deploy/kubernetes decode strictly (an unknown
 // field fails) into the Kubernetes API's own Job type; the capture job is an Indexed Job
 // whose shard count equals its completions and whose pods are pinned to a machine family;
-// every pipeline command line parses.
+// every pipeline command line parses; every container runs the pipeline's image by digest.
 func TestKubernetesManifests(t *testing.T) {
 	t.Parallel()
 	files, _ := filepath.Glob("../../deploy/kubernetes/*.yaml")
@@ -71,29 +140,22 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 	var indexed int
 	for _, file := range files {
-		data, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		js, err := k8syaml.YAMLToJSON(data)
-		if err != nil {
-			t.Fatalf("%s: %v", file, err)
-		}
-		var job batchv1.Job
-		dec := json.NewDecoder(bytes.NewReader(js))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&job); err != nil {
-			t.Fatalf("%s: not a Job of the Kubernetes API: %v", file, err)
-		}
+		job := readJob(t, file)
 		if job.Kind != "Job" || job.APIVersion != "batch/v1" || job.Spec.Template.Spec.RestartPolicy == "" {
 			t.Errorf("%s: %s %s, restartPolicy %q", file, job.APIVersion, job.Kind, job.Spec.Template.Spec.RestartPolicy)
 		}
 		var lines [][]string
 		for _, c := range job.Spec.Template.Spec.Containers {
-			script := strings.Join(append(append([]string{}, c.Command...), c.Args...), "\n")
+			if !pinnedImage.MatchString(c.Image) {
+				t.Errorf("%s: container %s runs %s, not the pipeline's image by digest (HOST/REPO@sha256:...)", file, c.Name, c.Image)
+			}
 			// Kubernetes expands $(VAR) in command and args before the shell sees them.
-			script = strings.ReplaceAll(script, "$(JOB_COMPLETION_INDEX)", "0")
-			lines = append(lines, pipelineCommands(script)...)
+			env := map[string]string{"JOB_COMPLETION_INDEX": "0"}
+			var expanded []string
+			for _, s := range append(append([]string{}, c.Command...), c.Args...) {
+				expanded = append(expanded, expandKubernetes(s, env))
+			}
+			lines = append(lines, pipelineCommands(strings.Join(expanded, "\n"))...)
 		}
 		if len(lines) == 0 {
 			t.Errorf("%s runs no pipeline command", file)
@@ -127,8 +189,8 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 }
 
-// TestGitHubActionsWorkflow: every pipeline command line of the workflow parses, and the
-// capture job's matrix has as many shards as --shard says.
+// TestGitHubActionsWorkflow: every pipeline command line of the workflow parses, the capture
+// job's matrix has as many shards as --shard says, and the pipeline's image is named by digest.
 func TestGitHubActionsWorkflow(t *testing.T) {
 	t.Parallel()
 	data, err := os.ReadFile("../../deploy/github-actions/checkpoints.yml")
@@ -136,6 +198,7 @@ func TestGitHubActionsWorkflow(t *testing.T) {
 		t.Fatal(err)
 	}
 	var wf struct {
+		Env  map[string]string `yaml:"env"`
 		Jobs map[string]struct {
 			Strategy struct {
 				Matrix struct {
@@ -149,6 +212,9 @@ func TestGitHubActionsWorkflow(t *testing.T) {
 	}
 	if err := yaml.Unmarshal(data, &wf); err != nil {
 		t.Fatal(err)
+	}
+	if !pinnedImage.MatchString(wf.Env["PIPELINE_IMAGE"]) {
+		t.Errorf("the workflow runs the pipeline's image %q, not by digest (HOST/REPO@sha256:...)", wf.Env["PIPELINE_IMAGE"])
 	}
 	expand := strings.NewReplacer("${{ matrix.shard }}", "0", "${{ env.IMAGE }}", "ghcr.io/owner/repo/checkpoints", "$shard", "0")
 	var total int

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	pipeline "readie.dev/pipeline"
 	"readie.dev/pipeline/internal/config"
 )
 
@@ -32,7 +31,9 @@ func (c *configFlag) load() (*config.Config, error) {
 		if cwdErr != nil {
 			return nil, cwdErr
 		}
-		cfg, err = config.Parse(pipeline.DefaultConfig(), "embedded pipeline.yaml", cwd, config.CacheDir())
+		// No config at all: the defaults alone, those $READIE_DEFAULTS names included (the
+		// embedded file given as a config would override them).
+		cfg, err = config.Parse(nil, "embedded pipeline.yaml", cwd, config.CacheDir())
 	}
 	if err != nil {
 		return nil, usageError{err}

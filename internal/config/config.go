@@ -238,14 +238,31 @@ var (
 	modulePattern  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
 )
 
-// Parse reads a config from data over the defaults (the embedded pipeline.yaml): a key the
-// config leaves out keeps its default, a list it gives replaces the default's. baseDir
-// resolves relative paths and cacheDir replaces "{cache}". Unknown keys, bad values and
-// duplicate ids are errors that name the problem.
+// DefaultsEnv names a file of defaults laid over the embedded ones, under every config. The
+// pipeline's own image sets it to say where its runsc and rootfs are: the cache volume a pod
+// mounts over {cache} hides anything the image holds there.
+const DefaultsEnv = "READIE_DEFAULTS"
+
+// Parse reads a config from data over the defaults (the embedded pipeline.yaml, then the file
+// $READIE_DEFAULTS names, if any): a key the config leaves out keeps its default, a list it
+// gives replaces the default's. baseDir resolves relative paths and cacheDir replaces
+// "{cache}". Unknown keys, bad values and duplicate ids are errors that name the problem.
 func Parse(data []byte, name, baseDir, cacheDir string) (*Config, error) {
 	var c Config
 	if err := decode(pipeline.DefaultConfig(), &c); err != nil {
 		return nil, fmt.Errorf("%w: the embedded default config: %w", ErrInvalid, err)
+	}
+	if path := os.Getenv(DefaultsEnv); path != "" {
+		defaults, err := os.ReadFile(path)
+		if err == nil {
+			err = checkKeys(defaults)
+		}
+		if err == nil {
+			err = decode(defaults, &c)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: the defaults %s=%s names: %w", ErrInvalid, DefaultsEnv, path, err)
+		}
 	}
 	if err := checkKeys(data); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, name, err)

@@ -219,6 +219,38 @@ func TestOnlyCheckpoints(t *testing.T) {
 	}
 }
 
+// TestDefaultsFile: the file $READIE_DEFAULTS names (the pipeline's image says where its runsc
+// and rootfs are) lies between the embedded defaults and the config; a config's own key still
+// wins, and a missing or bad file is a config error naming the variable.
+func TestDefaultsFile(t *testing.T) {
+	dir := t.TempDir()
+	defaults := filepath.Join(dir, "defaults.yaml")
+	os.WriteFile(defaults, []byte("runsc:\n  path: /usr/local/bin/runsc\nrootfs: /usr/share/readie/rootfs\n"), 0o644)
+	t.Setenv(DefaultsEnv, defaults)
+	c, err := Parse([]byte("checkpoints:\n  - id: j\n    imports: [json]\n"), "mine.yaml", "/work", "/cache/readie")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Runsc.Path != "/usr/local/bin/runsc" || c.Rootfs != "/usr/share/readie/rootfs" {
+		t.Errorf("runsc %s, rootfs %s: want the defaults file's", c.Runsc.Path, c.Rootfs)
+	}
+	if c.Runsc.Root != "/run/readie/runsc" || c.CheckpointCache != "/cache/readie/checkpoints" || c.Checkpoints[0].ID != "j" {
+		t.Errorf("the embedded defaults and the config's own keys: %+v", c)
+	}
+	c, err = Parse([]byte("runsc:\n  path: /opt/runsc\n"), "mine.yaml", "/work", "/cache/readie")
+	if err != nil || c.Runsc.Path != "/opt/runsc" || c.Rootfs != "/usr/share/readie/rootfs" {
+		t.Errorf("a config's runsc.path: %+v %v", c, err)
+	}
+	os.WriteFile(defaults, []byte("runsc:\n  pth: /x\n"), 0o644)
+	for _, path := range []string{defaults, filepath.Join(dir, "missing.yaml")} {
+		t.Setenv(DefaultsEnv, path)
+		_, err := Parse(nil, "mine.yaml", "/work", "/cache")
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(fmt.Sprint(err), DefaultsEnv+"="+path) {
+			t.Errorf("defaults %s: %v, want a config error naming %s", path, err, DefaultsEnv)
+		}
+	}
+}
+
 // TestShards: every set in exactly one shard, a set's shard independent of the other sets,
 // and "empty" in every shard.
 func TestShards(t *testing.T) {

@@ -127,6 +127,19 @@ func RunscPath(t testing.TB) string {
 	return path
 }
 
+// PipelineImage returns the OCI layout of the pipeline's own image (`make pipeline-image`).
+func PipelineImage(t testing.TB) string {
+	t.Helper()
+	path := os.Getenv("READIE_PIPELINE_IMAGE")
+	if path == "" {
+		t.Fatal("READIE_PIPELINE_IMAGE is not set: run the tests with `make test`, which builds the pipeline's image")
+	}
+	if _, err := os.Stat(filepath.Join(path, "index.json")); err != nil {
+		t.Fatalf("READIE_PIPELINE_IMAGE=%s holds no OCI layout: %v (run `make pipeline-image`)", path, err)
+	}
+	return path
+}
+
 // Runtime returns a runsc runtime with a private root and a lease of its own (a run's), which
 // the test removes, after checking that no sandbox was left behind under it.
 func Runtime(t testing.TB) *sandboxes.Runtime {
