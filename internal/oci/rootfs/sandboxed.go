@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"readie.dev/pipeline/internal/sandboxes"
@@ -154,15 +155,22 @@ func (c *imageCode) precompile(ctx context.Context, rootfs, site, workDir string
 	if _, err := c.run(ctx, "precompile", rootfs, workDir, host, []string{"PYTHONPYCACHEPREFIX=" + pycachePrefix}, compileArgs(site)); err != nil {
 		return nil, err
 	}
+	return readBytecode(host, site, c.what)
+}
+
+// readBytecode reads the executor's bytecode the precompile left in host, the image's code
+// having written there as it liked: only regular files of at most 1 MiB, never through a link.
+func readBytecode(host, site, what string) ([]layerFile, error) {
 	root, err := os.OpenRoot(host)
 	if err != nil {
 		return nil, err
 	}
 	defer root.Close()
 	dir := path.Join(strings.TrimPrefix(pycachePrefix, sandbox.ExecutorDir+"/"), site, "readie_executor")
-	d, err := root.Open(dir)
+	// O_DIRECTORY|O_NONBLOCK: a FIFO planted there would otherwise block the open forever.
+	d, err := root.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, fmt.Errorf("image %s: precompile wrote no bytecode: %w", c.what, err)
+		return nil, fmt.Errorf("image %s: precompile wrote no bytecode: %w", what, err)
 	}
 	names, err := d.Readdirnames(-1)
 	d.Close()
@@ -178,7 +186,7 @@ func (c *imageCode) precompile(ctx context.Context, rootfs, site, workDir string
 		}
 		p := path.Join(dir, name)
 		if fi, err := root.Lstat(p); err != nil || !fi.Mode().IsRegular() || fi.Size() > 1<<20 {
-			return nil, fmt.Errorf("image %s: precompile: %s is not a regular file of at most 1 MiB", c.what, name)
+			return nil, fmt.Errorf("image %s: precompile: %s is not a regular file of at most 1 MiB", what, name)
 		}
 		data, err := root.ReadFile(p)
 		if err != nil {
@@ -187,7 +195,7 @@ func (c *imageCode) precompile(ctx context.Context, rootfs, site, workDir string
 		files = append(files, layerFile{name: path.Join(site, "readie_executor", "__pycache__", name), data: data})
 	}
 	if len(files) == 0 {
-		return nil, fmt.Errorf("image %s: precompile wrote no bytecode of the executor", c.what)
+		return nil, fmt.Errorf("image %s: precompile wrote no bytecode of the executor", what)
 	}
 	return files, nil
 }
