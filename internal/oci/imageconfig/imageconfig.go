@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -161,13 +162,20 @@ func number(s string) (uint32, bool) {
 // readDatabase reads /etc/NAME of the image as lines of colon-separated fields; a missing
 // file is no lines.
 func readDatabase(root *os.Root, name string) ([][]string, error) {
-	f, err := root.Open(path.Join("etc", name))
+	// O_NONBLOCK: a FIFO there (the unpack makes one when a layer says so) would otherwise
+	// block the open until a writer comes, which none will.
+	f, err := root.OpenFile(path.Join("etc", name), os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	} else if err != nil {
 		return nil, fmt.Errorf("the image's /etc/%s: %w", name, err)
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return nil, fmt.Errorf("the image's /etc/%s: %w", name, err)
+	} else if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("the image's /etc/%s is not a regular file (%s)", name, fi.Mode().Type())
+	}
 	data, err := io.ReadAll(io.LimitReader(f, maxDatabase+1))
 	if err != nil {
 		return nil, fmt.Errorf("the image's /etc/%s: %w", name, err)

@@ -6,7 +6,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
@@ -87,5 +89,37 @@ func TestProcessRefuses(t *testing.T) {
 	os.Symlink("/etc/passwd", filepath.Join(root, "etc/passwd"))
 	if _, err := Process(v1.Config{User: "root"}, root); err == nil {
 		t.Error("a user resolved through a symlink out of the image")
+	}
+}
+
+// An image whose /etc/passwd or /etc/group is a FIFO (the unpack makes what a layer's tar
+// says) is refused, naming the file, rather than blocking the pipeline forever in open(2),
+// which waits for a writer nobody will be.
+func TestProcessRefusesNonRegularDatabase(t *testing.T) {
+	for _, name := range []string{"passwd", "group"} {
+		root := testRoot(t)
+		fifo := filepath.Join(root, "etc", name)
+		os.Remove(fifo)
+		if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := Process(v1.Config{User: "app"}, root)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "/etc/"+name+" is not a regular file") {
+				t.Errorf("/etc/%s a FIFO: %v, want ErrConfig naming it", name, err)
+			}
+		case <-time.After(30 * time.Second):
+			// The fault is a hang: unblock the open so the goroutine ends, then fail.
+			if w, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+				w.Close()
+			}
+			<-done
+			t.Errorf("/etc/%s a FIFO: Process blocked opening it", name)
+		}
 	}
 }

@@ -26,6 +26,10 @@ type Resolved struct {
 // maxIndexDepth bounds nested indexes: an index that names itself, directly or not, ends.
 const maxIndexDepth = 4
 
+// errTooDeep reports indexes nested deeper than maxIndexDepth (with ErrRef): it ends the
+// resolution, where a nested index's other ErrRef (no such platform) lets siblings be tried.
+var errTooDeep = errors.New("image indexes nested too deep")
+
 // HostPlatform is the platform this host runs: runtime.GOOS/runtime.GOARCH (the variant of
 // arm64 is v8, and is left out, as OCI indexes often do).
 func HostPlatform() v1.Platform {
@@ -129,7 +133,7 @@ func resolve(ctx context.Context, r Ref, platform v1.Platform) (*Resolved, error
 // in it.
 func chooseIn(parent v1.ImageIndex, desc v1.Descriptor, platform v1.Platform, what string, depth int) (*Resolved, error) {
 	if depth > maxIndexDepth {
-		return nil, fmt.Errorf("%w: %s: image indexes nested more than %d deep", ErrRef, what, maxIndexDepth)
+		return nil, fmt.Errorf("%w: %w: %s: more than %d deep", ErrRef, errTooDeep, what, maxIndexDepth)
 	}
 	index, err := parent.ImageIndex(desc.Digest)
 	if err != nil {
@@ -166,7 +170,7 @@ func choose(index v1.ImageIndex, digest v1.Hash, platform v1.Platform, what stri
 			if err == nil {
 				nested.Index = digest.String()
 				return nested, nil
-			} else if !errors.Is(err, ErrRef) {
+			} else if !errors.Is(err, ErrRef) || errors.Is(err, errTooDeep) {
 				return nil, err
 			}
 			have = append(have, "an index without "+platform.String())

@@ -3,6 +3,7 @@ package ref
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -162,5 +163,27 @@ func TestResolveRegistryIndex(t *testing.T) {
 	}
 	if _, err := Resolve(context.Background(), tag.String(), nil, &v1.Platform{OS: "windows", Architecture: "amd64"}); !errors.Is(err, ErrRef) || !strings.Contains(err.Error(), "no image for windows/amd64") {
 		t.Errorf("windows/amd64: %v", err)
+	}
+}
+
+// TestResolveIndexTooDeep: indexes nested deeper than maxIndexDepth are refused saying so,
+// not reported as an index that lacks the platform.
+func TestResolveIndexTooDeep(t *testing.T) {
+	var index v1.ImageIndex = mutate.IndexMediaType(mutate.AppendManifests(empty.Index,
+		platformImage(t, &v1.Platform{OS: "linux", Architecture: "amd64"})), types.OCIImageIndex)
+	for range maxIndexDepth + 1 {
+		index = mutate.IndexMediaType(mutate.AppendManifests(empty.Index, mutate.IndexAddendum{Add: index}), types.OCIImageIndex)
+	}
+	dir := filepath.Join(t.TempDir(), "layout")
+	p, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.AppendIndex(index, layout.WithAnnotations(map[string]string{AnnotationRefName: "deep"})); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Resolve(context.Background(), "oci-layout:"+dir+":deep", nil, &v1.Platform{OS: "linux", Architecture: "amd64"})
+	if !errors.Is(err, ErrRef) || !strings.Contains(err.Error(), fmt.Sprintf("image indexes nested too deep: oci-layout:%s:deep: more than %d deep", dir, maxIndexDepth)) {
+		t.Errorf("indexes nested %d deep: %v, want ErrRef saying they are nested too deep", maxIndexDepth+2, err)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -150,6 +152,11 @@ func fetchLayout(r Ref) (v1.Image, error) {
 // layoutEntry finds the entry of the layout's index.json that r names, by digest, by tag, or
 // the only one.
 func layoutEntry(r Ref) (layout.Path, v1.Descriptor, error) {
+	// go-containerregistry reads index.json with os.ReadFile: a FIFO there would block the
+	// open until a writer came, which none will (it checks its blobs itself).
+	if fi, err := os.Stat(filepath.Join(r.Layout, "index.json")); err == nil && !fi.Mode().IsRegular() {
+		return "", v1.Descriptor{}, fmt.Errorf("%w: OCI layout %s: index.json is not a regular file (%s)", ErrRef, r.Layout, fi.Mode().Type())
+	}
 	p, err := layout.FromPath(r.Layout)
 	if err != nil {
 		return "", v1.Descriptor{}, fmt.Errorf("OCI layout %s: %w", r.Layout, err)

@@ -6,7 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
@@ -74,5 +76,45 @@ func TestTransportHasTimeouts(t *testing.T) {
 	tr := Transport()
 	if tr.ResponseHeaderTimeout <= 0 || tr.TLSHandshakeTimeout <= 0 || tr.DialContext == nil || tr.IdleConnTimeout <= 0 {
 		t.Fatalf("transport %+v", tr)
+	}
+}
+
+// TestFetchLayoutRefusesNonRegularFiles: a layout whose index.json or a blob is a FIFO is
+// refused naming the file, rather than blocking the pipeline forever in go-containerregistry's
+// os.ReadFile of index.json (a FIFO's open waits for a writer nobody will be).
+func TestFetchLayoutRefusesNonRegularFiles(t *testing.T) {
+	for _, victim := range []string{"index.json", "manifest"} {
+		dir := taggedLayout(t)
+		file := filepath.Join(dir, "index.json")
+		if victim == "manifest" {
+			p, _ := layout.FromPath(dir)
+			index, _ := p.ImageIndex()
+			im, _ := index.IndexManifest()
+			file = filepath.Join(dir, "blobs", "sha256", im.Manifests[0].Digest.Hex)
+		}
+		os.Remove(file)
+		if err := syscall.Mkfifo(file, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := Fetch(context.Background(), Ref{Layout: dir, Tag: "v2"})
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			// go-containerregistry refuses a blob that is not a regular file itself.
+			if err == nil || !strings.Contains(err.Error(), "not a regular file") ||
+				victim == "index.json" && (!errors.Is(err, ErrRef) || !strings.Contains(err.Error(), "index.json is not a regular file")) {
+				t.Errorf("%s a FIFO: %v, want an error saying it is not a regular file", victim, err)
+			}
+		case <-time.After(30 * time.Second):
+			// The fault is a hang: unblock the read so the goroutine ends, then fail.
+			if w, err := os.OpenFile(file, os.O_WRONLY, 0); err == nil {
+				w.Close()
+			}
+			<-done
+			t.Errorf("%s a FIFO: Fetch blocked reading it", victim)
+		}
 	}
 }
