@@ -45,6 +45,9 @@ import (
 const (
 	DefaultGetTimeout = time.Minute
 	DefaultRetryDelay = time.Second
+	// DefaultRestoreTimeout is generous: a detached restore of a large image on a loaded
+	// machine takes seconds, a hung one forever.
+	DefaultRestoreTimeout = time.Minute
 )
 
 var (
@@ -101,6 +104,9 @@ type Options struct {
 	GetTimeout time.Duration
 	// RetryDelay is the pause after a failed create before the next (DefaultRetryDelay).
 	RetryDelay time.Duration
+	// RestoreTimeout bounds Sandbox.Restore, a detached restore that returns once the
+	// executor runs again, whatever its ctx (DefaultRestoreTimeout when zero).
+	RestoreTimeout time.Duration
 }
 
 // Stats count what a pool did.
@@ -156,6 +162,9 @@ func New(ctx context.Context, o Options) (*Pool, error) {
 	}
 	if o.RetryDelay <= 0 {
 		o.RetryDelay = DefaultRetryDelay
+	}
+	if o.RestoreTimeout <= 0 {
+		o.RestoreTimeout = DefaultRestoreTimeout
 	}
 	if o.NewID == nil {
 		o.NewID = func() (string, error) { return "pool-" + randomHex(4), nil }
@@ -450,13 +459,17 @@ func (s *Sandbox) SocketPath() string { return filepath.Join(s.HostDir, sandbox.
 
 // Restore restores the checkpoint in imageDir into the sandbox (`runsc restore --detach`,
 // with flags such as a manifest's restore_flags) and returns once the executor runs again.
-// A sandbox is restored or started once: a second use fails with ErrUsed.
+// It waits at most Options.RestoreTimeout (and ctx): the driver bounds a restore by its
+// context alone. A sandbox is restored or started once: a second use fails with ErrUsed.
 func (s *Sandbox) Restore(ctx context.Context, imageDir string, flags []string) error {
 	if err := s.use(); err != nil {
 		return err
 	}
+	ctx, cancel := context.WithTimeoutCause(ctx, s.p.o.RestoreTimeout,
+		fmt.Errorf("pool: the restore into %s did not return within Options.RestoreTimeout (%s)", s.ID, s.p.o.RestoreTimeout))
+	defer cancel()
 	_, err := s.p.o.Runsc.Restore(ctx, s.ID, s.Bundle, &runsc.RestoreOpts{ImagePath: imageDir, Detach: true, ExtraArgs: flags})
-	return err
+	return err // it names the cause
 }
 
 // Start starts the sandbox's own process (`runsc start`): a cold start of the executor, for a

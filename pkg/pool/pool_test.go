@@ -23,7 +23,8 @@ import (
 // sandbox does), writes its pid to --pid-file and records it under state/; `restore` and
 // `start` fail for a sandbox that is not there or whose process is gone; `delete` kills the
 // process and forgets it. Files in the fake's directory induce faults: fail-create makes
-// every create fail, hang-create makes every create block until it is killed.
+// every create fail, hang-create makes every create block until it is killed, hang-restore
+// every restore.
 type fakeRunsc struct{ dir, path string }
 
 func newFake(t *testing.T) *fakeRunsc {
@@ -52,6 +53,7 @@ case "$cmd" in
     [ -n "$pidfile" ] && echo $! > "$pidfile"
     exit 0 ;;
   restore|start)
+    [ "$cmd" = restore ] && [ -e "$dir/hang-restore" ] && exec sleep 3600
     [ -e "$state" ] && kill -0 "$(cat "$state")" 2>/dev/null || { echo '{"msg":"container is not running"}' >&3; exit 1; }
     exit 0 ;;
   delete)
@@ -372,5 +374,35 @@ func TestDeadReplaced(t *testing.T) {
 	}
 	if slices.Contains(f.live(), victimID) {
 		t.Errorf("the dead sandbox %s was not deleted", victimID)
+	}
+}
+
+// TestRestoreBounded: a restore into a pooled sandbox that never returns is ended by
+// Options.RestoreTimeout even under a context without a deadline, with an error that says so.
+func TestRestoreBounded(t *testing.T) {
+	f := newFake(t)
+	ctx := ctxFor(t)
+	o := f.options(t, 1)
+	o.RestoreTimeout = 100 * time.Millisecond
+	p, err := pool.New(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	sb, err := p.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Delete(ctx)
+	f.fault(t, "hang-restore", true)
+	done := make(chan error, 1)
+	go func() { done <- sb.Restore(context.Background(), t.TempDir(), nil) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "RestoreTimeout") {
+			t.Errorf("a hung restore = %v, want the RestoreTimeout error", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a hung restore under context.Background() did not return within a minute")
 	}
 }
