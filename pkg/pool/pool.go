@@ -411,6 +411,17 @@ func (p *Pool) create(ctx context.Context) (_ *Sandbox, err error) {
 	if err := os.WriteFile(filepath.Join(sb.Bundle, "config.json"), data, 0o600); err != nil {
 		return nil, fmt.Errorf("pool: %w", err)
 	}
+	// A failed create is cleaned up with `runsc delete --force ID`, which would kill a
+	// stranger's sandbox of the same name: refuse a name already taken under the root.
+	taken, err := p.o.Runsc.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pool: %w", err)
+	}
+	for _, c := range taken {
+		if c.ID == id {
+			return nil, fmt.Errorf("pool: a sandbox named %s already exists under runsc's root %s: Options.NewID must return a new name", id, p.o.Runsc.Root)
+		}
+	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("pool: %w", err)

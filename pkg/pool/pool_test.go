@@ -39,7 +39,7 @@ cmd= pidfile=
 for a in "$@"; do
   case "$a" in
     --pid-file=*) pidfile="${a#--pid-file=}" ;;
-    create|restore|start|delete|state|kill) [ -z "$cmd" ] && cmd=$a ;;
+    create|restore|start|delete|state|kill|list) [ -z "$cmd" ] && cmd=$a ;;
   esac
 done
 state="$dir/state/$last"
@@ -47,6 +47,7 @@ case "$cmd" in
   create)
     [ -e "$dir/fail-create" ] && { echo '{"msg":"creating container: no space left on device"}' >&3; exit 1; }
     [ -e "$dir/hang-create" ] && exec sleep 3600
+    [ -e "$state" ] && { echo '{"msg":"container with id '"$last"' already exists"}' >&3; exit 1; }
     mkdir -p "$dir/state"
     sleep 3600 </dev/null 2>&1 &
     echo $! > "$state"
@@ -55,6 +56,11 @@ case "$cmd" in
   restore|start)
     [ "$cmd" = restore ] && [ -e "$dir/hang-restore" ] && exec sleep 3600
     [ -e "$state" ] && kill -0 "$(cat "$state")" 2>/dev/null || { echo '{"msg":"container is not running"}' >&3; exit 1; }
+    exit 0 ;;
+  list)
+    printf '['; sep=
+    for f in "$dir"/state/*; do [ -e "$f" ] && { printf '%s{"id":"%s","status":"created"}' "$sep" "${f##*/}"; sep=,; }; done
+    echo ']'
     exit 0 ;;
   delete)
     [ -e "$state" ] && { kill -9 "$(cat "$state")" 2>/dev/null; rm -f "$state"; }
@@ -404,5 +410,38 @@ func TestRestoreBounded(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("a hung restore under context.Background() did not return within a minute")
+	}
+}
+
+// TestTakenIDNotDeleted: a create under a name another sandbox holds in the same runsc root (a
+// NewID that repeats itself) fails with a clear error and leaves that sandbox alone: the
+// pool's clean-up of a failed create must not `runsc delete --force` a stranger's sandbox.
+func TestTakenIDNotDeleted(t *testing.T) {
+	f := newFake(t)
+	ctx := ctxFor(t)
+	o := f.options(t, 1)
+	if err := os.MkdirAll(o.Runsc.Root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Another user's sandbox, named as the pool will name its own.
+	if err := o.Runsc.Create(ctx, "taken", t.TempDir(), nil); err != nil {
+		t.Fatal(err)
+	}
+	defer o.Runsc.Delete(ctx, "taken", &runsc.DeleteOpts{Force: true})
+	o.NewID = func() (string, error) { return "taken", nil }
+	o.GetTimeout = 100 * time.Millisecond // no create can succeed
+	p, err := pool.New(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a failed create", func() bool { return p.Stats().Failed > 0 || p.Stats().Created > 0 })
+	if _, err := p.Get(ctx); !errors.Is(err, pool.ErrExhausted) || !strings.Contains(err.Error(), "already exists") {
+		t.Errorf("Get with every name taken = %v, want ErrExhausted naming the taken name", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(f.live(), "taken") {
+		t.Error("the pool deleted a sandbox it did not make")
 	}
 }
