@@ -107,6 +107,10 @@ type Options struct {
 	// RestoreTimeout bounds Sandbox.Restore, a detached restore that returns once the
 	// executor runs again, whatever its ctx (DefaultRestoreTimeout when zero).
 	RestoreTimeout time.Duration
+	// RefillOnDelete makes a handed-out sandbox count as one of Size until its Delete, so that
+	// its replacement's `runsc create` does not run while it is restored and called: for a
+	// benchmark that times Get to the answer. A worker leaves it false and refills at once.
+	RefillOnDelete bool
 }
 
 // Stats count what a pool did.
@@ -136,6 +140,7 @@ type Pool struct {
 	discard []*Sandbox            // found dead: the refill deletes them
 	changed chan struct{}         // closed and replaced on every change of ready
 	wake    chan struct{}
+	held    int // handed out and not yet deleted, with RefillOnDelete
 	lastErr error
 	closed  bool
 	stats   Stats
@@ -220,6 +225,10 @@ func (p *Pool) Get(ctx context.Context) (*Sandbox, error) {
 		}
 		if found != nil {
 			p.stats.HandedOut++
+			if p.o.RefillOnDelete {
+				found.held = true
+				p.held++
+			}
 			p.broadcast()
 		}
 		changed := p.changed
@@ -325,7 +334,7 @@ func (p *Pool) refill() {
 		p.mu.Lock()
 		discard := p.discard
 		p.discard = nil
-		need := len(p.ready) < p.o.Size
+		need := len(p.ready)+p.held < p.o.Size
 		p.mu.Unlock()
 		for _, sb := range discard {
 			if err := sb.Delete(p.ctx); err != nil {
@@ -453,6 +462,7 @@ type Sandbox struct {
 	CreateTime time.Duration
 
 	p         *Pool
+	held      bool // counted in Pool.held until Delete; guarded by Pool.mu
 	pid       int
 	startTime string // of pid, from /proc/PID/stat: a pid reused by another process differs
 	output    *os.File
@@ -537,6 +547,11 @@ func (s *Sandbox) Delete(ctx context.Context) error {
 	s.delErr = errors.Join(errs...)
 	s.p.mu.Lock()
 	delete(s.p.live, s)
+	if s.held {
+		s.held = false
+		s.p.held--
+		s.p.kick()
+	}
 	s.p.mu.Unlock()
 	return s.delErr
 }

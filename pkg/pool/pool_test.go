@@ -445,3 +445,41 @@ func TestTakenIDNotDeleted(t *testing.T) {
 		t.Error("the pool deleted a sandbox it did not make")
 	}
 }
+
+// TestRefillOnDelete: with RefillOnDelete a handed-out sandbox's replacement is not created
+// while it is held (a bench times Get to the answer with no `runsc create` beside it), and is
+// created once it is deleted. Without it the refill starts as Get returns (the default).
+func TestRefillOnDelete(t *testing.T) {
+	f := newFake(t)
+	ctx := ctxFor(t)
+	o := f.options(t, 1)
+	o.RefillOnDelete = true
+	o.GetTimeout = 2 * time.Second // Wait's limit while the refill is held back on purpose
+	p, err := pool.New(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := p.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Wait(ctx); !errors.Is(err, pool.ErrExhausted) {
+		t.Errorf("Wait while the sandbox is held = %v, want ErrExhausted (no refill yet)", err)
+	}
+	if n := len(f.calls("create")); n != 1 {
+		t.Errorf("%d creates while the sandbox is held, want 1", n)
+	}
+	if err := sb.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Wait(ctx); err != nil {
+		t.Errorf("Wait after the Delete = %v, want the refill", err)
+	}
+	if n := len(f.calls("create")); n != 2 {
+		t.Errorf("%d creates after the Delete, want 2", n)
+	}
+}
