@@ -104,14 +104,17 @@ func NewPool(ctx context.Context, l *sandboxes.Launcher, size int) (*pool.Pool, 
 		},
 		NewID:      func() (string, error) { return l.Runtime.NewID("pool", Pooled) },
 		GetTimeout: l.Timeout,
+		// The replacement's create waits for the trial's Delete: no create beside a timed start.
+		RefillOnDelete: true,
 	})
 }
 
 // TimePooledCall makes the same call as TimeRestoreCall in a sandbox of p: restored from
 // imageDir with flags, or started cold when imageDir is "" (a request no checkpoint serves).
-// The time runs from Get to the answer, as a worker with a pool sees it. The pool is full
-// before (Wait) and refilled after, both off the clock, so that no refill runs during any
-// other trial either.
+// The time runs from Get to the answer. The pool is full before (Wait) and refilled after
+// the sandbox's Delete (NewPool's RefillOnDelete), both off the clock, so that no refill runs
+// during this trial or any other. A worker's pool refills as Get returns: its start may share
+// the machine with a create.
 func TimePooledCall(ctx context.Context, p *pool.Pool, imageDir string, flags, imports []string, timeout time.Duration) (marks sandboxes.CallMarks, err error) {
 	request, err := ImportRequest(imports)
 	if err != nil {

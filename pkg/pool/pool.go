@@ -45,6 +45,9 @@ import (
 const (
 	DefaultGetTimeout = time.Minute
 	DefaultRetryDelay = time.Second
+	// DefaultRestoreTimeout is generous: a detached restore of a large image on a loaded
+	// machine takes seconds, a hung one forever.
+	DefaultRestoreTimeout = time.Minute
 )
 
 var (
@@ -101,6 +104,13 @@ type Options struct {
 	GetTimeout time.Duration
 	// RetryDelay is the pause after a failed create before the next (DefaultRetryDelay).
 	RetryDelay time.Duration
+	// RestoreTimeout bounds Sandbox.Restore, a detached restore that returns once the
+	// executor runs again, whatever its ctx (DefaultRestoreTimeout when zero).
+	RestoreTimeout time.Duration
+	// RefillOnDelete makes a handed-out sandbox count as one of Size until its Delete, so that
+	// its replacement's `runsc create` does not run while it is restored and called: for a
+	// benchmark that times Get to the answer. A worker leaves it false and refills at once.
+	RefillOnDelete bool
 }
 
 // Stats count what a pool did.
@@ -130,6 +140,7 @@ type Pool struct {
 	discard []*Sandbox            // found dead: the refill deletes them
 	changed chan struct{}         // closed and replaced on every change of ready
 	wake    chan struct{}
+	held    int // handed out and not yet deleted, with RefillOnDelete
 	lastErr error
 	closed  bool
 	stats   Stats
@@ -156,6 +167,9 @@ func New(ctx context.Context, o Options) (*Pool, error) {
 	}
 	if o.RetryDelay <= 0 {
 		o.RetryDelay = DefaultRetryDelay
+	}
+	if o.RestoreTimeout <= 0 {
+		o.RestoreTimeout = DefaultRestoreTimeout
 	}
 	if o.NewID == nil {
 		o.NewID = func() (string, error) { return "pool-" + randomHex(4), nil }
@@ -211,6 +225,10 @@ func (p *Pool) Get(ctx context.Context) (*Sandbox, error) {
 		}
 		if found != nil {
 			p.stats.HandedOut++
+			if p.o.RefillOnDelete {
+				found.held = true
+				p.held++
+			}
 			p.broadcast()
 		}
 		changed := p.changed
@@ -316,7 +334,7 @@ func (p *Pool) refill() {
 		p.mu.Lock()
 		discard := p.discard
 		p.discard = nil
-		need := len(p.ready) < p.o.Size
+		need := len(p.ready)+p.held < p.o.Size
 		p.mu.Unlock()
 		for _, sb := range discard {
 			if err := sb.Delete(p.ctx); err != nil {
@@ -402,6 +420,17 @@ func (p *Pool) create(ctx context.Context) (_ *Sandbox, err error) {
 	if err := os.WriteFile(filepath.Join(sb.Bundle, "config.json"), data, 0o600); err != nil {
 		return nil, fmt.Errorf("pool: %w", err)
 	}
+	// A failed create is cleaned up with `runsc delete --force ID`, which would kill a
+	// stranger's sandbox of the same name: refuse a name already taken under the root.
+	taken, err := p.o.Runsc.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pool: %w", err)
+	}
+	for _, c := range taken {
+		if c.ID == id {
+			return nil, fmt.Errorf("pool: a sandbox named %s already exists under runsc's root %s: Options.NewID must return a new name", id, p.o.Runsc.Root)
+		}
+	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("pool: %w", err)
@@ -433,6 +462,7 @@ type Sandbox struct {
 	CreateTime time.Duration
 
 	p         *Pool
+	held      bool // counted in Pool.held until Delete; guarded by Pool.mu
 	pid       int
 	startTime string // of pid, from /proc/PID/stat: a pid reused by another process differs
 	output    *os.File
@@ -450,13 +480,17 @@ func (s *Sandbox) SocketPath() string { return filepath.Join(s.HostDir, sandbox.
 
 // Restore restores the checkpoint in imageDir into the sandbox (`runsc restore --detach`,
 // with flags such as a manifest's restore_flags) and returns once the executor runs again.
-// A sandbox is restored or started once: a second use fails with ErrUsed.
+// It waits at most Options.RestoreTimeout (and ctx): the driver bounds a restore by its
+// context alone. A sandbox is restored or started once: a second use fails with ErrUsed.
 func (s *Sandbox) Restore(ctx context.Context, imageDir string, flags []string) error {
 	if err := s.use(); err != nil {
 		return err
 	}
+	ctx, cancel := context.WithTimeoutCause(ctx, s.p.o.RestoreTimeout,
+		fmt.Errorf("pool: the restore into %s did not return within Options.RestoreTimeout (%s)", s.ID, s.p.o.RestoreTimeout))
+	defer cancel()
 	_, err := s.p.o.Runsc.Restore(ctx, s.ID, s.Bundle, &runsc.RestoreOpts{ImagePath: imageDir, Detach: true, ExtraArgs: flags})
-	return err
+	return err // it names the cause
 }
 
 // Start starts the sandbox's own process (`runsc start`): a cold start of the executor, for a
@@ -513,6 +547,11 @@ func (s *Sandbox) Delete(ctx context.Context) error {
 	s.delErr = errors.Join(errs...)
 	s.p.mu.Lock()
 	delete(s.p.live, s)
+	if s.held {
+		s.held = false
+		s.p.held--
+		s.p.kick()
+	}
 	s.p.mu.Unlock()
 	return s.delErr
 }

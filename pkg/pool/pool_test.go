@@ -23,7 +23,8 @@ import (
 // sandbox does), writes its pid to --pid-file and records it under state/; `restore` and
 // `start` fail for a sandbox that is not there or whose process is gone; `delete` kills the
 // process and forgets it. Files in the fake's directory induce faults: fail-create makes
-// every create fail, hang-create makes every create block until it is killed.
+// every create fail, hang-create makes every create block until it is killed, hang-restore
+// every restore.
 type fakeRunsc struct{ dir, path string }
 
 func newFake(t *testing.T) *fakeRunsc {
@@ -38,7 +39,7 @@ cmd= pidfile=
 for a in "$@"; do
   case "$a" in
     --pid-file=*) pidfile="${a#--pid-file=}" ;;
-    create|restore|start|delete|state|kill) [ -z "$cmd" ] && cmd=$a ;;
+    create|restore|start|delete|state|kill|list) [ -z "$cmd" ] && cmd=$a ;;
   esac
 done
 state="$dir/state/$last"
@@ -46,13 +47,20 @@ case "$cmd" in
   create)
     [ -e "$dir/fail-create" ] && { echo '{"msg":"creating container: no space left on device"}' >&3; exit 1; }
     [ -e "$dir/hang-create" ] && exec sleep 3600
+    [ -e "$state" ] && { echo '{"msg":"container with id '"$last"' already exists"}' >&3; exit 1; }
     mkdir -p "$dir/state"
     sleep 3600 </dev/null 2>&1 &
     echo $! > "$state"
     [ -n "$pidfile" ] && echo $! > "$pidfile"
     exit 0 ;;
   restore|start)
+    [ "$cmd" = restore ] && [ -e "$dir/hang-restore" ] && exec sleep 3600
     [ -e "$state" ] && kill -0 "$(cat "$state")" 2>/dev/null || { echo '{"msg":"container is not running"}' >&3; exit 1; }
+    exit 0 ;;
+  list)
+    printf '['; sep=
+    for f in "$dir"/state/*; do [ -e "$f" ] && { printf '%s{"id":"%s","status":"created"}' "$sep" "${f##*/}"; sep=,; }; done
+    echo ']'
     exit 0 ;;
   delete)
     [ -e "$state" ] && { kill -9 "$(cat "$state")" 2>/dev/null; rm -f "$state"; }
@@ -372,5 +380,106 @@ func TestDeadReplaced(t *testing.T) {
 	}
 	if slices.Contains(f.live(), victimID) {
 		t.Errorf("the dead sandbox %s was not deleted", victimID)
+	}
+}
+
+// TestRestoreBounded: a restore into a pooled sandbox that never returns is ended by
+// Options.RestoreTimeout even under a context without a deadline, with an error that says so.
+func TestRestoreBounded(t *testing.T) {
+	f := newFake(t)
+	ctx := ctxFor(t)
+	o := f.options(t, 1)
+	o.RestoreTimeout = 100 * time.Millisecond
+	p, err := pool.New(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	sb, err := p.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Delete(ctx)
+	f.fault(t, "hang-restore", true)
+	done := make(chan error, 1)
+	go func() { done <- sb.Restore(context.Background(), t.TempDir(), nil) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "RestoreTimeout") {
+			t.Errorf("a hung restore = %v, want the RestoreTimeout error", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a hung restore under context.Background() did not return within a minute")
+	}
+}
+
+// TestTakenIDNotDeleted: a create under a name another sandbox holds in the same runsc root (a
+// NewID that repeats itself) fails with a clear error and leaves that sandbox alone: the
+// pool's clean-up of a failed create must not `runsc delete --force` a stranger's sandbox.
+func TestTakenIDNotDeleted(t *testing.T) {
+	f := newFake(t)
+	ctx := ctxFor(t)
+	o := f.options(t, 1)
+	if err := os.MkdirAll(o.Runsc.Root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Another user's sandbox, named as the pool will name its own.
+	if err := o.Runsc.Create(ctx, "taken", t.TempDir(), nil); err != nil {
+		t.Fatal(err)
+	}
+	defer o.Runsc.Delete(ctx, "taken", &runsc.DeleteOpts{Force: true})
+	o.NewID = func() (string, error) { return "taken", nil }
+	o.GetTimeout = 100 * time.Millisecond // no create can succeed
+	p, err := pool.New(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a failed create", func() bool { return p.Stats().Failed > 0 || p.Stats().Created > 0 })
+	if _, err := p.Get(ctx); !errors.Is(err, pool.ErrExhausted) || !strings.Contains(err.Error(), "already exists") {
+		t.Errorf("Get with every name taken = %v, want ErrExhausted naming the taken name", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(f.live(), "taken") {
+		t.Error("the pool deleted a sandbox it did not make")
+	}
+}
+
+// TestRefillOnDelete: with RefillOnDelete a handed-out sandbox's replacement is not created
+// while it is held (a bench times Get to the answer with no `runsc create` beside it), and is
+// created once it is deleted. Without it the refill starts as Get returns (the default).
+func TestRefillOnDelete(t *testing.T) {
+	f := newFake(t)
+	ctx := ctxFor(t)
+	o := f.options(t, 1)
+	o.RefillOnDelete = true
+	o.GetTimeout = 2 * time.Second // Wait's limit while the refill is held back on purpose
+	p, err := pool.New(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := p.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Wait(ctx); !errors.Is(err, pool.ErrExhausted) {
+		t.Errorf("Wait while the sandbox is held = %v, want ErrExhausted (no refill yet)", err)
+	}
+	if n := len(f.calls("create")); n != 1 {
+		t.Errorf("%d creates while the sandbox is held, want 1", n)
+	}
+	if err := sb.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Wait(ctx); err != nil {
+		t.Errorf("Wait after the Delete = %v, want the refill", err)
+	}
+	if n := len(f.calls("create")); n != 2 {
+		t.Errorf("%d creates after the Delete, want 2", n)
 	}
 }
