@@ -53,6 +53,16 @@ class SettingsTest(unittest.TestCase):
             with self.subTest(bad=bad), self.assertRaisesRegex(settings.SettingsError, "EXECUTOR_CHUNK_SIZE"):
                 settings.from_environ({"EXECUTOR_DIR": "/x", "EXECUTOR_CHUNK_SIZE": bad})
 
+    def test_response_and_output_limits(self):
+        cfg = settings.from_environ({"EXECUTOR_DIR": "/x"})
+        self.assertEqual((cfg.max_message_size, cfg.output_limit), (protocol.MAX_MESSAGE_SIZE, 16 << 20))
+        cfg = settings.from_environ({"EXECUTOR_DIR": "/x", "EXECUTOR_MAX_MESSAGE_SIZE": "1048576", "EXECUTOR_OUTPUT_LIMIT": "4096"})
+        self.assertEqual((cfg.max_message_size, cfg.output_limit), (1 << 20, 4096))
+        for name, bad in (("EXECUTOR_MAX_MESSAGE_SIZE", "0"), ("EXECUTOR_MAX_MESSAGE_SIZE", str(protocol.MAX_MESSAGE_SIZE + 1)),
+                          ("EXECUTOR_OUTPUT_LIMIT", "1"), ("EXECUTOR_OUTPUT_LIMIT", "1MiB")):
+            with self.subTest(name=name, bad=bad), self.assertRaisesRegex(settings.SettingsError, name):
+                settings.from_environ({"EXECUTOR_DIR": "/x", name: bad})
+
     def test_missing_dir(self):
         for env in ({}, {"EXECUTOR_DIR": ""}):
             with self.assertRaisesRegex(settings.SettingsError, "EXECUTOR_DIR"):
