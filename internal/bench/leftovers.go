@@ -20,7 +20,8 @@ import (
 type Leftovers struct {
 	At       time.Time `json:"at"`
 	Restores int       `json:"restores"`
-	// Sandboxes are the soak's containers in `runsc list` of its root.
+	// Sandboxes are the soak's containers in `runsc list` of its root (at the start and the
+	// end; in between, their state files there).
 	Sandboxes int `json:"sandboxes"`
 	// RunscProcesses are the runsc-sandbox and runsc-gofer processes of the soak's sandboxes.
 	RunscProcesses int `json:"runsc_processes"`
@@ -49,15 +50,22 @@ type leftoverProbe struct {
 	driver                 *runsc.Runsc
 }
 
-func (p leftoverProbe) sample(ctx context.Context, restores int) Leftovers {
+// sample samples what is left now. With list, the sandboxes are counted by `runsc list`; without
+// it, by their state files in the root: `runsc list` locks each container's state, and one that
+// meets a container being deleted re-creates its lock file after `runsc delete` removed it (seen
+// in a soak: a zero-byte ID_sandbox:ID.lock left for good), so while restores are under way the
+// probe must not list.
+func (p leftoverProbe) sample(ctx context.Context, restores int, list bool) Leftovers {
 	l := Leftovers{At: time.Now().UTC(), Restores: restores}
 	fail := func(what string, err error) { l.Errors = append(l.Errors, fmt.Sprintf("%s: %v", what, err)) }
-	if cs, err := p.driver.List(ctx); err != nil {
-		fail("runsc list", err)
-	} else {
-		for _, c := range cs {
-			if strings.Contains(c.ID, p.lease) {
-				l.Sandboxes++
+	if list {
+		if cs, err := p.driver.List(ctx); err != nil {
+			fail("runsc list", err)
+		} else {
+			for _, c := range cs {
+				if strings.Contains(c.ID, p.lease) {
+					l.Sandboxes++
+				}
 			}
 		}
 	}
@@ -81,6 +89,9 @@ func (p leftoverProbe) sample(ctx context.Context, restores int) Leftovers {
 		for _, e := range entries {
 			if strings.Contains(e.Name(), p.lease) {
 				l.OwnRootEntries++
+				if !list && strings.HasSuffix(e.Name(), ".state") {
+					l.Sandboxes++
+				}
 			}
 		}
 	}

@@ -149,7 +149,7 @@ func soakOn(ctx context.Context, x *run.VerifiedOutput, o SoakOptions) (*SoakRep
 		report.Requested = o.Duration.String()
 	}
 	probe := leftoverProbe{root: s.driver.Root, tmp: os.TempDir(), work: x.Work, lease: s.leaseID, driver: s.driver}
-	first := probe.sample(ctx, 0)
+	first := probe.sample(ctx, 0, true)
 	report.Samples = append(report.Samples, first)
 
 	start := time.Now()
@@ -197,7 +197,7 @@ func soakOn(ctx context.Context, x *run.VerifiedOutput, o SoakOptions) (*SoakRep
 				mu.Lock()
 				done := len(outcomes)
 				mu.Unlock()
-				sample := probe.sample(ctx, done)
+				sample := probe.sample(ctx, done, false)
 				mu.Lock()
 				report.Samples = append(report.Samples, sample)
 				mu.Unlock()
@@ -279,7 +279,7 @@ func soakOn(ctx context.Context, x *run.VerifiedOutput, o SoakOptions) (*SoakRep
 		}
 		report.Minutes = append(report.Minutes, sm)
 	}
-	last := probe.sample(ctx, len(outcomes))
+	last := probe.sample(ctx, len(outcomes), true)
 	report.Samples = append(report.Samples, last)
 	report.Left = first.left(last)
 
