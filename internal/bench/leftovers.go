@@ -180,7 +180,7 @@ func memAvailable() (int64, error) {
 // the runsc root and TMPDIR (the totals there are other runs' too: reported, not judged). A
 // sample that failed is named too.
 func (start Leftovers) left(end Leftovers) []string {
-	var out []string
+	out := []string{} // [] in soak.json, not null
 	for _, c := range []struct {
 		name       string
 		start, end int

@@ -362,7 +362,9 @@ func (s *soaker) one(ctx context.Context, c *manifest.Checkpoint, kill bool) (la
 			err = fmt.Errorf("%w\nexecutor output (tail): %s", err, tail.String())
 		}
 	}()
-	if err := s.driver.Create(ctx, id, bundle, &runsc.CreateOpts{IO: runsc.IO{Stdout: pw, Stderr: pw}}); err != nil {
+	// Never cancelled half-way (runsc's own command timeout bounds it): a `runsc create` killed
+	// by a Ctrl-C left its sandbox and gofer running with no state that `delete --force` finds.
+	if err := s.driver.Create(context.WithoutCancel(ctx), id, bundle, &runsc.CreateOpts{IO: runsc.IO{Stdout: pw, Stderr: pw}}); err != nil {
 		return 0, err
 	}
 	pw.Close() // the sandbox holds its own copy
