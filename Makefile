@@ -27,7 +27,7 @@ export READIE_RUNSC := $(RUNSC)
 export READIE_ROOTFS := $(abspath $(ROOTFS))
 export READIE_PIPELINE_IMAGE := $(abspath $(PIPELINE_IMAGE))
 
-.PHONY: all build runsc image pipeline-image check-pipeline-image deps test test-go test-python check-golden golden lint capture bench bench-sizes image-catalogue bench-catalogue bench-incremental bench-jobs bench-oci bench-go bench-proto clean
+.PHONY: all build runsc image pipeline-image check-pipeline-image deps test test-go test-python check-golden golden lint capture bench bench-sizes image-catalogue bench-catalogue bench-incremental bench-jobs bench-oci bench-go bench-proto soak clean
 
 all: build
 
@@ -175,6 +175,16 @@ bench-go:
 bench-proto:
 	go test -run '^$$' -bench . -benchtime 20x -count 6 ./pkg/executorproto
 	$(PYTHON) images/executor/tests/bench_protocol.py
+
+# Long runs (docs/reliability.md "Long runs"): SOAK restores of the default output, 2 at once,
+# through the worker's kit, then the same with a sandbox killed with SIGKILL every 100 restores,
+# each with a TMPDIR of its own; then the capture soak (bench/capture-soak.sh, CAPTURES=200).
+SOAK ?= 5000
+soak: capture
+	tmp=$$(mktemp -d /tmp/readie-soak.XXXXXX); trap 'rm -rf "$$tmp"' EXIT; \
+	TMPDIR=$$tmp $(PIPELINE) bench --config pipeline.yaml --soak $(SOAK) --concurrency 2 out; \
+	TMPDIR=$$tmp $(PIPELINE) bench --config pipeline.yaml --soak $(SOAK) --concurrency 2 --soak-kill-every 100 out
+	bench/capture-soak.sh
 
 clean:
 	rm -rf bin out build

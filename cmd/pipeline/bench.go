@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"readie.dev/pipeline/internal/bench"
 	"readie.dev/pipeline/internal/corpus"
@@ -39,14 +40,21 @@ type benchCmd struct {
 	pool int
 	// corpusData is the corpus, read before anything else is done.
 	corpusData *corpus.Corpus
+	// soak, killEvery: bench --soak COUNT|DURATION (soakOpts, from CheckArgs).
+	soak      string
+	killEvery int
+	soakOpts  bench.SoakOptions
+	// fs tells which flags were given (CheckArgs refuses some with --soak).
+	fs *flag.FlagSet
 }
 
 func (*benchCmd) Name() string  { return "bench" }
 func (*benchCmd) Usage() string { return "bench [flags] [OUT]" }
 func (*benchCmd) Synopsis() string {
-	return "restore latency side by side: floor, cold, restore, prestarted, pooled, measure, variants"
+	return "restore latency side by side: floor, cold, restore, prestarted, pooled, measure, variants; --soak: thousands of restores"
 }
 func (c *benchCmd) SetFlags(fs *flag.FlagSet) {
+	c.fs = fs
 	c.config.register(fs)
 	c.out.register(fs)
 	c.only.register(fs)
@@ -57,7 +65,9 @@ func (c *benchCmd) SetFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.cleanFailed, "clean-failed", false, "with --capture: remove the staging directory of a failed capture instead of leaving it for inspection")
 	fs.BoolVar(&c.variants, "variants", true, "also measure the restore variants of the config's bench.variants")
 	fs.BoolVar(&c.explain, "explain", false, "break one restore per set down from runsc's debug log")
-	fs.StringVar(&c.concurrency, "concurrency", fmt.Sprintf("1,%d", runtime.NumCPU()), "restores at once to measure on the largest set, comma-separated (empty: none)")
+	fs.StringVar(&c.concurrency, "concurrency", fmt.Sprintf("1,%d", runtime.NumCPU()), "restores at once to measure on the largest set, comma-separated (empty: none); with --soak one number, default 2")
+	fs.StringVar(&c.soak, "soak", "", "a soak instead: COUNT restores, or as many as a DURATION allows (5000, 30m), of each checkpoint in turn, --concurrency at once (one number, default 2), through the worker's kit, every answer checked; reports failures, p50/p99 per minute and what is left (sandboxes, runsc processes, fds, mounts, runsc root and TMPDIR entries, MemAvailable); --rounds, --variants, --corpus and --explain are refused with it")
+	fs.IntVar(&c.killEvery, "soak-kill-every", 0, "with --soak: SIGKILL the sandbox process of every Nth restore before its call, a fault whose every failure is reported (0: none)")
 	c.corpus.register(fs, "replay this corpus instead: requests started where the output's catalogue chooses, beside cold starts (--sample, --part, --rounds)")
 	fs.IntVar(&c.sample, "sample", 20, "with --corpus: how many requests to draw, deterministically")
 	fs.StringVar(&c.part, "part", bench.PartHeldOut, "with --corpus: the part to draw from: held-out, planned or all")
@@ -82,7 +92,54 @@ func (c *benchCmd) concurrencies() ([]int, error) {
 	return ks, nil
 }
 
+// soakOptions parses --soak, --soak-kill-every and --concurrency for a soak, and refuses the
+// flags of the other benchmarks.
+func (c *benchCmd) soakOptions() (bench.SoakOptions, error) {
+	o := bench.SoakOptions{Concurrency: 2, KillEvery: c.killEvery, Only: c.only.ids()}
+	if n, err := strconv.Atoi(c.soak); err == nil {
+		if n < 1 {
+			return o, fmt.Errorf("--soak %s: want a number of restores of at least 1, or a duration such as 30m", c.soak)
+		}
+		o.Count = n
+	} else if d, err := time.ParseDuration(c.soak); err == nil && d > 0 {
+		o.Duration = d
+	} else {
+		return o, fmt.Errorf("--soak %q: want a number of restores (5000) or a duration (30m)", c.soak)
+	}
+	if c.killEvery < 0 {
+		return o, fmt.Errorf("--soak-kill-every %d: want a number of restores, or 0 for none", c.killEvery)
+	}
+	var refused []string
+	c.fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "rounds", "variants", "corpus", "explain", "sample", "part":
+			refused = append(refused, "--"+f.Name)
+		case "concurrency":
+			k, err := strconv.Atoi(strings.TrimSpace(c.concurrency))
+			if err != nil || k < 1 || k > 256 {
+				refused = append(refused, fmt.Sprintf("--concurrency %q (with --soak: one number, 1 to 256)", c.concurrency))
+			}
+			o.Concurrency = k
+		}
+	})
+	if len(refused) > 0 {
+		return o, fmt.Errorf("--soak restores and calls the output's checkpoints, nothing else: %s cannot go with it", strings.Join(refused, ", "))
+	}
+	return o, nil
+}
+
 func (c *benchCmd) CheckArgs(args []string) error {
+	if c.soak != "" {
+		o, err := c.soakOptions()
+		if err != nil {
+			return err
+		}
+		c.soakOpts = o
+		return readsOutput(args)
+	}
+	if c.killEvery != 0 {
+		return errors.New("--soak-kill-every goes with --soak")
+	}
 	if c.rounds < 1 {
 		return fmt.Errorf("--rounds %d: want at least 1", c.rounds)
 	}
@@ -106,9 +163,12 @@ func (c *benchCmd) CheckArgs(args []string) error {
 }
 
 func (c *benchCmd) Execute(ctx context.Context, con *console, args []string) error {
-	ks, err := c.concurrencies()
-	if err != nil {
-		return usageError{err}
+	var ks []int
+	var err error
+	if c.soak == "" {
+		if ks, err = c.concurrencies(); err != nil {
+			return usageError{err}
+		}
 	}
 	cfg, err := c.config.load()
 	if err != nil {
@@ -153,6 +213,9 @@ func (c *benchCmd) Execute(ctx context.Context, con *console, args []string) err
 	}
 	if c.corpus.path != "" {
 		return c.replay(ctx, con, env, out)
+	}
+	if c.soak != "" {
+		return c.runSoak(ctx, con, env, out)
 	}
 	report, err := bench.Run(ctx, env, out, bench.Options{Only: c.only.ids(), Rounds: c.rounds, Variants: c.variants, Explain: c.explain, Concurrency: ks, Pool: c.pool})
 	if err != nil {
@@ -243,4 +306,61 @@ func (c *benchCmd) replay(ctx context.Context, con *console, env *run.Env, out s
 	}
 	fmt.Fprintf(con.stdout, "wrote corpus.json, bench.txt (for benchstat) and corpus.svg into %s\n", report.Dir)
 	return nil
+}
+
+// runSoak is bench --soak: the summary line "N restores, F failures", the failures, the
+// latency per minute and what was left, on stdout; soak.json in OUT/bench.
+func (c *benchCmd) runSoak(ctx context.Context, con *console, env *run.Env, out string) error {
+	report, err := bench.Soak(ctx, env, out, c.soakOpts)
+	if report == nil {
+		return usageIfSetup(err)
+	}
+	if con.json {
+		if werr := writeJSON(con.stdout, report); werr != nil {
+			return errors.Join(err, werr)
+		}
+		return err
+	}
+	printSoak(con.stdout, report)
+	return err
+}
+
+func printSoak(w io.Writer, r *bench.SoakReport) {
+	fmt.Fprintf(w, "soak of %s (%s), %d at once, %.0f s; %d CPUs (%s); runsc %s; restore flags %s\n\n", strings.Join(r.Checkpoints, ", "),
+		r.Requested, r.Concurrency, r.Seconds, r.Machine.CPUs, r.Machine.CPUModel, r.Runsc.Version, strings.Join(r.RestoreFlags, " "))
+	tw := newTable(w)
+	fmt.Fprintln(tw, "minute\trestores\tfailures\tp50 ms\tp99 ms\t")
+	for _, m := range r.Minutes {
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%.0f\t%.0f\t\n", m.Minute, m.Restores, m.Failures, m.P50, m.P99)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = newTable(w)
+	fmt.Fprintln(tw, "after restores\tsandboxes\trunsc processes\tfds\tmounts (own/all)\trunsc root (own/all)\tTMPDIR (own/all)\tMemAvailable MiB\t")
+	for _, s := range r.Samples {
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d/%d\t%d/%d\t%d/%d\t%d\t\n", s.Restores, s.Sandboxes, s.RunscProcesses, s.FDs, s.Mounts, s.AllMounts,
+			s.OwnRootEntries, s.RootEntries, s.OwnTmpEntries, s.TmpEntries, s.MemAvailableKiB>>10)
+	}
+	tw.Flush()
+	for i, f := range r.Errors {
+		if i == 20 {
+			fmt.Fprintf(w, "... and %d more failures in soak.json\n", len(r.Errors)-i)
+			break
+		}
+		what := "failed"
+		if f.Killed {
+			what = "failed (its sandbox killed on purpose)"
+		}
+		fmt.Fprintf(w, "restore %d of %s %s: %s\n", f.N, f.Checkpoint, what, f.Error)
+	}
+	left := "nothing"
+	if len(r.Left) > 0 {
+		left = strings.Join(r.Left, "; ")
+	}
+	fmt.Fprintf(w, "\nleft at the end: %s\nrestore to checked answer: median %.0f ms, p90 %.0f ms, max %.0f ms\n", left, r.Latency.Median, r.Latency.P90, r.Latency.Max)
+	fmt.Fprintf(w, "%d restores, %d failures", r.Restores, r.Failures)
+	if r.Killed > 0 {
+		fmt.Fprintf(w, " (%d sandboxes killed with SIGKILL on purpose, %d failures not induced)", r.Killed, r.Unexpected())
+	}
+	fmt.Fprintf(w, "\nwrote soak.json into %s\n", r.Dir)
 }

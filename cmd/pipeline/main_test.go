@@ -118,6 +118,10 @@ func TestUsageErrorsExit2(t *testing.T) {
 		// The rootfs is missing too: --only is checked first, before anything outside the config.
 		{"unknown --only", []string{"capture", "--only", "nope", "--config", testConfig{runsc: fakeRunsc, root: dir + "/root", rootfs: emptyRoot, output: dir + "/out"}.write(t)}, "--only names unknown package sets: nope"},
 		{"unknown --only, bench --capture", []string{"bench", "--capture", "--only", "nope", "--config", testConfig{runsc: fakeRunsc, root: dir + "/root", rootfs: emptyRoot, output: dir + "/out"}.write(t)}, "--only names unknown package sets: nope"},
+		{"--soak with --rounds", []string{"bench", "--soak", "100", "--rounds", "3", "--explain"}, "--soak restores and calls the output's checkpoints, nothing else: --explain, --rounds cannot go with it"},
+		{"--soak with two concurrencies", []string{"bench", "--soak", "30m", "--concurrency", "1,2"}, `--concurrency "1,2" (with --soak: one number, 1 to 256)`},
+		{"--soak neither count nor duration", []string{"bench", "--soak", "lots"}, `--soak "lots": want a number of restores (5000) or a duration (30m)`},
+		{"--soak-kill-every alone", []string{"bench", "--soak-kill-every", "100"}, "--soak-kill-every goes with --soak"},
 		{"verify missing output", []string{"verify", "--config", testConfig{runsc: "/x", root: "/r", rootfs: "/f", output: filepath.Join(dir, "none")}.write(t)}, "does not exist"},
 		{"spec bad mode", []string{"spec", "--mode", "party", "--config", testConfig{runsc: "/x", root: "/r", rootfs: "/f", output: dir}.write(t)}, `-mode "party": want capture, measure or sandbox`},
 	}

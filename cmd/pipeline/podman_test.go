@@ -16,13 +16,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 
 	"readie.dev/pipeline/internal/oci/ocitest"
-	"readie.dev/pipeline/internal/oci/ref"
 	"readie.dev/pipeline/internal/testenv"
 )
 
@@ -126,6 +126,7 @@ func podman(ctx context.Context, out *bytes.Buffer, args ...string) error {
 // pushing the catalogue. The result is pulled here, verified, and one checkpoint restored and
 // called through a worker's kit (examples/worker).
 func TestPipelineImageInPodman(t *testing.T) {
+	t.Parallel()
 	layoutDir, runscPath, rootfs := testenv.PipelineImage(t), testenv.RunscPath(t), testenv.Rootfs(t)
 	for _, bin := range []string{"podman", "runc"} {
 		if _, err := exec.LookPath(bin); err != nil {
@@ -135,8 +136,7 @@ func TestPipelineImageInPodman(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	reg := testenv.StartRegistry(t, true)
-	reg.DockerConfig(t)
-	dockerConfig := os.Getenv("DOCKER_CONFIG")
+	dockerConfig := reg.DockerConfig(t) // for the pods' secret and this test's pull
 
 	// The image, pushed to the registry and pulled by podman by digest, as a node does.
 	img, _ := ocitest.FirstImage(t, layoutDir)
@@ -148,7 +148,7 @@ func TestPipelineImageInPodman(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := remote.Write(tagged, img, ref.RemoteOptions(ctx)...); err != nil {
+	if err := remote.Write(tagged, img, remote.WithContext(ctx), remote.WithAuth(&authn.Basic{Username: reg.User, Password: reg.Password})); err != nil {
 		t.Fatal(err)
 	}
 	image := reg.Host + "/readie/pipeline@" + digest.String()

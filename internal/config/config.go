@@ -111,11 +111,11 @@ type Timeouts struct {
 // Limits bound what unpacking an image (--image) or pulling an output may write (a small layer
 // can claim any size: a sparse entry, gzip of zeros), and what a sandbox's output may take.
 type Limits struct {
-	// ImageBytes bounds all regular files together, at their expanded size.
+	// ImageBytes bounds all entries' data together, at its declared (expanded) size.
 	ImageBytes Size `yaml:"image_bytes"`
 	// ImageEntries bounds the tar entries of all layers.
 	ImageEntries int64 `yaml:"image_entries"`
-	// ImageFileBytes bounds one regular file, at its expanded size.
+	// ImageFileBytes bounds one entry's data, at its declared (expanded) size, whatever its type.
 	ImageFileBytes Size `yaml:"image_file_bytes"`
 	// SandboxOutput bounds each of a sandbox's stdout and stderr, on disk and in the pipeline's
 	// memory: the first and last halves are kept, what falls between is counted and said.

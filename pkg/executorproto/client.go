@@ -75,10 +75,30 @@ func causeOf(ctx context.Context) error {
 	return fmt.Errorf("%w: %w", cause, ctx.Err())
 }
 
+// Caller makes calls with settings; the zero Caller is Call's.
+type Caller struct {
+	// MaxResponseSize bounds the response read into memory; zero means DefaultReadLimit, and
+	// a negative value or more than MaxMessageSize means MaxMessageSize. A larger response fails with
+	// ErrMessageTooLarge (checked before it is allocated) and leaves conn unusable.
+	MaxResponseSize int64
+}
+
+// Call sends request as one message on conn and returns the payload of the one response
+// message, of at most DefaultReadLimit bytes, with the zero Caller.
+func Call(ctx context.Context, conn net.Conn, request []byte) ([]byte, error) {
+	var c Caller
+	return c.Call(ctx, conn, request)
+}
+
 // Call sends request as one message on conn and returns the payload of the one response
 // message. It honours ctx's deadline and cancellation; a connection the executor closes before
-// the response's terminator gives an error matching ErrTruncated.
-func Call(ctx context.Context, conn net.Conn, request []byte) ([]byte, error) {
+// the response's terminator gives an error matching ErrTruncated, a response over
+// MaxResponseSize one matching ErrMessageTooLarge.
+func (c *Caller) Call(ctx context.Context, conn net.Conn, request []byte) ([]byte, error) {
+	limit := c.MaxResponseSize
+	if limit == 0 {
+		limit = DefaultReadLimit
+	}
 	deadline, _ := ctx.Deadline() // zero, no deadline, when ctx has none
 	if err := conn.SetDeadline(deadline); err != nil {
 		return nil, fmt.Errorf("executorproto: call: %w", err)
@@ -101,7 +121,7 @@ func Call(ctx context.Context, conn net.Conn, request []byte) ([]byte, error) {
 	if err := WriteMessage(conn, request, DefaultChunkSize); err != nil {
 		return nil, callError(ctx, "send request", err)
 	}
-	response, err := ReadMessage(conn)
+	response, err := ReadMessageLimit(conn, limit)
 	if err != nil {
 		return nil, callError(ctx, "read response", err)
 	}

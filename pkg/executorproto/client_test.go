@@ -206,3 +206,31 @@ func TestDialTimeoutNamesTheStep(t *testing.T) {
 		t.Fatalf("Dial = %v; want the caller's cause, still matching DeadlineExceeded", err)
 	}
 }
+
+// TestCallResponseLimit: a response over the Caller's limit fails with ErrMessageTooLarge
+// naming it; the default Caller takes one under DefaultReadLimit.
+func TestCallResponseLimit(t *testing.T) {
+	response := bytes.Repeat([]byte("r"), 2<<20)
+	for _, tc := range []struct {
+		limit int64
+		ok    bool
+	}{{1 << 20, false}, {2 << 20, true}, {0, true}} {
+		path := serve(t, func(conn net.Conn) {
+			if _, err := ReadMessage(conn); err == nil {
+				WriteMessage(conn, response, DefaultChunkSize)
+			}
+		})
+		conn, err := Dial(context.Background(), path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := (&Caller{MaxResponseSize: tc.limit}).Call(context.Background(), conn, []byte("request"))
+		conn.Close()
+		if tc.ok && (err != nil || !bytes.Equal(got, response)) {
+			t.Errorf("limit %d: %d bytes, %v", tc.limit, len(got), err)
+		}
+		if !tc.ok && (!errors.Is(err, ErrMessageTooLarge) || !strings.Contains(err.Error(), "more than 1048576 bytes")) {
+			t.Errorf("limit %d: %v, want ErrMessageTooLarge naming the limit", tc.limit, err)
+		}
+	}
+}

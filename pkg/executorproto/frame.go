@@ -8,6 +8,13 @@
 // ErrMessageTooLarge and ErrChunkSize. A worker: Dial (retries until a starting or restored
 // executor accepts) and Call (one request, one response, honouring the context); Version is
 // the protocol version a manifest's executor_protocol must name (manifest.CheckProtocol).
+//
+// What is read into memory is bounded by the reader, as archive/tar bounds its headers: the
+// protocol allows a message of MaxMessageSize (4 GiB), but ReadMessage and Call hold at most
+// DefaultReadLimit (256 MiB) of it unless the caller sets another limit (ReadMessageLimit,
+// Caller.MaxResponseSize). Each chunk header is checked against the limit before anything is
+// allocated for its chunk; a message over it fails with ErrMessageTooLarge. Reader and Copy
+// hold one chunk at a time and stop at MaxMessageSize.
 package executorproto
 
 import (
@@ -25,8 +32,12 @@ const (
 	DefaultChunkSize = 1 << 20
 	// MaxChunkSize is the largest chunk a receiver accepts.
 	MaxChunkSize = 64 << 20
-	// MaxMessageSize is the largest payload a receiver accepts.
+	// MaxMessageSize is the largest payload the protocol allows, and the most Reader and Copy
+	// pass on.
 	MaxMessageSize int64 = 4 << 30
+	// DefaultReadLimit is the largest payload ReadMessage and Call read into memory: a worker
+	// that held whatever an executor sends could be made to hold 4 GiB per call.
+	DefaultReadLimit int64 = 256 << 20
 
 	headerSize = 8
 )
@@ -36,7 +47,8 @@ var (
 	ErrTruncated = errors.New("executorproto: truncated message")
 	// ErrChunkTooLarge means a chunk header claimed more than MaxChunkSize bytes.
 	ErrChunkTooLarge = errors.New("executorproto: chunk too large")
-	// ErrMessageTooLarge means a message's payload would exceed MaxMessageSize bytes.
+	// ErrMessageTooLarge means a message's payload would exceed the reader's limit:
+	// MaxMessageSize, or the limit of ReadMessage, ReadMessageLimit or Call.
 	ErrMessageTooLarge = errors.New("executorproto: message too large")
 	// ErrChunkSize means a writer was given a chunk size outside 1..MaxChunkSize.
 	ErrChunkSize = errors.New("executorproto: chunk size out of range")
@@ -49,9 +61,10 @@ func checkChunkSize(chunkSize int) error {
 	return nil
 }
 
-// readHeader reads one chunk header and checks it against the limits, given the payload
-// bytes already received, before the caller allocates anything for the chunk.
-func readHeader(r io.Reader, hdr *[headerSize]byte, received int64) (int, error) {
+// readHeader reads one chunk header and checks it against the limits (limit on the whole
+// payload), given the payload bytes already received, before the caller allocates anything
+// for the chunk.
+func readHeader(r io.Reader, hdr *[headerSize]byte, received, limit int64) (int, error) {
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return 0, fmt.Errorf("%w: stream ended after %d payload bytes, in a chunk header", ErrTruncated, received)
@@ -62,8 +75,8 @@ func readHeader(r io.Reader, hdr *[headerSize]byte, received int64) (int, error)
 	if n > MaxChunkSize {
 		return 0, fmt.Errorf("%w: header claims %d bytes (limit %d)", ErrChunkTooLarge, n, MaxChunkSize)
 	}
-	if received+int64(n) > MaxMessageSize {
-		return 0, fmt.Errorf("%w: more than %d bytes", ErrMessageTooLarge, MaxMessageSize)
+	if received+int64(n) > limit {
+		return 0, fmt.Errorf("%w: more than %d bytes (the reader's limit)", ErrMessageTooLarge, limit)
 	}
 	return int(n), nil
 }
@@ -100,14 +113,25 @@ func WriteMessage(w io.Writer, payload []byte, chunkSize int) error {
 	return err
 }
 
-// ReadMessage reads one whole message and returns its payload. Memory grows with the bytes
-// that actually arrive, so a header that lies about its length cannot make it allocate more
-// than a step ahead of the data.
+// ReadMessage reads one whole message of at most DefaultReadLimit bytes and returns its
+// payload (ReadMessageLimit).
 func ReadMessage(r io.Reader) ([]byte, error) {
+	return ReadMessageLimit(r, DefaultReadLimit)
+}
+
+// ReadMessageLimit reads one whole message and returns its payload, refusing with
+// ErrMessageTooLarge, before allocating for it, a chunk that would take the payload over
+// limit bytes (at most MaxMessageSize; zero or less means MaxMessageSize). Memory grows with
+// the bytes that actually arrive, so a header that lies about its length cannot make it
+// allocate more than a step ahead of the data, and never more than limit.
+func ReadMessageLimit(r io.Reader, limit int64) ([]byte, error) {
+	if limit <= 0 || limit > MaxMessageSize {
+		limit = MaxMessageSize
+	}
 	var hdr [headerSize]byte
 	var payload []byte
 	for {
-		n, err := readHeader(r, &hdr, int64(len(payload)))
+		n, err := readHeader(r, &hdr, int64(len(payload)), limit)
 		if err != nil {
 			return nil, err
 		}
@@ -123,7 +147,8 @@ func ReadMessage(r io.Reader) ([]byte, error) {
 			step := min(n, DefaultChunkSize)
 			start := len(payload)
 			if cap(payload)-start < step {
-				grown := make([]byte, start, start+max(step, cap(payload)))
+				// start+step is within limit: the header was checked against it.
+				grown := make([]byte, start, min(start+max(step, cap(payload)), int(limit)))
 				copy(grown, payload)
 				payload = grown
 			}
@@ -159,7 +184,7 @@ func (mr *Reader) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	for mr.remaining == 0 {
-		n, err := readHeader(mr.r, &mr.hdr, mr.received)
+		n, err := readHeader(mr.r, &mr.hdr, mr.received, MaxMessageSize)
 		if err != nil {
 			mr.err = err
 			return 0, err
@@ -298,7 +323,7 @@ func Copy(dst io.Writer, src io.Reader) (int64, error) {
 	var out io.Writer = &st.dst
 	var received int64
 	for {
-		n, err := readHeader(src, &st.hdr, received)
+		n, err := readHeader(src, &st.hdr, received, MaxMessageSize)
 		if err != nil {
 			return received, err
 		}

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -198,6 +199,71 @@ func TestMessageTooLarge(t *testing.T) {
 	n, err = Copy(io.Discard, &maxChunks{})
 	if !errors.Is(err, ErrMessageTooLarge) || n != MaxMessageSize {
 		t.Fatalf("Copy: %d bytes, %v; want ErrMessageTooLarge after exactly %d", n, err, MaxMessageSize)
+	}
+}
+
+// fullChunks streams count legal chunks of MaxChunkSize and the terminator without holding
+// them, and counts the bytes it was asked for.
+type fullChunks struct {
+	maxChunks
+	count int64
+}
+
+func (f *fullChunks) Read(p []byte) (int, error) {
+	end := f.count * (headerSize + MaxChunkSize)
+	if f.pos >= end {
+		n := copy(p, header(0)[f.pos-end:])
+		f.pos += int64(n)
+		if n == 0 {
+			return 0, io.EOF
+		}
+		return n, nil
+	}
+	return f.maxChunks.Read(p[:min(int64(len(p)), end-f.pos)])
+}
+
+// TestReadMessageDefaultLimit: a legal message of 320 MiB is refused by ReadMessage once the
+// next chunk would take it over DefaultReadLimit (256 MiB): before reading or allocating for
+// that chunk.
+func TestReadMessageDefaultLimit(t *testing.T) {
+	src := &fullChunks{count: 5}
+	var err error
+	allocated := bytesAllocated(func() { _, err = ReadMessage(src) })
+	if !errors.Is(err, ErrMessageTooLarge) || !strings.Contains(err.Error(), "more than 268435456 bytes") {
+		t.Fatalf("ReadMessage of 320 MiB = %v, want ErrMessageTooLarge naming the limit of 256 MiB", err)
+	}
+	if want := DefaultReadLimit + 5*headerSize; src.pos != want {
+		t.Errorf("read %d bytes of the stream, want %d (4 chunks and the 5th header)", src.pos, want)
+	}
+	// Growing by doubling, capped at the limit: the buffers come to less than twice it.
+	if allocated > 2*uint64(DefaultReadLimit) {
+		t.Errorf("allocated %d bytes, more than twice the limit", allocated)
+	}
+	// The same message through Reader, which holds a chunk at a time, is the protocol's.
+	n, err := io.Copy(io.Discard, NewReader(&fullChunks{count: 5}))
+	if err != nil || n != 5*MaxChunkSize {
+		t.Fatalf("Reader: %d bytes, %v", n, err)
+	}
+}
+
+// TestReadMessageLimit: the caller's limit, checked against each header before its chunk is
+// allocated or read.
+func TestReadMessageLimit(t *testing.T) {
+	msg := encode(t, bytes.Repeat([]byte("x"), 30), 10)
+	for _, tc := range []struct {
+		limit int64
+		ok    bool
+	}{{29, false}, {20, false}, {1, false}, {30, true}, {31, true}, {0, true}, {-1, true}, {MaxMessageSize + 1, true}} {
+		got, err := ReadMessageLimit(bytes.NewReader(msg), tc.limit)
+		if tc.ok != (err == nil) || (err != nil && !errors.Is(err, ErrMessageTooLarge)) || (err == nil && len(got) != 30) {
+			t.Errorf("limit %d: %d bytes, %v", tc.limit, len(got), err)
+		}
+	}
+	// A header that claims a whole chunk over the limit: refused, nothing allocated for it.
+	lying := append(header(MaxChunkSize), make([]byte, 100)...)
+	var err error
+	if n := bytesAllocated(func() { _, err = ReadMessageLimit(bytes.NewReader(lying), 1<<20) }); n > 4096 || !errors.Is(err, ErrMessageTooLarge) {
+		t.Fatalf("allocated %d bytes, %v", n, err)
 	}
 }
 

@@ -65,3 +65,30 @@ func FuzzReaderCopy(f *testing.F) {
 		}
 	})
 }
+
+// FuzzReadMessageLimit checks ReadMessageLimit against the protocol's own limit: a success is
+// the same payload and within the limit; ErrMessageTooLarge only for a stream whose headers
+// claim more than the limit; any other failure is the unlimited reader's too.
+func FuzzReadMessageLimit(f *testing.F) {
+	f.Add([]byte{}, uint16(0))
+	f.Add(append(append(header(5), "hello"...), header(0)...), uint16(4))
+	f.Add(append(append(header(5), "hello"...), header(0)...), uint16(5))
+	f.Add(append(append(header(3), "abc"...), header(2)...), uint16(4))
+	f.Add(header(MaxChunkSize+1), uint16(1))
+	f.Fuzz(func(t *testing.T, stream []byte, limit uint16) {
+		whole, errWhole := ReadMessageLimit(bytes.NewReader(stream), MaxMessageSize)
+		got, err := ReadMessageLimit(bytes.NewReader(stream), int64(limit))
+		switch {
+		case err == nil:
+			if errWhole != nil || !bytes.Equal(got, whole) || (limit > 0 && len(got) > int(limit)) {
+				t.Fatalf("limit %d: %d bytes; unlimited: %d bytes, %v", limit, len(got), len(whole), errWhole)
+			}
+		case errors.Is(err, ErrMessageTooLarge):
+			if limit == 0 || (errWhole == nil && len(whole) <= int(limit)) {
+				t.Fatalf("limit %d refused a message of %d bytes the unlimited reader took: %v", limit, len(whole), err)
+			}
+		case errWhole == nil:
+			t.Fatalf("limit %d: %v; unlimited: ok", limit, err)
+		}
+	})
+}

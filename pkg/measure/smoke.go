@@ -11,24 +11,6 @@ import (
 	"readie.dev/pipeline/pkg/pycall"
 )
 
-// SmokeTokenVar is pycall.SmokeTokenVar.
-//
-// Deprecated: use pycall.SmokeTokenVar; kept while branches that use it are merged.
-const SmokeTokenVar = pycall.SmokeTokenVar
-
-// The requests and answers of a call moved to pkg/pycall, which a worker imports without the
-// pipeline's own packages.
-//
-// Deprecated: use the pycall functions of the same names; kept while branches that use them
-// are merged.
-var (
-	SmokeRequest       = pycall.SmokeRequest
-	CheckSmokeResponse = pycall.CheckSmokeResponse
-	PyList             = pycall.PyList
-	EvalRequest        = pycall.EvalRequest
-	DecodeEnvelope     = pycall.DecodeEnvelope
-)
-
 func newToken() string {
 	var b [8]byte
 	rand.Read(b[:])

@@ -8,47 +8,130 @@ import traceback
 
 import cloudpickle
 
+from . import protocol, settings
+
 
 class OutputCapture:
     """Captures what a call writes to stdout and stderr, at the file-descriptor level so that
-    output from C extensions and subprocesses is kept too, in the order it was written."""
+    output from C extensions and subprocesses is kept too, in the order it was written.
 
-    def __init__(self):
+    At most limit bytes of it are kept: the head and the tail, with a line in between saying how
+    many bytes were dropped, so a function that prints gigabytes still gets an answer of a
+    bounded size (and this process reads no more than limit bytes of it)."""
+
+    def __init__(self, limit=settings.DEFAULT_OUTPUT_LIMIT):
         self.output = []
+        self._limit = limit
 
     def __enter__(self):
         self._streams = (sys.stdout, sys.stderr)
         for stream in self._streams:
             _flush(stream)
+        self._fd = None
         try:
             self._fd = os.memfd_create("readie-output", os.MFD_CLOEXEC)
             self._saved = (os.dup(1), os.dup(2))
             os.dup2(self._fd, 1)
             os.dup2(self._fd, 2)
         except OSError:
-            # No usable descriptors 1 and 2: capture what Python code prints.
-            self._fd = None
-            self._buffer = io.StringIO()
+            # No usable descriptors 1 and 2 (or none free: a call before leaked them all):
+            # capture what Python code prints.
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+            self._buffer = _BoundedText(self._limit)
             sys.stdout = sys.stderr = self._buffer
         return self
 
     def __exit__(self, *exc):
         for stream in (sys.stdout, sys.stderr):
             _flush(stream)
-        sys.stdout, sys.stderr = self._streams
+        # A function that closed sys.stdout or sys.stderr closed the executor's own: give the
+        # next call and the executor's log working ones on the same descriptors.
+        sys.stdout, sys.stderr = (_reopened(stream, fd) for stream, fd in zip(self._streams, (1, 2)))
         if self._fd is None:
-            text = self._buffer.getvalue()
+            head, dropped, tail = self._buffer.parts()
         else:
             os.dup2(self._saved[0], 1)
             os.dup2(self._saved[1], 2)
             for fd in self._saved:
                 os.close(fd)
-            os.lseek(self._fd, 0, os.SEEK_SET)
-            with open(self._fd, "rb", closefd=True) as f:
-                text = f.read().decode("utf-8", "replace")
-        # Lines with their endings, so "".join(output) is exactly what was written.
-        self.output = text.splitlines(keepends=True)
+            try:
+                head, dropped, tail = _head_and_tail(self._fd, self._limit)
+            finally:
+                os.close(self._fd)
+        # Lines with their endings, so "".join(output) is exactly what was written (when
+        # nothing was dropped).
+        self.output = head.splitlines(keepends=True)
+        if dropped:
+            if self.output and not self.output[-1].endswith("\n"):
+                self.output[-1] += "\n"
+            self.output.append(f"[readie-executor: {dropped} bytes of output dropped here, "
+                               f"over the limit of {self._limit} (EXECUTOR_OUTPUT_LIMIT)]\n")
+        self.output += tail.splitlines(keepends=True)
         return False
+
+
+def _head_and_tail(fd, limit):
+    """(head, bytes dropped, tail) of the file fd, reading at most limit bytes of it."""
+    size = os.fstat(fd).st_size
+    if size <= limit:
+        return _read_at(fd, 0, size), 0, ""
+    half = limit // 2
+    return _read_at(fd, 0, half), size - limit, _read_at(fd, size - (limit - half), limit - half)
+
+
+def _read_at(fd, offset, size):
+    parts = []
+    while size > 0:
+        data = os.pread(fd, min(size, 1 << 20), offset)
+        if not data:
+            break
+        parts.append(data)
+        offset += len(data)
+        size -= len(data)
+    return b"".join(parts).decode("utf-8", "replace")
+
+
+class _BoundedText:
+    """A text stream that keeps the head and the tail of what is written, limit characters in
+    all, and counts the rest."""
+
+    def __init__(self, limit):
+        self._half = limit // 2
+        self._tail_limit = limit - self._half
+        self._head, self._tail = [], []
+        self._head_len = self._tail_len = self._dropped = 0
+
+    def write(self, text):
+        text = str(text)
+        room = self._half - self._head_len
+        if room > 0:
+            self._head.append(text[:room])
+            self._head_len += len(text[:room])
+            text = text[room:]
+        if text:
+            self._tail.append(text)
+            self._tail_len += len(text)
+            if self._tail_len > 2 * self._tail_limit:
+                joined = "".join(self._tail)
+                self._dropped += len(joined) - self._tail_limit
+                self._tail, self._tail_len = [joined[-self._tail_limit:]], self._tail_limit
+        return len(text)
+
+    def flush(self):
+        pass
+
+    def parts(self):
+        tail = "".join(self._tail)
+        cut = max(0, len(tail) - self._tail_limit)
+        return "".join(self._head), self._dropped + cut, tail[cut:]
+
+
+def _reopened(stream, fd):
+    if not getattr(stream, "closed", False):
+        return stream
+    return open(fd, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
 
 
 def _flush(stream):
@@ -92,8 +175,41 @@ def error_envelope(exc_type, message, tb="", output=()):
             "output": list(output)}
 
 
+# An exception's message and traceback are cut to this many characters (head and tail).
+TEXT_LIMIT = 1 << 20
+
+
 def _describe(exc):
-    return type(exc).__name__, str(exc), "".join(traceback.format_exception(exc))
+    """(type name, message, traceback) of exc as plain strs, whatever exc does: a function's
+    exception is the function's code, and its __str__, __repr__ or class name may raise, return
+    a str subclass or hang on to gigabytes. Never raises."""
+    name = _safely(lambda: type(exc).__name__, "an exception whose class has no name")
+    message = _safely(lambda: str(exc), None)
+    if message is None:
+        message = _safely(lambda: repr(exc), None)
+    if message is None:
+        message = f"<{name}: str() and repr() of the exception raised>"
+    tb = _safely(lambda: "".join(traceback.format_exception(exc)), "<the traceback could not be formatted>")
+    return name, _cut(message), _cut(tb)
+
+
+def _safely(fn, fallback):
+    """fn() as a plain str (never a subclass, which could pickle as anything), or fallback if
+    it raises anything or returns something else."""
+    try:
+        value = fn()
+        if isinstance(value, str):
+            return "".join([value])  # a copy of type str
+    except BaseException:  # SystemExit from a __str__ too: the executor must answer
+        pass
+    return fallback
+
+
+def _cut(text, limit=TEXT_LIMIT):
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[readie-executor: {len(text) - limit} characters cut]\n{text[-(limit - half):]}"
 
 
 def _load_request(payload):
@@ -114,26 +230,87 @@ def _load_request(payload):
     return func, tuple(args), kwargs
 
 
-def run_call(payload):
-    """Runs one request payload and returns the pickled response envelope."""
-    capture = OutputCapture()
-    with capture:
-        try:
-            func, args, kwargs = _load_request(payload)
-        except BaseException as e:
-            exc_type, message, tb = _describe(e)
-            envelope = error_envelope(exc_type, f"bad request: {message}", tb)
-        else:
+def run_call(payload, max_message_size=protocol.MAX_MESSAGE_SIZE, output_limit=settings.DEFAULT_OUTPUT_LIMIT,
+             reserve=None):
+    """Runs one request payload and returns the pickled response envelope, at most
+    max_message_size bytes. Never raises: whatever the function does that this process
+    survives (its exception, an unpicklable or oversized value) becomes an ok: False envelope.
+    reserve, when given, is held while the function runs (FdReserve)."""
+    capture = OutputCapture(output_limit)
+    try:
+        with capture:
             try:
-                envelope = {"ok": True, "value": func(*args, **kwargs)}
-            except BaseException as e:  # SystemExit and KeyboardInterrupt from the function too
+                func, args, kwargs = _load_request(payload)
+            except BaseException as e:
                 exc_type, message, tb = _describe(e)
-                envelope = error_envelope(exc_type, message, tb)
+                envelope = error_envelope(exc_type, f"bad request: {message}", tb)
+            else:
+                if reserve is not None:
+                    reserve.hold()
+                try:
+                    envelope = {"ok": True, "value": func(*args, **kwargs)}
+                except BaseException as e:  # SystemExit and KeyboardInterrupt from the function too
+                    exc_type, message, tb = _describe(e)
+                    envelope = error_envelope(exc_type, message, tb)
+                finally:
+                    if reserve is not None:
+                        reserve.release()
+    except BaseException as e:  # the capture itself failed (e.g. reading back the output)
+        exc_type, message, tb = _describe(e)
+        envelope = error_envelope(exc_type, f"the call's output could not be read back: {message}", tb)
     envelope["output"] = capture.output
     try:
-        return cloudpickle.dumps(envelope)
-    except BaseException as e:
+        response = cloudpickle.dumps(envelope)
+    except BaseException as e:  # a __reduce__ that raises, a value nested too deep, ...
         exc_type, message, tb = _describe(e)
         what = "return value" if envelope.get("ok") else "exception"
-        return cloudpickle.dumps(error_envelope(
-            exc_type, f"{what} could not be pickled: {message}", tb, capture.output))
+        return _dumps_bounded(error_envelope(exc_type, f"{what} could not be pickled: {message}", tb, capture.output),
+                              max_message_size)
+    if len(response) <= max_message_size:
+        return response
+    if not envelope.get("ok"):
+        return _dumps_bounded(envelope, max_message_size)
+    return _dumps_bounded(error_envelope(
+        "MessageTooLargeError",
+        f"the return value pickles to a response of {len(response)} bytes, over the executor's limit of "
+        f"{max_message_size} (EXECUTOR_MAX_MESSAGE_SIZE)", "", capture.output), max_message_size)
+
+
+def _dumps_bounded(envelope, max_message_size):
+    """An error envelope pickled within max_message_size: without its output, then with its
+    message and traceback cut, when those make it too large."""
+    response = cloudpickle.dumps(envelope)
+    if len(response) > max_message_size and envelope["output"]:
+        envelope["output"] = ["[readie-executor: the output was dropped: the response was over "
+                              "EXECUTOR_MAX_MESSAGE_SIZE]\n"]
+        response = cloudpickle.dumps(envelope)
+    if len(response) > max_message_size:
+        # A character may take 4 bytes in the pickle's UTF-8.
+        room = max(64, (max_message_size - 1024) // 16)
+        envelope.update(message=_cut(envelope["message"], room), traceback=_cut(envelope["traceback"], room))
+        response = cloudpickle.dumps(envelope)
+    if len(response) > max_message_size:
+        envelope.update(output=[], traceback="", message=envelope["message"][:64])
+        response = cloudpickle.dumps(envelope)
+    return response
+
+
+class FdReserve:
+    """A few file descriptors held while a function runs and released after it, so that a
+    function that leaks descriptors until EMFILE leaves room for the server to answer it,
+    accept the next connection and capture the next call's output."""
+
+    def __init__(self, count=8):
+        self._count = count
+        self._fds = []
+
+    def hold(self):
+        while len(self._fds) < self._count:
+            try:
+                self._fds.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+            except OSError:
+                return  # as many as there are: the function leaked the rest
+
+    def release(self):
+        while self._fds:
+            os.close(self._fds.pop())

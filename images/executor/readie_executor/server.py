@@ -1,5 +1,6 @@
 """The executor's startup sequence (spec: Startup sequence) and its serving loop."""
 
+import errno
 import importlib
 import os
 import socket
@@ -17,12 +18,20 @@ EXIT_ENVIRON = 5
 
 
 def log(message):
-    """One line per event on stderr, where the pipeline reads why a capture failed."""
-    sys.stderr.write(f"readie-executor: {message}\n")
-    sys.stderr.flush()
+    """One line per event on stderr, where the pipeline reads why a capture failed. Never
+    raises: a function may have closed or replaced sys.stderr."""
+    line = f"readie-executor: {message}\n"
+    try:
+        sys.stderr.write(line)
+        sys.stderr.flush()
+    except Exception:
+        try:
+            os.write(2, line.encode("utf-8", "replace"))
+        except OSError:
+            pass
 
 
-def serve_connection(conn, chunk_size, resolver):
+def serve_connection(conn, cfg, resolver, reserve=None):
     """Serves request/response pairs on one connection until the client closes it."""
     rfile = conn.makefile("rb")
     wfile = conn.makefile("wb")
@@ -39,10 +48,10 @@ def serve_connection(conn, chunk_size, resolver):
                 return
             resolver.ensure()
             started = time.monotonic()
-            response = calls.run_call(payload)
+            response = calls.run_call(payload, cfg.max_message_size, cfg.output_limit, reserve)
             try:
-                protocol.write_message(wfile, response, chunk_size)
-            except OSError as e:
+                protocol.write_message(wfile, response, cfg.chunk_size)
+            except (protocol.ProtocolError, OSError) as e:
                 log(f"dropping connection: cannot send the response: {e}")
                 return
             log(f"call: {len(payload)} bytes in, {len(response)} bytes out, "
@@ -73,10 +82,39 @@ def serve(cfg, since=None):
     else:
         log(f"listening on {path}, {(time.time() - since) * 1000:.1f} ms after resuming")
     resolver = calls.Resolver(log)
+    reserve = calls.FdReserve()
     while True:
-        conn, _ = listener.accept()
-        with conn:
-            serve_connection(conn, cfg.chunk_size, resolver)
+        conn = accept(listener, reserve)
+        try:
+            with conn:
+                serve_connection(conn, cfg, resolver, reserve)
+        except Exception as e:  # never the end of the server: the next worker gets an answer
+            log(f"dropping connection: {type(e).__name__}: {e}")
+
+
+# accept's errors that the next attempt may not have: descriptors or memory that a call used up
+# (EMFILE after a function leaked its descriptors), a peer that went away first.
+RETRY_ACCEPT = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ECONNABORTED, errno.EINTR,
+                errno.EPROTO, errno.EPERM}
+
+
+def accept(listener, reserve):
+    """The next connection. An error the next attempt may not have is logged (once per run of
+    them) and retried after a pause, so a function that leaked descriptors does not end the
+    server."""
+    failing = False
+    while True:
+        try:
+            conn, _ = listener.accept()
+            return conn
+        except OSError as e:
+            if e.errno not in RETRY_ACCEPT:
+                raise
+            reserve.release()
+            if not failing:
+                log(f"accept failed, retrying: {e.strerror} (errno {e.errno})")
+                failing = True
+            time.sleep(0.05)
 
 
 def preimport(names):

@@ -6,6 +6,10 @@ from . import protocol
 
 MODES = ("capture", "measure", "sandbox")
 
+# What a call's output may add to its response: the head and the tail are kept, the middle is
+# counted and dropped (EXECUTOR_OUTPUT_LIMIT).
+DEFAULT_OUTPUT_LIMIT = 16 << 20
+
 
 class SettingsError(Exception):
     """An environment that the executor cannot start with (exit code 2)."""
@@ -17,6 +21,11 @@ class Settings:
     mode: str
     preimport: tuple
     chunk_size: int
+    # The largest response this executor sends (EXECUTOR_MAX_MESSAGE_SIZE, at most the
+    # protocol's limit): a return value that pickles to more is answered with an ok: False
+    # envelope. Lowered by tests; the default is the protocol's.
+    max_message_size: int = protocol.MAX_MESSAGE_SIZE
+    output_limit: int = DEFAULT_OUTPUT_LIMIT
 
     @property
     def socket_path(self):
@@ -31,15 +40,23 @@ def from_environ(environ):
     if mode not in MODES:
         mode = "sandbox"  # the spec: any unknown value falls back to sandbox
     preimport = tuple(name.strip() for name in environ.get("READIE_PREIMPORT", "").split(",") if name.strip())
-    raw_chunk = environ.get("EXECUTOR_CHUNK_SIZE", "")
-    if raw_chunk.strip() == "":
-        chunk_size = protocol.DEFAULT_CHUNK_SIZE
-    else:
-        try:
-            chunk_size = int(raw_chunk, 10)
-        except ValueError:
-            raise SettingsError(f"EXECUTOR_CHUNK_SIZE={raw_chunk!r} is not a whole number of bytes") from None
-        if not 1 <= chunk_size <= protocol.MAX_CHUNK_SIZE:
-            raise SettingsError(
-                f"EXECUTOR_CHUNK_SIZE={chunk_size} is out of range 1..{protocol.MAX_CHUNK_SIZE}")
-    return Settings(executor_dir=executor_dir, mode=mode, preimport=preimport, chunk_size=chunk_size)
+    chunk_size = _bytes(environ, "EXECUTOR_CHUNK_SIZE", protocol.DEFAULT_CHUNK_SIZE, 1, protocol.MAX_CHUNK_SIZE)
+    max_message_size = _bytes(environ, "EXECUTOR_MAX_MESSAGE_SIZE", protocol.MAX_MESSAGE_SIZE, 1,
+                              protocol.MAX_MESSAGE_SIZE)
+    output_limit = _bytes(environ, "EXECUTOR_OUTPUT_LIMIT", DEFAULT_OUTPUT_LIMIT, 2, protocol.MAX_MESSAGE_SIZE)
+    return Settings(executor_dir=executor_dir, mode=mode, preimport=preimport, chunk_size=chunk_size,
+                    max_message_size=max_message_size, output_limit=output_limit)
+
+
+def _bytes(environ, name, default, low, high):
+    """A byte count from environ[name] in low..high; default when unset or blank."""
+    raw = environ.get(name, "")
+    if raw.strip() == "":
+        return default
+    try:
+        value = int(raw, 10)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r} is not a whole number of bytes") from None
+    if not low <= value <= high:
+        raise SettingsError(f"{name}={value} is out of range {low}..{high}")
+    return value

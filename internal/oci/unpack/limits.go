@@ -12,9 +12,9 @@ var ErrLimit = errors.New("over a limit")
 // Limits bound what unpacking an image (or pulling an output) may write, over all its layers:
 // a small layer can claim a lot (a sparse entry, or gzip of zeros, expands to any size).
 type Limits struct {
-	Bytes     int64 // of all regular files, at their expanded size (limits.image_bytes)
+	Bytes     int64 // of all entries' data, at its declared (expanded) size (limits.image_bytes)
 	Entries   int64 // tar entries, whiteouts and directories included (limits.image_entries)
-	FileBytes int64 // of one regular file, at its expanded size (limits.image_file_bytes)
+	FileBytes int64 // of one entry's data, at its declared (expanded) size (limits.image_file_bytes)
 }
 
 // DefaultLimits are generous for any image a Python sandbox runs from; the config's limits
@@ -33,15 +33,15 @@ type Budget struct {
 // NewBudget starts counting against limits.
 func NewBudget(limits Limits) *Budget { return &Budget{limits: limits} }
 
-// Take counts hdr, refusing it (naming it and the limit) when it would go over one. A
-// regular file counts at hdr.Size, which for a sparse entry is its expanded size.
+// Take counts hdr, refusing it (naming it and the limit) when it would go over one. Every
+// entry counts at its declared hdr.Size, whatever its type: archive/tar reads through the
+// data of a type it does not know (a GNU volume header, a continuation entry) to reach the
+// next header, so a small compressed layer could otherwise make it inflate gigabytes. For a
+// sparse entry hdr.Size is its expanded size.
 func (b *Budget) Take(hdr *tar.Header) error {
 	b.entries++
 	if b.entries > b.limits.Entries {
 		return fmt.Errorf("%w: entry %q: more than %d entries (limits.image_entries)", ErrLimit, hdr.Name, b.limits.Entries)
-	}
-	if !isRegular(hdr) {
-		return nil
 	}
 	if hdr.Size < 0 || hdr.Size > b.limits.FileBytes {
 		return fmt.Errorf("%w: entry %q: %s exceeds the limit on one file, %s (limits.image_file_bytes)", ErrLimit, hdr.Name, Size(hdr.Size), Size(b.limits.FileBytes))

@@ -325,9 +325,33 @@ func sparseLayer(t *testing.T, size int64) v1.Layer {
 	return l
 }
 
-// TestLimitsRefuseBeforeWriting: a sparse entry of 2 GiB in a 3 KiB layer, too many entries,
-// too many bytes: each refused naming the entry and the limit's key, before its bytes are
-// written, and nothing in the cache is complete.
+// declaredLayer is a gzipped layer of an entry per name, of type typ, whose size bytes of data
+// are all zeros: a few KiB compressed. archive/tar reads through the data of a type it does
+// not know.
+func declaredLayer(t *testing.T, typ byte, size int64, names ...string) v1.Layer {
+	t.Helper()
+	var buf bytes.Buffer
+	for _, name := range names {
+		buf.Write(rawHeader(name, typ, size))
+		buf.Write(padBlock(make([]byte, size)))
+	}
+	buf.Write(make([]byte, 1024))
+	data := buf.Bytes()
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := l.Size(); err != nil || n > 64<<10 {
+		t.Fatalf("the layer is %d bytes compressed (%v), want a small one", n, err)
+	}
+	return l
+}
+
+// TestLimitsRefuseBeforeWriting: a sparse entry of 2 GiB in a 3 KiB layer, entries of types
+// archive/tar does not know declaring more data than the limits (a GNU volume header, a
+// multi-volume continuation), too many entries, too many bytes: each refused naming the entry
+// and the limit's key, before its bytes are written or read, and nothing in the cache is
+// complete.
 func TestLimitsRefuseBeforeWriting(t *testing.T) {
 	small := Limits{Bytes: 1 << 20, Entries: 5, FileBytes: 1 << 20}
 	many, big := make([]entry, 6), make([]entry, 3)
@@ -343,6 +367,9 @@ func TestLimitsRefuseBeforeWriting(t *testing.T) {
 		want  string
 	}{
 		{"sparse", sparseLayer(t, 2<<30), `entry "big": 2 GiB exceeds the limit on one file, 1 MiB (limits.image_file_bytes)`},
+		{"volume header", declaredLayer(t, 'V', 4<<20, "vol"), `entry "vol": 4 MiB exceeds the limit on one file, 1 MiB (limits.image_file_bytes)`},
+		{"continuation", declaredLayer(t, 'M', 3<<20, "cont"), `entry "cont": 3 MiB exceeds the limit on one file, 1 MiB (limits.image_file_bytes)`},
+		{"non-regular total", declaredLayer(t, 'V', 600<<10, "v1", "v2"), `entry "v2": the files come to more than 1 MiB (limits.image_bytes)`},
 		{"entries", layerOf(t, many...), `entry "f5": more than 5 entries (limits.image_entries)`},
 		{"bytes", layerOf(t, big...), `entry "big1": the files come to more than 1 MiB (limits.image_bytes)`},
 	} {
