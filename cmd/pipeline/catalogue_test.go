@@ -372,23 +372,31 @@ func checkCatalogue(t *testing.T, cat *catalogue.Catalogue, m *manifest.Manifest
 	}
 }
 
-// restoreAndCheck restores the chosen checkpoint as a worker would and calls it: the call sees
-// every module of the choice already in sys.modules (the smoke request reports the missing).
-func restoreAndCheck(t *testing.T, cfgPath, out string, m *manifest.Manifest, ch catalogue.Choice) {
+// testRunEnv returns the run environment of the config at cfgPath, its log discarded, closed
+// when the test ends.
+func testRunEnv(ctx context.Context, t *testing.T, cfgPath string) *run.Env {
 	t.Helper()
 	cfg, err := config.Load(cfgPath, config.CacheDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	log := logrus.New()
 	log.SetOutput(io.Discard)
 	env, err := run.NewEnv(ctx, cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer env.Close()
+	t.Cleanup(func() { env.Close() })
+	return env
+}
+
+// restoreAndCheck restores the chosen checkpoint as a worker would and calls it: the call sees
+// every module of the choice already in sys.modules (the smoke request reports the missing).
+func restoreAndCheck(t *testing.T, cfgPath, out string, m *manifest.Manifest, ch catalogue.Choice) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	env := testRunEnv(ctx, t, cfgPath)
 	if err := env.PrepareRootfs(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -405,7 +413,7 @@ func restoreAndCheck(t *testing.T, cfgPath, out string, m *manifest.Manifest, ch
 	if _, err := env.Restorer(work, env.Config.Timeouts.Smoke).Smoke(ctx, ch.Checkpoint, dir, ch.Modules); err != nil {
 		t.Fatalf("restore of %s for %v: %v", ch.Checkpoint, ch.Modules, err)
 	}
-	rt := &sandboxes.Runtime{Path: cfg.Runsc.Path, Root: cfg.Runsc.Root, Flags: sandbox.DefaultFlags()}
+	rt := &sandboxes.Runtime{Path: env.Config.Runsc.Path, Root: env.Config.Runsc.Root, Flags: sandbox.DefaultFlags()}
 	if ids, err := rt.List(ctx); err != nil || len(ids) != 0 {
 		t.Errorf("sandboxes left: %v %v", ids, err)
 	}

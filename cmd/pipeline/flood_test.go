@@ -8,7 +8,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -129,24 +128,12 @@ func TestSandboxOutputBounded(t *testing.T) {
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd := testenv.Command(t, 6*time.Minute, os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "READIE_TEST_FLOOD_CONFIG="+cfg, "TMPDIR="+tmp)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("flood child: %v\n%s", err, stderr.String())
-		}
-	case <-time.After(6 * time.Minute):
-		cmd.Process.Kill()
-		<-done
-		t.Fatalf("the flood child did not finish within 6 minutes\n%s", stderr.String())
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("flood child: %v\n%s", err, stderr.String())
 	}
 	var rep floodReport
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -17,10 +16,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/sirupsen/logrus"
 
 	"readie.dev/pipeline/internal/atomicfile"
-	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/oci/output"
 	"readie.dev/pipeline/internal/run"
 	"readie.dev/pipeline/internal/sandboxes"
@@ -157,23 +154,13 @@ func TestPassEnvOnlyWhenAsked(t *testing.T) {
 	out := filepath.Join(dir, "out")
 
 	seen := func(passEnv bool) string {
-		c, err := config.Load(cfg, config.CacheDir())
-		if err != nil {
-			t.Fatal(err)
-		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		log := logrus.New()
-		log.SetOutput(io.Discard)
-		env, err := run.NewEnv(ctx, c, log)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer env.Close()
+		env := testRunEnv(ctx, t, cfg)
 		env.PassEnvToOutputs = passEnv
 		request, _ := pycall.EvalRequest(`__import__("os").environ.get("` + name + `", "")`)
 		var got any
-		_, err = env.WithVerifiedOutput(ctx, out, []string{"js"}, func(x *run.VerifiedOutput) error {
+		_, err := env.WithVerifiedOutput(ctx, out, []string{"js"}, func(x *run.VerifiedOutput) error {
 			r := x.Env.Restorer(x.Work, time.Minute)
 			_, err := r.TimedCall(ctx, sandboxes.Call{SetID: "js", Step: "call", Start: sandboxes.RestoreStep(x.Dir(x.Picked[0]), r.Flags), Request: request,
 				Check: func(resp []byte) error {
