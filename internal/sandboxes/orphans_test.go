@@ -3,8 +3,10 @@ package sandboxes_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,6 +50,7 @@ func TestRemoveOrphans(t *testing.T) {
 	dead, live, own := newLease(t), newLease(t), newLease(t)
 	orphan, stuck := id(dead, "numpy", "capture"), id(dead, "fail", "measure")
 	running, mine := id(live, "pandas", "capture"), id(own, "json", "smoke")
+	deadSoak, liveSoak, deadSoak2 := id(dead, "pandas", "soak"), id(live, "numpy", "soak"), id(dead, "json", "soak")
 	dead.Release()
 	list := `[{"id":"` + strings.Join([]string{orphan, stuck, running, mine, "readie-old-capture-4242-cccc0000", "someone-elses"}, `","status":"running"},{"id":"`) + `","status":"running"}]`
 	os.WriteFile(filepath.Join(filepath.Dir(path), "list.json"), []byte(list), 0o644)
@@ -72,6 +75,28 @@ func TestRemoveOrphans(t *testing.T) {
 	slices.Sort(want)
 	if !slices.Equal(deleted, want) {
 		t.Errorf("deleted %v, want %v", deleted, want)
+	}
+	// runsc's lock files without a state beside them (a `runsc list` made them again after a
+	// delete): the dead run's goes, a live run's stays (its state may be on its way), and so
+	// does a dead run's lock whose state is still there, and a file that is not the pipeline's.
+	stray := func(id string, withState bool) string {
+		base := filepath.Join(root, id+"_sandbox:"+id)
+		os.WriteFile(base+".lock", nil, 0o600)
+		if withState {
+			os.WriteFile(base+".state", []byte("{}"), 0o600)
+		}
+		return base + ".lock"
+	}
+	deadStray, liveStray := stray(deadSoak, false), stray(liveSoak, false)
+	deadWithState, notOurs := stray(deadSoak2, true), stray("someone-elses", false)
+	rt.RemoveOrphans(ctx) // its other sandboxes as above: judged above
+	if _, err := os.Lstat(deadStray); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a dead run's stray runsc lock file is still there (%v)", err)
+	}
+	for _, kept := range []string{liveStray, deadWithState, notOurs} {
+		if _, err := os.Lstat(kept); err != nil {
+			t.Errorf("%s was removed: %v", kept, err)
+		}
 	}
 	locks, _ := filepath.Glob(filepath.Join(root, lease.RunsDir, "*.lock"))
 	if len(locks) != 2 {
