@@ -13,8 +13,8 @@ import (
 	"strings"
 
 	"readie.dev/pipeline/internal/atomicfile"
-	"readie.dev/pipeline/internal/jsonfile"
 	"readie.dev/pipeline/pkg/catalogue"
+	"readie.dev/pipeline/pkg/jsonfile"
 )
 
 // FileName is the analysis's name in an output directory.

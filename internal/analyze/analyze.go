@@ -23,10 +23,10 @@ import (
 	"readie.dev/pipeline/internal/analysis"
 	"readie.dev/pipeline/internal/bench"
 	"readie.dev/pipeline/internal/corpus"
-	"readie.dev/pipeline/internal/filedigest"
 	"readie.dev/pipeline/internal/parallel"
 	"readie.dev/pipeline/internal/run"
 	"readie.dev/pipeline/pkg/catalogue"
+	"readie.dev/pipeline/pkg/filedigest"
 	"readie.dev/pipeline/pkg/measure"
 )
 

@@ -21,7 +21,6 @@ import (
 
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/cpubaseline"
-	"readie.dev/pipeline/internal/filedigest"
 	"readie.dev/pipeline/internal/lease"
 	"readie.dev/pipeline/internal/oci/imageconfig"
 	"readie.dev/pipeline/internal/oci/ref"
@@ -31,6 +30,7 @@ import (
 	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/pkg/capture"
+	"readie.dev/pipeline/pkg/filedigest"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
 )

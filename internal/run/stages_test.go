@@ -15,11 +15,11 @@ import (
 
 	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/internal/config"
-	"readie.dev/pipeline/internal/filedigest"
 	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/executorproto"
+	"readie.dev/pipeline/pkg/filedigest"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
 	"readie.dev/pipeline/pkg/sandbox"

@@ -21,9 +21,9 @@ import (
 	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/corpus"
-	"readie.dev/pipeline/internal/jsonfile"
 	"readie.dev/pipeline/pkg/catalogue"
 	"readie.dev/pipeline/pkg/checkpointid"
+	"readie.dev/pipeline/pkg/jsonfile"
 )
 
 // FileName is the plan's name in an output directory.

@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"slices"
 
-	"readie.dev/pipeline/internal/filedigest"
+	"readie.dev/pipeline/pkg/filedigest"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"readie.dev/pipeline/internal/atomicfile"
-	"readie.dev/pipeline/internal/filedigest"
 	"readie.dev/pipeline/internal/lease"
+	"readie.dev/pipeline/pkg/filedigest"
 	"readie.dev/pipeline/pkg/manifest"
 )
 

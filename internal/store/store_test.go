@@ -13,9 +13,9 @@ import (
 	"time"
 	"unsafe"
 
-	"readie.dev/pipeline/internal/filedigest"
 	"readie.dev/pipeline/internal/lease"
 	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/filedigest"
 	"readie.dev/pipeline/pkg/manifest"
 )
 

@@ -20,9 +20,9 @@ import (
 	"time"
 
 	"readie.dev/pipeline/internal/atomicfile"
-	"readie.dev/pipeline/internal/filedigest"
 	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/pkg/catalogue"
+	"readie.dev/pipeline/pkg/filedigest"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/runsc"
 	"readie.dev/pipeline/pkg/sandbox"

@@ -18,8 +18,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"readie.dev/pipeline/internal/jsonfile"
 	"readie.dev/pipeline/pkg/checkpointid"
+	"readie.dev/pipeline/pkg/jsonfile"
 	"readie.dev/pipeline/pkg/limitread"
 	"readie.dev/pipeline/pkg/pyreq"
 )

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"readie.dev/pipeline/internal/filedigest"
 	"readie.dev/pipeline/pkg/cpu"
 	"readie.dev/pipeline/pkg/executorproto"
+	"readie.dev/pipeline/pkg/filedigest"
 	"readie.dev/pipeline/pkg/runsc"
 )
 

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"readie.dev/pipeline/internal/atomicfile"
-	"readie.dev/pipeline/internal/filedigest"
+	"readie.dev/pipeline/pkg/filedigest"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 

@@ -7,7 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"readie.dev/pipeline/internal/filedigest"
+	"readie.dev/pipeline/pkg/filedigest"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 

@@ -22,8 +22,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"readie.dev/pipeline/internal/filedigest"
 	"readie.dev/pipeline/pkg/cpu"
+	"readie.dev/pipeline/pkg/filedigest"
 )
 
 // Mode selects the executor's startup path (the EXECUTOR_MODE of the protocol spec).

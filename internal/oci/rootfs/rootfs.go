@@ -22,9 +22,9 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"readie.dev/pipeline/internal/filedigest"
 	"readie.dev/pipeline/internal/oci/unpack"
 	"readie.dev/pipeline/internal/sandboxes"
+	"readie.dev/pipeline/pkg/filedigest"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/sandbox"
 )
