@@ -413,6 +413,12 @@ func (p *Pool) create(ctx context.Context) (_ *Sandbox, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("pool: the spec of %s: %w", id, err)
 	}
+	// An image with a non-root User: its executor binds the socket in the host directory.
+	if spec.Process != nil {
+		if err := sandbox.PrepareHostDir(sb.HostDir, spec.Process.User); err != nil {
+			return nil, fmt.Errorf("pool: %w", err)
+		}
+	}
 	data, err := json.Marshal(spec)
 	if err != nil {
 		return nil, err

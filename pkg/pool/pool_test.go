@@ -483,3 +483,32 @@ func TestRefillOnDelete(t *testing.T) {
 		t.Errorf("%d creates after the Delete, want 2", n)
 	}
 }
+
+// TestImageUserOwnsHostDir: an output of an image with a non-root User gets sandboxes whose
+// host directory is that user's, or its executor could not bind the socket there.
+func TestImageUserOwnsHostDir(t *testing.T) {
+	f := newFake(t)
+	o := f.options(t, 1)
+	o.Spec = func(hostDir string) (*specs.Spec, error) {
+		return &specs.Spec{Process: &specs.Process{User: specs.User{UID: 1234, GID: 2345}},
+			Mounts: []specs.Mount{{Destination: "/run/readie", Type: "bind", Source: hostDir}}}, nil
+	}
+	ctx := ctxFor(t)
+	p, err := pool.New(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	sb, err := p.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Delete(ctx)
+	fi, err := os.Stat(sb.HostDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); st.Uid != 1234 || st.Gid != 2345 {
+		t.Errorf("host directory owned by %d:%d, want the image's user 1234:2345", st.Uid, st.Gid)
+	}
+}
