@@ -23,6 +23,9 @@ type Resolved struct {
 	Index, Platform string
 }
 
+// maxNestedIndexes bounds the nested indexes one resolution reads, whatever their depth.
+const maxNestedIndexes = 64
+
 // maxIndexDepth bounds nested indexes: an index that names itself, directly or not, ends.
 const maxIndexDepth = 4
 
@@ -109,7 +112,7 @@ func resolve(ctx context.Context, r Ref, platform v1.Platform) (*Resolved, error
 		if err != nil {
 			return nil, RegistryError("pull", r.Registry, err)
 		}
-		return choose(index, desc.Digest, platform, r.String(), 1)
+		return choose(index, desc.Digest, platform, r.String(), 1, map[v1.Hash]bool{})
 	}
 	p, desc, err := layoutEntry(r)
 	if err != nil {
@@ -126,12 +129,12 @@ func resolve(ctx context.Context, r Ref, platform v1.Platform) (*Resolved, error
 	if err != nil {
 		return nil, err
 	}
-	return chooseIn(index, desc, platform, r.String(), 1)
+	return chooseIn(index, desc, platform, r.String(), 1, map[v1.Hash]bool{})
 }
 
 // chooseIn opens the index desc names in parent, checks its bytes against desc, and chooses
 // in it.
-func chooseIn(parent v1.ImageIndex, desc v1.Descriptor, platform v1.Platform, what string, depth int) (*Resolved, error) {
+func chooseIn(parent v1.ImageIndex, desc v1.Descriptor, platform v1.Platform, what string, depth int, seen map[v1.Hash]bool) (*Resolved, error) {
 	if depth > maxIndexDepth {
 		return nil, fmt.Errorf("%w: %w: %s: more than %d deep", ErrRef, errTooDeep, what, maxIndexDepth)
 	}
@@ -146,13 +149,13 @@ func chooseIn(parent v1.ImageIndex, desc v1.Descriptor, platform v1.Platform, wh
 	if err := verify.Bytes(what+": image index", raw, desc.Digest, desc.Size); err != nil {
 		return nil, err
 	}
-	return choose(index, desc.Digest, platform, what, depth)
+	return choose(index, desc.Digest, platform, what, depth, seen)
 }
 
 // choose picks platform's image in index (whose digest is digest): an image manifest whose
 // platform matches (an exact variant first), skipping attestation manifests (unknown/unknown),
 // or the image a nested index gives for it. None: an error naming the platforms it has.
-func choose(index v1.ImageIndex, digest v1.Hash, platform v1.Platform, what string, depth int) (*Resolved, error) {
+func choose(index v1.ImageIndex, digest v1.Hash, platform v1.Platform, what string, depth int, seen map[v1.Hash]bool) (*Resolved, error) {
 	im, err := index.IndexManifest()
 	if err != nil {
 		return nil, fmt.Errorf("%s: index %s: %w", what, digest, err)
@@ -166,7 +169,15 @@ func choose(index v1.ImageIndex, digest v1.Hash, platform v1.Platform, what stri
 				have = append(have, d.Platform.String())
 				continue
 			}
-			nested, err := chooseIn(index, d, platform, what, depth+1)
+			// Each nested index is looked into once per resolution: an index that lists the
+			// same one (or many) over and over would otherwise be read again at every level.
+			if seen[d.Digest] {
+				continue
+			}
+			if seen[d.Digest] = true; len(seen) > maxNestedIndexes {
+				return nil, fmt.Errorf("%w: %w: %s: more than %d nested image indexes", ErrRef, errTooDeep, what, maxNestedIndexes)
+			}
+			nested, err := chooseIn(index, d, platform, what, depth+1, seen)
 			if err == nil {
 				nested.Index = digest.String()
 				return nested, nil
