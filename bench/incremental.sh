@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Incremental capture, side by side (README "Incremental capture"): for ROUNDS rounds, a first
+# Incremental capture, side by side (docs/store.md): for ROUNDS rounds, a first
 # capture of the default config into an empty output and store, a second with nothing
 # changed, and a third after one set's imports changed; then the disk use of a reused
 # checkpoint. Prints one line per run and the medians. Needs `make capture`'s prerequisites.

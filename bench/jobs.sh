@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Parallel capture, side by side (README "Many package sets"): the six-set config of
+# Parallel capture, side by side (docs/fleet.md): the six-set config of
 # bench/six-sets.yaml captured with --jobs 1 and --jobs 2, alternating, ROUNDS rounds, every
 # set captured afresh (--recapture); then the medians, their ratio, and from the logs what one
 # set costs (capture + smoke, and its timed restores).

@@ -18,8 +18,9 @@ import (
 	"readie.dev/pipeline/pkg/manifest"
 )
 
-// The README is how a new user meets the pipeline: every make target and command it names
-// must exist, and every target, command and manifest field must be in it.
+// The README and the topics of docs/ are how a new user meets the pipeline: every make target
+// and command they name must exist, and every target, command and manifest field must be in
+// them (the tables of targets and commands in docs/commands.md).
 
 func readFile(t *testing.T, path string) string {
 	t.Helper()
@@ -30,10 +31,30 @@ func readFile(t *testing.T, path string) string {
 	return string(data)
 }
 
-// codeSpans are the README's inline code spans and indented code lines: where commands are.
-func codeSpans(readme string) []string {
-	spans := regexp.MustCompile("`[^`\n]+`").FindAllString(readme, -1)
-	for _, line := range strings.Split(readme, "\n") {
+// userDocs are README.md and docs/*.md by path from the repository's root, with their text.
+func userDocs(t *testing.T) map[string]string {
+	t.Helper()
+	paths, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(paths) < 10 {
+		t.Fatalf("found only %v in docs/", paths)
+	}
+	docs := map[string]string{"README.md": readFile(t, "../../README.md")}
+	for _, p := range paths {
+		docs[strings.TrimPrefix(p, "../../")] = readFile(t, p)
+	}
+	return docs
+}
+
+// commandsDoc holds the tables of make targets and of commands.
+const commandsDoc = "docs/commands.md"
+
+// codeSpans are a document's inline code spans and indented code lines: where commands are.
+func codeSpans(doc string) []string {
+	spans := regexp.MustCompile("`[^`\n]+`").FindAllString(doc, -1)
+	for _, line := range strings.Split(doc, "\n") {
 		if strings.HasPrefix(line, "    ") {
 			spans = append(spans, line)
 		}
@@ -54,40 +75,44 @@ func makeTargets(t *testing.T) []string {
 
 func TestReadmeMakeTargets(t *testing.T) {
 	t.Parallel()
-	readme := readFile(t, "../../README.md")
+	docs := userDocs(t)
 	targets := makeTargets(t)
-	named := map[string]bool{}
-	for _, span := range codeSpans(readme) {
-		for _, m := range regexp.MustCompile(`\bmake ([a-z][a-z-]*)`).FindAllStringSubmatch(span, -1) {
-			named[m[1]] = true
+	for path, doc := range docs {
+		named := map[string]bool{}
+		for _, span := range codeSpans(doc) {
+			for _, m := range regexp.MustCompile(`\bmake ([a-z][a-z-]*)`).FindAllStringSubmatch(span, -1) {
+				named[m[1]] = true
+			}
 		}
-	}
-	for name := range named {
-		if !slices.Contains(targets, name) {
-			t.Errorf("the README runs `make %s`, which the Makefile does not have", name)
+		for name := range named {
+			if !slices.Contains(targets, name) {
+				t.Errorf("%s runs `make %s`, which the Makefile does not have", path, name)
+			}
 		}
 	}
 	for _, target := range targets {
-		if !strings.Contains(readme, "| `"+target+"` |") {
-			t.Errorf("make target %s is not in the README's table of make targets", target)
+		if !strings.Contains(docs[commandsDoc], "| `"+target+"` |") {
+			t.Errorf("make target %s is not in %s's table of make targets", target, commandsDoc)
 		}
 	}
 }
 
 func TestReadmeCommands(t *testing.T) {
 	t.Parallel()
-	readme := readFile(t, "../../README.md")
+	docs := userDocs(t)
 	set := commands()
-	for _, span := range codeSpans(readme) {
-		for _, m := range regexp.MustCompile(`\bpipeline ([a-z][a-z-]*)(?: ([a-z][a-z-]*))?`).FindAllStringSubmatch(span, -1) {
-			cmd, err := set.find(m[1])
-			if err != nil {
-				t.Errorf("the README names `pipeline %s`: %v", m[1], err)
-				continue
-			}
-			if g, ok := cmd.(*group); ok && m[2] != "" {
-				if _, err := g.set.find(m[2]); err != nil {
-					t.Errorf("the README names `pipeline %s %s`: %v", m[1], m[2], err)
+	for path, doc := range docs {
+		for _, span := range codeSpans(doc) {
+			for _, m := range regexp.MustCompile(`\bpipeline ([a-z][a-z-]*)(?: ([a-z][a-z-]*))?`).FindAllStringSubmatch(span, -1) {
+				cmd, err := set.find(m[1])
+				if err != nil {
+					t.Errorf("%s names `pipeline %s`: %v", path, m[1], err)
+					continue
+				}
+				if g, ok := cmd.(*group); ok && m[2] != "" {
+					if _, err := g.set.find(m[2]); err != nil {
+						t.Errorf("%s names `pipeline %s %s`: %v", path, m[1], m[2], err)
+					}
 				}
 			}
 		}
@@ -101,8 +126,8 @@ func TestReadmeCommands(t *testing.T) {
 			}
 		}
 		for _, name := range names {
-			if !regexp.MustCompile("\\| `" + regexp.QuoteMeta(name) + "[ `]").MatchString(readme) {
-				t.Errorf("command %q is not in the README's table of commands", name)
+			if !regexp.MustCompile("\\| `" + regexp.QuoteMeta(name) + "[ `]").MatchString(docs[commandsDoc]) {
+				t.Errorf("command %q is not in %s's table of commands", name, commandsDoc)
 			}
 		}
 	}
@@ -129,7 +154,11 @@ func jsonFields(t reflect.Type, seen map[reflect.Type]bool, into map[string]stri
 
 func TestReadmeDocumentsManifestFields(t *testing.T) {
 	t.Parallel()
-	readme := readFile(t, "../../README.md")
+	var all strings.Builder
+	for _, doc := range userDocs(t) {
+		all.WriteString(doc + "\n")
+	}
+	readme := all.String()
 	fields := map[string]string{}
 	seen := map[reflect.Type]bool{}
 	jsonFields(reflect.TypeOf(manifest.Manifest{}), seen, fields)
@@ -139,7 +168,7 @@ func TestReadmeDocumentsManifestFields(t *testing.T) {
 	}
 	for name, field := range fields {
 		if !strings.Contains(readme, "`"+name+"`") && !regexp.MustCompile(`[ (/]`+regexp.QuoteMeta(name)+`[,)/ ]`).MatchString(readme) {
-			t.Errorf("manifest field %s (%s) is not documented in the README", name, field)
+			t.Errorf("manifest field %s (%s) is documented neither in the README nor in docs/", name, field)
 		}
 	}
 }
