@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode"
 
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/manifest"
@@ -246,4 +247,59 @@ func walkthrough(t *testing.T, readme string) string {
 		t.Fatalf("the walkthrough has %d lines of commands", len(lines))
 	}
 	return strings.Join(lines, "\n") + "\n"
+}
+
+// TestReadmeLinks checks the links of README.md and docs/*.md: each relative one names a file
+// that exists (and, with #anchor, one of its headings), and the README's map links every file
+// of docs/*.md.
+func TestReadmeLinks(t *testing.T) {
+	t.Parallel()
+	docs := userDocs(t)
+	for path, doc := range docs {
+		for _, m := range regexp.MustCompile(`\]\(([^)\s]+)\)`).FindAllStringSubmatch(doc, -1) {
+			target := m[1]
+			if strings.Contains(target, "://") {
+				continue
+			}
+			file, anchor, _ := strings.Cut(target, "#")
+			resolved := path
+			if file != "" {
+				resolved = filepath.ToSlash(filepath.Join(filepath.Dir(path), file))
+			}
+			if _, err := os.Stat(filepath.Join("../..", resolved)); err != nil {
+				t.Errorf("%s links %s, which does not exist", path, target)
+				continue
+			}
+			if anchor != "" && !slices.Contains(headingAnchors(docs[resolved]), anchor) {
+				t.Errorf("%s links %s: %s has no heading of that anchor", path, target, resolved)
+			}
+		}
+	}
+	for path := range docs {
+		if strings.HasPrefix(path, "docs/") && !strings.Contains(docs["README.md"], "]("+path+")") {
+			t.Errorf("the README's map of docs/ does not link %s", path)
+		}
+	}
+}
+
+// headingAnchors are the anchors GitHub gives doc's headings: lower case, spaces as hyphens,
+// other punctuation dropped.
+func headingAnchors(doc string) []string {
+	var anchors []string
+	for _, line := range strings.Split(doc, "\n") {
+		if !strings.HasPrefix(line, "#") {
+			continue
+		}
+		var b strings.Builder
+		for _, r := range strings.ToLower(strings.TrimSpace(strings.TrimLeft(line, "#"))) {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		anchors = append(anchors, b.String())
+	}
+	return anchors
 }
