@@ -130,6 +130,7 @@ func RunscPath(t testing.TB) string {
 // PipelineImage returns the OCI layout of the pipeline's own image (`make pipeline-image`).
 func PipelineImage(t testing.TB) string {
 	t.Helper()
+	SkipIfShort(t, "the pipeline's image")
 	path := os.Getenv("READIE_PIPELINE_IMAGE")
 	if path == "" {
 		t.Fatal("READIE_PIPELINE_IMAGE is not set: run the tests with `make test`, which builds the pipeline's image")
