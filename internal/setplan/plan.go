@@ -18,9 +18,9 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"readie.dev/pipeline/internal/analysis"
-	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/corpus"
+	"readie.dev/pipeline/pkg/atomicfile"
 	"readie.dev/pipeline/pkg/catalogue"
 	"readie.dev/pipeline/pkg/checkpointid"
 	"readie.dev/pipeline/pkg/jsonfile"

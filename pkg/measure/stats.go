@@ -7,8 +7,8 @@
 // Statistics: Summarize (min, median, p90, max of runs), Percentile, LeastSquares and
 // CostModel (restore median against image size).
 //
-// The pipeline's timed restores: Restorer's MeasureRuns, MeasureOnce and Smoke run in the
-// pipeline's sandboxes (internal/sandboxes), so only this module makes a Restorer.
+// Timed restores: Restorer's MeasureRuns, MeasureOnce and Smoke run in sandboxes of a
+// pkg/launch Launcher.
 package measure
 
 import (

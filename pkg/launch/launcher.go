@@ -1,11 +1,10 @@
-package sandboxes
+package launch
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
@@ -36,7 +35,7 @@ func (l *Launcher) NewSandbox(setID, step string, mode sandbox.Mode, env, args [
 	if err != nil {
 		return nil, err
 	}
-	hostDir := filepath.Join(l.WorkDir, id[len(id)-8:]) // the random suffix: socket paths stay short
+	hostDir := HostDir(l.WorkDir, id)
 	if err := os.MkdirAll(hostDir, 0o755); err != nil {
 		return nil, err
 	}
