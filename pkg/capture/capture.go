@@ -154,7 +154,7 @@ func newSandbox(rt *launch.Runtime, req Request) (*launch.Sandbox, string, error
 	return sb, fingerprint, err
 }
 
-// evidence is the meta.json of a capture whose executor reached the checkpoint: its CPU check
+// evidence returns the meta.json of a capture whose executor reached the checkpoint: its CPU check
 // (with a baseline) from stdout, and every image file's size and digest, none of them empty.
 func (req Request) evidence(stdout []byte, fingerprint string) (*manifest.Meta, error) {
 	meta := &manifest.Meta{
@@ -262,7 +262,7 @@ func freshDir(dir string) error {
 	return nil
 }
 
-// exitMeaning explains the executor's exit codes (images/executor, README).
+// exitMeaning returns what the executor's exit status means (images/executor, README).
 func exitMeaning(status int) string {
 	switch status {
 	case 2:

@@ -46,7 +46,7 @@ func (l *Launcher) NewSandbox(setID, step string, mode sandbox.Mode, env, args [
 	return l.Runtime.NewSandbox(id, l.WorkDir, hostDir, spec)
 }
 
-// MS is a duration in milliseconds, to the microsecond.
+// MS returns d in milliseconds, to the microsecond.
 func MS(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // DeleteInto deletes sb and joins a failed delete into *err: a sandbox that could not be

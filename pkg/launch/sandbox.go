@@ -48,7 +48,7 @@ type Runtime struct {
 	OutputLimit int64
 }
 
-// OutputLimitOrDefault is OutputLimit, or DefaultOutputLimit when it is zero.
+// OutputLimitOrDefault returns OutputLimit, or DefaultOutputLimit when it is zero.
 func (r *Runtime) OutputLimitOrDefault() int64 {
 	if r.OutputLimit > 0 {
 		return r.OutputLimit
@@ -126,7 +126,7 @@ type Sandbox struct {
 	deleted     bool
 }
 
-// SocketPath is the executor's socket as seen from the host.
+// SocketPath returns the executor's socket as seen from the host.
 func (s *Sandbox) SocketPath() string { return filepath.Join(s.HostDir, sandbox.SocketName) }
 
 // NewSandbox writes spec into a fresh bundle under workDir/id; the process's stdout and
