@@ -101,12 +101,13 @@ test-python: deps image
 # The race detector only on the packages with goroutines of their own: parallel (the worker
 # pool), run (captures with --jobs), analyze and setplan (parallel.Each over modules and
 # candidates), bench (concurrent restores), lease (its mutex), oci/output (push's uploads and
-# the layer pipe), sandboxes (a call's watchdog), executorproto (Call's deadline), pool (its refill); in
+# the layer pipe), launch and orphans (a sandbox's stdio copies; both were internal/sandboxes),
+# executorproto (Call's deadline), pool (its refill); in
 # cmd/pipeline only the tests of its own goroutines (the signal watcher, --jobs in-process).
 # Elsewhere it has no goroutine of the package's own to watch, and cmd/pipeline under it was
 # 12 of make test's 18 minutes.
 RACE_PACKAGES := ./internal/parallel ./internal/run ./internal/analyze ./internal/setplan ./internal/bench \
-	./internal/lease ./internal/oci/output ./internal/sandboxes ./pkg/executorproto ./pkg/pool
+	./internal/lease ./internal/oci/output ./internal/orphans ./pkg/launch ./pkg/executorproto ./pkg/pool
 RACE_CMD_TESTS := ^(TestSignalInProcess|TestDispatchLeavesNoGoroutine|TestJobsWithAFailingSet)$$
 
 # One pass, in a zone that is not UTC: the code that formats or parses times is tested under

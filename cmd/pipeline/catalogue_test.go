@@ -20,10 +20,10 @@ import (
 	"readie.dev/pipeline/internal/bench"
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/run"
-	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/internal/setplan"
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/catalogue"
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/sandbox"
 )
@@ -413,7 +413,7 @@ func restoreAndCheck(t *testing.T, cfgPath, out string, m *manifest.Manifest, ch
 	if _, err := env.Restorer(work, env.Config.Timeouts.Smoke).Smoke(ctx, ch.Checkpoint, dir, ch.Modules); err != nil {
 		t.Fatalf("restore of %s for %v: %v", ch.Checkpoint, ch.Modules, err)
 	}
-	rt := &sandboxes.Runtime{Path: env.Config.Runsc.Path, Root: env.Config.Runsc.Root, Flags: sandbox.DefaultFlags()}
+	rt := &launch.Runtime{Path: env.Config.Runsc.Path, Root: env.Config.Runsc.Root, Flags: sandbox.DefaultFlags()}
 	if ids, err := rt.List(ctx); err != nil || len(ids) != 0 {
 		t.Errorf("sandboxes left: %v %v", ids, err)
 	}

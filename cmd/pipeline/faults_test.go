@@ -18,8 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"readie.dev/pipeline/internal/sandboxes"
+	"readie.dev/pipeline/internal/orphans"
 	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/sandbox"
 )
@@ -103,8 +104,8 @@ func (e *faultEnv) blockingConfig(t *testing.T) string {
 // blockingEnv is the environment that puts the blocking module on the executor's path.
 var blockingEnv = map[string]string{"PYTHONPATH": testenv.TestingPythonPath}
 
-func (e *faultEnv) runtime() *sandboxes.Runtime {
-	return &sandboxes.Runtime{Path: e.runsc, Root: e.root, Flags: sandbox.DefaultFlags()}
+func (e *faultEnv) runtime() *launch.Runtime {
+	return &launch.Runtime{Path: e.runsc, Root: e.root, Flags: sandbox.DefaultFlags()}
 }
 
 // waitForBlockedCapture waits until the blocking set's capture sandbox runs and its executor
@@ -436,7 +437,7 @@ func TestFaultSIGKILLLeftovers(t *testing.T) {
 	p := startPipelineEnv(t, e.env(blockingEnv), "capture", "--config", e.blockingConfig(t))
 	p.drain()
 	left := e.waitForBlockedCapture(t)
-	run, ok := sandboxes.OwnerRun(left)
+	run, ok := orphans.OwnerRun(left)
 	if !ok {
 		t.Fatalf("sandbox %s carries no run", left)
 	}

@@ -18,8 +18,8 @@ import (
 
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/run"
-	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/pycall"
 )
 
@@ -76,7 +76,7 @@ func floodChild(cfgPath string) error {
 	var rep floodReport
 	_, err = env.WithVerifiedOutput(ctx, cfg.Output, []string{"js"}, func(x *run.VerifiedOutput) error {
 		r := x.Env.Restorer(x.Work, 4*time.Minute)
-		_, err := r.TimedCall(ctx, sandboxes.Call{SetID: "js", Step: "flood", Start: sandboxes.RestoreStep(x.Dir(x.Picked[0]), r.Flags), Request: request,
+		_, err := r.TimedCall(ctx, launch.Call{SetID: "js", Step: "flood", Start: launch.RestoreStep(x.Dir(x.Picked[0]), r.Flags), Request: request,
 			Check: func(resp []byte) error {
 				v, err := pycall.DecodeEnvelope(resp)
 				rep.Wrote, _ = v.(int64)

@@ -21,8 +21,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
-	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
 	"readie.dev/pipeline/pkg/pycall"
@@ -130,11 +130,11 @@ func TestCaptureFromUserImage(t *testing.T) {
 
 	// A call in a restored sandbox: the deleted file and the opaque directory's old entries
 	// are gone, the new entry is there.
-	rt := &sandboxes.Runtime{Path: testenv.RunscPath(t), Root: filepath.Join(dir, "root"), Flags: sandbox.DefaultFlags(), Lease: testenv.Lease(t)}
-	r := &measure.Restorer{Launcher: sandboxes.Launcher{Runtime: rt, Rootfs: m.Rootfs.Path, WorkDir: dir, Timeout: time.Minute}, Flags: m.RestoreFlags}
+	rt := &launch.Runtime{Path: testenv.RunscPath(t), Root: filepath.Join(dir, "root"), Flags: sandbox.DefaultFlags(), Lease: testenv.Lease(t)}
+	r := &measure.Restorer{Launcher: launch.Launcher{Runtime: rt, Rootfs: m.Rootfs.Path, WorkDir: dir, Timeout: time.Minute}, Flags: m.RestoreFlags}
 	request, _ := pycall.EvalRequest(`[__import__("os").path.exists(p) for p in ("/etc/debian_version", "/usr/share/readie-opaque/new", "/usr/share/zoneinfo/UTC", "/etc/os-release")]`)
 	var seen []any
-	_, err = r.TimedCall(context.Background(), sandboxes.Call{SetID: "small", Step: "call", Start: sandboxes.RestoreStep(filepath.Join(dir, "out", "small"), r.Flags), Request: request, Check: func(resp []byte) error {
+	_, err = r.TimedCall(context.Background(), launch.Call{SetID: "small", Step: "call", Start: launch.RestoreStep(filepath.Join(dir, "out", "small"), r.Flags), Request: request, Check: func(resp []byte) error {
 		v, err := pycall.DecodeEnvelope(resp)
 		seen, _ = v.([]any)
 		return err

@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/internal/bench"
-	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/atomicfile"
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/sandbox"
 )
@@ -194,7 +194,7 @@ func TestCaptureVerify(t *testing.T) {
 			t.Errorf("checkpoint %+v", c)
 		}
 	}
-	rt := &sandboxes.Runtime{Path: testenv.RunscPath(t), Root: root, Flags: sandbox.DefaultFlags()}
+	rt := &launch.Runtime{Path: testenv.RunscPath(t), Root: root, Flags: sandbox.DefaultFlags()}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if ids, err := rt.List(ctx); err != nil || len(ids) != 0 {

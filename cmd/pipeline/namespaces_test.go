@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"readie.dev/pipeline/internal/sandboxes"
+	"readie.dev/pipeline/internal/orphans"
 	"readie.dev/pipeline/internal/testenv"
 )
 
@@ -120,7 +120,7 @@ type runLeftovers struct {
 
 func (e *faultEnv) leftoversOf(t *testing.T, sandboxID string) runLeftovers {
 	t.Helper()
-	run, ok := sandboxes.OwnerRun(sandboxID)
+	run, ok := orphans.OwnerRun(sandboxID)
 	if !ok {
 		t.Fatalf("sandbox %s carries no run", sandboxID)
 	}

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/atomicfile"
 	"readie.dev/pipeline/pkg/manifest"
 )
 

@@ -17,11 +17,11 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
-	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/internal/oci/output"
 	"readie.dev/pipeline/internal/run"
-	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/atomicfile"
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/pycall"
 )
@@ -162,7 +162,7 @@ func TestPassEnvOnlyWhenAsked(t *testing.T) {
 		var got any
 		_, err := env.WithVerifiedOutput(ctx, out, []string{"js"}, func(x *run.VerifiedOutput) error {
 			r := x.Env.Restorer(x.Work, time.Minute)
-			_, err := r.TimedCall(ctx, sandboxes.Call{SetID: "js", Step: "call", Start: sandboxes.RestoreStep(x.Dir(x.Picked[0]), r.Flags), Request: request,
+			_, err := r.TimedCall(ctx, launch.Call{SetID: "js", Step: "call", Start: launch.RestoreStep(x.Dir(x.Picked[0]), r.Flags), Request: request,
 				Check: func(resp []byte) error {
 					var err error
 					got, err = pycall.DecodeEnvelope(resp)

@@ -12,7 +12,7 @@ import (
 	"slices"
 	"strings"
 
-	"readie.dev/pipeline/internal/atomicfile"
+	"readie.dev/pipeline/pkg/atomicfile"
 	"readie.dev/pipeline/pkg/catalogue"
 	"readie.dev/pipeline/pkg/jsonfile"
 )

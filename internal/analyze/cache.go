@@ -14,7 +14,7 @@ import (
 	"reflect"
 	"slices"
 
-	"readie.dev/pipeline/internal/atomicfile"
+	"readie.dev/pipeline/pkg/atomicfile"
 )
 
 // key is everything one measurement depends on, by digest or by name, never by path or time

@@ -10,8 +10,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/launch"
 )
 
 // TestImportThatNeverReturns gives the name probe and the closure probe a module whose import
@@ -21,7 +21,7 @@ import (
 func TestImportThatNeverReturns(t *testing.T) {
 	rt := testenv.Runtime(t)
 	const limit = 10 * time.Second
-	box := &starter{launcher: sandboxes.Launcher{Runtime: rt, Rootfs: testenv.Rootfs(t), WorkDir: testenv.WorkDir(t),
+	box := &starter{launcher: launch.Launcher{Runtime: rt, Rootfs: testenv.Rootfs(t), WorkDir: testenv.WorkDir(t),
 		Env: []string{"PYTHONPATH=" + testenv.TestingPythonPath}, Timeout: limit}}
 	log := logrus.New()
 	log.SetOutput(io.Discard)

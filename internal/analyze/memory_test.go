@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/capture"
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/measure"
 )
 
@@ -36,7 +36,7 @@ func TestDirtyTracksPagesImg(t *testing.T) {
 	work := testenv.WorkDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	box := &starter{launcher: sandboxes.Launcher{Runtime: rt, Rootfs: rootfs, WorkDir: work, Timeout: 5 * time.Minute}}
+	box := &starter{launcher: launch.Launcher{Runtime: rt, Rootfs: rootfs, WorkDir: work, Timeout: 5 * time.Minute}}
 	pagesMiB := func(imports []string) float64 {
 		t.Helper()
 		dir := filepath.Join(work, "image")

@@ -11,8 +11,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/launch"
 )
 
 // TestImagePackages reads the default image's distributions in a sandbox of it: numpy's
@@ -22,7 +22,7 @@ import (
 // sandbox.
 func TestImagePackages(t *testing.T) {
 	rootfs := testenv.Rootfs(t)
-	box := &starter{launcher: sandboxes.Launcher{Runtime: testenv.Runtime(t), Rootfs: rootfs, WorkDir: testenv.WorkDir(t), Timeout: 2 * time.Minute}}
+	box := &starter{launcher: launch.Launcher{Runtime: testenv.Runtime(t), Rootfs: rootfs, WorkDir: testenv.WorkDir(t), Timeout: 2 * time.Minute}}
 	log := logrus.New()
 	log.SetOutput(io.Discard)
 	a := &analyzer{o: Options{Jobs: 1}, cache: &cache{dir: t.TempDir()}, box: box, log: log, base: testKey()}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"readie.dev/pipeline/internal/sandboxes"
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
@@ -16,7 +16,7 @@ import (
 // none, read-only root; the executor, or python3 -c in its place), bounded by a timeout and
 // deleted on every path.
 type starter struct {
-	launcher sandboxes.Launcher
+	launcher launch.Launcher
 	// started counts the sandboxes started: a second analysis of the same corpus starts none.
 	started atomic.Int64
 }
@@ -36,7 +36,7 @@ func (s *starter) importOnce(ctx context.Context, step string, preload []string,
 	}
 	s.started.Add(1)
 	var res importResult
-	marks, err := s.launcher.TimedCall(ctx, sandboxes.Call{SetID: "analyze", Step: step, Start: func(ctx context.Context, sb *sandboxes.Sandbox) error {
+	marks, err := s.launcher.TimedCall(ctx, launch.Call{SetID: "analyze", Step: step, Start: func(ctx context.Context, sb *launch.Sandbox) error {
 		if err := sb.Create(ctx); err != nil {
 			return err
 		}

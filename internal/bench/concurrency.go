@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"readie.dev/pipeline/internal/sandboxes"
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
 )
@@ -40,12 +40,12 @@ func batch(ctx context.Context, r *measure.Restorer, set Set, dir string, k int)
 	var ready sync.WaitGroup
 	ready.Add(k)
 	var wg sync.WaitGroup
-	marks := make([]sandboxes.CallMarks, k)
+	marks := make([]launch.CallMarks, k)
 	errs := make([]error, k)
 	for i := range k {
 		wg.Go(func() {
 			waited := false
-			wait := func(ctx context.Context, sb *sandboxes.Sandbox) error {
+			wait := func(ctx context.Context, sb *launch.Sandbox) error {
 				waited = true
 				ready.Done()
 				select {
@@ -55,7 +55,7 @@ func batch(ctx context.Context, r *measure.Restorer, set Set, dir string, k int)
 					return context.Cause(ctx)
 				}
 			}
-			marks[i], errs[i] = r.TimedCall(ctx, sandboxes.Call{SetID: set.ID, Step: fmt.Sprintf("conc%d", i), Prepare: wait, Start: sandboxes.RestoreStep(dir, r.Flags),
+			marks[i], errs[i] = r.TimedCall(ctx, launch.Call{SetID: set.ID, Step: fmt.Sprintf("conc%d", i), Prepare: wait, Start: launch.RestoreStep(dir, r.Flags),
 				Request: request, Check: func(resp []byte) error { return checkImported(resp, set.Imports) }})
 			if !waited {
 				ready.Done()

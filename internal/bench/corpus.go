@@ -22,8 +22,8 @@ import (
 
 	"readie.dev/pipeline/internal/corpus"
 	"readie.dev/pipeline/internal/run"
-	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/pkg/catalogue"
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
 	"readie.dev/pipeline/pkg/pool"
@@ -275,7 +275,7 @@ func replay(ctx context.Context, x *run.VerifiedOutput, trials []corpusTrial, o 
 	}
 	if p != nil {
 		if s := p.Stats(); s.Created > 0 {
-			createMs = sandboxes.MS(s.CreateTime / time.Duration(s.Created))
+			createMs = launch.MS(s.CreateTime / time.Duration(s.Created))
 		}
 	}
 	return createMs, nil

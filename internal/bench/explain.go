@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"readie.dev/pipeline/internal/sandboxes"
+	"readie.dev/pipeline/pkg/launch"
 )
 
 // Breakdown is where the time of one restore-to-answer goes, in milliseconds, from runsc's
@@ -62,7 +62,7 @@ type restoreTimeline struct {
 
 // parseRestoreLogs reads the restore command's and the sandbox's debug logs in dir. The
 // restore command's lines carry a wall-clock time without a zone: the pipeline runs runsc with
-// TZ=UTC (sandboxes.Runtime), so they are read as UTC, in year.
+// TZ=UTC (launch.Runtime), so they are read as UTC, in year.
 func parseRestoreLogs(dir string, year int) (restoreTimeline, error) {
 	var tl restoreTimeline
 	restoreLogs, _ := filepath.Glob(filepath.Join(dir, "*.restore.txt"))
@@ -141,7 +141,7 @@ func scanLines(path string, f func(string) bool) error {
 func msBetween(a, b int64) float64 { return float64(b-a) / 1e6 }
 
 // explain combines a restore's debug timeline with the pipeline's marks of the same call.
-func explain(set string, tl restoreTimeline, marks sandboxes.CallMarks) Breakdown {
+func explain(set string, tl restoreTimeline, marks launch.CallMarks) Breakdown {
 	began, started := marks.Began.UnixNano(), marks.Started.UnixNano()
 	connected, answered := marks.Connected.UnixNano(), marks.Answered.UnixNano()
 	b := Breakdown{
@@ -180,7 +180,7 @@ func WriteBreakdowns(w io.Writer, bs []Breakdown) error {
 
 // Explain breaks down a restore-to-answer whose runsc debug logs are in logDir (one restore:
 // the restore command's log and the sandbox's boot log; the delete command's log is ignored).
-func Explain(set, logDir string, marks sandboxes.CallMarks) (Breakdown, error) {
+func Explain(set, logDir string, marks launch.CallMarks) (Breakdown, error) {
 	tl, err := parseRestoreLogs(logDir, marks.Began.UTC().Year())
 	if err != nil {
 		return Breakdown{}, err

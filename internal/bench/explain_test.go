@@ -6,7 +6,7 @@ import (
 	"time"
 	_ "time/tzdata" // zones by name even on a machine without /usr/share/zoneinfo
 
-	"readie.dev/pipeline/internal/sandboxes"
+	"readie.dev/pipeline/pkg/launch"
 )
 
 // The fixture is a real restore of the pandas image on this machine, with --debug.
@@ -19,7 +19,7 @@ func TestParseRestoreLogs(t *testing.T) {
 	// from the parsed timeline, so a wrong parse shows: the restore command's first line is at
 	// 12:10:24.742481 and the restore ends at 12:10:25.328913.
 	at := func(sec, micro int) time.Time { return time.Date(2026, 12, 2, 12, 10, sec, micro*1000, time.UTC) }
-	marks := sandboxes.CallMarks{
+	marks := launch.CallMarks{
 		Began:     at(24, 742481-5000),
 		Started:   at(25, 328913+20000),
 		Connected: at(25, 328913+23000),
@@ -58,7 +58,7 @@ func TestExplainInAnyTimeZone(t *testing.T) {
 		time.Local = loc
 		began := time.Date(2026, 12, 2, 12, 10, 24, 737481000, time.UTC).In(loc)
 		answered := time.Date(2026, 12, 2, 12, 10, 25, 353913000, time.UTC).In(loc)
-		b, err := Explain("pandas", "../../testdata/runsc-restore-debug", sandboxes.CallMarks{Began: began, Started: answered, Connected: answered, Answered: answered})
+		b, err := Explain("pandas", "../../testdata/runsc-restore-debug", launch.CallMarks{Began: began, Started: answered, Connected: answered, Answered: answered})
 		if err != nil {
 			t.Fatal(err)
 		}

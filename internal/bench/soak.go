@@ -18,8 +18,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/internal/run"
+	"readie.dev/pipeline/pkg/atomicfile"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"

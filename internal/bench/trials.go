@@ -10,8 +10,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/pkg/executorproto"
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/measure"
 	"readie.dev/pipeline/pkg/pool"
 	"readie.dev/pipeline/pkg/pycall"
@@ -42,12 +42,12 @@ func checkImported(response []byte, imports []string) error {
 
 // TimeColdCall starts the executor in sandbox mode without a checkpoint and makes the call that
 // imports the set's modules; the time runs from `runsc create` to the answer.
-func TimeColdCall(ctx context.Context, l *sandboxes.Launcher, setID string, imports []string) (float64, error) {
+func TimeColdCall(ctx context.Context, l *launch.Launcher, setID string, imports []string) (float64, error) {
 	request, err := ImportRequest(imports)
 	if err != nil {
 		return 0, err
 	}
-	marks, err := l.TimedCall(ctx, sandboxes.Call{SetID: setID, Step: "cold", Start: func(ctx context.Context, sb *sandboxes.Sandbox) error {
+	marks, err := l.TimedCall(ctx, launch.Call{SetID: setID, Step: "cold", Start: func(ctx context.Context, sb *launch.Sandbox) error {
 		if err := sb.Create(ctx); err != nil {
 			return err
 		}
@@ -59,24 +59,24 @@ func TimeColdCall(ctx context.Context, l *sandboxes.Launcher, setID string, impo
 // TimeRestoreCall restores imageDir in sandbox mode and makes the same call as TimeColdCall; the time
 // runs from `runsc restore` to the answer. With prestarted, the sandbox is made by
 // `runsc create` first, off the clock, as a worker with a pool of created sandboxes would.
-func TimeRestoreCall(ctx context.Context, r *measure.Restorer, setID, imageDir string, imports []string, prestarted bool) (sandboxes.CallMarks, error) {
+func TimeRestoreCall(ctx context.Context, r *measure.Restorer, setID, imageDir string, imports []string, prestarted bool) (launch.CallMarks, error) {
 	request, err := ImportRequest(imports)
 	if err != nil {
-		return sandboxes.CallMarks{}, err
+		return launch.CallMarks{}, err
 	}
-	var prepare func(context.Context, *sandboxes.Sandbox) error
+	var prepare func(context.Context, *launch.Sandbox) error
 	step := "restore"
 	if prestarted {
-		prepare = func(ctx context.Context, sb *sandboxes.Sandbox) error { return sb.Create(ctx) }
+		prepare = func(ctx context.Context, sb *launch.Sandbox) error { return sb.Create(ctx) }
 		step = "prestarted"
 	}
-	return r.TimedCall(ctx, sandboxes.Call{SetID: setID, Step: step, Prepare: prepare, Start: sandboxes.RestoreStep(imageDir, r.Flags),
+	return r.TimedCall(ctx, launch.Call{SetID: setID, Step: step, Prepare: prepare, Start: launch.RestoreStep(imageDir, r.Flags),
 		Request: request, Check: func(resp []byte) error { return checkImported(resp, imports) }})
 }
 
 // TimeFloor runs a sandbox of the executor's shape whose process exits at once (/bin/true): the
 // cost of any sandbox on this machine.
-func TimeFloor(ctx context.Context, l *sandboxes.Launcher) (_ float64, err error) {
+func TimeFloor(ctx context.Context, l *launch.Launcher) (_ float64, err error) {
 	sb, err := l.NewSandbox("floor", "floor", sandbox.ModeSandbox, nil, []string{"/bin/true"})
 	if err != nil {
 		return 0, err
@@ -92,7 +92,7 @@ func TimeFloor(ctx context.Context, l *sandboxes.Launcher) (_ float64, err error
 // NewPool starts a pool of size sandboxes of the launcher's shape in sandbox mode (the spec a
 // restore of the output uses), named with the run's lease (Runtime.NewID) so that no other run
 // takes them for leftovers; the caller closes it.
-func NewPool(ctx context.Context, l *sandboxes.Launcher, size int) (*pool.Pool, error) {
+func NewPool(ctx context.Context, l *launch.Launcher, size int) (*pool.Pool, error) {
 	dir, err := os.MkdirTemp(l.WorkDir, "pool-")
 	if err != nil {
 		return nil, err
@@ -115,7 +115,7 @@ func NewPool(ctx context.Context, l *sandboxes.Launcher, size int) (*pool.Pool, 
 // the sandbox's Delete (NewPool's RefillOnDelete), both off the clock, so that no refill runs
 // during this trial or any other. A worker's pool refills as Get returns: its start may share
 // the machine with a create.
-func TimePooledCall(ctx context.Context, p *pool.Pool, imageDir string, flags, imports []string, timeout time.Duration) (marks sandboxes.CallMarks, err error) {
+func TimePooledCall(ctx context.Context, p *pool.Pool, imageDir string, flags, imports []string, timeout time.Duration) (marks launch.CallMarks, err error) {
 	request, err := ImportRequest(imports)
 	if err != nil {
 		return marks, err
@@ -131,7 +131,7 @@ func TimePooledCall(ctx context.Context, p *pool.Pool, imageDir string, flags, i
 }
 
 // pooledCall takes a sandbox of p, restores or starts it, dials and calls it, and deletes it.
-func pooledCall(ctx context.Context, p *pool.Pool, imageDir string, flags []string, timeout time.Duration, request []byte, check func([]byte) error) (marks sandboxes.CallMarks, err error) {
+func pooledCall(ctx context.Context, p *pool.Pool, imageDir string, flags []string, timeout time.Duration, request []byte, check func([]byte) error) (marks launch.CallMarks, err error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("a pooled start and call exceeded its timeout of %s", timeout))
 	defer cancel()
 	marks.Began = time.Now()

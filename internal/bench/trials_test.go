@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/capture"
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/measure"
 	"readie.dev/pipeline/pkg/sandbox"
 )
@@ -30,7 +30,7 @@ func TestTrials(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	r := &measure.Restorer{Launcher: sandboxes.Launcher{Runtime: rt, Rootfs: rootfs, WorkDir: work, Timeout: time.Minute}, Flags: []string{"-direct"}}
+	r := &measure.Restorer{Launcher: launch.Launcher{Runtime: rt, Rootfs: rootfs, WorkDir: work, Timeout: time.Minute}, Flags: []string{"-direct"}}
 	cold, err := TimeColdCall(ctx, &r.Launcher, "cold", imports)
 	if err != nil || cold <= 0 {
 		t.Fatalf("cold call = %v, %v", cold, err)
@@ -83,8 +83,8 @@ func TestTrials(t *testing.T) {
 // error says both.
 func TestTimeFloorJoinsAFailedDelete(t *testing.T) {
 	path, _ := testenv.FakeRunsc(t, "[]", "run", "delete")
-	rt := &sandboxes.Runtime{Path: path, Root: t.TempDir(), Flags: sandbox.DefaultFlags(), Lease: testenv.Lease(t)}
-	_, err := TimeFloor(context.Background(), &sandboxes.Launcher{Runtime: rt, Rootfs: "/rootfs", WorkDir: t.TempDir(), Timeout: time.Minute})
+	rt := &launch.Runtime{Path: path, Root: t.TempDir(), Flags: sandbox.DefaultFlags(), Lease: testenv.Lease(t)}
+	_, err := TimeFloor(context.Background(), &launch.Launcher{Runtime: rt, Rootfs: "/rootfs", WorkDir: t.TempDir(), Timeout: time.Minute})
 	if err == nil || !strings.Contains(err.Error(), "run readie-floor-") || !strings.Contains(err.Error(), "delete: device or resource busy") {
 		t.Fatalf("TimeFloor whose run and delete fail = %v; want both", err)
 	}

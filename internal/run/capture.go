@@ -11,9 +11,9 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
 
-	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/pkg/catalogue"
 	"readie.dev/pipeline/pkg/executorproto"
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
 	"readie.dev/pipeline/pkg/sandbox"
@@ -106,7 +106,7 @@ func carryOutPlan(ctx context.Context, e *Env, plan *Plan, r manifest.Runsc, d D
 
 // runscRecord is what the manifest records of rt's runsc binary, whose digest is sha256: its
 // version and module.
-func runscRecord(ctx context.Context, rt *sandboxes.Runtime, sha256 string) (manifest.Runsc, error) {
+func runscRecord(ctx context.Context, rt *launch.Runtime, sha256 string) (manifest.Runsc, error) {
 	version, err := rt.Version(ctx)
 	if err != nil {
 		return manifest.Runsc{}, err

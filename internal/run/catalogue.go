@@ -11,8 +11,8 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"readie.dev/pipeline/internal/analysis"
-	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/pkg/atomicfile"
 	"readie.dev/pipeline/pkg/catalogue"
 	"readie.dev/pipeline/pkg/manifest"
 )

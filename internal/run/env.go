@@ -27,10 +27,10 @@ import (
 	"readie.dev/pipeline/internal/oci/rootfs"
 	"readie.dev/pipeline/internal/oci/unpack"
 	"readie.dev/pipeline/internal/oci/verify"
-	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/pkg/capture"
 	"readie.dev/pipeline/pkg/filedigest"
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
 )
@@ -49,7 +49,7 @@ const RestoreSpecHostDir = "/run/readie/sandboxes/SANDBOX_ID"
 // copy shaped by that output's manifest (manifestEnv).
 type Env struct {
 	Config  *config.Config
-	Runtime *sandboxes.Runtime
+	Runtime *launch.Runtime
 	// RunscSHA256 is the digest of the runsc binary, hashed once per run (it is 100 MB).
 	RunscSHA256 string
 	// Rootfs is the image sandboxes run; set by Capture from the config, or from the manifest
@@ -104,7 +104,7 @@ func baselineFeatures(cfg *config.Config) []string {
 // checked by the step that needs it: a capture uses the config's, a run over an existing
 // output the manifest's.
 func NewEnv(ctx context.Context, cfg *config.Config, log logrus.FieldLogger) (*Env, error) {
-	rt := &sandboxes.Runtime{
+	rt := &launch.Runtime{
 		Path:           cfg.Runsc.Path,
 		Root:           cfg.Runsc.Root,
 		Flags:          cfg.Runsc.SandboxFlags(),
@@ -250,8 +250,8 @@ func OpenRootfs(path string) (manifest.Rootfs, *manifest.RootfsInfo, error) {
 
 // Launcher starts sandboxes of this environment's shape, each bounded by limit; workDir
 // holds their bundles.
-func (e *Env) Launcher(workDir string, limit time.Duration) sandboxes.Launcher {
-	return sandboxes.Launcher{Runtime: e.Runtime, Rootfs: e.Rootfs.Path, Process: e.RootfsInfo.SandboxProcess(), WorkDir: workDir, Env: slices.Clone(e.extraEnv), Timeout: limit}
+func (e *Env) Launcher(workDir string, limit time.Duration) launch.Launcher {
+	return launch.Launcher{Runtime: e.Runtime, Rootfs: e.Rootfs.Path, Process: e.RootfsInfo.SandboxProcess(), WorkDir: workDir, Env: slices.Clone(e.extraEnv), Timeout: limit}
 }
 
 // Restorer restores checkpoints of this environment with its restore flags, each restore

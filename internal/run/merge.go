@@ -9,9 +9,9 @@ import (
 	"slices"
 	"strings"
 
-	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/store"
+	"readie.dev/pipeline/pkg/atomicfile"
 	"readie.dev/pipeline/pkg/cpu"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/limitread"

@@ -8,8 +8,8 @@ import (
 	"slices"
 	"strings"
 
-	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/internal/store"
+	"readie.dev/pipeline/pkg/atomicfile"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/manifest"
 )

@@ -16,12 +16,12 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/lease"
 	"readie.dev/pipeline/internal/oci/unpack"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/atomicfile"
 	"readie.dev/pipeline/pkg/manifest"
 )
 
@@ -430,7 +430,8 @@ func TestSweepRemovesWhatDeadRunsLeft(t *testing.T) {
 	t.Setenv("TMPDIR", tmp)
 	rt := testenv.Runtime(t)
 	rootfs := filepath.Join(t.TempDir(), "rootfs")
-	s := sweeper{runtime: rt, lease: rt.Lease, store: &store.Store{Dir: filepath.Join(t.TempDir(), "store"), Lease: rt.Lease}, rootfs: rootfs, log: discardLog()}
+	l := rt.Lease.(*lease.Lease)
+	s := sweeper{runtime: rt, lease: l, store: &store.Store{Dir: filepath.Join(t.TempDir(), "store"), Lease: l}, rootfs: rootfs, log: discardLog()}
 	out := filepath.Join(t.TempDir(), "out")
 
 	live, dead := newLease(t), newLease(t)

@@ -13,13 +13,13 @@ import (
 	"testing"
 	"time"
 
-	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/internal/config"
-	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/atomicfile"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/filedigest"
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
 	"readie.dev/pipeline/pkg/sandbox"
@@ -132,7 +132,7 @@ func stagesEnv(t *testing.T) *Env {
 	}
 	l := newLease(t)
 	return &Env{
-		Config: cfg, Runtime: &sandboxes.Runtime{Flags: sandbox.DefaultFlags()},
+		Config: cfg, Runtime: &launch.Runtime{Flags: sandbox.DefaultFlags()},
 		RunscSHA256: filedigest.OfBytes([]byte("runsc")), RestoreFlags: []string{"-direct"}, Log: discardLog(),
 		Rootfs: manifest.Rootfs{Path: t.TempDir(), Digest: filedigest.OfBytes([]byte("rootfs"))},
 		Store:  &store.Store{Dir: cfg.CheckpointCache, Lease: l}, lease: l,

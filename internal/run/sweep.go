@@ -11,8 +11,9 @@ import (
 
 	"readie.dev/pipeline/internal/lease"
 	"readie.dev/pipeline/internal/oci/unpack"
-	"readie.dev/pipeline/internal/sandboxes"
+	"readie.dev/pipeline/internal/orphans"
 	"readie.dev/pipeline/internal/store"
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
 )
 
@@ -90,7 +91,7 @@ func isOutput(dir string) bool {
 // sweeper cleans up after runs that are over, in the directories runs share (the runsc root,
 // the scratch directory, the store) and beside an output; lease is this run's.
 type sweeper struct {
-	runtime *sandboxes.Runtime
+	runtime *launch.Runtime
 	lease   *lease.Lease
 	store   *store.Store
 	// rootfs is the cache's rootfs/ directory, where runs make rootfs directories and unpack
@@ -154,8 +155,8 @@ func (s sweeper) holdShared() error {
 // the scratch directory, the store, the rootfs cache), and logs each removal. A sandbox that cannot be deleted fails the run; a scratch or store directory that
 // cannot be removed is logged and left for the next run.
 func (s sweeper) shared(ctx context.Context) error {
-	orphans, err := s.runtime.RemoveOrphans(ctx)
-	for _, o := range orphans {
+	removed, err := orphans.Remove(ctx, s.runtime, s.lease)
+	for _, o := range removed {
 		log := s.log.WithFields(logrus.Fields{"sandbox": o.ID, "run": o.Run})
 		if o.Note != "" {
 			log = log.WithField("note", o.Note)

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"readie.dev/pipeline/internal/atomicfile"
+	"readie.dev/pipeline/pkg/atomicfile"
 )
 
 // sweepTemporaries removes the temporary files (atomicfile's .NAME.tmp-RAND) that writers of

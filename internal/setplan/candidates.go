@@ -50,7 +50,7 @@ func (p *problem) candidates(maxCandidates int) (distinct, pool []cand, units []
 	return distinct, pool, growUnits(weightOf)
 }
 
-// frequentGroups are the planned groups that need a module, most frequent first, then fewer
+// frequentGroups returns the planned groups that need a module, most frequent first, then fewer
 // modules, then by name (a fixed order for ties); at most maxCandidates of them when it is
 // positive.
 func (p *problem) frequentGroups(maxCandidates int) []group {
@@ -84,7 +84,7 @@ func (p *problem) frequentGroups(maxCandidates int) []group {
 	return groups
 }
 
-// moduleWeights is, for each module of the index, the weight of the planned requests that need it.
+// moduleWeights returns, for each module of the index, the weight of the planned requests that need it.
 func (p *problem) moduleWeights() []float64 {
 	weightOf := make([]float64, p.x.Len())
 	for _, g := range p.planned.groups {
@@ -103,7 +103,7 @@ type family struct {
 	modules catalogue.Set
 }
 
-// families are the families of the needed modules, in the order of their first module.
+// families returns the families of the needed modules, in the order of their first module.
 func (p *problem) families(weightOf []float64) []family {
 	var out []family
 	at := map[string]int{}
@@ -123,7 +123,7 @@ func (p *problem) families(weightOf []float64) []family {
 	return out
 }
 
-// growUnits are the modules to grow a set by: those the planned requests need, most needed
+// growUnits returns the modules to grow a set by: those the planned requests need, most needed
 // first, at most 128.
 func growUnits(weightOf []float64) []int {
 	var units []int

@@ -18,9 +18,9 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"readie.dev/pipeline/internal/analysis"
-	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/corpus"
+	"readie.dev/pipeline/pkg/atomicfile"
 	"readie.dev/pipeline/pkg/catalogue"
 	"readie.dev/pipeline/pkg/checkpointid"
 	"readie.dev/pipeline/pkg/jsonfile"
@@ -64,7 +64,7 @@ type Options struct {
 	MaxCandidates int `json:"max_candidates"`
 }
 
-// DefaultOptions are readie's bounds, so that the plan and its greedy compare at the same K and
+// DefaultOptions returns readie's bounds, so that the plan and its greedy compare at the same K and
 // budget; on a corpus like the sample one the budget does not bind (15 sets of the common
 // stacks predict to well under 2 GiB).
 func DefaultOptions() Options { return Options{MaxSets: 15, BudgetMiB: 2048} }
@@ -94,7 +94,7 @@ type Result struct {
 	// CostSource says where the cost model's figures were measured (set by the caller).
 	CostSource string               `json:"cost_source,omitempty"`
 	Corpus     CorpusSummary        `json:"corpus"`
-	Sets       []Set                `json:"sets"`
+	Sets       []PlannedSet         `json:"sets"`
 	Strategies map[string]*Strategy `json:"strategies"`
 }
 
@@ -122,14 +122,14 @@ type PartSummary struct {
 
 // Strategy is one strategy's sets and its expected start costs.
 type Strategy struct {
-	Sets     []Set   `json:"sets"`
-	TotalMiB float64 `json:"total_mib"`
-	Planned  Stats   `json:"planned"`
-	HeldOut  Stats   `json:"held_out"`
+	Sets     []PlannedSet `json:"sets"`
+	TotalMiB float64      `json:"total_mib"`
+	Planned  Stats        `json:"planned"`
+	HeldOut  Stats        `json:"held_out"`
 }
 
-// Set is one package set to checkpoint.
-type Set struct {
+// PlannedSet is one package set to checkpoint, as plan.json lists it.
+type PlannedSet struct {
 	ID      string   `json:"id"`
 	Imports []string `json:"imports"`
 	// Closure is every analysed module the set holds loaded.
@@ -200,7 +200,7 @@ const swapCandidates = 256
 // cold start, in the router's order.
 func (p *problem) strategy(sets []cand, withEmpty bool) *Strategy {
 	x := p.x
-	st := &Strategy{Sets: []Set{}}
+	st := &Strategy{Sets: []PlannedSet{}}
 	named := p.name(sets)
 	// The router's order: smaller image first, then id; cold last.
 	order := make([]int, len(sets))
@@ -238,18 +238,18 @@ func (p *problem) strategy(sets []cand, withEmpty bool) *Strategy {
 		st.TotalMiB += sets[i].mib
 	}
 	st.Sets = named
-	slices.SortFunc(st.Sets, func(a, b Set) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(st.Sets, func(a, b PlannedSet) int { return strings.Compare(a.ID, b.ID) })
 	return st
 }
 
 // name gives sets their imports (the fewest modules whose closures load the set) and ids.
-func (p *problem) name(sets []cand) []Set {
+func (p *problem) name(sets []cand) []PlannedSet {
 	x := p.x
-	out := make([]Set, len(sets))
+	out := make([]PlannedSet, len(sets))
 	count := map[string]int{}
 	for i, c := range sets {
 		imports := minimalImports(x, c.loaded)
-		out[i] = Set{ID: baseID(imports), Imports: imports, Closure: x.Names(c.loaded), PredictedMiB: c.mib, RestoreMs: c.opt.FixedMs}
+		out[i] = PlannedSet{ID: baseID(imports), Imports: imports, Closure: x.Names(c.loaded), PredictedMiB: c.mib, RestoreMs: c.opt.FixedMs}
 		count[out[i].ID]++
 	}
 	for i := range out {
@@ -260,7 +260,7 @@ func (p *problem) name(sets []cand) []Set {
 	return out
 }
 
-// minimalImports are the modules of loaded that no other module of loaded pulls in: importing
+// minimalImports returns the modules of loaded that no other module of loaded pulls in: importing
 // them loads the whole set. Of modules that pull each other in, the first by name is kept.
 func minimalImports(x *catalogue.Index, loaded catalogue.Set) []string {
 	members := loaded.Members()
@@ -281,7 +281,7 @@ func minimalImports(x *catalogue.Index, loaded catalogue.Set) []string {
 	return out
 }
 
-// baseID derives a set's id from its imports: matplotlib.pyplot and pandas give
+// baseID returns a set's id, derived from its imports: matplotlib.pyplot and pandas give
 // matplotlib_pyplot-pandas. Too long or reserved ids get a hash (see hashedID).
 func baseID(imports []string) string {
 	parts := make([]string, len(imports))
@@ -295,7 +295,7 @@ func baseID(imports []string) string {
 	return id
 }
 
-// hashedID keeps the start of id and appends 8 hex digits of a digest of the imports, so that
+// hashedID returns the start of id followed by 8 hex digits of a digest of the imports, so that
 // the id stays unique, valid and the same for the same imports.
 func hashedID(id string, imports []string) string {
 	sum := sha256.Sum256([]byte(strings.Join(imports, ",")))
@@ -395,7 +395,7 @@ func (r *Result) Catalogue(a *analysis.File) *catalogue.Catalogue {
 	return c
 }
 
-// WriteSummary prints the strategies side by side.
+// WriteSummary writes the strategies side by side.
 func (r *Result) WriteSummary(w io.Writer) error {
 	pl, ho := r.Corpus.Planned, r.Corpus.HeldOut
 	fmt.Fprintf(w, "corpus: %d requests planned from (%d distinct needs, %d unservable), %d held out (%d unservable)\n",

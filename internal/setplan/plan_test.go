@@ -101,7 +101,7 @@ func allPlanned(lines ...string) []string {
 	return out
 }
 
-func ids(sets []Set) []string {
+func ids(sets []PlannedSet) []string {
 	out := []string{}
 	for _, s := range sets {
 		out = append(out, s.ID)
@@ -167,7 +167,7 @@ func TestPlanKnownOptima(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Set{ID: "seaborn", Imports: []string{"seaborn"}, Closure: []string{"numpy", "pandas", "seaborn"}, PredictedMiB: 30, RestoreMs: 130}
+	want := PlannedSet{ID: "seaborn", Imports: []string{"seaborn"}, Closure: []string{"numpy", "pandas", "seaborn"}, PredictedMiB: 30, RestoreMs: 130}
 	got := res.Sets[0]
 	got.ServedWeight = 0
 	if !slicesEqualSet(got, want) {
@@ -178,7 +178,7 @@ func TestPlanKnownOptima(t *testing.T) {
 	}
 }
 
-func slicesEqualSet(a, b Set) bool {
+func slicesEqualSet(a, b PlannedSet) bool {
 	return a.ID == b.ID && slices.Equal(a.Imports, b.Imports) && slices.Equal(a.Closure, b.Closure) &&
 		a.PredictedMiB == b.PredictedMiB && a.RestoreMs == b.RestoreMs && a.ServedWeight == b.ServedWeight
 }
@@ -472,7 +472,7 @@ func TestConfigBlock(t *testing.T) {
 			t.Errorf("baseID(%v) = %q is not a valid id", tc.imports, baseID(tc.imports))
 		}
 	}
-	res := &Result{Sets: []Set{
+	res := &Result{Sets: []PlannedSet{
 		{ID: "matplotlib_pyplot-pandas", Imports: []string{"matplotlib.pyplot", "pandas"}},
 		{ID: baseID(long), Imports: long},
 	}}
@@ -555,7 +555,7 @@ func TestPlanSaveLoad(t *testing.T) {
 		t.Errorf("round trip: %+v", back)
 	}
 	// A plan whose sets the config would refuse is refused.
-	res.Sets = append(res.Sets, Set{ID: "empty", Imports: []string{"numpy"}}, Set{ID: "x", Imports: []string{"not a name"}})
+	res.Sets = append(res.Sets, PlannedSet{ID: "empty", Imports: []string{"numpy"}}, PlannedSet{ID: "x", Imports: []string{"not a name"}})
 	if err := res.Save(path); err != nil {
 		t.Fatal(err)
 	}

@@ -95,7 +95,7 @@ func newProblem(c *corpus.Corpus, a *analysis.File, model catalogue.CostModel) (
 	return p, nil
 }
 
-// needOf is the closure union of the modules that imports resolve to; lacks are the modules
+// needOf returns the closure union of the modules that imports resolve to; lacks are the modules
 // among them that the image lacks, unanalysed the imports the analysis has no entry for.
 func needOf(imports []string, a *analysis.File, x *catalogue.Index) (need catalogue.Set, lacks, unanalysed []string) {
 	need = x.NewSet()
@@ -189,7 +189,7 @@ func (p *problem) evaluate(pt part, options []catalogue.Option) (Stats, []float6
 	return st, served
 }
 
-// lowerBound is a floor under every strategy's mean on pt: each group on the best start it could
+// lowerBound returns a floor under every strategy's mean on pt: each group on the best start it could
 // have if every set were allowed, closures relaxed: the empty restore, plus per needed module
 // the cheaper of holding it in the image (its memory priced by the restore line) or importing
 // it; or a cold start. No K, budget or candidate pool reaches below it.

@@ -95,7 +95,7 @@ func (s *searcher) assign(sets []cand) assignment {
 	return a
 }
 
-// gain is how much adding c lowers the total of a solution whose per-group costs are best,
+// gain returns how much adding c lowers the total of a solution whose per-group costs are best,
 // summed over the groups of support (nil: all), and the groups where it lowers the cost. As
 // sets are added, costs only fall, so a group where c gains nothing never becomes one where it
 // does: a later gain of c need only look at the groups of the earlier support.
@@ -131,7 +131,7 @@ func (s *searcher) gain(c *cand, best []float64, support []int32) (float64, []in
 	return gain, slices.Concat(supports...)
 }
 
-// gains are the gains of the candidates on the base alone.
+// gains returns the gains of the candidates on the base alone.
 func (s *searcher) gains(pool []cand) []float64 {
 	out := make([]float64, len(pool))
 	for i := range pool {
@@ -140,7 +140,7 @@ func (s *searcher) gains(pool []cand) []float64 {
 	return out
 }
 
-// shortlist is the positions of the n candidates of highest gain (ties: earlier first).
+// shortlist returns the positions of the n candidates of highest gain (ties: earlier first).
 func shortlist(gains []float64, n int) []int {
 	order := make([]int, len(gains))
 	for i := range order {
@@ -277,7 +277,7 @@ func (m move) apply(sets []cand) []cand {
 	return slices.DeleteFunc(sets, func(c cand) bool { return c.loaded == nil })
 }
 
-// noMove is the bar a move must pass: lower the total by more than rounding error, so that
+// noMove returns the bar a move must pass: lower the total by more than rounding error, so that
 // the search ends.
 func noMove(total float64) move {
 	return move{total: total - 1e-9*math.Abs(total), drop: noSet, drop2: noSet}
@@ -323,7 +323,7 @@ func (s *searcher) improve(sets []cand, pool []cand, units []int, newCand func(c
 // maxRounds bounds the local search; each round lowers the total, so it ends anyway.
 const maxRounds = 200
 
-// dropTotals are the totals after dropping each set: the groups it serves fall back to their
+// dropTotals returns the totals after dropping each set: the groups it serves fall back to their
 // second best.
 func (s *searcher) dropTotals(a *assignment, n int) []float64 {
 	totals := make([]float64, n)
@@ -338,7 +338,7 @@ func (s *searcher) dropTotals(a *assignment, n int) []float64 {
 	return totals
 }
 
-// poolMove is the best add, swap or drop.
+// poolMove returns the best add, swap or drop.
 func (s *searcher) poolMove(sets []cand, pool []cand) move {
 	a := s.assign(sets)
 	mib := mibOf(sets)
@@ -408,7 +408,7 @@ type reshaping struct {
 	c2 *cand
 }
 
-// reshape is the best change of set f: grown, shrunk, split or merged.
+// reshape returns the best change of set f: grown, shrunk, split or merged.
 func (s *searcher) reshape(sets []cand, f int, units []int, newCand func(catalogue.Set) cand) move {
 	a := s.assign(sets)
 	r := reshaper{s: s, sets: sets, f: f, old: sets[f].loaded, mib: mibOf(sets), newCand: newCand}
@@ -454,7 +454,7 @@ func (r *reshaper) fit(c cand) (reshaping, bool) {
 	return reshaping{c, h, nil}, h != noSet
 }
 
-// grows are f grown by one of units and its closure. Only the modules that the requests f
+// grows returns f grown by one of units and its closure. Only the modules that the requests f
 // serves, or would serve next, need: a module no request near f needs cannot draw requests to it.
 func (r *reshaper) grows(a *assignment, units []int) []reshaping {
 	var tries []reshaping
@@ -476,7 +476,7 @@ func (r *reshaper) grows(a *assignment, units []int) []reshaping {
 	return tries
 }
 
-// shrinks are f without one module u (and what needs it), and splits: the same with u's
+// shrinks returns f without one module u (and what needs it), and splits: the same with u's
 // closure as a set of its own, when there is a free slot and room.
 func (r *reshaper) shrinks() []reshaping {
 	var tries []reshaping
@@ -501,7 +501,7 @@ func (r *reshaper) shrinks() []reshaping {
 	return tries
 }
 
-// merges are f merged with each later set, which the merge replaces too.
+// merges returns f merged with each later set, which the merge replaces too.
 func (r *reshaper) merges() []reshaping {
 	var tries []reshaping
 	for h := r.f + 1; h < len(r.sets); h++ {
@@ -514,7 +514,7 @@ func (r *reshaper) merges() []reshaping {
 	return tries
 }
 
-// replaceTotal is the total after replacing set f (whose loaded set was old) by c, dropping set
+// replaceTotal returns the total after replacing set f (whose loaded set was old) by c, dropping set
 // h (or noSet) and adding c2 (or nil). Only the groups f or h serve, and those that need a
 // module of c or c2, can change cost; when c holds old, only those that need a module c adds
 // to it, or a module of c2.

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/internal/lease"
+	"readie.dev/pipeline/pkg/atomicfile"
 	"readie.dev/pipeline/pkg/filedigest"
 	"readie.dev/pipeline/pkg/manifest"
 )

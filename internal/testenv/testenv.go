@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"readie.dev/pipeline/internal/lease"
-	"readie.dev/pipeline/internal/sandboxes"
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/sandbox"
 )
@@ -91,7 +91,7 @@ func WaitForBlocked(t testing.TB, tmp, id string, limit time.Duration) {
 
 // WaitForSandbox waits until a sandbox whose ID contains part runs under rt's root, and
 // returns its ID: the state a test needs before it times out, signals or kills a run.
-func WaitForSandbox(t testing.TB, rt *sandboxes.Runtime, part string, limit time.Duration) string {
+func WaitForSandbox(t testing.TB, rt *launch.Runtime, part string, limit time.Duration) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
@@ -143,14 +143,14 @@ func PipelineImage(t testing.TB) string {
 
 // Runtime returns a runsc runtime with a private root and a lease of its own (a run's), which
 // the test removes, after checking that no sandbox was left behind under it.
-func Runtime(t testing.TB) *sandboxes.Runtime {
+func Runtime(t testing.TB) *launch.Runtime {
 	t.Helper()
 	root, err := os.MkdirTemp("", "readie-runsc-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	l := Lease(t)
-	rt := &sandboxes.Runtime{
+	rt := &launch.Runtime{
 		Path:  RunscPath(t),
 		Root:  root,
 		Flags: sandbox.DefaultFlags(),

@@ -2,9 +2,9 @@
 // in capture mode under runsc, checks the evidence that the checkpoint really happened, and
 // writes meta.json beside the image files.
 //
-// Run captures a Request in one of the pipeline's sandboxes (internal/sandboxes: the run's
-// IDs, logs and deletion), so only this module calls it; Marker is the executor's line that
-// says it reached the checkpoint; every failure matches ErrCapture.
+// Run captures a Request in a sandbox of a pkg/launch Runtime (its IDs, logs and deletion);
+// Marker is the executor's line that says it reached the checkpoint; every failure matches
+// ErrCapture.
 package capture
 
 import (
@@ -19,10 +19,10 @@ import (
 	"strings"
 	"time"
 
-	"readie.dev/pipeline/internal/atomicfile"
-	"readie.dev/pipeline/internal/sandboxes"
+	"readie.dev/pipeline/pkg/atomicfile"
 	"readie.dev/pipeline/pkg/catalogue"
 	"readie.dev/pipeline/pkg/filedigest"
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/runsc"
 	"readie.dev/pipeline/pkg/sandbox"
@@ -71,7 +71,7 @@ type Request struct {
 
 // Run captures req and returns the checkpoint's meta.json contents, already written to Dir.
 // The sandbox is deleted on every path: success, failure, timeout and cancellation.
-func Run(ctx context.Context, rt *sandboxes.Runtime, req Request) (*manifest.Meta, error) {
+func Run(ctx context.Context, rt *launch.Runtime, req Request) (*manifest.Meta, error) {
 	sb, fingerprint, err := newSandbox(rt, req)
 	if err != nil {
 		return nil, req.fail(err)
@@ -123,7 +123,7 @@ func (req Request) fail(cause error) error {
 
 // newSandbox prepares the capture sandbox of req (not started) in a fresh image directory,
 // and the fingerprint of its spec.
-func newSandbox(rt *sandboxes.Runtime, req Request) (*sandboxes.Sandbox, string, error) {
+func newSandbox(rt *launch.Runtime, req Request) (*launch.Sandbox, string, error) {
 	if err := freshDir(req.Dir); err != nil {
 		return nil, "", err
 	}
@@ -131,9 +131,7 @@ func newSandbox(rt *sandboxes.Runtime, req Request) (*sandboxes.Sandbox, string,
 	if err != nil {
 		return nil, "", err
 	}
-	// Named by the ID's random suffix, not the set: the socket path stays short (108 bytes)
-	// whatever the set's id.
-	hostDir := filepath.Join(req.WorkDir, id[len(id)-8:])
+	hostDir := launch.HostDir(req.WorkDir, id)
 	if err := os.MkdirAll(hostDir, 0o755); err != nil {
 		return nil, "", err
 	}
@@ -156,7 +154,7 @@ func newSandbox(rt *sandboxes.Runtime, req Request) (*sandboxes.Sandbox, string,
 	return sb, fingerprint, err
 }
 
-// evidence is the meta.json of a capture whose executor reached the checkpoint: its CPU check
+// evidence returns the meta.json of a capture whose executor reached the checkpoint: its CPU check
 // (with a baseline) from stdout, and every image file's size and digest, none of them empty.
 func (req Request) evidence(stdout []byte, fingerprint string) (*manifest.Meta, error) {
 	meta := &manifest.Meta{
@@ -264,7 +262,7 @@ func freshDir(dir string) error {
 	return nil
 }
 
-// exitMeaning explains the executor's exit codes (images/executor, README).
+// exitMeaning returns what the executor's exit status means (images/executor, README).
 func exitMeaning(status int) string {
 	switch status {
 	case 2:

@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"readie.dev/pipeline/internal/cpubaseline"
-	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/capture"
 	"readie.dev/pipeline/pkg/cpu"
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/runsc"
 	"readie.dev/pipeline/pkg/sandbox"
@@ -85,7 +85,7 @@ func TestRefusesNonEmptyDir(t *testing.T) {
 // says both, so a sandbox left behind is reported even when the capture failed too.
 func TestFailedDeleteIsJoined(t *testing.T) {
 	path, _ := testenv.FakeRunsc(t, "[]", "run")
-	rt := &sandboxes.Runtime{Path: path, Root: t.TempDir(), Flags: sandbox.DefaultFlags(), Lease: testenv.Lease(t)}
+	rt := &launch.Runtime{Path: path, Root: t.TempDir(), Flags: sandbox.DefaultFlags(), Lease: testenv.Lease(t)}
 	work := t.TempDir()
 	_, err := capture.Run(context.Background(), rt, capture.Request{
 		ID: "fail", Rootfs: "/rootfs", Dir: filepath.Join(work, "img"), WorkDir: work, Timeout: time.Minute,

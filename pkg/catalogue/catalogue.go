@@ -77,7 +77,7 @@ type Checkpoint struct {
 	Packages map[string]string `json:"packages,omitempty"`
 }
 
-// RestoreMs is the price of restoring c: its measured median when there is one, otherwise the
+// RestoreMs returns the price of restoring c: its measured median when there is one, otherwise the
 // cost model on its measured image size.
 func (c Checkpoint) RestoreMs(m CostModel) float64 {
 	if c.RestoreMedianMs > 0 {
@@ -229,7 +229,7 @@ func CheckPackages(packages map[string]string) error {
 	return errors.Join(problems...)
 }
 
-// loaded is what the checkpoint holds loaded, of the index's modules: the closures of its
+// loaded returns what the checkpoint holds loaded, of the index's modules: the closures of its
 // imports and closure. An import the analysis lacks is held but not priced; a module that does
 // not import in the image, or a closure member the index lacks, is a problem, named with where.
 func (cp Checkpoint) loaded(x *Index, where string) (Set, []error) {
@@ -291,8 +291,8 @@ type PassedOver struct {
 // cold start. Ties go to the smaller image, then the lower id; cold loses ties.
 func (r *Router) Select(names []string) Choice { return r.SelectFor(names, nil) }
 
-// SelectFor is Select for a request that also needs packages: a checkpoint that holds loaded
-// a distribution whose version does not satisfy one of them is passed over (Choice.PassedOver
+// SelectFor selects as Select does, for a request that also needs packages: a checkpoint that
+// holds loaded a distribution whose version does not satisfy one of them is passed over (Choice.PassedOver
 // says why), since a loaded module cannot be replaced; one that does not load it is as good as
 // without the requirement (the worker installs it before the call). The cold start is never
 // ruled out. A requirement the image itself does not satisfy is reported in ImageLacks.
@@ -394,7 +394,7 @@ func (r *Router) resolve(names []string) (Choice, Set) {
 	return ch, need
 }
 
-// why says in words why ch won: its option best and what it costs, the runner-up second (or
+// why returns in words why ch won: its option best and what it costs, the runner-up second (or
 // -1) at secondMs, and what the request names that is not priced.
 func (r *Router) why(ch *Choice, best, second int, secondMs float64) string {
 	var why strings.Builder

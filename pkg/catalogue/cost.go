@@ -22,7 +22,7 @@ type CostModel struct {
 	EmptyMiB float64 `json:"empty_mib"`
 }
 
-// RestoreMs is the predicted restore time of an image of imageMiB.
+// RestoreMs returns the predicted restore time of an image of imageMiB.
 func (m CostModel) RestoreMs(imageMiB float64) float64 {
 	return m.InterceptMs + m.AlphaMsPerMiB*imageMiB
 }
@@ -204,13 +204,13 @@ func makeTransitive(closure []Set) {
 // Pricer prices starts over the index's modules under the cost model it was made with.
 func (x *Index) Pricer() *Pricer { return &x.pricer }
 
-// Len is the number of available modules.
+// Len returns the number of available modules.
 func (x *Index) Len() int { return len(x.names) }
 
-// Name is the module at position i.
+// Name returns the module at position i.
 func (x *Index) Name(i int) string { return x.names[i] }
 
-// Position is the position of an available module.
+// Position returns the position of an available module.
 func (x *Index) Position(module string) (int, bool) {
 	i, ok := x.pos[module]
 	return i, ok
@@ -219,8 +219,8 @@ func (x *Index) Position(module string) (int, bool) {
 // Unavailable reports whether the analysis found that module does not import.
 func (x *Index) Unavailable(module string) bool { return x.unavailable[module] }
 
-// Resolve maps a name as written in code (a module, or a name imported from one) to the longest
-// prefix that is an analysed module, available or not; ok is false when none is.
+// Resolve returns the longest prefix of name (as written in code: a module, or a name imported
+// from one) that is an analysed module, available or not; ok is false when none is.
 func (x *Index) Resolve(name string) (module string, ok bool) {
 	for prefix := name; ; {
 		if _, known := x.pos[prefix]; known || x.unavailable[prefix] {
@@ -234,16 +234,16 @@ func (x *Index) Resolve(name string) (module string, ok bool) {
 	}
 }
 
-// OwnMs is the own import time of the module at position i.
+// OwnMs returns the own import time of the module at position i.
 func (x *Index) OwnMs(i int) float64 { return x.ownMs[i] }
 
-// OwnMiB is the own memory of the module at position i.
+// OwnMiB returns the own memory of the module at position i.
 func (x *Index) OwnMiB(i int) float64 { return x.ownMiB[i] }
 
 // NewSet returns an empty set sized for the index.
 func (x *Index) NewSet() Set { return make(Set, x.words) }
 
-// Closure is the transitive closure of the module at position i, itself included. The caller
+// Closure returns the transitive closure of the module at position i, itself included. The caller
 // must not change it.
 func (x *Index) Closure(i int) Set { return x.closure[i] }
 
@@ -272,10 +272,10 @@ type Pricer struct {
 	model CostModel
 }
 
-// Model is the pricer's cost model.
+// Model returns the pricer's cost model.
 func (p *Pricer) Model() CostModel { return p.model }
 
-// ImageMiB is the predicted image size of a checkpoint holding loaded: the empty checkpoint
+// ImageMiB returns the predicted image size of a checkpoint holding loaded: the empty checkpoint
 // plus the own memory of each loaded module, each counted once.
 func (p *Pricer) ImageMiB(loaded Set) float64 {
 	mib := p.model.EmptyMiB
@@ -285,14 +285,14 @@ func (p *Pricer) ImageMiB(loaded Set) float64 {
 	return mib
 }
 
-// ImportMs is the time to import need on a start that already holds loaded: the own import
+// ImportMs returns the time to import need on a start that already holds loaded: the own import
 // times of the modules of need that loaded lacks, each counted once.
 func (p *Pricer) ImportMs(need, loaded Set) float64 {
 	ms, _ := p.importMsBelow(need, loaded, math.Inf(1))
 	return ms
 }
 
-// importMsBelow is ImportMs when that is below limit (ok); otherwise it stops adding as soon as
+// importMsBelow returns ImportMs when that is below limit (ok); otherwise it stops adding as soon as
 // the sum reaches limit. Own times are >= 0, so a partial sum never exceeds the whole.
 func (p *Pricer) importMsBelow(need, loaded Set, limit float64) (ms float64, ok bool) {
 	for w, word := range need {
@@ -313,22 +313,22 @@ type Option struct {
 	Loaded  Set
 }
 
-// ColdOption is a cold start: nothing loaded beyond the interpreter.
+// ColdOption returns a cold start: nothing loaded beyond the interpreter.
 func (p *Pricer) ColdOption() Option {
 	return Option{FixedMs: p.model.ColdStartMs, Loaded: p.x.NewSet()}
 }
 
-// PredictedOption is a checkpoint holding loaded, priced by the cost model on its predicted size.
+// PredictedOption returns a checkpoint holding loaded, priced by the cost model on its predicted size.
 func (p *Pricer) PredictedOption(loaded Set) Option {
 	return Option{FixedMs: p.model.RestoreMs(p.ImageMiB(loaded)), Loaded: loaded}
 }
 
-// Cost is the start cost of a request that needs need (a closed set: see Load) on o: its fixed
+// Cost returns the start cost of a request that needs need (a closed set: see Load) on o: its fixed
 // cost plus the import of what it lacks. This is the one pricing rule of both the planner and
 // Select.
 func (p *Pricer) Cost(o Option, need Set) float64 { return o.FixedMs + p.ImportMs(need, o.Loaded) }
 
-// CostBelow is Cost when that is below limit (ok true), and ok false otherwise: pricing stops
+// CostBelow returns Cost when that is below limit (ok true), and ok false otherwise: pricing stops
 // as soon as the cost reaches limit, which saves a planner most of the work of options that
 // cannot beat what a request already has. When ok, the cost is exactly Cost's.
 func (p *Pricer) CostBelow(o Option, need Set, limit float64) (float64, bool) {
@@ -339,7 +339,7 @@ func (p *Pricer) CostBelow(o Option, need Set, limit float64) (float64, bool) {
 	return o.FixedMs + ms, ok && o.FixedMs+ms < limit
 }
 
-// Best is the cheapest of options for need: its position and cost. Ties go to the earliest
+// Best returns the cheapest of options for need: its position and cost. Ties go to the earliest
 // option, so the caller's order decides them. It returns -1 when options is empty.
 func (p *Pricer) Best(options []Option, need Set) (int, float64) {
 	best, bestMs := -1, math.Inf(1)

@@ -9,10 +9,10 @@ type Set []uint64
 // Has reports whether position i is in the set.
 func (s Set) Has(i int) bool { return s[i>>6]&(1<<(uint(i)&63)) != 0 }
 
-// Add puts position i in the set.
+// Add adds position i to the set.
 func (s Set) Add(i int) { s[i>>6] |= 1 << (uint(i) & 63) }
 
-// Remove takes position i out of the set.
+// Remove removes position i from the set.
 func (s Set) Remove(i int) { s[i>>6] &^= 1 << (uint(i) & 63) }
 
 // Or adds every member of t to s.
@@ -25,7 +25,7 @@ func (s Set) Or(t Set) {
 // Clone returns a copy of s.
 func (s Set) Clone() Set { return append(Set(nil), s...) }
 
-// Len is the number of members.
+// Len returns the number of members.
 func (s Set) Len() int {
 	n := 0
 	for _, w := range s {
@@ -86,7 +86,7 @@ func (s Set) Members() []int {
 	return out
 }
 
-// Key is a string with the set's bits, for use as a map key.
+// Key returns a string with the set's bits, for use as a map key.
 func (s Set) Key() string {
 	b := make([]byte, 0, 8*len(s))
 	for _, w := range s {

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"readie.dev/pipeline/internal/atomicfile"
+	"readie.dev/pipeline/pkg/atomicfile"
 	"readie.dev/pipeline/pkg/cpu"
 )
 

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"readie.dev/pipeline/internal/atomicfile"
+	"readie.dev/pipeline/pkg/atomicfile"
 	"readie.dev/pipeline/pkg/checkpointid"
 	"readie.dev/pipeline/pkg/limitread"
 )

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"readie.dev/pipeline/internal/atomicfile"
+	"readie.dev/pipeline/pkg/atomicfile"
 	"readie.dev/pipeline/pkg/filedigest"
 	"readie.dev/pipeline/pkg/sandbox"
 )

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/pycall"
 )
 
@@ -18,19 +18,19 @@ import (
 func TestDNSInSandboxNetwork(t *testing.T) {
 	rt := testenv.Runtime(t)
 	rt.Flags.Network = "sandbox"
-	l := &sandboxes.Launcher{Runtime: rt, Rootfs: testenv.Rootfs(t), WorkDir: testenv.WorkDir(t), Timeout: time.Minute}
+	l := &launch.Launcher{Runtime: rt, Rootfs: testenv.Rootfs(t), WorkDir: testenv.WorkDir(t), Timeout: time.Minute}
 	request, err := pycall.EvalRequest(`[open("/etc/resolv.conf").read(), __import__("socket").gethostbyname("localhost")]`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var answer []any
-	start := func(ctx context.Context, sb *sandboxes.Sandbox) error {
+	start := func(ctx context.Context, sb *launch.Sandbox) error {
 		if err := sb.Create(ctx); err != nil {
 			return err
 		}
 		return sb.Start(ctx)
 	}
-	_, err = l.TimedCall(context.Background(), sandboxes.Call{SetID: "dns", Step: "cold", Start: start, Request: request, Check: func(resp []byte) error {
+	_, err = l.TimedCall(context.Background(), launch.Call{SetID: "dns", Step: "cold", Start: start, Request: request, Check: func(resp []byte) error {
 		v, err := pycall.DecodeEnvelope(resp)
 		if err != nil {
 			return err

@@ -15,10 +15,10 @@ import (
 
 	ogorek "github.com/kisielk/og-rek"
 
-	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/capture"
 	"readie.dev/pipeline/pkg/executorproto"
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/measure"
 	"readie.dev/pipeline/pkg/sandbox"
 )
@@ -97,7 +97,7 @@ func TestCaptureMeasureSmoke(t *testing.T) {
 	if meta.Bytes() == 0 || !strings.HasPrefix(meta.SpecFingerprint, "sha256:") {
 		t.Fatalf("meta = %+v", meta)
 	}
-	r := &measure.Restorer{Launcher: sandboxes.Launcher{Runtime: rt, Rootfs: rootfs, WorkDir: work, Timeout: time.Minute}, Flags: []string{"-direct"}}
+	r := &measure.Restorer{Launcher: launch.Launcher{Runtime: rt, Rootfs: rootfs, WorkDir: work, Timeout: time.Minute}, Flags: []string{"-direct"}}
 	st, err := r.MeasureRuns(ctx, "small", dir, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +132,7 @@ func TestCaptureMeasureSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = sb.Restore(ctx, sandboxes.RestoreOptions{ImageDir: dir})
+	_, err = sb.Restore(ctx, launch.RestoreOptions{ImageDir: dir})
 	sb.Delete(ctx)
 	if err == nil {
 		t.Fatal("restore with tampered args succeeded")
@@ -152,7 +152,7 @@ func TestCaptureMeasureSmoke(t *testing.T) {
 	if err := created.Create(ctx); err != nil {
 		t.Fatal(err)
 	}
-	_, err = created.Restore(ctx, sandboxes.RestoreOptions{ImageDir: t.TempDir(), Detach: true})
+	_, err = created.Restore(ctx, launch.RestoreOptions{ImageDir: t.TempDir(), Detach: true})
 	if deleteErr := created.Delete(ctx); deleteErr != nil {
 		t.Error(deleteErr)
 	}
@@ -165,7 +165,7 @@ func TestCaptureMeasureSmoke(t *testing.T) {
 
 // startColdExecutor creates and starts an executor in sandbox mode without a checkpoint,
 // checking runsc's state after each step; the sandbox is deleted when the test ends.
-func startColdExecutor(t *testing.T, name string) (context.Context, *sandboxes.Sandbox) {
+func startColdExecutor(t *testing.T, name string) (context.Context, *launch.Sandbox) {
 	t.Helper()
 	rt := testenv.Runtime(t)
 	work := testenv.WorkDir(t)
@@ -250,8 +250,8 @@ func TestKillStopsSandbox(t *testing.T) {
 // but whose sandbox could not be deleted is an error that says so.
 func TestFailedDeleteIsReported(t *testing.T) {
 	path, _ := testenv.FakeRunsc(t, "[]")
-	rt := &sandboxes.Runtime{Path: path, Root: t.TempDir(), Flags: sandbox.DefaultFlags(), Lease: testenv.Lease(t)}
-	r := &measure.Restorer{Launcher: sandboxes.Launcher{Runtime: rt, Rootfs: "/rootfs", WorkDir: t.TempDir(), Timeout: time.Minute}}
+	rt := &launch.Runtime{Path: path, Root: t.TempDir(), Flags: sandbox.DefaultFlags(), Lease: testenv.Lease(t)}
+	r := &measure.Restorer{Launcher: launch.Launcher{Runtime: rt, Rootfs: "/rootfs", WorkDir: t.TempDir(), Timeout: time.Minute}}
 	_, err := r.MeasureOnce(context.Background(), "fail", t.TempDir())
 	if err == nil || !strings.Contains(err.Error(), "delete") || !strings.Contains(err.Error(), "device or resource busy") {
 		t.Fatalf("MeasureOnce with a failed delete = %v", err)

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"readie.dev/pipeline/internal/sandboxes"
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/sandbox"
 )
@@ -19,7 +19,7 @@ var (
 
 // Restorer restores checkpoints into the pipeline's sandboxes of the captured shape.
 type Restorer struct {
-	sandboxes.Launcher
+	launch.Launcher
 	// Flags are passed to every `runsc restore`, e.g. "-direct".
 	Flags []string
 }
@@ -45,15 +45,15 @@ func (r *Restorer) MeasureOnce(ctx context.Context, setID, imageDir string) (_ f
 	if err != nil {
 		return 0, err
 	}
-	defer sandboxes.DeleteInto(ctx, sb, &err)
+	defer launch.DeleteInto(ctx, sb, &err)
 	runCtx, cancel := context.WithTimeoutCause(ctx, r.Timeout,
 		fmt.Errorf("restore exceeded its timeout of %s", r.Timeout))
 	defer cancel()
 	start := time.Now()
-	_, err = sb.Restore(runCtx, sandboxes.RestoreOptions{ImageDir: imageDir, Flags: r.Flags})
+	_, err = sb.Restore(runCtx, launch.RestoreOptions{ImageDir: imageDir, Flags: r.Flags})
 	elapsed := time.Since(start)
 	if err != nil {
-		return 0, sandboxes.WithStderr(ctx, sb, err)
+		return 0, launch.WithStderr(ctx, sb, err)
 	}
-	return sandboxes.MS(elapsed), nil
+	return launch.MS(elapsed), nil
 }

@@ -6,7 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 
-	"readie.dev/pipeline/internal/sandboxes"
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/pycall"
 )
@@ -26,8 +26,8 @@ func (r *Restorer) Smoke(ctx context.Context, setID, imageDir string, imports []
 		return manifest.Smoke{}, err
 	}
 	token := newToken()
-	marks, err := r.TimedCall(ctx, sandboxes.Call{
-		SetID: setID, Step: "smoke", Env: []string{pycall.SmokeTokenVar + "=" + token}, Start: sandboxes.RestoreStep(imageDir, r.Flags),
+	marks, err := r.TimedCall(ctx, launch.Call{
+		SetID: setID, Step: "smoke", Env: []string{pycall.SmokeTokenVar + "=" + token}, Start: launch.RestoreStep(imageDir, r.Flags),
 		Request: request, Check: func(resp []byte) error { return pycall.CheckSmokeResponse(resp, token) },
 	})
 	if err != nil {

@@ -7,8 +7,8 @@
 // Statistics: Summarize (min, median, p90, max of runs), Percentile, LeastSquares and
 // CostModel (restore median against image size).
 //
-// The pipeline's timed restores: Restorer's MeasureRuns, MeasureOnce and Smoke run in the
-// pipeline's sandboxes (internal/sandboxes), so only this module makes a Restorer.
+// Timed restores: Restorer's MeasureRuns, MeasureOnce and Smoke run in sandboxes of a
+// pkg/launch Launcher.
 package measure
 
 import (
@@ -34,7 +34,7 @@ func Summarize(runs []float64) manifest.Stats {
 	return st
 }
 
-// Percentile of sorted values, p in [0, 100].
+// Percentile returns the p-th percentile of sorted values, p in [0, 100].
 func Percentile(sorted []float64, p float64) float64 {
 	if len(sorted) == 0 {
 		return math.NaN()
@@ -97,7 +97,7 @@ func LeastSquares(xs, ys []float64) Line {
 	return l
 }
 
-// CostModel fits restore medians (ms) against image sizes (bytes, fitted in MiB): the
+// CostModel returns the line fitted to restore medians (ms) against image sizes (bytes, fitted in MiB): the
 // manifest's and the benchmark's cost model, one computation.
 func CostModel(sizes []int64, medians []float64) Line {
 	mib := make([]float64, len(sizes))

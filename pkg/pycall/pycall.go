@@ -4,7 +4,9 @@
 // pickle.loads), PyList renders names as a Python list literal, DecodeEnvelope reads a
 // response; SmokeRequest and CheckSmokeResponse are the smoke test's call (every module of a
 // set already imported, the restore-time SmokeTokenVar seen). The standard library and a
-// pickle codec only: nothing of the pipeline's own packages.
+// pickle codec only: nothing of the pipeline's own packages. It is the one package of the
+// module that imports og-rek (TestWorkerKitDependencies), beside the framing it rides on
+// (pkg/executorproto, standard library alone, for a worker that pickles its own requests).
 package pycall
 
 import (
@@ -54,7 +56,7 @@ func CheckSmokeResponse(response []byte, token string) error {
 	return nil
 }
 
-// PyList renders module names as a Python list literal. They are validated dotted identifiers,
+// PyList returns module names as a Python list literal. They are validated dotted identifiers,
 // and JSON strings are Python string literals.
 func PyList(imports []string) ([]byte, error) {
 	if imports == nil {

@@ -23,8 +23,8 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"readie.dev/pipeline/internal/oci/unpack"
-	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/pkg/filedigest"
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/sandbox"
 )
@@ -52,7 +52,7 @@ type Options struct {
 	Process *sandbox.Process
 	// Runtime runs the base's python3 (the probe, the precompile), with no network whatever
 	// its flags say; Timeout bounds each run (timeouts.image_probe).
-	Runtime *sandboxes.Runtime
+	Runtime *launch.Runtime
 	Timeout time.Duration
 	Log     logrus.FieldLogger
 }

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"readie.dev/pipeline/internal/sandboxes"
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/runsc"
 	"readie.dev/pipeline/pkg/sandbox"
@@ -79,14 +79,14 @@ func compileArgs(site string) []string {
 // scratch directory where asked), bounded by timeout; never on the host, where a chroot
 // would not hold it.
 type imageCode struct {
-	rt      *sandboxes.Runtime
+	rt      *launch.Runtime
 	timeout time.Duration
 	what    string // the image, for errors
 	// process is the image config's: python3 is found through its PATH, as in every sandbox.
 	process sandbox.Process
 }
 
-func newImageCode(rt *sandboxes.Runtime, timeout time.Duration, what string, process sandbox.Process) *imageCode {
+func newImageCode(rt *launch.Runtime, timeout time.Duration, what string, process sandbox.Process) *imageCode {
 	isolated := *rt
 	isolated.Flags = sandbox.Flags{Network: "none", Overlay: "none", HostUDS: "none", Extra: slices.Clone(rt.Flags.Extra)}
 	return &imageCode{rt: &isolated, timeout: timeout, what: what, process: process}

@@ -19,8 +19,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/sirupsen/logrus"
 
-	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/internal/oci/verify"
+	"readie.dev/pipeline/pkg/atomicfile"
 )
 
 // Unpack applies the layers of img, in order and verified, to the empty directory dir (see

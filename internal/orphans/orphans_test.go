@@ -1,4 +1,4 @@
-package sandboxes_test
+package orphans_test
 
 import (
 	"bufio"
@@ -17,8 +17,9 @@ import (
 	"time"
 
 	"readie.dev/pipeline/internal/lease"
-	"readie.dev/pipeline/internal/sandboxes"
+	"readie.dev/pipeline/internal/orphans"
 	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
@@ -40,7 +41,7 @@ func TestRemoveOrphans(t *testing.T) {
 	path, calls := testenv.FakeRunsc(t, "[]")
 	root := t.TempDir()
 	id := func(l *lease.Lease, set, step string) string {
-		rt := &sandboxes.Runtime{Path: path, Root: root, Lease: l}
+		rt := &launch.Runtime{Path: path, Root: root, Lease: l}
 		id, err := rt.NewID(set, step)
 		if err != nil {
 			t.Fatal(err)
@@ -54,10 +55,10 @@ func TestRemoveOrphans(t *testing.T) {
 	dead.Release()
 	list := `[{"id":"` + strings.Join([]string{orphan, stuck, running, mine, "readie-old-capture-4242-cccc0000", "someone-elses"}, `","status":"running"},{"id":"`) + `","status":"running"}]`
 	os.WriteFile(filepath.Join(filepath.Dir(path), "list.json"), []byte(list), 0o644)
-	rt := &sandboxes.Runtime{Path: path, Root: root, Flags: sandbox.DefaultFlags(), Lease: own}
+	rt := &launch.Runtime{Path: path, Root: root, Flags: sandbox.DefaultFlags(), Lease: own}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	removed, err := rt.RemoveOrphans(ctx)
+	removed, err := orphans.Remove(ctx, rt, own)
 	if len(removed) != 1 || removed[0].ID != orphan || removed[0].Run != dead.ID() || removed[0].Note != "" {
 		t.Errorf("removed %+v, want only %s", removed, orphan)
 	}
@@ -89,7 +90,7 @@ func TestRemoveOrphans(t *testing.T) {
 	}
 	deadStray, liveStray := stray(deadSoak, false), stray(liveSoak, false)
 	deadWithState, notOurs := stray(deadSoak2, true), stray("someone-elses", false)
-	rt.RemoveOrphans(ctx) // its other sandboxes as above: judged above
+	orphans.Remove(ctx, rt, own) // its other sandboxes as above: judged above
 	if _, err := os.Lstat(deadStray); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a dead run's stray runsc lock file is still there (%v)", err)
 	}
@@ -102,7 +103,7 @@ func TestRemoveOrphans(t *testing.T) {
 	if len(locks) != 2 {
 		t.Errorf("lock files left %v, want the live run's and this one's", locks)
 	}
-	if _, err := (&sandboxes.Runtime{Path: path, Root: root}).NewID("x", "y"); err == nil {
+	if _, err := (&launch.Runtime{Path: path, Root: root}).NewID("x", "y"); err == nil {
 		t.Error("NewID without a lease succeeded")
 	}
 }
@@ -115,7 +116,7 @@ type otherNamespace struct {
 	stdout *bufio.Reader
 }
 
-func startInOtherNamespace(t *testing.T, rt *sandboxes.Runtime) *otherNamespace {
+func startInOtherNamespace(t *testing.T, rt *launch.Runtime) *otherNamespace {
 	t.Helper()
 	run := newLease(t)
 	other := *rt
@@ -193,7 +194,7 @@ func sandboxProcesses(id string) []string {
 
 // TestRemoveOrphanFromAnotherPidNamespace (real runsc): runsc records the pids of a sandbox as
 // the namespace that made it saw them (small numbers, which here are strangers such as kernel
-// threads); RemoveOrphans signals none of them, removes the sandbox's processes that are still
+// threads); orphans.Remove signals none of them, removes the sandbox's processes that are still
 // visible here, and leaves no runsc state, cgroup or process of it, within runsc_command's
 // limit (runsc alone would wait two minutes for a stranger to stop).
 func TestRemoveOrphanFromAnotherPidNamespace(t *testing.T) {
@@ -208,10 +209,10 @@ func TestRemoveOrphanFromAnotherPidNamespace(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			start := time.Now()
-			removed, err := rt.RemoveOrphans(ctx)
+			removed, err := orphans.Remove(ctx, rt, rt.Lease.(*lease.Lease))
 			took := time.Since(start) // logged, never asserted
 			if err != nil || len(removed) != 1 || removed[0].ID != ns.id {
-				t.Fatalf("RemoveOrphans = %+v, %v; want %s", removed, err, ns.id)
+				t.Fatalf("Remove = %+v, %v; want %s", removed, err, ns.id)
 			}
 			t.Logf("removed %s in %s: %s", removed[0].ID, took.Round(time.Millisecond), removed[0].Note)
 			if !strings.Contains(removed[0].Note, "not its processes in this pid namespace") {

@@ -1,11 +1,10 @@
-package sandboxes
+package launch
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
@@ -36,7 +35,7 @@ func (l *Launcher) NewSandbox(setID, step string, mode sandbox.Mode, env, args [
 	if err != nil {
 		return nil, err
 	}
-	hostDir := filepath.Join(l.WorkDir, id[len(id)-8:]) // the random suffix: socket paths stay short
+	hostDir := HostDir(l.WorkDir, id)
 	if err := os.MkdirAll(hostDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -47,7 +46,7 @@ func (l *Launcher) NewSandbox(setID, step string, mode sandbox.Mode, env, args [
 	return l.Runtime.NewSandbox(id, l.WorkDir, hostDir, spec)
 }
 
-// MS is a duration in milliseconds, to the microsecond.
+// MS returns d in milliseconds, to the microsecond.
 func MS(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // DeleteInto deletes sb and joins a failed delete into *err: a sandbox that could not be

@@ -13,8 +13,8 @@ import (
 // directory, fsync, rename, fsync of the directory. A reader sees the old file or the new one.
 func WriteJSON(path string, v any) error { return WriteJSONPerm(path, v, 0o644) }
 
-// WriteJSONPerm is WriteJSON with the file's permissions (0o444 for an output's files, which
-// nothing writes in place).
+// WriteJSONPerm writes as WriteJSON does, with the file's permissions (0o444 for an output's
+// files, which nothing writes in place).
 func WriteJSONPerm(path string, v any, perm os.FileMode) error {
 	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {

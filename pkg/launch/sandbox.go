@@ -1,12 +1,13 @@
-// Package sandboxes is the pipeline's own life cycle of its sandboxes, on top of the stateless
-// runsc driver (pkg/runsc): IDs that carry the run's lease, a bundle per sandbox, the
-// process's stdout and stderr copied through pipes into log files, deletion exactly once on
-// every path with a failed delete always reported, the end of the stderr log for error
-// messages, the removal of sandboxes left by runs that are over (RemoveOrphans), and sandboxes
-// of the executor's shape started and timed through one call (Launcher, TimedCall of a Call).
+// Package launch runs sandboxes of the executor's shape through their life cycle, on top of
+// the stateless runsc driver (pkg/runsc) and the spec's shape (pkg/sandbox): IDs that carry
+// the owner's lease, a bundle per sandbox, the process's stdout and stderr copied through
+// pipes into bounded log files, deletion exactly once on every path with a failed delete
+// always reported, the end of the stderr log for error messages, and sandboxes started and
+// timed through one call (Launcher, TimedCall of a Call).
 //
-// A worker needs none of this: pkg/runsc, pkg/sandbox and pkg/executorproto are its kit.
-package sandboxes
+// pkg/capture and pkg/measure are built on it; a build job or a benchmark can use it on its
+// own. A worker restoring from a pool needs only pkg/runsc, pkg/sandbox and pkg/executorproto.
+package launch
 
 import (
 	"context"
@@ -24,7 +25,6 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"readie.dev/pipeline/internal/lease"
 	"readie.dev/pipeline/pkg/runsc"
 	"readie.dev/pipeline/pkg/sandbox"
 )
@@ -40,15 +40,15 @@ type Runtime struct {
 	// CommandTimeout bounds runsc commands that should return at once (create, start, kill,
 	// delete, state, list). Zero means runsc.DefaultCommandTimeout.
 	CommandTimeout time.Duration
-	// Lease is the run's: the IDs of its sandboxes carry it (NewID), so that another run can
-	// tell them from the leftovers of a run that is over (RemoveOrphans).
-	Lease *lease.Lease
+	// Lease is the owner's (a run's): the IDs of its sandboxes carry it (NewID), so that
+	// another run can tell them from the leftovers of a run that is over.
+	Lease Lease
 	// OutputLimit bounds each sandbox's stdout and stderr, on disk and in memory: the first and
 	// last halves are kept, the rest counted (boundedCopy). Zero means DefaultOutputLimit.
 	OutputLimit int64
 }
 
-// OutputLimitOrDefault is OutputLimit, or DefaultOutputLimit when it is zero.
+// OutputLimitOrDefault returns OutputLimit, or DefaultOutputLimit when it is zero.
 func (r *Runtime) OutputLimitOrDefault() int64 {
 	if r.OutputLimit > 0 {
 		return r.OutputLimit
@@ -126,7 +126,7 @@ type Sandbox struct {
 	deleted     bool
 }
 
-// SocketPath is the executor's socket as seen from the host.
+// SocketPath returns the executor's socket as seen from the host.
 func (s *Sandbox) SocketPath() string { return filepath.Join(s.HostDir, sandbox.SocketName) }
 
 // NewSandbox writes spec into a fresh bundle under workDir/id; the process's stdout and

@@ -1,4 +1,7 @@
-package sandboxes
+// Package orphans removes the pipeline's sandboxes left by runs that are over (a run killed
+// with SIGKILL cannot clean up after itself, in this pid namespace or another), judging each by
+// the lease its ID carries (pkg/launch names them), and runsc's lock files such runs left.
+package orphans
 
 import (
 	"context"
@@ -14,12 +17,13 @@ import (
 	"syscall"
 	"time"
 
-	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/internal/lease"
+	"readie.dev/pipeline/pkg/atomicfile"
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/runsc"
 )
 
-// Orphan is a sandbox that RemoveOrphans deleted: a leftover of a run that is over.
+// Orphan is a sandbox that Remove deleted: a leftover of a run that is over.
 type Orphan struct {
 	ID  string
 	Run string // the lease ID of the run that made it
@@ -28,13 +32,13 @@ type Orphan struct {
 	Note string
 }
 
-// RemoveOrphans deletes the pipeline sandboxes under this root whose run is over (its lease
-// in the root is not held: a run killed with SIGKILL cannot clean up after itself, in this
-// pid namespace or another) and the lock files such runs left, and returns the sandboxes.
-// Sandboxes of live runs, this one's included, and sandboxes that are not the pipeline's are
-// left alone.
-func (r *Runtime) RemoveOrphans(ctx context.Context) ([]Orphan, error) {
-	ids, err := r.List(ctx)
+// Remove deletes the pipeline sandboxes under rt's root whose run is over (its lease in the
+// root is not held) and the lock files such runs left, and returns the sandboxes; l is this
+// run's lease. Sandboxes of live runs, this one's included, and sandboxes that are not the
+// pipeline's are left alone.
+func Remove(ctx context.Context, rt *launch.Runtime, l *lease.Lease) ([]Orphan, error) {
+	r := sweep{rt: rt, lease: l}
+	ids, err := rt.List(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -48,7 +52,7 @@ func (r *Runtime) RemoveOrphans(ctx context.Context) ([]Orphan, error) {
 		}
 		claim, seen := claims[run]
 		if !seen {
-			if claim, err = r.Lease.TakeOver(r.Root, run); err != nil {
+			if claim, err = r.lease.TakeOver(r.rt.Root, run); err != nil {
 				errs = append(errs, err)
 			}
 			claims[run] = claim
@@ -69,10 +73,16 @@ func (r *Runtime) RemoveOrphans(ctx context.Context) ([]Orphan, error) {
 			errs = append(errs, claim.Release())
 		}
 	}
-	if _, err := r.Lease.RemoveDeadLocks(r.Root); err != nil {
+	if _, err := r.lease.RemoveDeadLocks(r.rt.Root); err != nil {
 		errs = append(errs, err)
 	}
 	return removed, errors.Join(errs...)
+}
+
+// sweep is one Remove: the runtime swept and this run's lease.
+type sweep struct {
+	rt    *launch.Runtime
+	lease *lease.Lease
 }
 
 // removeStrayStateLocks removes runsc's lock files (ID_sandbox:ID.lock) that have no state
@@ -83,10 +93,10 @@ func (r *Runtime) RemoveOrphans(ctx context.Context) ([]Orphan, error) {
 // A live run's container may have its lock before its state (runsc creates the lock first),
 // so only runs judged over, by their lease, lose theirs. claims holds the runs already
 // judged; it is added to.
-func (r *Runtime) removeStrayStateLocks(claims map[string]*lease.Claim) error {
-	entries, err := os.ReadDir(r.Root)
+func (r sweep) removeStrayStateLocks(claims map[string]*lease.Claim) error {
+	entries, err := os.ReadDir(r.rt.Root)
 	if err != nil {
-		return fmt.Errorf("list %s: %w", r.Root, err)
+		return fmt.Errorf("list %s: %w", r.rt.Root, err)
 	}
 	var errs []error
 	for _, e := range entries {
@@ -99,13 +109,13 @@ func (r *Runtime) removeStrayStateLocks(claims map[string]*lease.Claim) error {
 		if !ok {
 			continue
 		}
-		state, lock := statePaths(r.Root, id)
+		state, lock := statePaths(r.rt.Root, id)
 		if _, err := os.Lstat(state); !errors.Is(err, fs.ErrNotExist) {
-			continue // a container runsc still knows: RemoveOrphans judged it above
+			continue // a container runsc still knows: Remove judged it above
 		}
 		claim, seen := claims[run]
 		if !seen {
-			if claim, err = r.Lease.TakeOver(r.Root, run); err != nil {
+			if claim, err = r.lease.TakeOver(r.rt.Root, run); err != nil {
 				errs = append(errs, err)
 			}
 			claims[run] = claim
@@ -127,15 +137,15 @@ func (r *Runtime) removeStrayStateLocks(claims map[string]*lease.Claim) error {
 // must be the sandbox's own runsc process here. When one is not, the sandbox's processes that
 // are visible here are killed directly, runsc's state is told to forget the pids, and runsc
 // deletes the rest (cgroups, control socket, state files) without signalling anyone.
-func (r *Runtime) removeOrphan(ctx context.Context, id string) (string, error) {
-	limit := r.CommandTimeout
+func (r sweep) removeOrphan(ctx context.Context, id string) (string, error) {
+	limit := r.rt.CommandTimeout
 	if limit <= 0 {
 		limit = runsc.DefaultCommandTimeout
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, limit, fmt.Errorf("removing orphan %s exceeded its timeout of %s", id, limit))
 	defer cancel()
 	note := ""
-	recorded, err := recordedPids(r.Root, id)
+	recorded, err := recordedPids(r.rt.Root, id)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) { // gone meanwhile: delete --force succeeds
 		return "", err
 	}
@@ -153,7 +163,7 @@ func (r *Runtime) removeOrphan(ctx context.Context, id string) (string, error) {
 		if err := waitGone(ctx, id, own); err != nil {
 			return "", err
 		}
-		if err := forgetPids(r.Root, id); err != nil {
+		if err := forgetPids(r.rt.Root, id); err != nil {
 			return "", err
 		}
 		note = fmt.Sprintf("runsc recorded pids %v for it, which are not its processes in this pid namespace (it was made in another one): none of them was signalled", strangers)
@@ -161,7 +171,7 @@ func (r *Runtime) removeOrphan(ctx context.Context, id string) (string, error) {
 			note += fmt.Sprintf("; its processes seen here (%v) were killed", own)
 		}
 	}
-	if err := r.Driver().Delete(ctx, id, &runsc.DeleteOpts{Force: true}); err != nil {
+	if err := r.rt.Driver().Delete(ctx, id, &runsc.DeleteOpts{Force: true}); err != nil {
 		return "", err
 	}
 	return note, nil

@@ -1,4 +1,4 @@
-package sandboxes
+package orphans
 
 import (
 	"path/filepath"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"readie.dev/pipeline/internal/lease"
+	"readie.dev/pipeline/pkg/launch"
 )
 
 // OwnerRun decides which sandboxes a run may judge by their run's lease: it must read the run
@@ -43,7 +44,7 @@ func TestNewIDFitsASocketPath(t *testing.T) {
 	}
 	defer l.Release()
 	root := t.TempDir()
-	rt := &Runtime{Root: root, Lease: l}
+	rt := &launch.Runtime{Root: root, Lease: l}
 	long := strings.Repeat("sklearn_ensemble-", 4)[:64]
 	a, err := rt.NewID(long, "prestarted")
 	if err != nil {
