@@ -26,7 +26,7 @@ type selectionFlags struct {
 	runs      runsFlag
 	image     string
 	platform  string
-	sets      []config.Set
+	sets      []config.PackageSet
 	shard     string
 	jobs      int
 	recapture bool

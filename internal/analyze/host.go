@@ -138,7 +138,7 @@ func (a *analyzer) measureRestoreLine(ctx context.Context, sets [][]string) (res
 	for i, set := range sets {
 		dir := filepath.Join(a.work, fmt.Sprintf("line-%d", i))
 		box.started.Add(int64(1 + a.o.RestoreRuns))
-		meta, err := capture.Run(ctx, a.env.Runtime, a.env.CaptureRequest(config.Set{ID: "analyze", Imports: set}, dir, a.work, version, a.env.Config.Runsc.CheckpointOptions))
+		meta, err := capture.Run(ctx, a.env.Runtime, a.env.CaptureRequest(config.PackageSet{ID: "analyze", Imports: set}, dir, a.work, version, a.env.Config.Runsc.CheckpointOptions))
 		if err != nil {
 			os.RemoveAll(dir)
 			return restoreLine{}, fmt.Errorf("restore line: %w", err)

@@ -276,7 +276,7 @@ func captureVariantImages(ctx context.Context, env *run.Env, sets []Set, variant
 				continue
 			}
 			dir := filepath.Join(work, fmt.Sprintf("variant-%d-%s", len(set.VariantDirs), set.ID))
-			meta, err := capture.Run(ctx, env.Runtime, env.CaptureRequest(config.Set{ID: set.ID, Imports: set.Imports}, dir, work, version, v.CheckpointOptions))
+			meta, err := capture.Run(ctx, env.Runtime, env.CaptureRequest(config.PackageSet{ID: set.ID, Imports: set.Imports}, dir, work, version, v.CheckpointOptions))
 			if err != nil {
 				return fmt.Errorf("bench: image for %s: %w", v.Name, err)
 			}

@@ -264,7 +264,7 @@ func (e *Env) Restorer(workDir string, limit time.Duration) *measure.Restorer {
 // CaptureRequest is the one place a capture of set is described: into dir, with this
 // environment's rootfs, sandbox environment, CPU baseline and timeout, and the given
 // checkpoint options.
-func (e *Env) CaptureRequest(set config.Set, dir, workDir, runscVersion string, options map[string]string) capture.Request {
+func (e *Env) CaptureRequest(set config.PackageSet, dir, workDir, runscVersion string, options map[string]string) capture.Request {
 	return capture.Request{
 		ID: set.ID, Imports: set.Imports, Rootfs: e.Rootfs.Path, Process: e.RootfsInfo.SandboxProcess(), Dir: dir, WorkDir: workDir,
 		Env: slices.Clone(e.extraEnv), CheckpointOptions: options, CPUBaseline: baselineFeatures(e.Config),
