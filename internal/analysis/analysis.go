@@ -38,15 +38,15 @@ type File struct {
 	Names map[string]Entry `json:"names"`
 	// Host holds what was measured of this host besides the modules (absent in analyses
 	// written before it was measured).
-	Host *Host `json:"host,omitempty"`
+	Host *HostCosts `json:"host,omitempty"`
 	// Packages are the image's distributions, PEP 503 normalized name to version, from its
 	// own metadata (importlib.metadata in a sandbox of the image); absent in version 1.
 	Packages map[string]string `json:"packages,omitempty"`
 }
 
-// Host is what the analysis measured of the host and the image besides the modules: the cost
-// model's constants, for planning when no output's manifest gives the restore line.
-type Host struct {
+// HostCosts is what the analysis measured of the host and the image besides the modules: the
+// cost model's constants, for planning when no output's manifest gives the restore line.
+type HostCosts struct {
 	// CPU names the machine the times were measured on (model and count).
 	CPU string `json:"cpu"`
 	// ColdStartMs is a cold start of the bare executor, from `runsc create` to the answer of a
@@ -216,7 +216,7 @@ func (e Entry) check(n string, available map[string]bool) []error {
 }
 
 // check wants the host's figures finite and not negative.
-func (h *Host) check() error {
+func (h *HostCosts) check() error {
 	for _, v := range []float64{h.ColdStartMs, h.EmptyMiB, h.InterceptMs, h.AlphaMsPerMiB} {
 		if !(v >= 0) || math.IsInf(v, 1) {
 			return fmt.Errorf("host: %v: want finite figures >= 0", *h)

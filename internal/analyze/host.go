@@ -27,7 +27,7 @@ type restoreLine struct {
 
 // measureHost measures the cold start of the bare executor and the restore line over the sets
 // of restoreLineSets.
-func (a *analyzer) measureHost(ctx context.Context, figures map[string]analysis.Entry) (*analysis.Host, error) {
+func (a *analyzer) measureHost(ctx context.Context, figures map[string]analysis.Entry) (*analysis.HostCosts, error) {
 	cold, _, err := a.timed(ctx, "cold-start", nil, "")
 	if err != nil {
 		return nil, err
@@ -37,7 +37,7 @@ func (a *analyzer) measureHost(ctx context.Context, figures map[string]analysis.
 		starts = append(starts, r.ColdMs)
 	}
 	slices.Sort(starts)
-	h := &analysis.Host{CPU: a.cpu, ColdStartMs: round3(measure.Percentile(starts, 50))}
+	h := &analysis.HostCosts{CPU: a.cpu, ColdStartMs: round3(measure.Percentile(starts, 50))}
 
 	sets := restoreLineSets(figures)
 	k := a.timedBase.of("restore-line")
@@ -96,7 +96,7 @@ func restoreLineSets(figures map[string]analysis.Entry) [][]string {
 }
 
 // fit puts the line's fit through the measured sets into h.
-func (line restoreLine) fit(h *analysis.Host, sets [][]string) {
+func (line restoreLine) fit(h *analysis.HostCosts, sets [][]string) {
 	var sizes []int64
 	for _, mib := range line.MiB {
 		sizes = append(sizes, int64(mib*(1<<20)))
