@@ -221,7 +221,7 @@ func build(ctx context.Context, o options, log io.Writer) (string, error) {
 
 // push writes img to the registry reference to and returns it by digest.
 func push(ctx context.Context, to string, img v1.Image, digest v1.Hash) (string, error) {
-	r, err := ref.ParseRef(to, nil)
+	r, err := ref.Parse(to, nil)
 	if err != nil {
 		return "", err
 	}

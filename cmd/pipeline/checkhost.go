@@ -50,7 +50,7 @@ func (c *checkHostCmd) CheckArgs(args []string) error {
 		return errors.New("--image and an output directory: name one")
 	}
 	if c.image != "" {
-		if _, err := ref.ParseRef(c.image, nil); err != nil {
+		if _, err := ref.Parse(c.image, nil); err != nil {
 			return err
 		}
 	}

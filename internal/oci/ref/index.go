@@ -74,7 +74,7 @@ func Resolve(ctx context.Context, ref string, insecure []string, want *v1.Platfo
 		}
 		res = &Resolved{Image: img}
 	} else {
-		r, err := ParseRef(ref, insecure)
+		r, err := Parse(ref, insecure)
 		if err != nil {
 			return nil, err
 		}

@@ -51,9 +51,9 @@ func (r Ref) String() string {
 	return r.Registry.String()
 }
 
-// ParseRef reads REF: oci-layout:DIR[:TAG|@DIGEST] or HOST/REPO[:TAG|@DIGEST]. Plain HTTP is
+// Parse reads REF: oci-layout:DIR[:TAG|@DIGEST] or HOST/REPO[:TAG|@DIGEST]. Plain HTTP is
 // used for localhost, 127.0.0.1 and the hosts in insecure.
-func ParseRef(ref string, insecure []string) (Ref, error) {
+func Parse(ref string, insecure []string) (Ref, error) {
 	if rest, ok := strings.CutPrefix(ref, "oci-layout:"); ok {
 		r := Ref{Layout: rest}
 		if dir, digest, ok := strings.Cut(rest, "@"); ok {
