@@ -182,7 +182,7 @@ func (e *Env) PrepareRootfs(ctx context.Context) error {
 		return err
 	}
 	start := time.Now()
-	unpacked, err := unpack.UnpackOnce(fetchCtx, img, config.CacheDir(), ImageLimits(e.Config.Limits), e.Log, unpack.LogLayers(e.Log, "unpack"))
+	unpacked, err := unpack.IntoCache(fetchCtx, img, config.CacheDir(), ImageLimits(e.Config.Limits), e.Log, unpack.LogLayers(e.Log, "unpack"))
 	if err != nil {
 		return imageError(fetchCtx, e.Config.Image, err)
 	}
