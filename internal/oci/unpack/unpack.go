@@ -23,9 +23,9 @@ import (
 	"readie.dev/pipeline/internal/oci/verify"
 )
 
-// Unpack applies the layers of img, in order and verified, to the empty directory dir (see
+// Into applies the layers of img, in order and verified, to the empty directory dir (see
 // Applier), within limits. done, when set, hears of each verified layer.
-func Unpack(ctx context.Context, img v1.Image, dir string, limits Limits, done func(verify.Layer)) (*verify.Image, error) {
+func Into(ctx context.Context, img v1.Image, dir string, limits Limits, done func(verify.Layer)) (*verify.Image, error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return nil, err
@@ -78,7 +78,7 @@ func IntoCache(ctx context.Context, img v1.Image, cacheDir string, limits Limits
 		if err := os.Mkdir(root, 0o755); err != nil {
 			return err
 		}
-		image, err := Unpack(ctx, img, root, limits, done)
+		image, err := Into(ctx, img, root, limits, done)
 		if err != nil {
 			return err
 		}

@@ -98,7 +98,7 @@ func TestUnpackWhiteoutsModesLinks(t *testing.T) {
 		entry{name: "d/.wh..wh..opq"},
 		entry{name: "d/after", body: "made after the marker"},
 	)
-	if _, err := Unpack(context.Background(), imageOf(t, lower, upper), root, DefaultLimits(), nil); err != nil {
+	if _, err := Into(context.Background(), imageOf(t, lower, upper), root, DefaultLimits(), nil); err != nil {
 		t.Fatal(err)
 	}
 	exists := func(p string) bool { _, err := os.Lstat(filepath.Join(root, p)); return err == nil }
@@ -149,7 +149,7 @@ func TestUnpackRefusesHostileLayers(t *testing.T) {
 					tc.entries[i].link = strings.ReplaceAll(tc.entries[i].link, outside, "../outside")
 				}
 			}
-			_, err := Unpack(context.Background(), imageOf(t, layerOf(t, tc.entries...)), root, DefaultLimits(), nil)
+			_, err := Into(context.Background(), imageOf(t, layerOf(t, tc.entries...)), root, DefaultLimits(), nil)
 			if !errors.Is(err, ErrLayer) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want ErrLayer naming %s", err, tc.want)
 			}
@@ -232,7 +232,7 @@ func TestOpaqueWhiteoutHidesNestedLowerEntries(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
-			if _, err := Unpack(context.Background(), imageOf(t, layerOf(t, lower...), layerOf(t, tc.upper...)), root, DefaultLimits(), nil); err != nil {
+			if _, err := Into(context.Background(), imageOf(t, layerOf(t, lower...), layerOf(t, tc.upper...)), root, DefaultLimits(), nil); err != nil {
 				t.Fatal(err)
 			}
 			for p, want := range map[string]bool{"d/sub/new": true, "d/sub/old": false, "d/sub/deeper": false, "d/other": false} {
@@ -253,7 +253,7 @@ func TestWhiteoutOfADirectoryTheLayerAlsoLists(t *testing.T) {
 		{{name: "d/.wh.sub"}, {name: "d/sub/", typ: tar.TypeDir}, {name: "d/sub/new", body: "new"}},
 	} {
 		root := t.TempDir()
-		if _, err := Unpack(context.Background(), imageOf(t, layerOf(t, lower...), layerOf(t, upper...)), root, DefaultLimits(), nil); err != nil {
+		if _, err := Into(context.Background(), imageOf(t, layerOf(t, lower...), layerOf(t, upper...)), root, DefaultLimits(), nil); err != nil {
 			t.Fatal(err)
 		}
 		for p, want := range map[string]bool{"d/sub/new": true, "d/sub/old": false, "d/other": true} {
