@@ -101,7 +101,7 @@ func CheckHost(m *Manifest, h RestoreHost) Report {
 	return r
 }
 
-// unenforced is the warning for a checkpoint of an unenforced CPU baseline.
+// unenforced returns the warning for a checkpoint of an unenforced CPU baseline.
 func unenforced(check *CPUCheck) string {
 	saw := ""
 	if check != nil {

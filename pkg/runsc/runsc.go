@@ -286,8 +286,8 @@ func (r *Runsc) commandTimeout() time.Duration {
 	return DefaultCommandTimeout
 }
 
-// call is the invocation of runsc's command args[0] with args, about the container id ("" for
-// none).
+// call returns the invocation of runsc's command args[0] with args, about the container id (""
+// for none).
 func (r *Runsc) call(id string, args ...string) invocation {
 	return invocation{r: r, id: id, args: args}
 }
@@ -300,7 +300,7 @@ type invocation struct {
 	args []string
 }
 
-// globalArgs are the flags before the command.
+// globalArgs returns the flags before the command.
 func (c invocation) globalArgs() []string {
 	var args []string
 	if c.r.Root != "" {
