@@ -102,7 +102,7 @@ func IntoCache(ctx context.Context, img v1.Image, cacheDir string, limits Limits
 	return &got, nil
 }
 
-// LastUse is when the image unpacked in dir (a directory of cacheDir/rootfs/oci) was last
+// LastUse returns when the image unpacked in dir (a directory of cacheDir/rootfs/oci) was last
 // unpacked or used, and whether dir is a complete unpacked image at all.
 func LastUse(dir string) (time.Time, bool) {
 	fi, err := os.Stat(filepath.Join(dir, recordName))
