@@ -100,7 +100,7 @@ type Entry struct {
 	Packages map[string]string `json:"packages,omitempty"`
 }
 
-// module is the catalogue's view of an entry.
+// module returns the catalogue's view of an entry.
 func (e Entry) module() catalogue.Module {
 	return catalogue.Module{Available: e.Available, ImportMs: e.ImportMs, MiB: e.MiB, OwnMs: e.OwnMs, OwnMiB: e.OwnMiB, Closure: e.Closure, Packages: e.Packages}
 }
@@ -263,7 +263,7 @@ func (f *File) Save(path string) error {
 	return atomicfile.WriteJSON(path, f)
 }
 
-// Closure is the closure of module from what importing it added to sys.modules (added, the
+// Closure returns the closure of module from what importing it added to sys.modules (added, the
 // names after the import that were not there before): the top-level packages of added names
 // outside stdlib, the added names that are analysed modules (analysed), and module itself.
 // Dunder names and names that are not dotted identifiers are left out. Sorted, each once.

@@ -27,7 +27,7 @@ const (
 	Measure    = "measure"    // the measure-mode restore that capture records
 )
 
-// CoreSeries are measured for every set, in this order within a round.
+// CoreSeries returns the series measured for every set, in their order within a round.
 func CoreSeries() []string { return []string{Floor, Cold, Restore, Prestarted, Pooled, Measure} }
 
 // DefaultPoolSize is the size of the pool of the pooled series when Options.Pool is zero.
@@ -46,7 +46,7 @@ type Variant struct {
 // VariantPrefix starts the series name of every variant.
 const VariantPrefix = "variant:"
 
-// Variants are the config's bench variants as series to measure.
+// Variants returns the config's bench variants as series to measure.
 func Variants(cfg []config.BenchVariant) []Variant {
 	var vs []Variant
 	for _, v := range cfg {
@@ -131,7 +131,7 @@ type Fit struct {
 // Fitted reports whether there were two image sizes or more to fit a cost model to.
 func (f Fit) Fitted() bool { return f.Sizes >= 2 }
 
-// Describe is the cost model in words, or why there is none.
+// Describe returns the cost model in words, or why there is none.
 func (f Fit) Describe() string {
 	if !f.Fitted() {
 		return fmt.Sprintf("no cost model: it needs at least two image sizes, and %d %s measured", f.Points, plural(f.Points, "set was", "sets were"))

@@ -170,13 +170,13 @@ func measureConcurrency(ctx context.Context, x *run.VerifiedOutput, report *Repo
 	return nil
 }
 
-// RestoreFlagsLine is the config line (pipeline.yaml) that restores with flags.
+// RestoreFlagsLine returns the config line (pipeline.yaml) that restores with flags.
 func RestoreFlagsLine(flags []string) string {
 	data, _ := json.Marshal(append([]string{}, flags...)) // a YAML flow sequence; [] for none
 	return "runsc.restore_flags: " + string(data)
 }
 
-// seriesFlags are the restore flags a series restores with.
+// seriesFlags returns the restore flags a series restores with.
 func seriesFlags(series string, manifestFlags []string, variants []Variant) []string {
 	for _, v := range variants {
 		if v.Name == series && len(v.CheckpointOptions) == 0 {

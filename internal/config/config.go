@@ -58,7 +58,7 @@ type Runsc struct {
 	CheckpointOptions map[string]string `yaml:"checkpoint_options"`
 }
 
-// SandboxFlags are the runsc global flags this section gives every sandbox, typed: the one
+// SandboxFlags returns the runsc global flags this section gives every sandbox, typed: the one
 // place they are made from the config.
 func (r Runsc) SandboxFlags() sandbox.Flags {
 	return sandbox.Flags{Network: r.Network, Overlay: r.Overlay, HostUDS: r.HostUDS, Extra: slices.Clone(r.GlobalFlags)}
@@ -323,7 +323,7 @@ func Load(path, cacheDir string) (*Config, error) {
 	return Parse(data, path, filepath.Dir(abs), cacheDir)
 }
 
-// CacheDir is ${XDG_CACHE_HOME:-$HOME/.cache}/readie.
+// CacheDir returns ${XDG_CACHE_HOME:-$HOME/.cache}/readie.
 func CacheDir() string {
 	if x := os.Getenv("XDG_CACHE_HOME"); x != "" {
 		return filepath.Join(x, "readie")
@@ -424,8 +424,8 @@ func (c *Config) Select(only []string, extra []PackageSet) (*Selection, error) {
 // Picks reports whether the run works on the set id.
 func (s *Selection) Picks(id string) bool { return s.Picked == nil || s.Picked[id] }
 
-// ShardOf is the shard, of n, that the set id belongs to: a hash of the id alone, so a set's
-// shard never changes when other sets are added or removed.
+// ShardOf returns the shard, of n, that the set id belongs to: a hash of the id alone, so a
+// set's shard never changes when other sets are added or removed.
 func ShardOf(id string, n int) int {
 	h := fnv.New64a()
 	h.Write([]byte(id))

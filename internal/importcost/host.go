@@ -61,7 +61,7 @@ func (a *analyzer) measureHost(ctx context.Context, figures map[string]analysis.
 	return h, nil
 }
 
-// restoreLineSets are the sets the restore line is measured over: the empty set and the
+// restoreLineSets returns the sets the restore line is measured over: the empty set and the
 // modules whose images are the largest and about half of that, so the line spans the sizes a
 // plan chooses from.
 func restoreLineSets(figures map[string]analysis.Entry) [][]string {
