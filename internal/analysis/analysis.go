@@ -31,7 +31,7 @@ var ErrInvalid = errors.New("invalid analysis")
 type File struct {
 	Version int `json:"version"`
 	// Image identifies what was measured, as the analyze stage's cache key does.
-	Image Image `json:"image"`
+	Image Provenance `json:"image"`
 	// Stdlib is the image python's sys.stdlib_module_names: closures leave these out.
 	Stdlib []string `json:"stdlib"`
 	// Names holds an entry per name of the corpus and per module that a closure names.
@@ -62,8 +62,8 @@ type HostCosts struct {
 	RSquared      float64  `json:"r_squared"`
 }
 
-// Image is what the figures were measured on.
-type Image struct {
+// Provenance is what the figures were measured on: the rootfs, the runsc and the spec.
+type Provenance struct {
 	RootfsDigest string `json:"rootfs_digest"`
 	Runsc        string `json:"runsc"`
 	SpecDigest   string `json:"spec_digest"`

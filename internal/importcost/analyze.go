@@ -199,7 +199,7 @@ func (a *analyzer) run(ctx context.Context, names []string) (*analysis.File, *Re
 	}
 	f := &analysis.File{
 		Version:  analysis.Version,
-		Image:    analysis.Image{RootfsDigest: a.base.RootfsDigest, Runsc: a.base.RunscSHA256, SpecDigest: a.base.Spec, Runs: a.o.Runs},
+		Image:    analysis.Provenance{RootfsDigest: a.base.RootfsDigest, Runsc: a.base.RunscSHA256, SpecDigest: a.base.Spec, Runs: a.o.Runs},
 		Stdlib:   slices.Clone(res.stdlib),
 		Names:    map[string]analysis.Entry{},
 		Host:     host,

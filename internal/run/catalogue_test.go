@@ -37,7 +37,7 @@ func testAnalysis() *analysis.File {
 	}
 	return &analysis.File{
 		Version: analysis.Version,
-		Image:   analysis.Image{RootfsDigest: "sha256:root", Runsc: "runsc", SpecDigest: "sha256:spec", Runs: 3},
+		Image:   analysis.Provenance{RootfsDigest: "sha256:root", Runsc: "runsc", SpecDigest: "sha256:spec", Runs: 3},
 		Names: map[string]analysis.Entry{
 			"numpy":  mod("numpy", 200, 9.5),
 			"pandas": {Module: "pandas", Available: true, ImportMs: 900, MiB: 31, OwnMs: 700, OwnMiB: 21.5, Closure: []string{"numpy", "pandas"}},
