@@ -71,7 +71,7 @@ type CorpusRequest struct {
 	Chosen          manifest.Stats `json:"chosen"`
 	// Pooled is the same start as Chosen from a sandbox of a pool (--pool), PooledMs its
 	// median; PredictedPooledMs is PredictedMs less the pool's mean `runsc create` time
-	// (CorpusSummary.CreateMs), the part of a start a pool takes off the clock.
+	// (ReplaySummary.CreateMs), the part of a start a pool takes off the clock.
 	Pooled            *manifest.Stats `json:"pooled,omitempty"`
 	PooledMs          float64         `json:"pooled_ms,omitempty"`
 	PredictedPooledMs float64         `json:"predicted_pooled_ms,omitempty"`
