@@ -106,7 +106,7 @@ test-python: deps image
 # cmd/pipeline only the tests of its own goroutines (the signal watcher, --jobs in-process).
 # Elsewhere it has no goroutine of the package's own to watch, and cmd/pipeline under it was
 # 12 of make test's 18 minutes.
-RACE_PACKAGES := ./internal/parallel ./internal/run ./internal/analyze ./internal/setplan ./internal/bench \
+RACE_PACKAGES := ./internal/parallel ./internal/run ./internal/importcost ./internal/setplan ./internal/bench \
 	./internal/lease ./internal/oci/output ./internal/orphans ./pkg/launch ./pkg/executorproto ./pkg/pool
 RACE_CMD_TESTS := ^(TestSignalInProcess|TestDispatchLeavesNoGoroutine|TestJobsWithAFailingSet)$$
 

@@ -31,6 +31,7 @@ import (
 	"readie.dev/pipeline/internal/oci/ref"
 	"readie.dev/pipeline/internal/oci/selfimage"
 	"readie.dev/pipeline/internal/parallel"
+	"readie.dev/pipeline/pkg/exitcode"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/runsc"
 )
@@ -77,21 +78,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.created, "created", "", "that commit's time, RFC 3339: the image's time, never the build's")
 	fs.StringVar(&o.push, "push", "", "also push the image to this registry reference")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return exitcode.Usage
 	}
 	if o.pipeline == "" || o.runsc == "" || o.rootfs == "" || o.source == "" || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "pipeline-image: -pipeline, -runsc, -rootfs and -source are required, and no arguments")
-		return 2
+		return exitcode.Usage
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	digest, err := build(ctx, o, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "pipeline-image: %v\n", err)
-		return 1
+		return exitcode.Failed
 	}
 	fmt.Fprintln(stdout, digest)
-	return 0
+	return exitcode.OK
 }
 
 // errInput marks inputs the image cannot be made of.
@@ -220,7 +221,7 @@ func build(ctx context.Context, o options, log io.Writer) (string, error) {
 
 // push writes img to the registry reference to and returns it by digest.
 func push(ctx context.Context, to string, img v1.Image, digest v1.Hash) (string, error) {
-	r, err := ref.ParseRef(to, nil)
+	r, err := ref.Parse(to, nil)
 	if err != nil {
 		return "", err
 	}

@@ -11,9 +11,9 @@ import (
 	"strings"
 
 	"readie.dev/pipeline/internal/analysis"
-	"readie.dev/pipeline/internal/analyze"
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/corpus"
+	"readie.dev/pipeline/internal/importcost"
 	"readie.dev/pipeline/internal/run"
 )
 
@@ -111,7 +111,7 @@ func (c *analyzeCmd) Execute(ctx context.Context, con *console, args []string) e
 	defer env.Close()
 	names := cp.Names()
 	con.log.WithField("requests", len(cp.Requests)).WithField("names", len(names)).Infof("analyze: %s", c.corpus.path)
-	f, rep, err := analyze.Run(ctx, env, names, analyze.Options{
+	f, rep, err := importcost.Run(ctx, env, names, importcost.Options{
 		Runs: cfg.Analysis.Runs, Jobs: jobs, Timeout: cfg.Analysis.Timeout, CacheDir: cfg.Analysis.Cache,
 		RestoreRuns: cfg.RestoreRuns, Log: con.log,
 	})

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"readie.dev/pipeline/internal/analysis"
-	"readie.dev/pipeline/internal/analyze"
 	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/importcost"
 	"readie.dev/pipeline/internal/run"
 	"readie.dev/pipeline/internal/setplan"
 	"readie.dev/pipeline/pkg/catalogue"
@@ -26,7 +26,7 @@ type selectionFlags struct {
 	runs      runsFlag
 	image     string
 	platform  string
-	sets      []config.Set
+	sets      []config.PackageSet
 	shard     string
 	jobs      int
 	recapture bool
@@ -185,7 +185,7 @@ func cachedAnalysis(ctx context.Context, env *run.Env, cfg *config.Config, sel *
 	if len(names) == 0 {
 		return nil
 	}
-	a, _, err := analyze.Run(ctx, env, names, analyze.Options{
+	a, _, err := importcost.Run(ctx, env, names, importcost.Options{
 		Runs: cfg.Analysis.Runs, Jobs: 1, Timeout: cfg.Analysis.Timeout, CacheDir: cfg.Analysis.Cache,
 		RestoreRuns: cfg.RestoreRuns, CacheOnly: true, Log: con.log,
 	})

@@ -50,7 +50,7 @@ func (c *checkHostCmd) CheckArgs(args []string) error {
 		return errors.New("--image and an output directory: name one")
 	}
 	if c.image != "" {
-		if _, err := ref.ParseRef(c.image, nil); err != nil {
+		if _, err := ref.Parse(c.image, nil); err != nil {
 			return err
 		}
 	}
@@ -88,7 +88,7 @@ func (c *checkHostCmd) Execute(ctx context.Context, con *console, args []string)
 	report := manifest.CheckHost(m, host)
 	if con.json {
 		err = writeJSON(con.stdout, struct {
-			Host manifest.Host `json:"host"`
+			Host manifest.RestoreHost `json:"host"`
 			manifest.Report
 		}{host, report})
 	} else {
@@ -111,9 +111,9 @@ func (c *checkHostCmd) Execute(ctx context.Context, con *console, args []string)
 
 // host describes the host checked: this one, or the CPU of --cpu-features with the runsc of
 // --runsc; where says which, for people.
-func (c *checkHostCmd) host(ctx context.Context, limit time.Duration) (manifest.Host, string, error) {
+func (c *checkHostCmd) host(ctx context.Context, limit time.Duration) (manifest.RestoreHost, string, error) {
 	if _, err := os.Stat(c.runsc); err != nil {
-		return manifest.Host{}, "", usagef("runsc %s: %v (name the host's runsc with --runsc)", c.runsc, err)
+		return manifest.RestoreHost{}, "", usagef("runsc %s: %v (name the host's runsc with --runsc)", c.runsc, err)
 	}
 	if c.cpuFeatures == "" {
 		h, err := manifest.ReadHost(ctx, c.runsc, limit)
@@ -121,14 +121,14 @@ func (c *checkHostCmd) host(ctx context.Context, limit time.Duration) (manifest.
 	}
 	hosts, err := cpu.ReadHosts(c.cpuFeatures)
 	if err != nil {
-		return manifest.Host{}, "", usageError{err}
+		return manifest.RestoreHost{}, "", usageError{err}
 	}
 	if len(hosts) != 1 {
-		return manifest.Host{}, "", usagef("--cpu-features %s describes %d host types: check-host checks one host (one features line and its clflush size line)", c.cpuFeatures, len(hosts))
+		return manifest.RestoreHost{}, "", usagef("--cpu-features %s describes %d host types: check-host checks one host (one features line and its clflush size line)", c.cpuFeatures, len(hosts))
 	}
 	h, err := manifest.ReadHost(ctx, c.runsc, limit)
 	if err != nil {
-		return manifest.Host{}, "", err
+		return manifest.RestoreHost{}, "", err
 	}
 	h.CPU = hosts[0]
 	return h, "the host of " + c.cpuFeatures, nil
@@ -153,7 +153,7 @@ func (c *checkHostCmd) pull(ctx context.Context, con *console, cfg *config.Confi
 	return m, nil
 }
 
-func printReport(con *console, h manifest.Host, where string, r manifest.Report) error {
+func printReport(con *console, h manifest.RestoreHost, where string, r manifest.Report) error {
 	line := "unknown (not checked)"
 	if h.CPU.CacheLine != 0 {
 		line = fmt.Sprintf("%d bytes", h.CPU.CacheLine)

@@ -208,8 +208,8 @@ func TestCheckHost(t *testing.T) {
 	}
 	code, stdout, _ = runCLI(t, "check-host", "--config", cfg, "--cpu-features", lacking, "--log-format", "json")
 	var report struct {
-		Host     manifest.Host `json:"host"`
-		Restores bool          `json:"restores"`
+		Host     manifest.RestoreHost `json:"host"`
+		Restores bool                 `json:"restores"`
 		manifest.Report
 	}
 	if err := json.Unmarshal([]byte(stdout), &report); err != nil || code != exitFailed || report.Restores || len(report.Checkpoints) != 2 ||

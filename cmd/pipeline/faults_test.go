@@ -20,6 +20,7 @@ import (
 
 	"readie.dev/pipeline/internal/orphans"
 	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/exitcode"
 	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/sandbox"
@@ -355,7 +356,7 @@ func TestFaultSIGINTDuringCapture(t *testing.T) {
 	p.drain()
 	e.waitForBlockedCapture(t)
 	p.cmd.Process.Signal(syscall.SIGINT)
-	if code := p.wait(t, time.Minute); code != exitSIGINT {
+	if code := p.wait(t, time.Minute); code != exitcode.ForSignal(syscall.SIGINT) {
 		t.Fatalf("exit %d after SIGINT, want 130\n%s", code, p.all.String())
 	}
 	t.Logf("the interrupted run said:\n%s%s", p.all.String(), p.stdout.String())
@@ -402,7 +403,7 @@ func TestSignalInProcess(t *testing.T) {
 	signals <- syscall.SIGTERM
 	select {
 	case code := <-exited:
-		if code != exitSIGTERM {
+		if code != exitcode.ForSignal(syscall.SIGTERM) {
 			t.Fatalf("exit %d after SIGTERM, want 143\n%s", code, stderr.String())
 		}
 	case <-time.After(time.Minute):
@@ -500,7 +501,7 @@ func TestFaultConcurrentRun(t *testing.T) {
 	default:
 	}
 	p.cmd.Process.Signal(syscall.SIGINT)
-	if code := p.wait(t, time.Minute); code != exitSIGINT {
+	if code := p.wait(t, time.Minute); code != exitcode.ForSignal(syscall.SIGINT) {
 		t.Fatalf("the first run: exit %d after SIGINT\n%s", code, p.all.String())
 	}
 	e.checkOutputVerifies(t, good)

@@ -22,14 +22,14 @@ import (
 
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/run"
+	"readie.dev/pipeline/pkg/exitcode"
 )
 
+// The pipeline's exit codes, exitcode's; a signal's is exitcode.ForSignal's.
 const (
-	exitOK      = 0
-	exitFailed  = 1
-	exitUsage   = 2
-	exitSIGINT  = 130
-	exitSIGTERM = 143
+	exitOK     = exitcode.OK
+	exitFailed = exitcode.Failed
+	exitUsage  = exitcode.Usage
 )
 
 func commands() commandSet {
@@ -94,16 +94,22 @@ func dispatch(args []string, stdout, stderr io.Writer, signals <-chan os.Signal)
 	} else {
 		fmt.Fprintf(stderr, "%s: %v\n", p.path, err)
 	}
+	return exitCode(err, stoppedBy)
+}
+
+// exitCode returns the code the pipeline exits with when a command returned err, stopped by
+// the signal stoppedBy (nil when no signal stopped it).
+func exitCode(err error, stoppedBy os.Signal) int {
+	sig, signalled := stoppedBy.(syscall.Signal)
 	switch {
-	case stoppedBy == syscall.SIGINT:
-		return exitSIGINT
-	case stoppedBy == syscall.SIGTERM:
-		return exitSIGTERM
+	case err == nil:
+		return exitOK
+	case signalled:
+		return exitcode.ForSignal(sig)
 	case isUsage(err):
 		return exitUsage
-	default:
-		return exitFailed
 	}
+	return exitFailed
 }
 
 // signalName is the signal as people write it: SIGINT, SIGTERM.

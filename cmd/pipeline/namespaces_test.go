@@ -16,6 +16,7 @@ import (
 
 	"readie.dev/pipeline/internal/orphans"
 	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/exitcode"
 )
 
 // nsProcess is this test binary running as the pipeline as pid 1 of a pid namespace of its
@@ -238,7 +239,7 @@ func TestRunsInOtherPidNamespaces(t *testing.T) {
 
 	// B ends as a run ends on Ctrl-C: its sandbox deleted (newFaultEnv checks), exit 130.
 	syscall.Kill(b.pipelinePid(t), syscall.SIGINT)
-	if code := b.wait(t, time.Minute); code != exitSIGINT {
+	if code := b.wait(t, time.Minute); code != exitcode.ForSignal(syscall.SIGINT) {
 		t.Fatalf("B after SIGINT: exit %d\n%s", code, b.output())
 	}
 }

@@ -22,7 +22,7 @@ func (*pullCmd) CheckArgs(args []string) error {
 	if len(args) != 2 {
 		return fmt.Errorf("want an image reference and an output directory")
 	}
-	_, err := ref.ParseRef(args[0], nil)
+	_, err := ref.Parse(args[0], nil)
 	return err
 }
 

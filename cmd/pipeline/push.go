@@ -12,7 +12,7 @@ import (
 
 // registryStep parses ref for a push or pull against cfg, bounded by timeouts.registry.
 func registryStep(ctx context.Context, cfg *config.Config, what, arg string) (ref.Ref, context.Context, context.CancelFunc, error) {
-	r, err := ref.ParseRef(arg, cfg.InsecureRegistries)
+	r, err := ref.Parse(arg, cfg.InsecureRegistries)
 	if err != nil {
 		return ref.Ref{}, nil, nil, usageError{err}
 	}
@@ -39,7 +39,7 @@ func (*pushCmd) CheckArgs(args []string) error {
 	if len(args) != 1 {
 		return fmt.Errorf("want one image reference, e.g. registry.example.com/readie/checkpoints:v1")
 	}
-	_, err := ref.ParseRef(args[0], nil)
+	_, err := ref.Parse(args[0], nil)
 	return err
 }
 

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"readie.dev/pipeline/pkg/executorproto"
+	"readie.dev/pipeline/pkg/exitcode"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/pool"
 	"readie.dev/pipeline/pkg/pycall"
@@ -67,15 +68,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.pool, "pool", 0, "keep this many sandboxes created ahead and restore each call into one (0: create a sandbox per call)")
 	fs.IntVar(&o.calls, "calls", 1, "how many calls to serve, each in a sandbox of its own")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return exitcode.Usage
 	}
 	if o.out == "" || o.runsc == "" || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "worker: -out and -runsc are required, and nothing else")
-		return 2
+		return exitcode.Usage
 	}
 	if o.pool < 0 || o.calls < 1 {
 		fmt.Fprintf(stderr, "worker: -pool %d -calls %d: want -pool >= 0 and -calls >= 1\n", o.pool, o.calls)
-		return 2
+		return exitcode.Usage
 	}
 
 	// A signal cancels everything under way; the sandbox is still deleted (below).
@@ -103,15 +104,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch {
 	case stoppedBy != 0:
 		fmt.Fprintf(stderr, "worker: stopped by %v (every sandbox was deleted): %v\n", stoppedBy, err)
-		return 128 + int(stoppedBy)
+		return exitcode.ForSignal(stoppedBy)
 	case errors.Is(err, errBadInput):
 		fmt.Fprintf(stderr, "worker: %v\n", err)
-		return 2
+		return exitcode.Usage
 	case err != nil:
 		fmt.Fprintf(stderr, "worker: %v\n", err)
-		return 1
+		return exitcode.Failed
 	}
-	return 0
+	return exitcode.OK
 }
 
 // restoreAndCall is the worker's job in the order a worker does it: open and check the output,

@@ -5,11 +5,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -17,6 +15,7 @@ import (
 	"time"
 
 	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/exitcode"
 	"readie.dev/pipeline/pkg/runsc"
 )
 
@@ -142,8 +141,7 @@ checkpoints:
 		}
 		cmd := testenv.Command(t, 2*time.Minute, worker, "-out", dir, "-runsc", runscPath, "-root", root, "-set", "small")
 		output, err := cmd.CombinedOutput()
-		var exit *exec.ExitError
-		if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(output), "the manifest's "+edit.field) {
+		if code, _ := exitcode.Of(err); code != exitcode.Usage || !strings.Contains(string(output), "the manifest's "+edit.field) {
 			t.Errorf("worker with a tampered %s = %v\n%s\nwant exit 2 naming it", edit.field, err, output)
 		}
 		if _, err := os.Stat(filepath.Join(tampered, "owned")); err == nil {
@@ -164,8 +162,7 @@ checkpoints:
 		args := append([]string{"-out", out, "-runsc", runscPath, "-root", root}, tc.args...)
 		cmd := testenv.Command(t, 2*time.Minute, worker, args...)
 		output, err := cmd.CombinedOutput()
-		var exit *exec.ExitError
-		if !errors.As(err, &exit) || exit.ExitCode() != tc.code || !strings.Contains(string(output), tc.want) {
+		if code, _ := exitcode.Of(err); code != tc.code || !strings.Contains(string(output), tc.want) {
 			t.Errorf("worker %v = %v\n%s\nwant exit %d saying %q", tc.args, err, output, tc.code, tc.want)
 		}
 	}
@@ -207,8 +204,7 @@ checkpoints:
 			blocked.Process.Kill()
 			t.Fatalf("the worker (-pool %s) did not stop after SIGTERM:\n%s", pool, &blockedErr)
 		}
-		var exit *exec.ExitError
-		if !errors.As(err, &exit) || exit.ExitCode() != 128+int(syscall.SIGTERM) || !strings.Contains(blockedErr.String(), "was deleted") {
+		if code, _ := exitcode.Of(err); code != exitcode.ForSignal(syscall.SIGTERM) || !strings.Contains(blockedErr.String(), "was deleted") {
 			t.Fatalf("worker -pool %s stopped by SIGTERM = %v\n%s", pool, err, &blockedErr)
 		}
 		cs, err := (&runsc.Runsc{Path: runscPath, Root: root}).List(context.Background())

@@ -31,22 +31,22 @@ var ErrInvalid = errors.New("invalid analysis")
 type File struct {
 	Version int `json:"version"`
 	// Image identifies what was measured, as the analyze stage's cache key does.
-	Image Image `json:"image"`
+	Image Provenance `json:"image"`
 	// Stdlib is the image python's sys.stdlib_module_names: closures leave these out.
 	Stdlib []string `json:"stdlib"`
 	// Names holds an entry per name of the corpus and per module that a closure names.
 	Names map[string]Entry `json:"names"`
 	// Host holds what was measured of this host besides the modules (absent in analyses
 	// written before it was measured).
-	Host *Host `json:"host,omitempty"`
+	Host *HostCosts `json:"host,omitempty"`
 	// Packages are the image's distributions, PEP 503 normalized name to version, from its
 	// own metadata (importlib.metadata in a sandbox of the image); absent in version 1.
 	Packages map[string]string `json:"packages,omitempty"`
 }
 
-// Host is what the analysis measured of the host and the image besides the modules: the cost
-// model's constants, for planning when no output's manifest gives the restore line.
-type Host struct {
+// HostCosts is what the analysis measured of the host and the image besides the modules: the
+// cost model's constants, for planning when no output's manifest gives the restore line.
+type HostCosts struct {
 	// CPU names the machine the times were measured on (model and count).
 	CPU string `json:"cpu"`
 	// ColdStartMs is a cold start of the bare executor, from `runsc create` to the answer of a
@@ -62,8 +62,8 @@ type Host struct {
 	RSquared      float64  `json:"r_squared"`
 }
 
-// Image is what the figures were measured on.
-type Image struct {
+// Provenance is what the figures were measured on: the rootfs, the runsc and the spec.
+type Provenance struct {
 	RootfsDigest string `json:"rootfs_digest"`
 	Runsc        string `json:"runsc"`
 	SpecDigest   string `json:"spec_digest"`
@@ -100,7 +100,7 @@ type Entry struct {
 	Packages map[string]string `json:"packages,omitempty"`
 }
 
-// module is the catalogue's view of an entry.
+// module returns the catalogue's view of an entry.
 func (e Entry) module() catalogue.Module {
 	return catalogue.Module{Available: e.Available, ImportMs: e.ImportMs, MiB: e.MiB, OwnMs: e.OwnMs, OwnMiB: e.OwnMiB, Closure: e.Closure, Packages: e.Packages}
 }
@@ -216,7 +216,7 @@ func (e Entry) check(n string, available map[string]bool) []error {
 }
 
 // check wants the host's figures finite and not negative.
-func (h *Host) check() error {
+func (h *HostCosts) check() error {
 	for _, v := range []float64{h.ColdStartMs, h.EmptyMiB, h.InterceptMs, h.AlphaMsPerMiB} {
 		if !(v >= 0) || math.IsInf(v, 1) {
 			return fmt.Errorf("host: %v: want finite figures >= 0", *h)
@@ -263,7 +263,7 @@ func (f *File) Save(path string) error {
 	return atomicfile.WriteJSON(path, f)
 }
 
-// Closure is the closure of module from what importing it added to sys.modules (added, the
+// Closure returns the closure of module from what importing it added to sys.modules (added, the
 // names after the import that were not there before): the top-level packages of added names
 // outside stdlib, the added names that are analysed modules (analysed), and module itself.
 // Dunder names and names that are not dotted identifiers are left out. Sorted, each once.

@@ -15,7 +15,7 @@ import (
 func sample() *File {
 	return &File{
 		Version: Version,
-		Image:   Image{RootfsDigest: "sha256:abc", Runsc: "readie-x", SpecDigest: "sha256:def", Runs: 3},
+		Image:   Provenance{RootfsDigest: "sha256:abc", Runsc: "readie-x", SpecDigest: "sha256:def", Runs: 3},
 		Stdlib:  []string{"json", "re"},
 		Names: map[string]Entry{
 			"numpy":                                {Module: "numpy", Available: true, ImportMs: 100, MiB: 10, OwnMs: 100, OwnMiB: 10, Closure: []string{"numpy"}},

@@ -27,7 +27,7 @@ const (
 	Measure    = "measure"    // the measure-mode restore that capture records
 )
 
-// CoreSeries are measured for every set, in this order within a round.
+// CoreSeries returns the series measured for every set, in their order within a round.
 func CoreSeries() []string { return []string{Floor, Cold, Restore, Prestarted, Pooled, Measure} }
 
 // DefaultPoolSize is the size of the pool of the pooled series when Options.Pool is zero.
@@ -46,7 +46,7 @@ type Variant struct {
 // VariantPrefix starts the series name of every variant.
 const VariantPrefix = "variant:"
 
-// Variants are the config's bench variants as series to measure.
+// Variants returns the config's bench variants as series to measure.
 func Variants(cfg []config.BenchVariant) []Variant {
 	var vs []Variant
 	for _, v := range cfg {
@@ -64,8 +64,8 @@ func optionsKey(options map[string]string) string {
 	return strings.Join(parts, ",")
 }
 
-// Set is one checkpoint to measure.
-type Set struct {
+// MeasuredSet is one checkpoint to measure.
+type MeasuredSet struct {
 	ID      string   `json:"id"`
 	Imports []string `json:"imports"`
 	Dir     string   `json:"-"`
@@ -106,12 +106,12 @@ func Schedule(sets, rounds int, series []string) []Trial {
 
 // Runner performs one trial and returns its time in milliseconds.
 type Runner interface {
-	Run(ctx context.Context, set Set, series string) (float64, error)
+	Run(ctx context.Context, set MeasuredSet, series string) (float64, error)
 }
 
 // SetReport holds one set's figures.
 type SetReport struct {
-	Set
+	MeasuredSet
 	Series map[string]manifest.Stats `json:"series"`
 	// Ratios of medians: cold/restore, restore/floor, prestarted/floor, pooled/floor.
 	Ratios map[string]float64 `json:"ratios"`
@@ -131,7 +131,7 @@ type Fit struct {
 // Fitted reports whether there were two image sizes or more to fit a cost model to.
 func (f Fit) Fitted() bool { return f.Sizes >= 2 }
 
-// Describe is the cost model in words, or why there is none.
+// Describe returns the cost model in words, or why there is none.
 func (f Fit) Describe() string {
 	if !f.Fitted() {
 		return fmt.Sprintf("no cost model: it needs at least two image sizes, and %d %s measured", f.Points, plural(f.Points, "set was", "sets were"))
@@ -159,7 +159,7 @@ type Results struct {
 
 // Execute runs one warm-up round, discarded, then every trial of the schedule with runner;
 // progress, if set, sees each result (a warm-up trial's Round is -1).
-func Execute(ctx context.Context, sets []Set, series []string, rounds int, runner Runner, progress func(Trial, float64)) (*Results, error) {
+func Execute(ctx context.Context, sets []MeasuredSet, series []string, rounds int, runner Runner, progress func(Trial, float64)) (*Results, error) {
 	raw := make([]map[string][]float64, len(sets))
 	for i := range raw {
 		raw[i] = map[string][]float64{}
@@ -187,7 +187,7 @@ func Execute(ctx context.Context, sets []Set, series []string, rounds int, runne
 	var sizes []int64
 	var medians []float64
 	for i, set := range sets {
-		rep := SetReport{Set: set, Series: map[string]manifest.Stats{}, Ratios: map[string]float64{}}
+		rep := SetReport{MeasuredSet: set, Series: map[string]manifest.Stats{}, Ratios: map[string]float64{}}
 		for name, runs := range raw[i] {
 			rep.Series[name] = measure.Summarize(runs)
 		}

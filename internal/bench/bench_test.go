@@ -38,7 +38,7 @@ type fakeRunner struct {
 	times map[string]float64
 }
 
-func (f *fakeRunner) Run(ctx context.Context, set Set, series string) (float64, error) {
+func (f *fakeRunner) Run(ctx context.Context, set MeasuredSet, series string) (float64, error) {
 	f.calls = append(f.calls, set.ID+"/"+series)
 	ms := f.times[series] + float64(len(f.calls)%3) // a little spread
 	if set.ID == "big" {
@@ -49,7 +49,7 @@ func (f *fakeRunner) Run(ctx context.Context, set Set, series string) (float64, 
 
 func TestExecuteStatisticsAndRatios(t *testing.T) {
 	runner := &fakeRunner{times: map[string]float64{Floor: 250, Cold: 2000, Restore: 400, Prestarted: 150, Pooled: 100, Measure: 350}}
-	sets := []Set{{ID: "small", Bytes: 8 << 20}, {ID: "big", Bytes: 40 << 20}}
+	sets := []MeasuredSet{{ID: "small", Bytes: 8 << 20}, {ID: "big", Bytes: 40 << 20}}
 	res, err := Execute(context.Background(), sets, CoreSeries(), 3, runner, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -78,12 +78,12 @@ func TestExecuteStatisticsAndRatios(t *testing.T) {
 
 type failingRunner struct{}
 
-func (failingRunner) Run(context.Context, Set, string) (float64, error) {
+func (failingRunner) Run(context.Context, MeasuredSet, string) (float64, error) {
 	return 0, errors.New("sandbox exploded")
 }
 
 func TestExecuteNamesTheFailedTrial(t *testing.T) {
-	_, err := Execute(context.Background(), []Set{{ID: "pandas"}}, []string{Cold}, 2, failingRunner{}, nil)
+	_, err := Execute(context.Background(), []MeasuredSet{{ID: "pandas"}}, []string{Cold}, 2, failingRunner{}, nil)
 	if err == nil || !strings.Contains(err.Error(), "pandas, cold, warm-up round: sandbox exploded") {
 		t.Fatalf("err = %v", err)
 	}
@@ -98,7 +98,7 @@ func TestFastest(t *testing.T) {
 	for _, v := range vs {
 		names = append(names, v.Name)
 	}
-	res, err := Execute(context.Background(), []Set{{ID: "a"}, {ID: "b"}}, names, 2, runner, nil)
+	res, err := Execute(context.Background(), []MeasuredSet{{ID: "a"}, {ID: "b"}}, names, 2, runner, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestFastest(t *testing.T) {
 
 func TestWriteChartPanels(t *testing.T) {
 	runner := &fakeRunner{times: map[string]float64{Floor: 250, Cold: 2000, Restore: 400, Prestarted: 150, Measure: 350}}
-	sets := []Set{{ID: "small", Bytes: 8 << 20}, {ID: "big", Bytes: 40 << 20}}
+	sets := []MeasuredSet{{ID: "small", Bytes: 8 << 20}, {ID: "big", Bytes: 40 << 20}}
 	res, err := Execute(context.Background(), sets, CoreSeries(), 3, runner, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +137,7 @@ func TestWriteChartPanels(t *testing.T) {
 // drawing a flat one with R² 0.
 func TestOneSizeHasNoCostModel(t *testing.T) {
 	runner := &fakeRunner{times: map[string]float64{Floor: 250, Cold: 2000, Restore: 400, Prestarted: 150, Measure: 350}}
-	res, err := Execute(context.Background(), []Set{{ID: "only", Bytes: 8 << 20}}, CoreSeries(), 2, runner, nil)
+	res, err := Execute(context.Background(), []MeasuredSet{{ID: "only", Bytes: 8 << 20}}, CoreSeries(), 2, runner, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

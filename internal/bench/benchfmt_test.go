@@ -16,7 +16,7 @@ import (
 func TestBenchfmtParsesWithBenchstatsParser(t *testing.T) {
 	r := &Report{Machine: Machine{CPUModel: "AMD EPYC"}, Runsc: manifest.Runsc{Version: "readie-x"}, RestoreFlags: []string{"-direct"},
 		Results: Results{Rounds: 3, Series: []string{Restore, "variant:-direct,-background"}, Sets: []SetReport{{
-			Set: Set{ID: "pandas", Bytes: 40 << 20},
+			MeasuredSet: MeasuredSet{ID: "pandas", Bytes: 40 << 20},
 			Series: map[string]manifest.Stats{
 				Restore:                       measure.Summarize([]float64{389.5, 401, 377}),
 				"variant:-direct,-background": measure.Summarize([]float64{380, 390, 385}),

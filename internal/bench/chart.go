@@ -33,7 +33,7 @@ func (s *spread) add(x float64, st manifest.Stats) {
 	s.YErrors = append(s.YErrors, struct{ Low, High float64 }{st.Median - st.Min, st.Max - st.Median})
 }
 
-// top is the highest point a spread reaches.
+// top returns the highest point a spread reaches.
 func (s *spread) top() float64 {
 	var y float64
 	for i, p := range s.XYs {
@@ -102,7 +102,7 @@ func WriteChart(w io.Writer, r *Results, conc []Concurrent) error {
 	return err
 }
 
-// setsPanel is the time to a ready executor of each series, set by set.
+// setsPanel plots the time to a ready executor of each series, set by set.
 func setsPanel(r *Results) (*plot.Plot, error) {
 	left := plot.New()
 	left.Title.Text = "Time to a ready executor, per package set"
@@ -134,7 +134,7 @@ func setsPanel(r *Results) (*plot.Plot, error) {
 	return left, nil
 }
 
-// sizePanel is the measure-mode restore against image size, with the fitted cost model.
+// sizePanel plots the measure-mode restore against image size, with the fitted cost model.
 func sizePanel(r *Results) (*plot.Plot, error) {
 	middle := plot.New()
 	middle.Title.Text = "Restore against image size"
@@ -170,7 +170,7 @@ func sizePanel(r *Results) (*plot.Plot, error) {
 	return middle, nil
 }
 
-// concurrencyPanel is the time to each answer against the restores started together.
+// concurrencyPanel plots the time to each answer against the restores started together.
 func concurrencyPanel(conc []Concurrent) (*plot.Plot, error) {
 	right := plot.New()
 	right.Title.Text = "Restores at once"

@@ -31,7 +31,7 @@ type Concurrent struct {
 // batch runs k restores of imageDir, prepared off the clock, released together by closing one
 // channel, each timed from its start to its answer. It returns the latencies, the batch's wall
 // time and the spread of the starts.
-func batch(ctx context.Context, r *measure.Restorer, set Set, dir string, k int) ([]float64, time.Duration, time.Duration, error) {
+func batch(ctx context.Context, r *measure.Restorer, set MeasuredSet, dir string, k int) ([]float64, time.Duration, time.Duration, error) {
 	request, err := ImportRequest(set.Imports)
 	if err != nil {
 		return nil, 0, 0, err
@@ -89,7 +89,7 @@ func batch(ctx context.Context, r *measure.Restorer, set Set, dir string, k int)
 
 // RunConcurrency measures, for the set, every series of flags (the manifest's restore flags as
 // "restore", then the variants) at every concurrency, rounds times, interleaved round by round.
-func RunConcurrency(ctx context.Context, r *measure.Restorer, set Set, variants []Variant, ks []int, rounds int, progress func(Concurrent, int)) ([]Concurrent, error) {
+func RunConcurrency(ctx context.Context, r *measure.Restorer, set MeasuredSet, variants []Variant, ks []int, rounds int, progress func(Concurrent, int)) ([]Concurrent, error) {
 	type series struct {
 		name  string
 		flags []string

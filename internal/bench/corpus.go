@@ -71,14 +71,14 @@ type CorpusRequest struct {
 	Chosen          manifest.Stats `json:"chosen"`
 	// Pooled is the same start as Chosen from a sandbox of a pool (--pool), PooledMs its
 	// median; PredictedPooledMs is PredictedMs less the pool's mean `runsc create` time
-	// (CorpusSummary.CreateMs), the part of a start a pool takes off the clock.
+	// (ReplaySummary.CreateMs), the part of a start a pool takes off the clock.
 	Pooled            *manifest.Stats `json:"pooled,omitempty"`
 	PooledMs          float64         `json:"pooled_ms,omitempty"`
 	PredictedPooledMs float64         `json:"predicted_pooled_ms,omitempty"`
 }
 
-// CorpusSummary are the replay's means over the sampled requests.
-type CorpusSummary struct {
+// ReplaySummary holds a corpus replay's means over the sampled requests.
+type ReplaySummary struct {
 	Requests        int     `json:"requests"`
 	MeanColdMs      float64 `json:"mean_cold_ms"`
 	MeanChosenMs    float64 `json:"mean_chosen_ms"`
@@ -121,7 +121,7 @@ type CorpusReport struct {
 	Eligible   int             `json:"eligible"`
 	Unservable int             `json:"unservable"`
 	Requests   []CorpusRequest `json:"requests"`
-	Summary    CorpusSummary   `json:"summary"`
+	Summary    ReplaySummary   `json:"summary"`
 	Dir        string          `json:"-"`
 }
 
@@ -340,8 +340,8 @@ func drawRequests(o CorpusOptions, router *catalogue.Router, x *run.VerifiedOutp
 	return trials, eligible, unservable, nil
 }
 
-func summarize(reqs []CorpusRequest) CorpusSummary {
-	s := CorpusSummary{Requests: len(reqs)}
+func summarize(reqs []CorpusRequest) ReplaySummary {
+	s := ReplaySummary{Requests: len(reqs)}
 	if len(reqs) == 0 {
 		return s
 	}

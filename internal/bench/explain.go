@@ -43,7 +43,7 @@ type Breakdown struct {
 	Call float64 `json:"call_ms"`
 }
 
-// PipelineOverhead is the part the pipeline adds itself: process start-up of runsc.
+// PipelineOverhead returns the part the pipeline adds itself: process start-up of runsc.
 func (b Breakdown) PipelineOverhead() float64 { return b.Spawn }
 
 var (

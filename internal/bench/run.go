@@ -49,9 +49,9 @@ func Run(ctx context.Context, env *run.Env, out string, o Options) (*Report, err
 
 func runOn(ctx context.Context, x *run.VerifiedOutput, o Options) (*Report, error) {
 	env, m, work := x.Env, x.Manifest, x.Work
-	var sets []Set
+	var sets []MeasuredSet
 	for _, c := range x.Picked {
-		sets = append(sets, Set{ID: c.ID, Imports: c.Imports, Dir: x.Dir(c), Bytes: c.Bytes})
+		sets = append(sets, MeasuredSet{ID: c.ID, Imports: c.Imports, Dir: x.Dir(c), Bytes: c.Bytes})
 	}
 	restorer := env.Restorer(work, env.Config.Timeouts.Restore)
 	series := CoreSeries()
@@ -125,7 +125,7 @@ func runOn(ctx context.Context, x *run.VerifiedOutput, o Options) (*Report, erro
 // measureConcurrency measures K restores at once on the largest set and says which flags are
 // fastest at 1 and at bench.concurrency; the latter go into the report (bench.json) with the
 // config line that restores with them. The manifest is left alone.
-func measureConcurrency(ctx context.Context, x *run.VerifiedOutput, report *Report, restorer *measure.Restorer, sets []Set, variants []Variant, o Options) error {
+func measureConcurrency(ctx context.Context, x *run.VerifiedOutput, report *Report, restorer *measure.Restorer, sets []MeasuredSet, variants []Variant, o Options) error {
 	env := x.Env
 	largest := sets[0]
 	for _, s := range sets {
@@ -170,13 +170,13 @@ func measureConcurrency(ctx context.Context, x *run.VerifiedOutput, report *Repo
 	return nil
 }
 
-// RestoreFlagsLine is the config line (pipeline.yaml) that restores with flags.
+// RestoreFlagsLine returns the config line (pipeline.yaml) that restores with flags.
 func RestoreFlagsLine(flags []string) string {
 	data, _ := json.Marshal(append([]string{}, flags...)) // a YAML flow sequence; [] for none
 	return "runsc.restore_flags: " + string(data)
 }
 
-// seriesFlags are the restore flags a series restores with.
+// seriesFlags returns the restore flags a series restores with.
 func seriesFlags(series string, manifestFlags []string, variants []Variant) []string {
 	for _, v := range variants {
 		if v.Name == series && len(v.CheckpointOptions) == 0 {
@@ -263,7 +263,7 @@ func pointLatest(dir string) error {
 
 // captureVariantImages captures every set again for each distinct set of checkpoint options
 // the variants name; the images live in work and go with it.
-func captureVariantImages(ctx context.Context, env *run.Env, sets []Set, variants []Variant, work string) error {
+func captureVariantImages(ctx context.Context, env *run.Env, sets []MeasuredSet, variants []Variant, work string) error {
 	version, err := env.Runtime.Version(ctx)
 	if err != nil {
 		return err
@@ -276,7 +276,7 @@ func captureVariantImages(ctx context.Context, env *run.Env, sets []Set, variant
 				continue
 			}
 			dir := filepath.Join(work, fmt.Sprintf("variant-%d-%s", len(set.VariantDirs), set.ID))
-			meta, err := capture.Run(ctx, env.Runtime, env.CaptureRequest(config.Set{ID: set.ID, Imports: set.Imports}, dir, work, version, v.CheckpointOptions))
+			meta, err := capture.Run(ctx, env.Runtime, env.CaptureRequest(config.PackageSet{ID: set.ID, Imports: set.Imports}, dir, work, version, v.CheckpointOptions))
 			if err != nil {
 				return fmt.Errorf("bench: image for %s: %w", v.Name, err)
 			}
@@ -294,7 +294,7 @@ func captureVariantImages(ctx context.Context, env *run.Env, sets []Set, variant
 // that makes its sandbox, or with pooled the pool's path, a restore onto a sandbox made by
 // `runsc create` beforehand (the same runsc commands a pooled start runs; Get itself reads
 // /proc only), so the breakdown shows what is left once the sandbox boot is off the clock.
-func explainOne(ctx context.Context, restorer *measure.Restorer, set Set, work string, pooled bool) (Breakdown, error) {
+func explainOne(ctx context.Context, restorer *measure.Restorer, set MeasuredSet, work string, pooled bool) (Breakdown, error) {
 	logDir, err := os.MkdirTemp(work, "debug-")
 	if err != nil {
 		return Breakdown{}, err

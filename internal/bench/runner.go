@@ -25,7 +25,7 @@ type SandboxRunner struct {
 }
 
 // Run implements Runner.
-func (s *SandboxRunner) Run(ctx context.Context, set Set, series string) (float64, error) {
+func (s *SandboxRunner) Run(ctx context.Context, set MeasuredSet, series string) (float64, error) {
 	r := s.Restorer
 	switch series {
 	case Floor:

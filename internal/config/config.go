@@ -37,8 +37,8 @@ type flagValueError struct{ error }
 
 func (flagValueError) Is(target error) bool { return target == ErrInvalid }
 
-// Set is one package set: a checkpoint with these modules pre-imported.
-type Set struct {
+// PackageSet is one package set: a checkpoint with these modules pre-imported.
+type PackageSet struct {
 	ID      string   `yaml:"id"`
 	Imports []string `yaml:"imports"`
 }
@@ -58,7 +58,7 @@ type Runsc struct {
 	CheckpointOptions map[string]string `yaml:"checkpoint_options"`
 }
 
-// SandboxFlags are the runsc global flags this section gives every sandbox, typed: the one
+// SandboxFlags returns the runsc global flags this section gives every sandbox, typed: the one
 // place they are made from the config.
 func (r Runsc) SandboxFlags() sandbox.Flags {
 	return sandbox.Flags{Network: r.Network, Overlay: r.Overlay, HostUDS: r.HostUDS, Extra: slices.Clone(r.GlobalFlags)}
@@ -166,9 +166,9 @@ type Config struct {
 	PassEnv []string `yaml:"pass_env"`
 	// InsecureRegistries are registry hosts spoken to over plain HTTP (localhost and
 	// 127.0.0.1 always are).
-	InsecureRegistries []string `yaml:"insecure_registries"`
-	Checkpoints        []Set    `yaml:"checkpoints"`
-	Bench              Bench    `yaml:"bench"`
+	InsecureRegistries []string     `yaml:"insecure_registries"`
+	Checkpoints        []PackageSet `yaml:"checkpoints"`
+	Bench              Bench        `yaml:"bench"`
 	// CPUBaseline, when set, is the CPU every checkpoint is captured for: the sandboxes are
 	// given these features only, so the checkpoints restore on every host that has them.
 	CPUBaseline *CPUBaseline `yaml:"cpu_baseline"`
@@ -323,7 +323,7 @@ func Load(path, cacheDir string) (*Config, error) {
 	return Parse(data, path, filepath.Dir(abs), cacheDir)
 }
 
-// CacheDir is ${XDG_CACHE_HOME:-$HOME/.cache}/readie.
+// CacheDir returns ${XDG_CACHE_HOME:-$HOME/.cache}/readie.
 func CacheDir() string {
 	if x := os.Getenv("XDG_CACHE_HOME"); x != "" {
 		return filepath.Join(x, "readie")
@@ -336,7 +336,7 @@ func CacheDir() string {
 }
 
 // validate checks one package set: its id and its imports.
-func (s Set) validate() error {
+func (s PackageSet) validate() error {
 	var problems []error
 	switch {
 	case !checkpointid.Valid(s.ID):
@@ -357,19 +357,19 @@ func (s Set) validate() error {
 
 // ParseSet reads a package set given on the command line as ID=MOD,MOD (`--set`), with the
 // same rules as the config's.
-func ParseSet(arg string) (Set, error) {
+func ParseSet(arg string) (PackageSet, error) {
 	id, mods, ok := strings.Cut(arg, "=")
 	if !ok {
-		return Set{}, flagValueError{fmt.Errorf("want ID=MODULE,MODULE")}
+		return PackageSet{}, flagValueError{fmt.Errorf("want ID=MODULE,MODULE")}
 	}
-	s := Set{ID: strings.TrimSpace(id)}
+	s := PackageSet{ID: strings.TrimSpace(id)}
 	for _, m := range strings.Split(mods, ",") {
 		if m = strings.TrimSpace(m); m != "" {
 			s.Imports = append(s.Imports, m)
 		}
 	}
 	if err := s.validate(); err != nil {
-		return Set{}, flagValueError{err}
+		return PackageSet{}, flagValueError{err}
 	}
 	return s, nil
 }
@@ -378,7 +378,7 @@ func ParseSet(arg string) (Set, error) {
 type Selection struct {
 	// Sets are "empty" first, then the config's, with the --set ones replacing those of the
 	// same id or added after them.
-	Sets []Set
+	Sets []PackageSet
 	// Picked names the sets that --only and --set select ("empty" always); nil when neither
 	// was given and the run works on every set.
 	Picked map[string]bool
@@ -386,8 +386,8 @@ type Selection struct {
 
 // Select returns the sets of a run with --only ids and --set sets. An --only id must name a
 // set of the config or of --set.
-func (c *Config) Select(only []string, extra []Set) (*Selection, error) {
-	sel := &Selection{Sets: []Set{{ID: EmptySetID, Imports: []string{}}}}
+func (c *Config) Select(only []string, extra []PackageSet) (*Selection, error) {
+	sel := &Selection{Sets: []PackageSet{{ID: EmptySetID, Imports: []string{}}}}
 	byID := map[string]int{}
 	for _, s := range c.Checkpoints {
 		byID[s.ID] = len(sel.Sets)
@@ -424,8 +424,8 @@ func (c *Config) Select(only []string, extra []Set) (*Selection, error) {
 // Picks reports whether the run works on the set id.
 func (s *Selection) Picks(id string) bool { return s.Picked == nil || s.Picked[id] }
 
-// ShardOf is the shard, of n, that the set id belongs to: a hash of the id alone, so a set's
-// shard never changes when other sets are added or removed.
+// ShardOf returns the shard, of n, that the set id belongs to: a hash of the id alone, so a
+// set's shard never changes when other sets are added or removed.
 func ShardOf(id string, n int) int {
 	h := fnv.New64a()
 	h.Write([]byte(id))
@@ -445,7 +445,7 @@ func ParseShard(arg string) (index, count int, err error) {
 
 // Shard keeps the sets of shard index of count, and "empty", which every output holds.
 func (s *Selection) Shard(index, count int) {
-	s.Sets = slices.DeleteFunc(s.Sets, func(set Set) bool {
+	s.Sets = slices.DeleteFunc(s.Sets, func(set PackageSet) bool {
 		return set.ID != EmptySetID && ShardOf(set.ID, count) != index
 	})
 }

@@ -63,7 +63,7 @@ func TestSelect(t *testing.T) {
 		t.Fatalf("ParseSet = %+v, %v", torch, err)
 	}
 	numpy2, _ := ParseSet("numpy=numpy,json")
-	sel, err = c.Select(nil, []Set{torch, numpy2})
+	sel, err = c.Select(nil, []PackageSet{torch, numpy2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestSelect(t *testing.T) {
 	if !sel.Picks("torch") || !sel.Picks("numpy") || sel.Picks("pandas") {
 		t.Errorf("--set picks %v", sel.Picked)
 	}
-	if sel, err := c.Select([]string{"torch"}, []Set{torch}); err != nil || !sel.Picks("torch") {
+	if sel, err := c.Select([]string{"torch"}, []PackageSet{torch}); err != nil || !sel.Picks("torch") {
 		t.Errorf("--only naming a --set id: %v", err)
 	}
 	for _, bad := range []string{"torch", "=numpy", "empty=json", "a/b=json", "torch=", "torch=scikit-learn", "torch=os;rm"} {
@@ -255,9 +255,9 @@ func TestDefaultsFile(t *testing.T) {
 // and "empty" in every shard.
 func TestShards(t *testing.T) {
 	ids := []string{"json", "csv", "sqlite3", "email", "numpy", "pandas", "torch", "scipy"}
-	var sets []Set
+	var sets []PackageSet
 	for _, id := range ids {
-		sets = append(sets, Set{ID: id, Imports: []string{id}})
+		sets = append(sets, PackageSet{ID: id, Imports: []string{id}})
 	}
 	if _, err := Parse([]byte("checkpoints: []\n"), "x", "/w", "/c"); err == nil {
 		t.Fatal("an empty checkpoints list was accepted")

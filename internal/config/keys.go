@@ -141,8 +141,8 @@ func keysOf(t reflect.Type) []string {
 	return keys
 }
 
-// closest is the key of keys nearest to s, within an edit distance of a third of its length;
-// "" when none is that near.
+// closest returns the key of keys nearest to s, within an edit distance of a third of its
+// length; "" when none is that near.
 func closest(s string, keys []string) string {
 	best, bestDist := "", len(s)/3+1
 	for _, k := range keys {

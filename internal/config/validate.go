@@ -169,7 +169,7 @@ func (c *Config) validatePassEnv(p *problems) {
 	}
 }
 
-func validateCheckpoints(p *problems, sets []Set) {
+func validateCheckpoints(p *problems, sets []PackageSet) {
 	if len(sets) == 0 {
 		p.add("checkpoints lists no package set")
 	}

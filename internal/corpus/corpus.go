@@ -348,7 +348,7 @@ func jsonKind(raw []byte) string {
 	}
 }
 
-// Weight is the sum of the requests' weights.
+// Weight returns the sum of the requests' weights.
 func Weight(requests []Request) float64 {
 	var w float64
 	for _, r := range requests {
@@ -357,7 +357,7 @@ func Weight(requests []Request) float64 {
 	return w
 }
 
-// Names are the distinct names the requests import, sorted.
+// Names returns the distinct names the requests import, sorted.
 func (c *Corpus) Names() []string {
 	seen := map[string]bool{}
 	var names []string

@@ -22,8 +22,8 @@ func (c *Corpus) Split() (planned, heldOut []Request) {
 	return planned, heldOut
 }
 
-// splitmix64 is the finalizer of Steele, Lea and Flood's SplitMix64: a fixed bijection of 64-bit
-// integers whose outputs are well mixed even for consecutive inputs.
+// splitmix64 returns x through the finalizer of Steele, Lea and Flood's SplitMix64: a fixed
+// bijection of 64-bit integers whose outputs are well mixed even for consecutive inputs.
 func splitmix64(x uint64) uint64 {
 	x += 0x9e3779b97f4a7c15
 	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9

@@ -23,7 +23,7 @@ const (
 	EnvOpenBLAS = "OPENBLAS_CORETYPE"
 )
 
-// ControlNames are the variables Controls may set.
+// ControlNames returns the variables Controls may set.
 func ControlNames() []string { return []string{EnvGlibc, EnvNumpy, EnvOpenBLAS, EnvOpenSSL} }
 
 // numpyTargets are numpy's dispatch targets of every version, in its order, with the gVisor
@@ -105,9 +105,9 @@ var openSSLBits = func() map[string][2]uint {
 	return bits
 }()
 
-// Controls are the environment variables that ask numpy, glibc, OpenSSL and OpenBLAS to use no
-// feature outside baseline (gVisor names). They depend on the baseline alone, never on the
-// build host, so build hosts of different CPU types with one baseline capture alike:
+// Controls returns the environment variables that ask numpy, glibc, OpenSSL and OpenBLAS to
+// use no feature outside baseline (gVisor names). They depend on the baseline alone, never on
+// the build host, so build hosts of different CPU types with one baseline capture alike:
 //   - NPY_DISABLE_CPU_FEATURES: every numpy dispatch target (of any numpy version) whose code
 //     needs a feature outside the baseline; a numpy that lacks some target warns, and the
 //     executor silences that warning;
@@ -175,7 +175,7 @@ func Controls(baseline []string) map[string]string {
 	return env
 }
 
-// Env is controls as KEY=VALUE entries, sorted by name.
+// Env returns controls as KEY=VALUE entries, sorted by name.
 func Env(controls map[string]string) []string {
 	var env []string
 	for _, k := range slices.Sorted(maps.Keys(controls)) {

@@ -161,18 +161,18 @@ func TestJudge(t *testing.T) {
 		name    string
 		check   *manifest.CPUCheck
 		enforce bool
-		host    Host
+		host    BuildHost
 		want    []string // nil: accepted
 	}{
-		{"enforced", &manifest.CPUCheck{Verdict: manifest.CPUEnforced}, true, Host{}, nil},
-		{"libraries, unenforced accepted", libs, false, Host{}, nil},
-		{"libraries, no faulting", libs, true, Host{}, []string{"cannot hide", "it sees avx512bw, avx512f and avx512ifma, which gVisor has no names for", "no CPUID faulting", "enforce: false"}},
-		{"libraries, faulting", libs, true, Host{CPUIDFaulting: true}, []string{"reports CPUID faulting, yet"}},
-		{"libraries, unnamed bits only", unnamedOnly, true, Host{CPUIDFaulting: true}, []string{"avx512ifma, which gVisor has no names for", "cannot mask them"}},
-		{"violated", violated, false, Host{}, []string{"numpy: AVX512F, AVX512_SKX; glibc: avx512f", "openssl: error: OSError: x"}},
-		{"error", &manifest.CPUCheck{Verdict: "error", Checked: map[string]string{"error": "ZeroDivisionError"}}, false, Host{}, []string{"failed: ZeroDivisionError"}},
-		{"no check", nil, false, Host{}, []string{"reported no CPU check"}},
-		{"unknown verdict", &manifest.CPUCheck{Verdict: "maybe"}, false, Host{}, []string{`"maybe"`}},
+		{"enforced", &manifest.CPUCheck{Verdict: manifest.CPUEnforced}, true, BuildHost{}, nil},
+		{"libraries, unenforced accepted", libs, false, BuildHost{}, nil},
+		{"libraries, no faulting", libs, true, BuildHost{}, []string{"cannot hide", "it sees avx512bw, avx512f and avx512ifma, which gVisor has no names for", "no CPUID faulting", "enforce: false"}},
+		{"libraries, faulting", libs, true, BuildHost{CPUIDFaulting: true}, []string{"reports CPUID faulting, yet"}},
+		{"libraries, unnamed bits only", unnamedOnly, true, BuildHost{CPUIDFaulting: true}, []string{"avx512ifma, which gVisor has no names for", "cannot mask them"}},
+		{"violated", violated, false, BuildHost{}, []string{"numpy: AVX512F, AVX512_SKX; glibc: avx512f", "openssl: error: OSError: x"}},
+		{"error", &manifest.CPUCheck{Verdict: "error", Checked: map[string]string{"error": "ZeroDivisionError"}}, false, BuildHost{}, []string{"failed: ZeroDivisionError"}},
+		{"no check", nil, false, BuildHost{}, []string{"reported no CPU check"}},
+		{"unknown verdict", &manifest.CPUCheck{Verdict: "maybe"}, false, BuildHost{}, []string{`"maybe"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

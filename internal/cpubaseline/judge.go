@@ -18,8 +18,8 @@ var ErrBaseline = errors.New("CPU baseline not held")
 // instruction shows features outside the baseline, whatever a set imports.
 var ErrUnenforceable = errors.New("this host cannot enforce the CPU baseline")
 
-// Host is what the judgement needs to know of the build host.
-type Host struct {
+// BuildHost is what the judgement needs to know of the build host.
+type BuildHost struct {
 	// CPUIDFaulting: the host lets gVisor trap the CPUID instruction (cpuid_fault).
 	CPUIDFaulting bool
 }
@@ -31,7 +31,7 @@ var libraries = []string{"cpuinfo", "numpy", "glibc", "openblas", "openssl"}
 // always; one that only the library controls keep (verdict libraries) only when the config
 // accepts an unenforced baseline (enforce false); never one that a library left. The error
 // names the features and says why.
-func Judge(check *manifest.CPUCheck, enforce bool, h Host) error {
+func Judge(check *manifest.CPUCheck, enforce bool, h BuildHost) error {
 	if check == nil {
 		return fmt.Errorf("%w: the executor reported no CPU check (a checkpoint captured without the baseline?)", ErrBaseline)
 	}
@@ -73,7 +73,7 @@ func seenThroughCPUID(check *manifest.CPUCheck) string {
 	return strings.Join(parts, " ")
 }
 
-func whyNotHidden(check *manifest.CPUCheck, h Host) string {
+func whyNotHidden(check *manifest.CPUCheck, h BuildHost) string {
 	switch {
 	case len(check.Outside["cpuid"]) > 0 && !h.CPUIDFaulting:
 		return "this host has no CPUID faulting (no cpuid_fault in /proc/cpuinfo), so gVisor cannot trap the instruction; a host with it would enforce the baseline"

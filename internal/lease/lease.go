@@ -97,7 +97,7 @@ func New() (*Lease, error) {
 	}
 }
 
-// ID is the run's ID, for names of the files it creates in shared directories.
+// ID returns the run's ID, for names of the files it creates in shared directories.
 func (l *Lease) ID() string { return l.id }
 
 // IsID reports whether s has the form of a run ID. Names from before leases carry a pid in
@@ -206,8 +206,8 @@ func (l *Lease) TakeOver(dir, id string) (*Claim, error) {
 	return takeOver(dir, id, nil)
 }
 
-// takeOver is TakeOver; opened, when set, runs between the open of the lock file and its
-// flock, where other sweepers and a starting run may act (a test's step function).
+// takeOver does TakeOver's work; opened, when set, runs between the open of the lock file and
+// its flock, where other sweepers and a starting run may act (a test's step function).
 func takeOver(dir, id string, opened func()) (*Claim, error) {
 	path := lockPath(dir, id)
 	for range holdAttempts {

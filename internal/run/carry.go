@@ -232,7 +232,7 @@ func (c *carrier) judgeCPU(w *setWork) error {
 	if c.baseline == nil {
 		return nil
 	}
-	if err := cpubaseline.Judge(w.meta.CPUCheck, c.baseline.Enforced(), cpubaseline.Host{CPUIDFaulting: c.plan.basis.CPUIDFaulting}); err != nil {
+	if err := cpubaseline.Judge(w.meta.CPUCheck, c.baseline.Enforced(), cpubaseline.BuildHost{CPUIDFaulting: c.plan.basis.CPUIDFaulting}); err != nil {
 		if errors.Is(err, cpubaseline.ErrUnenforceable) {
 			c.plan.unenforceable.CompareAndSwap(nil, &w.sp.ID)
 		}

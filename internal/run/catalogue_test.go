@@ -37,13 +37,13 @@ func testAnalysis() *analysis.File {
 	}
 	return &analysis.File{
 		Version: analysis.Version,
-		Image:   analysis.Image{RootfsDigest: "sha256:root", Runsc: "runsc", SpecDigest: "sha256:spec", Runs: 3},
+		Image:   analysis.Provenance{RootfsDigest: "sha256:root", Runsc: "runsc", SpecDigest: "sha256:spec", Runs: 3},
 		Names: map[string]analysis.Entry{
 			"numpy":  mod("numpy", 200, 9.5),
 			"pandas": {Module: "pandas", Available: true, ImportMs: 900, MiB: 31, OwnMs: 700, OwnMiB: 21.5, Closure: []string{"numpy", "pandas"}},
 			"torch":  {Module: "torch", Error: "no module named torch"},
 		},
-		Host:     &analysis.Host{ColdStartMs: 400, EmptyMiB: 8, InterceptMs: 200, AlphaMsPerMiB: 4, RestoreSets: []string{"empty", "pandas"}},
+		Host:     &analysis.HostCosts{ColdStartMs: 400, EmptyMiB: 8, InterceptMs: 200, AlphaMsPerMiB: 4, RestoreSets: []string{"empty", "pandas"}},
 		Packages: map[string]string{"pandas": "1.5.3", "numpy": "1.24.2"},
 	}
 }

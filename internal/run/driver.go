@@ -14,7 +14,7 @@ import (
 type Driver interface {
 	// Capture captures set into the empty directory dir and returns its meta.json, written
 	// there (capture.Run).
-	Capture(ctx context.Context, set config.Set, dir string) (*manifest.Meta, error)
+	Capture(ctx context.Context, set config.PackageSet, dir string) (*manifest.Meta, error)
 	// Measure times runs restores of the checkpoint in dir (measure.Restorer.MeasureRuns).
 	Measure(ctx context.Context, setID, dir string, runs int) (manifest.Stats, error)
 	// Smoke restores the checkpoint in dir and calls the executor (measure.Restorer.Smoke).
@@ -29,7 +29,7 @@ type runscDriver struct {
 	runscVersion string
 }
 
-func (d runscDriver) Capture(ctx context.Context, set config.Set, dir string) (*manifest.Meta, error) {
+func (d runscDriver) Capture(ctx context.Context, set config.PackageSet, dir string) (*manifest.Meta, error) {
 	req := d.env.CaptureRequest(set, dir, d.work, d.runscVersion, d.env.Config.Runsc.CheckpointOptions)
 	return capture.Run(ctx, d.env.Runtime, req)
 }

@@ -182,7 +182,7 @@ func (e *Env) PrepareRootfs(ctx context.Context) error {
 		return err
 	}
 	start := time.Now()
-	unpacked, err := unpack.UnpackOnce(fetchCtx, img, config.CacheDir(), ImageLimits(e.Config.Limits), e.Log, unpack.LogLayers(e.Log, "unpack"))
+	unpacked, err := unpack.IntoCache(fetchCtx, img, config.CacheDir(), ImageLimits(e.Config.Limits), e.Log, unpack.LogLayers(e.Log, "unpack"))
 	if err != nil {
 		return imageError(fetchCtx, e.Config.Image, err)
 	}
@@ -264,7 +264,7 @@ func (e *Env) Restorer(workDir string, limit time.Duration) *measure.Restorer {
 // CaptureRequest is the one place a capture of set is described: into dir, with this
 // environment's rootfs, sandbox environment, CPU baseline and timeout, and the given
 // checkpoint options.
-func (e *Env) CaptureRequest(set config.Set, dir, workDir, runscVersion string, options map[string]string) capture.Request {
+func (e *Env) CaptureRequest(set config.PackageSet, dir, workDir, runscVersion string, options map[string]string) capture.Request {
 	return capture.Request{
 		ID: set.ID, Imports: set.Imports, Rootfs: e.Rootfs.Path, Process: e.RootfsInfo.SandboxProcess(), Dir: dir, WorkDir: workDir,
 		Env: slices.Clone(e.extraEnv), CheckpointOptions: options, CPUBaseline: baselineFeatures(e.Config),

@@ -51,7 +51,7 @@ func MergeSources(ctx context.Context, cfg *config.Config, out string, srcs []st
 		if fi, err := os.Stat(src); err == nil && fi.IsDir() {
 			continue
 		}
-		r, err := ref.ParseRef(src, cfg.InsecureRegistries)
+		r, err := ref.Parse(src, cfg.InsecureRegistries)
 		if err != nil {
 			return nil, fmt.Errorf("%w: merge source %s is neither a directory nor an image: %w", ErrSetup, src, err)
 		}

@@ -40,7 +40,7 @@ const (
 
 // SetPlan is what a run will do with one package set, and why.
 type SetPlan struct {
-	Set      config.Set        `json:"-"`
+	Set      config.PackageSet `json:"-"`
 	ID       string            `json:"id"`
 	Imports  []string          `json:"imports"`
 	Key      string            `json:"key"`
@@ -158,7 +158,7 @@ func NewPlan(b *Basis, st *store.Store, out string, o CaptureOptions, restoreRun
 				p.Dropped = append(p.Dropped, Dropped{ID: prev.ID, Reason: "not in the config"})
 			default:
 				// A set an earlier run added (--set): kept while its key matches.
-				pl.add(p, config.Set{ID: prev.ID, Imports: slices.Clone(prev.Imports)})
+				pl.add(p, config.PackageSet{ID: prev.ID, Imports: slices.Clone(prev.Imports)})
 			}
 		}
 	}
@@ -167,7 +167,7 @@ func NewPlan(b *Basis, st *store.Store, out string, o CaptureOptions, restoreRun
 
 // add puts set into p: dropped or kept when it is not selected (by the output's checkpoint of
 // its id, prev), else reused or captured (decide).
-func (pl *planner) add(p *Plan, set config.Set) {
+func (pl *planner) add(p *Plan, set config.PackageSet) {
 	key, parts := pl.basis.KeyOf(set.Imports)
 	sp := SetPlan{Set: set, ID: set.ID, Imports: set.Imports, Key: key, KeyParts: parts}
 	prev := pl.old[set.ID]

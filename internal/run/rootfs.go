@@ -12,7 +12,7 @@ import (
 )
 
 // ociDir is the directory, under a cache's rootfs/, of the images unpacked from registries and
-// layouts (unpack.UnpackOnce).
+// layouts (unpack.IntoCache).
 const ociDir = "oci"
 
 // PruneRootfs removes the rootfs directories under dir (a cache's rootfs/) that none of keep

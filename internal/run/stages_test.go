@@ -56,7 +56,7 @@ func (d *fakeDriver) calls() (captured, measured, smoked []string) {
 	return slices.Sorted(slices.Values(d.captured)), slices.Sorted(slices.Values(d.measured)), slices.Sorted(slices.Values(d.smoked))
 }
 
-func (d *fakeDriver) Capture(ctx context.Context, set config.Set, dir string) (*manifest.Meta, error) {
+func (d *fakeDriver) Capture(ctx context.Context, set config.PackageSet, dir string) (*manifest.Meta, error) {
 	d.record(&d.captured, set.ID)
 	if d.failCapture[set.ID] {
 		os.WriteFile(filepath.Join(dir, "checkpoint.img"), []byte("half"), 0o600)
@@ -141,7 +141,7 @@ func stagesEnv(t *testing.T) *Env {
 
 // fakeCapture plans a capture into out with the sets of only and extra (as --only and --set)
 // and carries it out through d, as Env.Capture does after its runsc steps.
-func fakeCapture(t *testing.T, e *Env, d *fakeDriver, out string, only []string, extra []config.Set) (*Plan, *Result, error) {
+func fakeCapture(t *testing.T, e *Env, d *fakeDriver, out string, only []string, extra []config.PackageSet) (*Plan, *Result, error) {
 	t.Helper()
 	sel, err := e.Config.Select(only, extra)
 	if err != nil {
@@ -303,7 +303,7 @@ func TestStagesChangedSetOnly(t *testing.T) {
 	}
 	before := testenv.Manifest(t, out)
 	d := &fakeDriver{}
-	plan, res, err := fakeCapture(t, e, d, out, nil, []config.Set{{ID: "pandas", Imports: []string{"numpy", "pandas"}}})
+	plan, res, err := fakeCapture(t, e, d, out, nil, []config.PackageSet{{ID: "pandas", Imports: []string{"numpy", "pandas"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -554,7 +554,7 @@ func TestStagesStaleCorruptVerdict(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		meta, err := (&fakeDriver{fingerprint: d.fingerprint}).Capture(context.Background(), config.Set{ID: "theirs", Imports: []string{"numpy"}}, pending.Dir)
+		meta, err := (&fakeDriver{fingerprint: d.fingerprint}).Capture(context.Background(), config.PackageSet{ID: "theirs", Imports: []string{"numpy"}}, pending.Dir)
 		if err != nil {
 			t.Fatal(err)
 		}

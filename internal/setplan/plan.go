@@ -303,22 +303,22 @@ func hashedID(id string, imports []string) string {
 }
 
 // ConfigSets are the plan's sets as the config's package sets.
-func (r *Result) ConfigSets() []config.Set {
-	out := make([]config.Set, 0, len(r.Sets))
+func (r *Result) ConfigSets() []config.PackageSet {
+	out := make([]config.PackageSet, 0, len(r.Sets))
 	for _, s := range r.Sets {
-		out = append(out, config.Set{ID: s.ID, Imports: s.Imports})
+		out = append(out, config.PackageSet{ID: s.ID, Imports: s.Imports})
 	}
 	return out
 }
 
 // WriteConfigBlock writes sets as a `checkpoints:` block of pipeline.yaml.
-func WriteConfigBlock(w io.Writer, sets []config.Set) error {
+func WriteConfigBlock(w io.Writer, sets []config.PackageSet) error {
 	var doc struct {
-		Checkpoints []config.Set `yaml:"checkpoints"`
+		Checkpoints []config.PackageSet `yaml:"checkpoints"`
 	}
 	doc.Checkpoints = sets
 	if sets == nil {
-		doc.Checkpoints = []config.Set{}
+		doc.Checkpoints = []config.PackageSet{}
 	}
 	enc := yaml.NewEncoder(w)
 	enc.SetIndent(2)

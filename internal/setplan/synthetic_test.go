@@ -106,7 +106,7 @@ func synthModuleOf(name string) (synthModule, bool) {
 
 // syntheticAnalysis is the analysis the synthetic image would give for names.
 func syntheticAnalysis(names []string) *analysis.File {
-	f := &analysis.File{Version: analysis.Version, Image: analysis.Image{Runs: 3}, Stdlib: []string{}, Names: map[string]analysis.Entry{}}
+	f := &analysis.File{Version: analysis.Version, Image: analysis.Provenance{Runs: 3}, Stdlib: []string{}, Names: map[string]analysis.Entry{}}
 	// resolve and collect the modules, with the closure members.
 	var closure func(m string, into map[string]bool)
 	closure = func(m string, into map[string]bool) {

@@ -82,8 +82,8 @@ func PassEnvValues(names []string, lookup func(string) (string, bool)) []EnvValu
 
 func digest(data []byte) string { return filedigest.OfBytes(data) }
 
-// canonical is the JSON encoding of v: struct fields in declaration order, map keys sorted,
-// nil slices and maps as empty ones, so equal inputs always encode alike.
+// canonical returns the JSON encoding of v: struct fields in declaration order, map keys
+// sorted, nil slices and maps as empty ones, so equal inputs always encode alike.
 func canonical(v any) []byte {
 	data, err := json.Marshal(v)
 	if err != nil {
@@ -108,7 +108,7 @@ func (in KeyInputs) normalized() KeyInputs {
 	return in
 }
 
-// Key is the checkpoint's cache key: "sha256:" and the digest of the canonical encoding.
+// Key returns the checkpoint's cache key: "sha256:" and the digest of the canonical encoding.
 func (in KeyInputs) Key() string { return digest(canonical(in.normalized())) }
 
 // Parts digests each input alone, by its JSON name, so that two keys can say which of their

@@ -42,7 +42,7 @@ func keyHex(key string) (string, error) {
 	return hex, nil
 }
 
-// Path is the directory of key's entry.
+// Path returns the directory of key's entry.
 func (s *Store) Path(key string) (string, error) {
 	hex, err := keyHex(key)
 	if err != nil {

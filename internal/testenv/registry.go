@@ -28,7 +28,7 @@ type Registry struct {
 	log bytes.Buffer
 }
 
-// Log is everything the registry logged so far (one line per request).
+// Log returns everything the registry logged so far (one line per request).
 func (r *Registry) Log() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()

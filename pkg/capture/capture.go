@@ -21,10 +21,11 @@ import (
 
 	"readie.dev/pipeline/pkg/atomicfile"
 	"readie.dev/pipeline/pkg/catalogue"
+	"readie.dev/pipeline/pkg/executorproto"
+	"readie.dev/pipeline/pkg/exitcode"
 	"readie.dev/pipeline/pkg/filedigest"
 	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
-	"readie.dev/pipeline/pkg/runsc"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
@@ -78,7 +79,7 @@ func Run(ctx context.Context, rt *launch.Runtime, req Request) (*manifest.Meta, 
 	}
 	runCtx, cancel := context.WithTimeoutCause(ctx, req.Timeout,
 		fmt.Errorf("capture of %s exceeded its timeout of %s", req.ID, req.Timeout))
-	_, runErr := sb.Run(runCtx) // a non-zero status comes as a *runsc.ExitError
+	_, runErr := sb.Run(runCtx) // a non-zero status comes as an error that exitcode.Of reads
 	timedOut := runCtx.Err() != nil
 	cancel()
 	deleteErr := sb.Delete(ctx)
@@ -89,12 +90,16 @@ func Run(ctx context.Context, rt *launch.Runtime, req Request) (*manifest.Meta, 
 		}
 		return fmt.Errorf("%w\nexecutor stderr (last lines):\n%s", err, indent(stderrTail))
 	}
-	var exit *runsc.ExitError
+	status, exited := exitcode.Of(runErr)
 	switch {
-	case runErr != nil && !timedOut && errors.As(runErr, &exit):
+	case runErr != nil && !timedOut && exited:
 		// runsc run exits with the executor's own status: say what it means. A failed delete
 		// goes with it: a sandbox left behind is always reported.
-		return nil, errors.Join(withTail(req.fail(fmt.Errorf("the executor exited with status %d%s: %w", exit.Status, exitMeaning(exit.Status), runErr))), deleteErr)
+		meaning := executorproto.ExitMeaning(status)
+		if meaning != "" {
+			meaning = " (" + meaning + ")"
+		}
+		return nil, errors.Join(withTail(req.fail(fmt.Errorf("the executor exited with status %d%s: %w", status, meaning, runErr))), deleteErr)
 	case runErr != nil:
 		return nil, errors.Join(withTail(req.fail(runErr)), deleteErr)
 	case deleteErr != nil:
@@ -260,21 +265,6 @@ func freshDir(dir string) error {
 		return fmt.Errorf("checkpoint directory %s is not empty", dir)
 	}
 	return nil
-}
-
-// exitMeaning returns what the executor's exit status means (images/executor, README).
-func exitMeaning(status int) string {
-	switch status {
-	case 2:
-		return " (bad executor settings)"
-	case 3:
-		return " (an import of the package set failed)"
-	case 4:
-		return " (the checkpoint could not be triggered or gVisor reported an error)"
-	case 5:
-		return " (the restore-time environment could not be applied)"
-	}
-	return ""
 }
 
 func indent(s string) string { return "  " + strings.ReplaceAll(s, "\n", "\n  ") }

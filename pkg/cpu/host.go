@@ -24,7 +24,7 @@ type Host struct {
 	CacheLine int `json:"cache_line,omitempty"`
 }
 
-// String is h in the features file format (ParseHosts).
+// String returns h in the features file format (ParseHosts).
 func (h Host) String() string {
 	s := strings.Join(h.Features, ",") + "\n"
 	if h.CacheLine != 0 {
@@ -182,7 +182,7 @@ func CPUIDFaulting(path string) (bool, error) {
 	return false, nil
 }
 
-// cpuinfoField is the value of the first line of a /proc/cpuinfo whose key is key.
+// cpuinfoField returns the value of the first line of a /proc/cpuinfo whose key is key.
 func cpuinfoField(path, key string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {

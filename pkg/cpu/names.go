@@ -42,7 +42,7 @@ var names = []string{
 	"flush_l1d", "arch_capabilities", "core_capabilities", "spec_ctrl_ssbd",
 }
 
-// Names are every feature name gVisor knows, sorted; a fresh slice every call.
+// Names returns every feature name gVisor knows, sorted; a fresh slice every call.
 func Names() []string { return slices.Sorted(slices.Values(names)) }
 
 // Known reports whether gVisor knows the feature name (case-sensitive, as runsc is).
@@ -59,8 +59,8 @@ func Unknown(features []string) []string {
 	return Normalize(bad)
 }
 
-// Normalize is features sorted and without repeats: the one order the manifest, the cache key
-// and every comparison use (runsc prints them in its block order).
+// Normalize returns features sorted and without repeats: the one order the manifest, the cache
+// key and every comparison use (runsc prints them in its block order).
 func Normalize(features []string) []string {
 	out := slices.Sorted(slices.Values(features))
 	return slices.Compact(out)

@@ -66,7 +66,7 @@ func (d *Dialer) Dial(ctx context.Context, socketPath string) (net.Conn, error) 
 	}
 }
 
-// causeOf is ctx's cause, still matching ctx.Err() with errors.Is.
+// causeOf returns ctx's cause, still matching ctx.Err() with errors.Is.
 func causeOf(ctx context.Context) error {
 	cause := context.Cause(ctx)
 	if errors.Is(cause, ctx.Err()) {

@@ -7,7 +7,9 @@
 // (relay one message chunk by chunk), with the errors ErrTruncated, ErrChunkTooLarge,
 // ErrMessageTooLarge and ErrChunkSize. A worker: Dial (retries until a starting or restored
 // executor accepts) and Call (one request, one response, honouring the context); Version is
-// the protocol version a manifest's executor_protocol must name (manifest.CheckProtocol).
+// the protocol version a manifest's executor_protocol must name (manifest.CheckProtocol). The
+// executor's exit codes: ExitSettings, ExitImport, ExitCheckpoint, ExitEnviron, explained by
+// ExitMeaning.
 //
 // What is read into memory is bounded by the reader, as archive/tar bounds its headers: the
 // protocol allows a message of MaxMessageSize (4 GiB), but ReadMessage and Call hold at most

@@ -17,7 +17,7 @@ const Prefix = "sha256:"
 // Format writes a SHA-256 sum as the pipeline records digests: "sha256:" and its hex.
 func Format(sum []byte) string { return Prefix + hex.EncodeToString(sum) }
 
-// OfBytes is the "sha256:" digest of data.
+// OfBytes returns the "sha256:" digest of data.
 func OfBytes(data []byte) string {
 	sum := sha256.Sum256(data)
 	return Format(sum[:])

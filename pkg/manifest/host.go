@@ -13,9 +13,9 @@ import (
 	"readie.dev/pipeline/pkg/runsc"
 )
 
-// Host is what a worker host offers a checkpoint: its runsc, the executor protocol the worker
-// speaks, and its CPU as restore sees it.
-type Host struct {
+// RestoreHost is what a host that would restore a checkpoint offers it: its runsc, the executor
+// protocol the worker speaks, and its CPU as restore sees it.
+type RestoreHost struct {
 	// RunscVersion is the version string of the host's runsc (`runsc --version`).
 	RunscVersion string `json:"runsc_version"`
 	// RunscSHA256 is the digest of the host's runsc binary; "" when unknown (not compared).
@@ -29,20 +29,20 @@ type Host struct {
 // ReadHost describes this host: the runsc binary at runsc (its version, its sha256 and its
 // `runsc cpu-features`, each command bounded by limit), the cache line from /proc/cpuinfo,
 // and the executor protocol of pkg/executorproto.
-func ReadHost(ctx context.Context, runscPath string, limit time.Duration) (Host, error) {
+func ReadHost(ctx context.Context, runscPath string, limit time.Duration) (RestoreHost, error) {
 	version, err := (&runsc.Runsc{Path: runscPath, CommandTimeout: limit}).Version(ctx)
 	if err != nil {
-		return Host{}, err
+		return RestoreHost{}, err
 	}
 	_, binary, err := filedigest.Of(runscPath)
 	if err != nil {
-		return Host{}, err
+		return RestoreHost{}, err
 	}
 	c, err := cpu.ReadHost(ctx, runscPath, limit)
 	if err != nil {
-		return Host{}, err
+		return RestoreHost{}, err
 	}
-	return Host{RunscVersion: version, RunscSHA256: binary, ExecutorProtocol: executorproto.Version, CPU: c}, nil
+	return RestoreHost{RunscVersion: version, RunscSHA256: binary, ExecutorProtocol: executorproto.Version, CPU: c}, nil
 }
 
 // Verdict says whether one checkpoint restores on a host, and why not.
@@ -66,7 +66,7 @@ type Report struct {
 // restore will: the runsc version string (exact; and the binary's sha256 when both are known),
 // the executor protocol, the CPU features (the checkpoints' must be part of the host's) and
 // the cache line (equal). It names every missing feature and differing value.
-func CheckHost(m *Manifest, h Host) Report {
+func CheckHost(m *Manifest, h RestoreHost) Report {
 	var problems, warnings []string
 	if err := m.CheckProtocol(h.ExecutorProtocol); err != nil {
 		problems = append(problems, err.Error())
@@ -101,7 +101,7 @@ func CheckHost(m *Manifest, h Host) Report {
 	return r
 }
 
-// unenforced is the warning for a checkpoint of an unenforced CPU baseline.
+// unenforced returns the warning for a checkpoint of an unenforced CPU baseline.
 func unenforced(check *CPUCheck) string {
 	saw := ""
 	if check != nil {

@@ -17,8 +17,8 @@ func withCPU(c *CPU) *Manifest {
 	return m
 }
 
-func hostOf(m *Manifest) Host {
-	return Host{RunscVersion: m.Runsc.Version, RunscSHA256: m.Runsc.SHA256, ExecutorProtocol: m.ExecutorProtocol,
+func hostOf(m *Manifest) RestoreHost {
+	return RestoreHost{RunscVersion: m.Runsc.Version, RunscSHA256: m.Runsc.SHA256, ExecutorProtocol: m.ExecutorProtocol,
 		CPU: cpu.Host{Features: []string{"avx", "avx2", "fpu", "sse2"}, CacheLine: 64}}
 }
 
@@ -28,25 +28,25 @@ func TestCheckHost(t *testing.T) {
 	tests := []struct {
 		name     string
 		cpu      *CPU
-		change   func(*Host)
+		change   func(*RestoreHost)
 		restores bool
 		problems []string
 		warnings []string
 	}{
-		{"the same host", need, func(*Host) {}, true, nil, nil},
-		{"features lacking and a cache line", need, func(h *Host) {
+		{"the same host", need, func(*RestoreHost) {}, true, nil, nil},
+		{"features lacking and a cache line", need, func(h *RestoreHost) {
 			h.CPU.Features = []string{"fpu", "sse2"}
 			h.CPU.CacheLine = 128
 		}, false, []string{"missing CPU features: avx, avx2", "cache line 128 bytes, the checkpoints need 64"}, nil},
-		{"no cache line in the features file", need, func(h *Host) { h.CPU.CacheLine = 0 }, true, nil,
+		{"no cache line in the features file", need, func(h *RestoreHost) { h.CPU.CacheLine = 0 }, true, nil,
 			[]string{"cache line not checked: the host's features carry no \"clflush size\" line (the checkpoints need 64 bytes)"}},
-		{"another runsc", need, func(h *Host) { h.RunscVersion = "other" }, false, []string{`runsc version "other", the checkpoints were saved by "v"`}, nil},
-		{"another runsc build", need, func(h *Host) { h.RunscSHA256 = "sha256:99" }, false, []string{"runsc binary sha256:99, the checkpoints were saved by sha256:ab"}, nil},
-		{"runsc sha256 unknown", need, func(h *Host) { h.RunscSHA256 = "" }, true, nil, nil},
-		{"another protocol", need, func(h *Host) { h.ExecutorProtocol = 3 }, false, []string{"the artifacts speak executor protocol 2, this worker implements 3"}, nil},
-		{"an output from before cpu", nil, func(h *Host) { h.CPU.Features = nil }, true, nil, []string{"the manifest records no cpu"}},
+		{"another runsc", need, func(h *RestoreHost) { h.RunscVersion = "other" }, false, []string{`runsc version "other", the checkpoints were saved by "v"`}, nil},
+		{"another runsc build", need, func(h *RestoreHost) { h.RunscSHA256 = "sha256:99" }, false, []string{"runsc binary sha256:99, the checkpoints were saved by sha256:ab"}, nil},
+		{"runsc sha256 unknown", need, func(h *RestoreHost) { h.RunscSHA256 = "" }, true, nil, nil},
+		{"another protocol", need, func(h *RestoreHost) { h.ExecutorProtocol = 3 }, false, []string{"the artifacts speak executor protocol 2, this worker implements 3"}, nil},
+		{"an output from before cpu", nil, func(h *RestoreHost) { h.CPU.Features = nil }, true, nil, []string{"the manifest records no cpu"}},
 		{"an unenforced baseline", &CPU{Features: need.Features, CacheLine: 64, Baseline: need.Features, Enforced: &no, Controls: map[string]string{"NPY_DISABLE_CPU_FEATURES": "AVX512F"}},
-			func(*Host) {}, true, nil, []string{"the CPU baseline is not enforced"}},
+			func(*RestoreHost) {}, true, nil, []string{"the CPU baseline is not enforced"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -23,11 +23,11 @@ var ErrImageHeader = errors.New("bad checkpoint image header")
 // runsc: the magic, an 8-byte big-endian length, then a JSON map of strings.
 type ImageHeader map[string]string
 
-// RunscVersion is the version of the runsc that saved the image; restore accepts the image
+// RunscVersion returns the version of the runsc that saved the image; restore accepts the image
 // only from a runsc of the exact same version.
 func (h ImageHeader) RunscVersion() string { return h["runsc_version"] }
 
-// Compression is the image's compression ("none" or "flate-best-speed"); gVisor's default,
+// Compression returns the image's compression ("none" or "flate-best-speed"); gVisor's default,
 // when the key is absent, is none.
 func (h ImageHeader) Compression() string {
 	if c, ok := h["compression"]; ok && c != "" {

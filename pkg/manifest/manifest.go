@@ -32,7 +32,7 @@ const (
 	RestoreSpecFileName = "restore-spec.json"
 )
 
-// ImageFiles are the files gVisor writes for one checkpoint.
+// ImageFiles returns the files gVisor writes for one checkpoint.
 func ImageFiles() []string { return []string{"checkpoint.img", "pages.img", "pages_meta.img"} }
 
 // Runsc identifies the runsc binary that captured the images: restore only accepts an image
@@ -174,7 +174,7 @@ type Meta struct {
 	Packages map[string]string `json:"packages,omitempty"`
 }
 
-// Bytes is the total size of the checkpoint's image files.
+// Bytes returns the total size of the checkpoint's image files.
 func (m *Meta) Bytes() int64 {
 	var n int64
 	for _, f := range m.Files {
@@ -186,8 +186,8 @@ func (m *Meta) Bytes() int64 {
 // ErrProtocol reports a manifest written for another executor protocol version.
 var ErrProtocol = errors.New("executor protocol mismatch")
 
-// Flags are runsc's global flags the checkpoints were made with, read from runsc_flags: a run
-// over the output restores with them.
+// Flags returns runsc's global flags the checkpoints were made with, read from runsc_flags: a
+// run over the output restores with them.
 func (m *Manifest) Flags() (sandbox.Flags, error) { return sandbox.ParseFlags(m.RunscFlags) }
 
 // CheckProtocol refuses a manifest whose executor protocol differs from the one implemented.

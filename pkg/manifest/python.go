@@ -23,7 +23,7 @@ type Python struct {
 // ErrPython reports checkpoints whose Python differs from the one a client needs.
 var ErrPython = errors.New("python mismatch")
 
-// minor is "X.Y" of a version "X.Y.Z...".
+// minor returns "X.Y" of a version "X.Y.Z...".
 func minor(version string) string {
 	parts := strings.SplitN(version, ".", 3)
 	if len(parts) < 2 {

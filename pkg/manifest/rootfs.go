@@ -36,7 +36,7 @@ type RootfsInfo struct {
 	Python     *Python `json:"python,omitempty"`
 }
 
-// SandboxProcess is the process every sandbox on the rootfs runs with.
+// SandboxProcess returns the process every sandbox on the rootfs runs with.
 func (i *RootfsInfo) SandboxProcess() sandbox.Process {
 	if i == nil || i.Process == nil {
 		return sandbox.Process{}

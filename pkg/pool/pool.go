@@ -188,7 +188,7 @@ func New(ctx context.Context, o Options) (*Pool, error) {
 	return p, nil
 }
 
-// Size is the number of sandboxes the pool keeps ready.
+// Size returns the number of sandboxes the pool keeps ready.
 func (p *Pool) Size() int { return p.o.Size }
 
 // Stats returns what the pool did so far.
@@ -481,7 +481,7 @@ type Sandbox struct {
 	delErr  error
 }
 
-// SocketPath is the executor's socket as seen from the host.
+// SocketPath returns the executor's socket as seen from the host.
 func (s *Sandbox) SocketPath() string { return filepath.Join(s.HostDir, sandbox.SocketName) }
 
 // Restore restores the checkpoint in imageDir into the sandbox (`runsc restore --detach`,

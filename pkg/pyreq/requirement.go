@@ -14,7 +14,7 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?`)
 
 var separatorsRE = regexp.MustCompile(`[-_.]+`)
 
-// NormalizeName is PEP 503's normal form of a distribution name: lower case, each run of
+// NormalizeName returns PEP 503's normal form of a distribution name: lower case, each run of
 // - _ . one -. Scikit_Learn and scikit-learn are one distribution.
 func NormalizeName(name string) string {
 	return separatorsRE.ReplaceAllString(strings.ToLower(name), "-")
@@ -67,10 +67,10 @@ func ParseRequirement(s string) (Requirement, error) {
 	return Requirement{Name: name, Specifiers: specs}, nil
 }
 
-// Key is the normalized name (NormalizeName): distributions are looked up by it.
+// Key returns the normalized name (NormalizeName): distributions are looked up by it.
 func (r Requirement) Key() string { return NormalizeName(r.Name) }
 
-// String is the requirement in a canonical spelling: name, then clauses (pandas>=2.1,<3).
+// String returns the requirement in a canonical spelling: name, then clauses (pandas>=2.1,<3).
 func (r Requirement) String() string { return r.Name + r.Specifiers.String() }
 
 // Allows reports whether the installed version satisfies the requirement's clauses (the name

@@ -62,7 +62,7 @@ func ParseSpecifier(s string) (Specifier, error) {
 	return sp, nil
 }
 
-// String is the clause as written, without spaces.
+// String returns the clause as written, without spaces.
 func (sp Specifier) String() string { return sp.Op + sp.raw }
 
 // Contains reports whether v satisfies the clause (PEP 440, "Version specifiers";
@@ -101,8 +101,8 @@ func (sp Specifier) Contains(v Version) bool {
 	return false // === is matched on strings: see Requirement.Allows
 }
 
-// equal is ==: a prefix match for V.*; otherwise v's public version equals V, or v itself
-// when V has a local label.
+// equal reports whether v matches ==: a prefix match for V.*; otherwise v's public version
+// equals V, or v itself when V has a local label.
 func (sp Specifier) equal(v Version) bool {
 	if sp.Wildcard {
 		return v.releasePrefix(sp.Version.Epoch, sp.Version.Release)
@@ -135,7 +135,7 @@ func ParseSpecifiers(s string) (Specifiers, error) {
 	return out, nil
 }
 
-// String is the clauses joined by commas.
+// String returns the clauses joined by commas.
 func (ss Specifiers) String() string {
 	parts := make([]string, len(ss))
 	for i, sp := range ss {

@@ -107,7 +107,7 @@ func ParseVersion(s string) (Version, error) {
 	return v, nil
 }
 
-// String is the version's normal form (PEP 440, "Normalization").
+// String returns the version's normal form (PEP 440, "Normalization").
 func (v Version) String() string {
 	var b strings.Builder
 	if v.Epoch != 0 {
@@ -129,7 +129,7 @@ func (v Version) String() string {
 	return b.String()
 }
 
-// BaseRelease is the release segment, dotted (1.26.4).
+// BaseRelease returns the release segment, dotted (1.26.4).
 func (v Version) BaseRelease() string {
 	parts := make([]string, len(v.Release))
 	for i, n := range v.Release {
@@ -147,13 +147,13 @@ func (v Version) IsPostrelease() bool { return v.hasPost }
 // Local reports whether v has a local version label.
 func (v Version) Local() bool { return len(v.local) > 0 }
 
-// public is v without its local label.
+// public returns v without its local label.
 func (v Version) public() Version {
 	v.local = nil
 	return v
 }
 
-// base is v's epoch and release alone.
+// base returns v's epoch and release alone.
 func (v Version) base() Version {
 	return Version{Epoch: v.Epoch, Release: v.Release}
 }

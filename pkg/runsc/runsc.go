@@ -33,6 +33,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"readie.dev/pipeline/pkg/exitcode"
 )
 
 // DefaultCommandTimeout bounds the commands that should return at once when
@@ -44,10 +46,14 @@ const DefaultCommandTimeout = 30 * time.Second
 var ErrFailed = errors.New("runsc failed")
 
 // ExitError is a command that exited with a non-zero status. For Run and a Restore without
-// Detach, that is the sandbox process's own exit status.
+// Detach, that is the sandbox process's own exit status (128+N for one killed by signal N).
+// exitcode.Of reads it.
 type ExitError struct{ Status int }
 
 func (e *ExitError) Error() string { return "exit status " + strconv.Itoa(e.Status) }
+
+// ExitCode returns the command's exit status.
+func (e *ExitError) ExitCode() int { return e.Status }
 
 // Runsc is one runsc binary with the settings every command shares. The zero CommandTimeout
 // means DefaultCommandTimeout.
@@ -280,8 +286,8 @@ func (r *Runsc) commandTimeout() time.Duration {
 	return DefaultCommandTimeout
 }
 
-// call is the invocation of runsc's command args[0] with args, about the container id ("" for
-// none).
+// call returns the invocation of runsc's command args[0] with args, about the container id (""
+// for none).
 func (r *Runsc) call(id string, args ...string) invocation {
 	return invocation{r: r, id: id, args: args}
 }
@@ -294,7 +300,7 @@ type invocation struct {
 	args []string
 }
 
-// globalArgs are the flags before the command.
+// globalArgs returns the flags before the command.
 func (c invocation) globalArgs() []string {
 	var args []string
 	if c.r.Root != "" {
@@ -389,11 +395,7 @@ func (c invocation) run(ctx context.Context, bounded bool, io IO) (int, error) {
 	err = cmd.Run()
 	status := 0
 	if err != nil {
-		status = -1
-		var exit *exec.ExitError
-		if errors.As(err, &exit) && exit.ExitCode() >= 0 {
-			status = exit.ExitCode()
-		}
+		status, _ = exitcode.Of(err)
 	}
 	return status, c.fail(ctx, err, errorLog)
 }
@@ -441,9 +443,8 @@ func (c invocation) fail(ctx context.Context, err error, errorLog *os.File) erro
 		}
 		return fmt.Errorf("%w: %s: %w", ErrFailed, what, ctx.Err())
 	}
-	var exit *exec.ExitError
-	if errors.As(err, &exit) && exit.ExitCode() >= 0 {
-		err = &ExitError{Status: exit.ExitCode()}
+	if status, ok := exitcode.Of(err); ok {
+		err = &ExitError{Status: status}
 	}
 	if w := words(errorLog); w != "" {
 		return fmt.Errorf("%w: %s: %w: %s", ErrFailed, what, err, w)

@@ -26,7 +26,7 @@ func (f Flags) Args() []string {
 	return append([]string{"--network=" + f.Network, "--overlay2=" + f.Overlay, "--host-uds=" + f.HostUDS}, f.Extra...)
 }
 
-// DefaultFlags are the global flags the pipeline uses unless its config says otherwise.
+// DefaultFlags returns the global flags the pipeline uses unless its config says otherwise.
 func DefaultFlags() Flags {
 	return Flags{Network: "none", Overlay: "none", HostUDS: "create"}
 }

@@ -28,7 +28,7 @@ func (p Process) IsZero() bool {
 	return len(p.Env) == 0 && (p.Cwd == "" || p.Cwd == "/") && p.User.UID == 0 && p.User.GID == 0 && len(p.User.AdditionalGids) == 0
 }
 
-// cwd is the process's working directory.
+// cwd returns the process's working directory.
 func (p Process) cwd() string {
 	if p.Cwd == "" {
 		return "/"
@@ -36,14 +36,14 @@ func (p Process) cwd() string {
 	return p.Cwd
 }
 
-// Defaults are the variables a sandbox gets when the image's Env does not set them: a PATH
+// Defaults returns the variables a sandbox gets when the image's Env does not set them: a PATH
 // where Debian's python3 is, root's HOME (the image's user's HOME comes from its /etc/passwd)
 // and a UTF-8 locale every image has.
 func Defaults() []string {
 	return []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/root", "LANG=C.UTF-8"}
 }
 
-// Overrides are the variables the pipeline sets over the image's Env in every sandbox, and
+// Overrides returns the variables the pipeline sets over the image's Env in every sandbox, and
 // why: PYTHONUNBUFFERED (the executor's lines reach the pipeline as they are written, the
 // capture's marker included), PYTHONDONTWRITEBYTECODE (the root is read-only: no .pyc can be
 // written), EXECUTOR_DIR (where the socket goes: the bind mount of the host directory) and
@@ -58,8 +58,9 @@ func Overrides(mode Mode) []string {
 	}
 }
 
-// env is the environment of a sandbox in mode for p: p's Env with Defaults for what it lacks,
-// then Overrides and extra set over it (each replacing an entry of the same name in place).
+// env returns the environment of a sandbox in mode for p: p's Env with Defaults for what it
+// lacks, then Overrides and extra set over it (each replacing an entry of the same name in
+// place).
 func (p Process) env(mode Mode, extra []string) []string {
 	env := mergeEnv(nil, p.Env)
 	for _, kv := range Defaults() {

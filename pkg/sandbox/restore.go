@@ -118,7 +118,7 @@ func checkCanonical(s *specs.Spec) error {
 	return nil
 }
 
-// topLevel is the JSON of each top-level field of s, to compare two specs field by field.
+// topLevel returns the JSON of each top-level field of s, to compare two specs field by field.
 func topLevel(s *specs.Spec) map[string]string {
 	data, _ := json.Marshal(s)
 	var raw map[string]json.RawMessage
@@ -130,7 +130,7 @@ func topLevel(s *specs.Spec) map[string]string {
 	return fields
 }
 
-// RestoreSpec is the spec a worker restores an output's checkpoints with: the output's
+// RestoreSpec returns the spec a worker restores an output's checkpoints with: the output's
 // restore spec, checked as ReadSpec checks it, with exactly root.path, the source of the bind
 // mount on ExecutorDir and process.env replaced from o, nothing else. Write it as config.json
 // of the sandbox's bundle.
@@ -173,8 +173,8 @@ func (o RestoreOptions) check() error {
 	return nil
 }
 
-// executorMount is the spec's bind mount on ExecutorDir, the one mount whose source a restore
-// changes.
+// executorMount returns the spec's bind mount on ExecutorDir, the one mount whose source a
+// restore changes.
 func executorMount(s *specs.Spec) (*specs.Mount, error) {
 	var found *specs.Mount
 	for i := range s.Mounts {

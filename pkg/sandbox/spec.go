@@ -59,7 +59,7 @@ const (
 	ociVersion = "1.3.0"
 )
 
-// ExecutorArgs is the executor's argv; a fresh slice every call so no caller can change it.
+// ExecutorArgs returns the executor's argv, a fresh slice each call: no caller can change it.
 func ExecutorArgs() []string { return []string{"python3", "-u", "-m", "readie_executor"} }
 
 // SpecOptions describes one sandbox.
@@ -173,7 +173,7 @@ func (o SpecOptions) check() error {
 	return o.Process.Check()
 }
 
-// mounts are every sandbox's mounts, and the bind mount of hostDir on ExecutorDir when set.
+// mounts returns every sandbox's mounts, and the bind mount of hostDir on ExecutorDir when set.
 func mounts(hostDir string) []specs.Mount {
 	m := []specs.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc"},
@@ -191,7 +191,7 @@ func mounts(hostDir string) []specs.Mount {
 	return m
 }
 
-// annotations are a capture's: checkpointing enabled into ImageDir, the checkpoint options,
+// annotations returns a capture's: checkpointing enabled into ImageDir, the checkpoint options,
 // the CPU features; nil in the other modes.
 func (o SpecOptions) annotations() map[string]string {
 	if o.Mode != ModeCapture {
@@ -248,9 +248,10 @@ func shapeOf(s *specs.Spec, flags Flags) shape {
 	return sh
 }
 
-// Fingerprint is a digest ("sha256:" + hex) of what a restore requires to match the capture:
-// args, cwd, user, rlimits, capabilities, mounts (without their sources), read-only root, and
-// runsc's network and overlay. Environment and mount sources may differ, so they are left out.
+// Fingerprint returns a digest ("sha256:" + hex) of what a restore requires to match the
+// capture: args, cwd, user, rlimits, capabilities, mounts (without their sources), read-only
+// root, and runsc's network and overlay. Environment and mount sources may differ, so they are
+// left out.
 func Fingerprint(s *specs.Spec, flags Flags) (string, error) {
 	if s.Process == nil || s.Root == nil {
 		return "", fmt.Errorf("%w: spec without process or root", ErrSpec)

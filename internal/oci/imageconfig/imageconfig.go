@@ -30,11 +30,11 @@ var ErrConfig = errors.New("image config cannot be honoured")
 // maxDatabase bounds what is read of /etc/passwd and /etc/group.
 const maxDatabase = 4 << 20
 
-// Process is the process of cfg for the image unpacked at rootfs: Env as the config gives it,
-// with HOME from the user's /etc/passwd entry unless Env sets it; WorkingDir, which must be a
-// directory of the image (the root is read-only: nothing can make it); User as numbers: NAME,
-// UID, NAME:GROUP, UID:GID (or mixed), a named user's supplementary groups from /etc/group
-// when no group is given. A name the image does not define is refused, naming it.
+// Process returns the process of cfg for the image unpacked at rootfs: Env as the config gives
+// it, with HOME from the user's /etc/passwd entry unless Env sets it; WorkingDir, which must be
+// a directory of the image (the root is read-only: nothing can make it); User as numbers: NAME,
+// UID, NAME:GROUP, UID:GID (or mixed), a named user's supplementary groups from /etc/group when
+// no group is given. A name the image does not define is refused, naming it.
 func Process(cfg v1.Config, rootfs string) (sandbox.Process, error) {
 	root, err := os.OpenRoot(rootfs)
 	if err != nil {
@@ -80,8 +80,8 @@ type groupEntry struct {
 	members []string
 }
 
-// resolveUser is spec's user of the config's User, and the home directory /etc/passwd gives
-// it ("" when the image has no entry for it).
+// resolveUser returns spec's user of the config's User, and the home directory /etc/passwd
+// gives it ("" when the image has no entry for it).
 func resolveUser(root *os.Root, spec string) (specs.User, string, error) {
 	userPart, groupPart, hasGroup := strings.Cut(spec, ":")
 	if userPart == "" && hasGroup {

@@ -12,7 +12,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
-// Layer is an uncompressed layer of the tar stream data.
+// Layer returns an uncompressed layer of the tar stream data.
 func Layer(t testing.TB, data []byte) v1.Layer {
 	t.Helper()
 	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })

@@ -89,7 +89,7 @@ func extractLayer(tr *tar.Reader, root *os.Root, budget *unpack.Budget) error {
 	}
 }
 
-// outputPath is an entry's path relative to Root/, or an error when it lies anywhere else.
+// outputPath returns an entry's path relative to Root/, or an error when it lies anywhere else.
 func outputPath(name string) (string, error) {
 	clean := path.Clean(name)
 	if clean == Root {
@@ -102,9 +102,9 @@ func outputPath(name string) (string, error) {
 	return rel, nil
 }
 
-// pulledPerm is the mode of a pulled output's file, whatever the image's tar says (a stranger's
-// image may say 0777): the modes of an output the pipeline writes, image files 0400 (they
-// hold process memory, and are linked, never written in place) and the rest 0444.
+// pulledPerm returns the mode of a pulled output's file, whatever the image's tar says (a
+// stranger's image may say 0777): the modes of an output the pipeline writes, image files 0400
+// (they hold process memory, and are linked, never written in place) and the rest 0444.
 func pulledPerm(rel string) os.FileMode {
 	if strings.HasSuffix(rel, ".img") {
 		return 0o400

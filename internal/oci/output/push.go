@@ -42,7 +42,7 @@ const (
 	annotationCreated         = "org.opencontainers.image.created"
 )
 
-// Image is the output directory out as an OCI image, after manifest.Verify: one layer per
+// Image returns the output directory out as an OCI image, after manifest.Verify: one layer per
 // checkpoint directory, in the manifest's order, then one with manifest.json and the restore
 // spec. Layers are deterministic (sorted entries, fixed times and owners, gzip at a fixed
 // level), so an unchanged checkpoint keeps its layer digest and a registry already has it.

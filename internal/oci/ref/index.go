@@ -33,7 +33,7 @@ const maxIndexDepth = 4
 // resolution, where a nested index's other ErrRef (no such platform) lets siblings be tried.
 var errTooDeep = errors.New("image indexes nested too deep")
 
-// HostPlatform is the platform this host runs: runtime.GOOS/runtime.GOARCH (the variant of
+// HostPlatform returns the platform this host runs: runtime.GOOS/runtime.GOARCH (the variant of
 // arm64 is v8, and is left out, as OCI indexes often do).
 func HostPlatform() v1.Platform {
 	return v1.Platform{OS: runtime.GOOS, Architecture: runtime.GOARCH}
@@ -74,7 +74,7 @@ func Resolve(ctx context.Context, ref string, insecure []string, want *v1.Platfo
 		}
 		res = &Resolved{Image: img}
 	} else {
-		r, err := ParseRef(ref, insecure)
+		r, err := Parse(ref, insecure)
 		if err != nil {
 			return nil, err
 		}

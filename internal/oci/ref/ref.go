@@ -38,7 +38,7 @@ type Ref struct {
 	Registry name.Reference
 }
 
-// String is the reference as the user wrote it, without credentials (references hold none).
+// String returns the reference as the user wrote it, without credentials (it holds none).
 func (r Ref) String() string {
 	switch {
 	case r.Layout != "" && r.Digest != "":
@@ -51,9 +51,9 @@ func (r Ref) String() string {
 	return r.Registry.String()
 }
 
-// ParseRef reads REF: oci-layout:DIR[:TAG|@DIGEST] or HOST/REPO[:TAG|@DIGEST]. Plain HTTP is
+// Parse reads REF: oci-layout:DIR[:TAG|@DIGEST] or HOST/REPO[:TAG|@DIGEST]. Plain HTTP is
 // used for localhost, 127.0.0.1 and the hosts in insecure.
-func ParseRef(ref string, insecure []string) (Ref, error) {
+func Parse(ref string, insecure []string) (Ref, error) {
 	if rest, ok := strings.CutPrefix(ref, "oci-layout:"); ok {
 		r := Ref{Layout: rest}
 		if dir, digest, ok := strings.Cut(rest, "@"); ok {
@@ -91,7 +91,7 @@ func ParseRef(ref string, insecure []string) (Ref, error) {
 	return Ref{Registry: parsed}, nil
 }
 
-// RemoteOptions are the registry options of every push, pull and --image fetch: credentials
+// RemoteOptions returns the registry options of every push, pull and --image fetch: credentials
 // from the Docker config (authn.DefaultKeychain, as every registry client reads them), ctx
 // (which bounds every request and every blob read), and a transport of our own whose every
 // step has a timeout of its own.
@@ -103,7 +103,7 @@ func RemoteOptions(ctx context.Context) []remote.Option {
 	}
 }
 
-// Transport is a fresh HTTP transport for registries. http.DefaultTransport bounds nothing
+// Transport returns a fresh HTTP transport for registries. http.DefaultTransport bounds nothing
 // but the dial and the TLS handshake; here a registry that accepts a connection and then
 // says nothing is given up on too. The caller's context bounds the whole.
 func Transport() *http.Transport {

@@ -27,12 +27,12 @@ type layerFile struct {
 	data       []byte
 }
 
-// ExecutorLayer is the pipeline's own layer as a tar, for an image whose python3 looks in
-// sitePackages: readie_executor there, the test-only module, the resolver files (/etc/resolv.conf
-// a link into the sandbox's /tmp, since the root is read-only; /etc/readie-resolv.conf the
-// resolvers the executor writes there; /etc/hosts). Entries are sorted, root's, 0644, at time
-// 0, with no directory entries (the image's directories keep their modes): the same files give
-// the same bytes.
+// ExecutorLayer returns the pipeline's own layer as a tar, for an image whose python3 looks in
+// sitePackages: readie_executor there, the test-only module, the resolver files
+// (/etc/resolv.conf a link into the sandbox's /tmp, since the root is read-only;
+// /etc/readie-resolv.conf the resolvers the executor writes there; /etc/hosts). Entries are
+// sorted, root's, 0644, at time 0, with no directory entries (the image's directories keep
+// their modes): the same files give the same bytes.
 func ExecutorLayer(sitePackages string) ([]byte, error) {
 	site := strings.Trim(path.Clean("/"+sitePackages), "/")
 	files := pipeline.ExecutorFiles()
@@ -65,7 +65,7 @@ func ExecutorLayer(sitePackages string) ([]byte, error) {
 	return tarOf(entries)
 }
 
-// executorModules are the names of readie_executor's modules (what its bytecode may be of).
+// executorModules returns the names of readie_executor's modules (what its bytecode may be of).
 func executorModules() []string {
 	names, _ := fs.Glob(pipeline.ExecutorFiles(), "readie_executor/*.py")
 	var modules []string

@@ -169,8 +169,8 @@ func build(ctx context.Context, o Options, info *Info, tmp string) error {
 	return os.WriteFile(filepath.Join(tmp, "complete"), nil, 0o644)
 }
 
-// recipeDigest is "sha256:" over the executor layer (for a placeholder site: the site is the
-// base's, which its digest covers), the probe and the precompile: what decides, with the
+// recipeDigest returns "sha256:" over the executor layer (for a placeholder site: the site is
+// the base's, which its digest covers), the probe and the precompile: what decides, with the
 // base, every byte Assemble adds.
 func recipeDigest() (string, error) {
 	layer, err := ExecutorLayer("{purelib}")

@@ -15,9 +15,9 @@ import (
 	"strings"
 	"time"
 
+	"readie.dev/pipeline/pkg/exitcode"
 	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
-	"readie.dev/pipeline/pkg/runsc"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
@@ -41,6 +41,12 @@ print(json.dumps({"purelib": os.path.realpath(sysconfig.get_paths()["purelib"]),
     "python_path": shutil.which("python3") or sys.executable, "version": platform.python_version(),
     "implementation": sys.implementation.name, "cache_tag": sys.implementation.cache_tag,
     "cloudpickle": getattr(cloudpickle, "__version__", "")}))`
+
+// The codes probeScript exits with when the image's python3 cannot run the executor.
+const (
+	probeTooOld        = 3
+	probeNoCloudpickle = 4
+)
 
 // probed is what probeScript says.
 type probed struct {
@@ -136,7 +142,7 @@ func (c *imageCode) run(ctx context.Context, step, rootfs, workDir, hostDir stri
 func (c *imageCode) probe(ctx context.Context, base, workDir string) (*probed, error) {
 	out, err := c.run(ctx, "python3 probe", base, workDir, "", nil, []string{"python3", "-B", "-c", probeScript}, 64<<10)
 	said := strings.TrimSpace(out)
-	var exit *runsc.ExitError
+	status, exited := exitcode.Of(err)
 	switch {
 	case err == nil:
 		var p probed
@@ -152,7 +158,7 @@ func (c *imageCode) probe(ctx context.Context, base, workDir string) (*probed, e
 		}
 		p.Purelib = strings.TrimPrefix(site, "/")
 		return &p, nil
-	case errors.As(err, &exit) && (exit.Status == 3 || exit.Status == 4):
+	case exited && (status == probeTooOld || status == probeNoCloudpickle):
 		return nil, fmt.Errorf("%w: %s: %s", ErrPython, c.what, said)
 	case strings.Contains(err.Error(), "error finding executable"):
 		return nil, fmt.Errorf("%w: %s: python3 is missing (%w)", ErrPython, c.what, err)

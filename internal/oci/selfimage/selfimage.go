@@ -138,7 +138,8 @@ func (l Layer) entries() ([]entry, error) {
 	return out, nil
 }
 
-// tarMode is a tar header's mode of the permission bits and setuid, setgid and sticky of m.
+// tarMode returns the tar header mode of m's permission bits and its setuid, setgid and sticky
+// bits.
 func tarMode(m fs.FileMode) int64 {
 	mode := int64(m.Perm())
 	if m&fs.ModeSetuid != 0 {
@@ -327,7 +328,7 @@ type Config struct {
 	Annotations map[string]string
 }
 
-// Image is an OCI image of the layers (names for its history, in order) and c.
+// Image returns an OCI image of the layers (names for its history, in order) and c.
 func Image(layers []v1.Layer, names []string, c Config) (v1.Image, error) {
 	created := v1.Time{Time: c.Created.UTC()}
 	img, err := mutate.ConfigFile(empty.Image, &v1.ConfigFile{

@@ -309,7 +309,7 @@ func entryPath(name string) (string, error) {
 	return clean, nil
 }
 
-// fileMode is a tar mode as an os.FileMode: permissions, setuid, setgid and sticky bits.
+// fileMode returns a tar mode as an os.FileMode: permissions, setuid, setgid and sticky bits.
 func fileMode(mode int64) os.FileMode {
 	m := os.FileMode(mode & 0o777)
 	if mode&0o4000 != 0 {

@@ -17,8 +17,8 @@ type Limits struct {
 	FileBytes int64 // of one entry's data, at its declared (expanded) size (limits.image_file_bytes)
 }
 
-// DefaultLimits are generous for any image a Python sandbox runs from; the config's limits
-// replace them.
+// DefaultLimits returns limits generous for any image a Python sandbox runs from; the config's
+// limits replace them.
 func DefaultLimits() Limits {
 	return Limits{Bytes: 64 << 30, Entries: 1_000_000, FileBytes: 16 << 30}
 }

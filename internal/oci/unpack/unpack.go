@@ -1,5 +1,5 @@
 // Package unpack applies image layers to a directory the way a container runtime would, with
-// one set of rules (Applier), and unpacks an image once into the cache (UnpackOnce). Every
+// one set of rules (Applier), and unpacks an image once into the cache (IntoCache). Every
 // layer is read through package verify: nothing is marked complete unless every byte matched
 // its digest.
 package unpack
@@ -23,9 +23,9 @@ import (
 	"readie.dev/pipeline/pkg/atomicfile"
 )
 
-// Unpack applies the layers of img, in order and verified, to the empty directory dir (see
+// Into applies the layers of img, in order and verified, to the empty directory dir (see
 // Applier), within limits. done, when set, hears of each verified layer.
-func Unpack(ctx context.Context, img v1.Image, dir string, limits Limits, done func(verify.Layer)) (*verify.Image, error) {
+func Into(ctx context.Context, img v1.Image, dir string, limits Limits, done func(verify.Layer)) (*verify.Image, error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return nil, err
@@ -51,13 +51,13 @@ type Unpacked struct {
 // is written last.
 const recordName = "unpack.json"
 
-// UnpackOnce unpacks img, verified, into cacheDir/rootfs/oci/<manifest digest>/rootfs, once
+// IntoCache unpacks img, verified, into cacheDir/rootfs/oci/<manifest digest>/rootfs, once
 // (Once): a later call, from any run, finds it complete and reads what it holds from the
 // record written beside it. The directory is named by the digest of the manifest's own bytes,
 // which names every other byte through the digests it holds, and is complete only when all of
 // them matched: an image whose config claims another image's diff IDs is refused, never served
 // the other's directory.
-func UnpackOnce(ctx context.Context, img v1.Image, cacheDir string, limits Limits, log logrus.FieldLogger, done func(verify.Layer)) (*Unpacked, error) {
+func IntoCache(ctx context.Context, img v1.Image, cacheDir string, limits Limits, log logrus.FieldLogger, done func(verify.Layer)) (*Unpacked, error) {
 	raw, err := img.RawManifest()
 	if err != nil {
 		return nil, fmt.Errorf("read the manifest: %w", err)
@@ -78,7 +78,7 @@ func UnpackOnce(ctx context.Context, img v1.Image, cacheDir string, limits Limit
 		if err := os.Mkdir(root, 0o755); err != nil {
 			return err
 		}
-		image, err := Unpack(ctx, img, root, limits, done)
+		image, err := Into(ctx, img, root, limits, done)
 		if err != nil {
 			return err
 		}
@@ -102,7 +102,7 @@ func UnpackOnce(ctx context.Context, img v1.Image, cacheDir string, limits Limit
 	return &got, nil
 }
 
-// LastUse is when the image unpacked in dir (a directory of cacheDir/rootfs/oci) was last
+// LastUse returns when the image unpacked in dir (a directory of cacheDir/rootfs/oci) was last
 // unpacked or used, and whether dir is a complete unpacked image at all.
 func LastUse(dir string) (time.Time, bool) {
 	fi, err := os.Stat(filepath.Join(dir, recordName))

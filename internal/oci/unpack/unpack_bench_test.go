@@ -63,7 +63,7 @@ func BenchmarkUnpack(b *testing.B) {
 	}
 	b.Run("impl=unpack", func(b *testing.B) {
 		run(b, func(root string) error {
-			_, err := Unpack(context.Background(), from, root, DefaultLimits(), nil)
+			_, err := Into(context.Background(), from, root, DefaultLimits(), nil)
 			return err
 		})
 	})

@@ -98,7 +98,7 @@ func TestUnpackWhiteoutsModesLinks(t *testing.T) {
 		entry{name: "d/.wh..wh..opq"},
 		entry{name: "d/after", body: "made after the marker"},
 	)
-	if _, err := Unpack(context.Background(), imageOf(t, lower, upper), root, DefaultLimits(), nil); err != nil {
+	if _, err := Into(context.Background(), imageOf(t, lower, upper), root, DefaultLimits(), nil); err != nil {
 		t.Fatal(err)
 	}
 	exists := func(p string) bool { _, err := os.Lstat(filepath.Join(root, p)); return err == nil }
@@ -149,7 +149,7 @@ func TestUnpackRefusesHostileLayers(t *testing.T) {
 					tc.entries[i].link = strings.ReplaceAll(tc.entries[i].link, outside, "../outside")
 				}
 			}
-			_, err := Unpack(context.Background(), imageOf(t, layerOf(t, tc.entries...)), root, DefaultLimits(), nil)
+			_, err := Into(context.Background(), imageOf(t, layerOf(t, tc.entries...)), root, DefaultLimits(), nil)
 			if !errors.Is(err, ErrLayer) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want ErrLayer naming %s", err, tc.want)
 			}
@@ -174,7 +174,7 @@ func TestUnpackOnceConcurrently(t *testing.T) {
 	errs := make([]error, 6)
 	for i := range dirs {
 		wg.Go(func() {
-			u, err := UnpackOnce(context.Background(), img, cache, DefaultLimits(), logrus.New(), nil)
+			u, err := IntoCache(context.Background(), img, cache, DefaultLimits(), logrus.New(), nil)
 			if err == nil {
 				dirs[i] = u.Dir
 			}
@@ -193,7 +193,7 @@ func TestUnpackOnceConcurrently(t *testing.T) {
 	if names := dirNames(t, filepath.Join(cache, "rootfs", "oci")); len(names) != 1 {
 		t.Errorf("left in the cache: %v", names)
 	}
-	if u, err := UnpackOnce(context.Background(), img, cache, DefaultLimits(), logrus.New(), nil); err != nil || u.Made {
+	if u, err := IntoCache(context.Background(), img, cache, DefaultLimits(), logrus.New(), nil); err != nil || u.Made {
 		t.Errorf("a second unpack: %+v, %v", u, err)
 	}
 }
@@ -232,7 +232,7 @@ func TestOpaqueWhiteoutHidesNestedLowerEntries(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
-			if _, err := Unpack(context.Background(), imageOf(t, layerOf(t, lower...), layerOf(t, tc.upper...)), root, DefaultLimits(), nil); err != nil {
+			if _, err := Into(context.Background(), imageOf(t, layerOf(t, lower...), layerOf(t, tc.upper...)), root, DefaultLimits(), nil); err != nil {
 				t.Fatal(err)
 			}
 			for p, want := range map[string]bool{"d/sub/new": true, "d/sub/old": false, "d/sub/deeper": false, "d/other": false} {
@@ -253,7 +253,7 @@ func TestWhiteoutOfADirectoryTheLayerAlsoLists(t *testing.T) {
 		{{name: "d/.wh.sub"}, {name: "d/sub/", typ: tar.TypeDir}, {name: "d/sub/new", body: "new"}},
 	} {
 		root := t.TempDir()
-		if _, err := Unpack(context.Background(), imageOf(t, layerOf(t, lower...), layerOf(t, upper...)), root, DefaultLimits(), nil); err != nil {
+		if _, err := Into(context.Background(), imageOf(t, layerOf(t, lower...), layerOf(t, upper...)), root, DefaultLimits(), nil); err != nil {
 			t.Fatal(err)
 		}
 		for p, want := range map[string]bool{"d/sub/new": true, "d/sub/old": false, "d/other": true} {
@@ -375,7 +375,7 @@ func TestLimitsRefuseBeforeWriting(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cache := t.TempDir()
-			_, err := UnpackOnce(context.Background(), imageOf(t, tc.layer), cache, small, logrus.New(), nil)
+			_, err := IntoCache(context.Background(), imageOf(t, tc.layer), cache, small, logrus.New(), nil)
 			if !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want ErrLimit saying %s", err, tc.want)
 			}
@@ -422,7 +422,7 @@ func TestUnpackOnceLivenessByLock(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	log, hook := logtest.NewNullLogger()
-	_, err := UnpackOnce(ctx, img, cache, DefaultLimits(), log, nil)
+	_, err := IntoCache(ctx, img, cache, DefaultLimits(), log, nil)
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "waiting for another run") {
 		t.Fatalf("with the lock held elsewhere: %v, want a bounded wait", err)
 	}
@@ -431,7 +431,7 @@ func TestUnpackOnceLivenessByLock(t *testing.T) {
 	}
 
 	release() // the holder dies: the kernel drops its flock
-	u, err := UnpackOnce(context.Background(), img, cache, DefaultLimits(), log, nil)
+	u, err := IntoCache(context.Background(), img, cache, DefaultLimits(), log, nil)
 	if err != nil || !u.Made {
 		t.Fatalf("after the holder died: %+v %v", u, err)
 	}
@@ -478,7 +478,7 @@ func TestHelperUnpackOnce(t *testing.T) {
 	}
 	img, _ := ocitest.FirstImage(t, dir)
 	m, _ := img.Manifest()
-	_, err := UnpackOnce(context.Background(), blockingImage{img, m.Layers[len(m.Layers)-1].Digest}, cache, DefaultLimits(), logrus.New(), nil)
+	_, err := IntoCache(context.Background(), blockingImage{img, m.Layers[len(m.Layers)-1].Digest}, cache, DefaultLimits(), logrus.New(), nil)
 	t.Fatalf("the unpack returned: %v", err)
 }
 
@@ -523,7 +523,7 @@ func TestUnpackOnceAfterSIGKILL(t *testing.T) {
 
 	log, hook := logtest.NewNullLogger()
 	from, _ := p.Image(mustDigest(t, img))
-	u, err := UnpackOnce(context.Background(), from, cache, DefaultLimits(), log, nil)
+	u, err := IntoCache(context.Background(), from, cache, DefaultLimits(), log, nil)
 	if err != nil || !u.Made {
 		t.Fatalf("after the kill: %+v %v\n%s", u, err, out.String())
 	}
@@ -564,7 +564,7 @@ func TestOnceKeepsWhatItCannotJudge(t *testing.T) {
 }
 
 // TestOnceReplacesAStrayFile: a file where an unpacked image's directory belongs (its record
-// then reads ENOTDIR) is a leftover that UnpackOnce removes and unpacks over, not an error
+// then reads ENOTDIR) is a leftover that IntoCache removes and unpacks over, not an error
 // that stops every run.
 func TestOnceReplacesAStrayFile(t *testing.T) {
 	cache := t.TempDir()
@@ -578,9 +578,9 @@ func TestOnceReplacesAStrayFile(t *testing.T) {
 	if err := os.WriteFile(stray, []byte("stray"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	u, err := UnpackOnce(context.Background(), img, cache, DefaultLimits(), logrus.New(), nil)
+	u, err := IntoCache(context.Background(), img, cache, DefaultLimits(), logrus.New(), nil)
 	if err != nil || !u.Made || u.Dir != filepath.Join(stray, "rootfs") {
-		t.Fatalf("UnpackOnce over a stray file: %+v, %v", u, err)
+		t.Fatalf("IntoCache over a stray file: %+v, %v", u, err)
 	}
 	if data, err := os.ReadFile(filepath.Join(u.Dir, "etc/os-release")); err != nil || string(data) != "ID=test\n" {
 		t.Fatalf("%q %v", data, err)
@@ -645,7 +645,7 @@ func TestRemoveDead(t *testing.T) {
 func TestUnpackOnceRecordsItsUse(t *testing.T) {
 	cache := t.TempDir()
 	img := imageOf(t, layerOf(t, entry{name: "etc/os-release", body: "ID=test\n"}))
-	u, err := UnpackOnce(context.Background(), img, cache, DefaultLimits(), logrus.New(), nil)
+	u, err := IntoCache(context.Background(), img, cache, DefaultLimits(), logrus.New(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -657,7 +657,7 @@ func TestUnpackOnceRecordsItsUse(t *testing.T) {
 	if used, ok := LastUse(dir); !ok || !used.Equal(long) {
 		t.Fatalf("LastUse = %v, %v; want %v", used, ok, long)
 	}
-	if _, err := UnpackOnce(context.Background(), img, cache, DefaultLimits(), logrus.New(), nil); err != nil {
+	if _, err := IntoCache(context.Background(), img, cache, DefaultLimits(), logrus.New(), nil); err != nil {
 		t.Fatal(err)
 	}
 	if used, ok := LastUse(dir); !ok || !used.After(long) {

@@ -49,7 +49,7 @@ func Bytes(what string, data []byte, want v1.Hash, size int64) error {
 	return nil
 }
 
-// Sum is the sha256 digest of data.
+// Sum returns the sha256 digest of data.
 func Sum(data []byte) v1.Hash {
 	sum := sha256.Sum256(data)
 	return v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(sum[:])}
@@ -108,7 +108,7 @@ func Layers(ctx context.Context, img v1.Image, apply func(Layer, *tar.Reader) er
 	return &Image{Manifest: Sum(raw), Content: Sum(content).String(), Config: cfg}, nil
 }
 
-// Config is img's config, checked against the digest and size its manifest gives (what
+// Config returns img's config, checked against the digest and size its manifest gives (what
 // Layers checks of it, for a run that finds the image already unpacked), and the digest of
 // that manifest.
 func Config(img v1.Image) (*v1.ConfigFile, v1.Hash, error) {

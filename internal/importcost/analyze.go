@@ -1,10 +1,11 @@
-// Package analyze is `pipeline analyze`: it measures, in sandboxes of the real image and spec
-// shape, what each module a corpus imports costs a start: whether it imports at all, its cold
-// import time, the memory it adds to a checkpoint, what it leaves loaded (its closure), and its
-// own share of each with the rest of its closure already loaded; plus the host's cold start and
-// restore line. Every measurement is cached by a digest of what it depends on, so a second
-// analysis of the same corpus starts no sandbox.
-package analyze
+// Package importcost does the work of `pipeline analyze`: it measures, in sandboxes of the real
+// image and spec shape, what each module a corpus imports costs a start: whether it imports at
+// all, its cold import time, the memory it adds to a checkpoint, what it leaves loaded (its
+// closure), and its own share of each with the rest of its closure already loaded; plus the
+// host's cold start and restore line. Every measurement is cached by a digest of what it
+// depends on, so a second analysis of the same corpus starts no sandbox. Package analysis holds
+// the file it writes, analysis.json.
+package importcost
 
 import (
 	"context"
@@ -198,7 +199,7 @@ func (a *analyzer) run(ctx context.Context, names []string) (*analysis.File, *Re
 	}
 	f := &analysis.File{
 		Version:  analysis.Version,
-		Image:    analysis.Image{RootfsDigest: a.base.RootfsDigest, Runsc: a.base.RunscSHA256, SpecDigest: a.base.Spec, Runs: a.o.Runs},
+		Image:    analysis.Provenance{RootfsDigest: a.base.RootfsDigest, Runsc: a.base.RunscSHA256, SpecDigest: a.base.Spec, Runs: a.o.Runs},
 		Stdlib:   slices.Clone(res.stdlib),
 		Names:    map[string]analysis.Entry{},
 		Host:     host,

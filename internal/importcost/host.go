@@ -1,4 +1,4 @@
-package analyze
+package importcost
 
 import (
 	"context"
@@ -27,7 +27,7 @@ type restoreLine struct {
 
 // measureHost measures the cold start of the bare executor and the restore line over the sets
 // of restoreLineSets.
-func (a *analyzer) measureHost(ctx context.Context, figures map[string]analysis.Entry) (*analysis.Host, error) {
+func (a *analyzer) measureHost(ctx context.Context, figures map[string]analysis.Entry) (*analysis.HostCosts, error) {
 	cold, _, err := a.timed(ctx, "cold-start", nil, "")
 	if err != nil {
 		return nil, err
@@ -37,7 +37,7 @@ func (a *analyzer) measureHost(ctx context.Context, figures map[string]analysis.
 		starts = append(starts, r.ColdMs)
 	}
 	slices.Sort(starts)
-	h := &analysis.Host{CPU: a.cpu, ColdStartMs: round3(measure.Percentile(starts, 50))}
+	h := &analysis.HostCosts{CPU: a.cpu, ColdStartMs: round3(measure.Percentile(starts, 50))}
 
 	sets := restoreLineSets(figures)
 	k := a.timedBase.of("restore-line")
@@ -61,7 +61,7 @@ func (a *analyzer) measureHost(ctx context.Context, figures map[string]analysis.
 	return h, nil
 }
 
-// restoreLineSets are the sets the restore line is measured over: the empty set and the
+// restoreLineSets returns the sets the restore line is measured over: the empty set and the
 // modules whose images are the largest and about half of that, so the line spans the sizes a
 // plan chooses from.
 func restoreLineSets(figures map[string]analysis.Entry) [][]string {
@@ -96,7 +96,7 @@ func restoreLineSets(figures map[string]analysis.Entry) [][]string {
 }
 
 // fit puts the line's fit through the measured sets into h.
-func (line restoreLine) fit(h *analysis.Host, sets [][]string) {
+func (line restoreLine) fit(h *analysis.HostCosts, sets [][]string) {
 	var sizes []int64
 	for _, mib := range line.MiB {
 		sizes = append(sizes, int64(mib*(1<<20)))
@@ -138,7 +138,7 @@ func (a *analyzer) measureRestoreLine(ctx context.Context, sets [][]string) (res
 	for i, set := range sets {
 		dir := filepath.Join(a.work, fmt.Sprintf("line-%d", i))
 		box.started.Add(int64(1 + a.o.RestoreRuns))
-		meta, err := capture.Run(ctx, a.env.Runtime, a.env.CaptureRequest(config.Set{ID: "analyze", Imports: set}, dir, a.work, version, a.env.Config.Runsc.CheckpointOptions))
+		meta, err := capture.Run(ctx, a.env.Runtime, a.env.CaptureRequest(config.PackageSet{ID: "analyze", Imports: set}, dir, a.work, version, a.env.Config.Runsc.CheckpointOptions))
 		if err != nil {
 			os.RemoveAll(dir)
 			return restoreLine{}, fmt.Errorf("restore line: %w", err)

@@ -1,4 +1,4 @@
-package analyze
+package importcost
 
 import (
 	"bytes"
@@ -42,14 +42,14 @@ type key struct {
 	Sets              [][]string        `json:"sets,omitempty"`
 }
 
-// of is the key of kind over k, with a list of its own.
+// of returns the key of kind over k, with a list of its own.
 func (k key) of(kind string) key {
 	k.Kind = kind
 	k.RunscFlags = slices.Clone(k.RunscFlags)
 	return k
 }
 
-// digest is the key's sha256 over its canonical JSON (struct fields in a fixed order).
+// digest returns the key's sha256 over its canonical JSON (struct fields in a fixed order).
 func (k key) digest() string {
 	data, _ := json.Marshal(k) // a struct of strings, ints and string slices always marshals
 	sum := sha256.Sum256(data)

@@ -1,4 +1,4 @@
-package analyze
+package importcost
 
 import (
 	"encoding/json"
@@ -197,8 +197,8 @@ func decodePackages(out string) (imagePackages, error) {
 	return p, nil
 }
 
-// of is the distributions that provide module's top-level package, name to version (nil for
-// none).
+// of returns the distributions that provide module's top-level package, name to version (nil
+// for none).
 func (p imagePackages) of(module string) map[string]string {
 	top, _, _ := strings.Cut(module, ".")
 	var out map[string]string
