@@ -25,8 +25,17 @@ type restoreLine struct {
 	MedianMs []float64 `json:"median_ms"`
 }
 
-// measureHost measures the cold start of the bare executor and the restore line over the sets
-// of restoreLineSets.
+// pooledLine is the pooled line's measurement, over the restore line's sets: for each, the
+// median of Options.RestoreRuns restores onto a sandbox created ahead; and the median of as
+// many cold starts in one. Each is timed from `runsc restore` (or `runsc start`) to the answer.
+type pooledLine struct {
+	MiB         []float64 `json:"mib"`
+	MedianMs    []float64 `json:"median_ms"`
+	ColdStartMs float64   `json:"cold_start_ms"`
+}
+
+// measureHost measures the cold start of the bare executor, and the restore line and the
+// pooled line over the sets of restoreLineSets.
 func (a *analyzer) measureHost(ctx context.Context, figures map[string]analysis.Entry) (*analysis.Host, error) {
 	cold, _, err := a.timed(ctx, "cold-start", nil, "")
 	if err != nil {
@@ -45,7 +54,13 @@ func (a *analyzer) measureHost(ctx context.Context, figures map[string]analysis.
 	k.RestoreFlags = slices.Clone(a.env.RestoreFlags)
 	k.CheckpointOptions = a.env.Config.Runsc.CheckpointOptions
 	k.Sets = sets
-	line, fresh, err := lookup(a.cache, k, func() (restoreLine, error) { return a.measureRestoreLine(ctx, sets) })
+	// A restore line measured now measures the pooled line too, on the same captures.
+	var pooled *pooledLine
+	line, fresh, err := lookup(a.cache, k, func() (restoreLine, error) {
+		line, p, err := a.measureLines(ctx, sets, true)
+		pooled = p
+		return line, err
+	})
 	if errors.Is(err, errNotCached) {
 		// A cached analysis of some modules (capture's catalogue) has no line of its own: the
 		// manifest's serves.
@@ -57,6 +72,28 @@ func (a *analyzer) measureHost(ctx context.Context, figures map[string]analysis.
 	line.fit(h, sets)
 	if fresh {
 		a.log.WithFields(logrus.Fields{"cold_start_ms": h.ColdStartMs, "empty_mib": h.EmptyMiB, "alpha_ms_per_mib": h.AlphaMsPerMiB, "intercept_ms": h.InterceptMs, "sets": strings.Join(h.RestoreSets, " ")}).Info("analyze: restore line measured")
+	}
+	// Its own entry, so that a cache of the restore line from before the pooled line still
+	// serves it: only the pooled line is measured then.
+	pl, fresh, err := lookup(a.cache, k.of("pooled-line"), func() (pooledLine, error) {
+		if pooled != nil {
+			return *pooled, nil
+		}
+		_, p, err := a.measureLines(ctx, sets, false)
+		if err != nil {
+			return pooledLine{}, err
+		}
+		return *p, nil
+	})
+	if errors.Is(err, errNotCached) {
+		return h, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	pl.fit(h)
+	if fresh {
+		a.log.WithFields(logrus.Fields{"cold_start_ms": h.Pooled.ColdStartMs, "alpha_ms_per_mib": h.Pooled.AlphaMsPerMiB, "intercept_ms": h.Pooled.InterceptMs}).Info("analyze: pooled line measured")
 	}
 	return h, nil
 }
@@ -113,6 +150,17 @@ func (line restoreLine) fit(h *analysis.Host, sets [][]string) {
 	}
 }
 
+// fit puts the pooled line's fit and cold start into h.
+func (line pooledLine) fit(h *analysis.Host) {
+	var sizes []int64
+	for _, mib := range line.MiB {
+		sizes = append(sizes, int64(mib*(1<<20)))
+	}
+	fit := measure.CostModel(sizes, line.MedianMs)
+	h.Pooled.InterceptMs, h.Pooled.AlphaMsPerMiB, h.PooledRSquared = round3(max(fit.Intercept, 0)), round3(max(fit.Slope, 0)), round3(fit.RSquared)
+	h.Pooled.ColdStartMs = round3(line.ColdStartMs)
+}
+
 func cmpFloat(a, b float64) int {
 	switch {
 	case a < b:
@@ -123,33 +171,69 @@ func cmpFloat(a, b float64) int {
 	return 0
 }
 
-// measureRestoreLine captures each set into the scratch directory, times its restores one at a
-// time, and removes the images.
-func (a *analyzer) measureRestoreLine(ctx context.Context, sets [][]string) (restoreLine, error) {
+// measureLines captures each set into the scratch directory, times its pooled restores (and,
+// withRestore, its measure-mode restores) one at a time, and removes the images; then it times
+// the pooled cold starts.
+func (a *analyzer) measureLines(ctx context.Context, sets [][]string, withRestore bool) (restoreLine, *pooledLine, error) {
 	box, err := a.starter(ctx)
 	if err != nil {
-		return restoreLine{}, err
+		return restoreLine{}, nil, err
 	}
 	version, err := a.env.Runtime.Version(ctx)
 	if err != nil {
-		return restoreLine{}, err
+		return restoreLine{}, nil, err
 	}
 	var line restoreLine
+	pooled := &pooledLine{}
 	for i, set := range sets {
 		dir := filepath.Join(a.work, fmt.Sprintf("line-%d", i))
-		box.started.Add(int64(1 + a.o.RestoreRuns))
-		meta, err := capture.Run(ctx, a.env.Runtime, a.env.CaptureRequest(config.Set{ID: "analyze", Imports: set}, dir, a.work, version, a.env.Config.Runsc.CheckpointOptions))
-		if err != nil {
-			os.RemoveAll(dir)
-			return restoreLine{}, fmt.Errorf("restore line: %w", err)
-		}
-		stats, err := a.env.Restorer(a.work, a.env.Config.Timeouts.Restore).MeasureRuns(ctx, "analyze", dir, a.o.RestoreRuns)
+		mib, restoreMs, pooledMs, err := a.measureSet(ctx, box, set, dir, version, withRestore)
 		os.RemoveAll(dir)
 		if err != nil {
-			return restoreLine{}, fmt.Errorf("restore line: %w", err)
+			return restoreLine{}, nil, err
 		}
-		line.MiB = append(line.MiB, float64(meta.Bytes())/(1<<20))
-		line.MedianMs = append(line.MedianMs, stats.Median)
+		if withRestore {
+			line.MiB = append(line.MiB, mib)
+			line.MedianMs = append(line.MedianMs, restoreMs)
+		}
+		pooled.MiB = append(pooled.MiB, mib)
+		pooled.MedianMs = append(pooled.MedianMs, pooledMs)
 	}
-	return line, nil
+	var cold []float64
+	for range a.o.RestoreRuns {
+		ms, err := box.pooledOnce(ctx, "", nil)
+		if err != nil {
+			return restoreLine{}, nil, fmt.Errorf("pooled line: %w", err)
+		}
+		cold = append(cold, ms)
+	}
+	pooled.ColdStartMs = measure.Summarize(cold).Median
+	return line, pooled, nil
+}
+
+// measureSet captures set into dir and returns its image size, the median of its measure-mode
+// restores (withRestore) and of its restores onto a sandbox created ahead.
+func (a *analyzer) measureSet(ctx context.Context, box *starter, set []string, dir, version string, withRestore bool) (mib, restoreMs, pooledMs float64, err error) {
+	box.started.Add(1)
+	meta, err := capture.Run(ctx, a.env.Runtime, a.env.CaptureRequest(config.Set{ID: "analyze", Imports: set}, dir, a.work, version, a.env.Config.Runsc.CheckpointOptions))
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("restore line: %w", err)
+	}
+	if withRestore {
+		box.started.Add(int64(a.o.RestoreRuns))
+		stats, err := a.env.Restorer(a.work, a.env.Config.Timeouts.Restore).MeasureRuns(ctx, "analyze", dir, a.o.RestoreRuns)
+		if err != nil {
+			return 0, 0, 0, fmt.Errorf("restore line: %w", err)
+		}
+		restoreMs = stats.Median
+	}
+	var pooled []float64
+	for range a.o.RestoreRuns {
+		ms, err := box.pooledOnce(ctx, dir, a.env.RestoreFlags)
+		if err != nil {
+			return 0, 0, 0, fmt.Errorf("pooled line: %w", err)
+		}
+		pooled = append(pooled, ms)
+	}
+	return float64(meta.Bytes()) / (1 << 20), restoreMs, measure.Summarize(pooled).Median, nil
 }
