@@ -242,9 +242,12 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 	}
 	restoreAndCheck(t, cfg, out, m, ch)
 
-	code, _, stderr = runCLI(t, "bench", "--config", cfg, "--corpus", corpusPath, "--part", "all", "--sample", "2", "--rounds", "1")
+	code, stdout, stderr = runCLI(t, "bench", "--config", cfg, "--corpus", corpusPath, "--part", "all", "--sample", "2", "--rounds", "1")
 	if code != exitOK {
 		t.Fatalf("bench --corpus exit %d\n%s", code, stderr)
+	}
+	if !strings.Contains(stdout, "by the pooled line: measured") {
+		t.Errorf("bench --corpus's summary does not give the pooled line's prediction:\n%s", stdout)
 	}
 	data, err := os.ReadFile(filepath.Join(out, "bench", "latest", "corpus.json"))
 	if err != nil {
