@@ -171,9 +171,11 @@ func cmpFloat(a, b float64) int {
 	return 0
 }
 
-// measureLines captures each set into the scratch directory, times its pooled restores (and,
-// withRestore, its measure-mode restores) one at a time, and removes the images; then it times
-// the pooled cold starts.
+// measureLines captures each set into the scratch directory, then times round by round, one at
+// a time, a restore of each image onto a sandbox created ahead (and, withRestore, a measure-mode
+// restore) and a pooled cold start, and removes the images. Rounds over every set, rather than
+// every run of one set then the next, let a change of the machine's load shift the whole line
+// instead of tilting it.
 func (a *analyzer) measureLines(ctx context.Context, sets [][]string, withRestore bool) (restoreLine, *pooledLine, error) {
 	box, err := a.starter(ctx)
 	if err != nil {
@@ -183,57 +185,58 @@ func (a *analyzer) measureLines(ctx context.Context, sets [][]string, withRestor
 	if err != nil {
 		return restoreLine{}, nil, err
 	}
-	var line restoreLine
-	pooled := &pooledLine{}
+	dirs := make([]string, len(sets))
+	mib := make([]float64, len(sets))
+	defer func() {
+		for _, dir := range dirs {
+			if dir != "" {
+				os.RemoveAll(dir)
+			}
+		}
+	}()
 	for i, set := range sets {
-		dir := filepath.Join(a.work, fmt.Sprintf("line-%d", i))
-		mib, restoreMs, pooledMs, err := a.measureSet(ctx, box, set, dir, version, withRestore)
-		os.RemoveAll(dir)
+		dirs[i] = filepath.Join(a.work, fmt.Sprintf("line-%d", i))
+		box.started.Add(1)
+		meta, err := capture.Run(ctx, a.env.Runtime, a.env.CaptureRequest(config.Set{ID: "analyze", Imports: set}, dirs[i], a.work, version, a.env.Config.Runsc.CheckpointOptions))
 		if err != nil {
-			return restoreLine{}, nil, err
+			return restoreLine{}, nil, fmt.Errorf("restore line: %w", err)
 		}
-		if withRestore {
-			line.MiB = append(line.MiB, mib)
-			line.MedianMs = append(line.MedianMs, restoreMs)
-		}
-		pooled.MiB = append(pooled.MiB, mib)
-		pooled.MedianMs = append(pooled.MedianMs, pooledMs)
+		mib[i] = float64(meta.Bytes()) / (1 << 20)
 	}
+	restorer := a.env.Restorer(a.work, a.env.Config.Timeouts.Restore)
+	restores, pooledRuns := make([][]float64, len(sets)), make([][]float64, len(sets))
 	var cold []float64
-	for range a.o.RestoreRuns {
+	for round := range a.o.RestoreRuns {
+		for i, dir := range dirs {
+			if withRestore {
+				box.started.Add(1)
+				ms, err := restorer.MeasureOnce(ctx, "analyze", dir)
+				if err != nil {
+					return restoreLine{}, nil, fmt.Errorf("restore line: %w: %s, run %d of %d: %w", measure.ErrMeasure, dir, round+1, a.o.RestoreRuns, err)
+				}
+				restores[i] = append(restores[i], ms)
+			}
+			ms, err := box.pooledOnce(ctx, dir, a.env.RestoreFlags)
+			if err != nil {
+				return restoreLine{}, nil, fmt.Errorf("pooled line: %s, run %d of %d: %w", dir, round+1, a.o.RestoreRuns, err)
+			}
+			pooledRuns[i] = append(pooledRuns[i], ms)
+		}
 		ms, err := box.pooledOnce(ctx, "", nil)
 		if err != nil {
-			return restoreLine{}, nil, fmt.Errorf("pooled line: %w", err)
+			return restoreLine{}, nil, fmt.Errorf("pooled line: run %d of %d: %w", round+1, a.o.RestoreRuns, err)
 		}
 		cold = append(cold, ms)
 	}
-	pooled.ColdStartMs = measure.Summarize(cold).Median
+	var line restoreLine
+	pooled := &pooledLine{ColdStartMs: measure.Summarize(cold).Median}
+	for i := range sets {
+		if withRestore {
+			line.MiB = append(line.MiB, mib[i])
+			line.MedianMs = append(line.MedianMs, measure.Summarize(restores[i]).Median)
+		}
+		pooled.MiB = append(pooled.MiB, mib[i])
+		pooled.MedianMs = append(pooled.MedianMs, measure.Summarize(pooledRuns[i]).Median)
+	}
 	return line, pooled, nil
-}
-
-// measureSet captures set into dir and returns its image size, the median of its measure-mode
-// restores (withRestore) and of its restores onto a sandbox created ahead.
-func (a *analyzer) measureSet(ctx context.Context, box *starter, set []string, dir, version string, withRestore bool) (mib, restoreMs, pooledMs float64, err error) {
-	box.started.Add(1)
-	meta, err := capture.Run(ctx, a.env.Runtime, a.env.CaptureRequest(config.Set{ID: "analyze", Imports: set}, dir, a.work, version, a.env.Config.Runsc.CheckpointOptions))
-	if err != nil {
-		return 0, 0, 0, fmt.Errorf("restore line: %w", err)
-	}
-	if withRestore {
-		box.started.Add(int64(a.o.RestoreRuns))
-		stats, err := a.env.Restorer(a.work, a.env.Config.Timeouts.Restore).MeasureRuns(ctx, "analyze", dir, a.o.RestoreRuns)
-		if err != nil {
-			return 0, 0, 0, fmt.Errorf("restore line: %w", err)
-		}
-		restoreMs = stats.Median
-	}
-	var pooled []float64
-	for range a.o.RestoreRuns {
-		ms, err := box.pooledOnce(ctx, dir, a.env.RestoreFlags)
-		if err != nil {
-			return 0, 0, 0, fmt.Errorf("pooled line: %w", err)
-		}
-		pooled = append(pooled, ms)
-	}
-	return float64(meta.Bytes()) / (1 << 20), restoreMs, measure.Summarize(pooled).Median, nil
 }
