@@ -167,5 +167,9 @@ func printAnalysis(con *console, f *analysis.File) {
 	if h := f.Host; h != nil {
 		fmt.Fprintf(con.stdout, "\nhost: cold start of the bare executor %.0f ms; empty image %.1f MiB; restore %.2f ms/MiB + %.0f ms (R² %.2f over %s)\n",
 			h.ColdStartMs, h.EmptyMiB, h.AlphaMsPerMiB, h.InterceptMs, h.RSquared, strings.Join(h.RestoreSets, ", "))
+		if p := h.Pooled; p.Measured() {
+			fmt.Fprintf(con.stdout, "from a pool (runsc create off the clock): cold start %.0f ms; restore %.2f ms/MiB + %.0f ms (R² %.2f)\n",
+				p.ColdStartMs, p.AlphaMsPerMiB, p.InterceptMs, h.PooledRSquared)
+		}
 	}
 }

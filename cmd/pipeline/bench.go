@@ -300,9 +300,13 @@ func (c *benchCmd) replay(ctx context.Context, con *console, env *run.Env, out s
 	tw.Flush()
 	fmt.Fprintf(con.stdout, "\nmean start to the first answer: cold %.0f ms, chosen %.0f ms (%.2fx cold, %.0f ms saved); predicted %.0f ms: measured %+.1f%% (per request, mean |error| %.1f%%)\n",
 		s.MeanColdMs, s.MeanChosenMs, s.ChosenOverCold, s.SavedMs, s.MeanPredictedMs, s.ModelErrorPct, s.MeanAbsErrorPct)
-	if report.Pool > 0 {
-		fmt.Fprintf(con.stdout, "from a pool of %d: pooled %.0f ms (%.2fx cold); predicted %.0f ms (the chosen prediction less the mean runsc create, %.0f ms): measured %+.1f%%\n",
-			report.Pool, s.MeanPooledMs, s.PooledOverCold, s.PredictedPooledMs, s.CreateMs, s.PooledModelErrorPct)
+	switch {
+	case report.Pool > 0 && s.PredictedPooledMs > 0:
+		fmt.Fprintf(con.stdout, "from a pool of %d: pooled %.0f ms (%.2fx cold; runsc create %.0f ms off the clock); predicted %.0f ms by the pooled line: measured %+.1f%%\n",
+			report.Pool, s.MeanPooledMs, s.PooledOverCold, s.CreateMs, s.PredictedPooledMs, s.PooledModelErrorPct)
+	case report.Pool > 0:
+		fmt.Fprintf(con.stdout, "from a pool of %d: pooled %.0f ms (%.2fx cold; runsc create %.0f ms off the clock); not predicted: the catalogue has no pooled line\n",
+			report.Pool, s.MeanPooledMs, s.PooledOverCold, s.CreateMs)
 	}
 	fmt.Fprintf(con.stdout, "wrote corpus.json, bench.txt (for benchstat) and corpus.svg into %s\n", report.Dir)
 	return nil

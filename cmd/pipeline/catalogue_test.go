@@ -127,7 +127,11 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 		t.Errorf("re (loaded by the executor): %+v", e)
 	}
 	if a.Host == nil || a.Host.ColdStartMs <= 0 || a.Host.EmptyMiB < 1 || len(a.Host.RestoreSets) < 2 {
-		t.Errorf("host: %+v", a.Host)
+		t.Fatalf("host: %+v", a.Host)
+	}
+	// The pooled line: a cold start and restores onto sandboxes created ahead, measured.
+	if p := a.Host.Pooled; p.ColdStartMs <= 0 || p.RestoreMs(a.Host.EmptyMiB) <= 0 {
+		t.Errorf("host's pooled line: %+v", p)
 	}
 	if second := analyzeOnce(); second.Sandboxes != 0 || second.Measured != 0 || second.Cached != first.Measured || second.Modules != first.Modules {
 		t.Errorf("second analyze of the same corpus: %+v, want no sandbox and nothing measured (first %+v)", second, first)
@@ -230,14 +234,20 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 		t.Fatalf("select %v: %+v, want a checkpoint that holds them", want, ch)
 	}
 	t.Logf("select %v: %s (%s: restore %.0f ms; cold %.0f ms)", want, ch.Why, planned, restoreMs, ch.ColdMs)
+	if got, want := ch.PredictedPooledMs, pooledPrice(t, cat, ch.Checkpoint, ch.PredictedMs); !near(got, want) {
+		t.Errorf("select's pooled prediction %v ms, want the pooled line's %v ms: %+v", got, want, ch)
+	}
 	if ch.Cold {
 		ch.Checkpoint = planned
 	}
 	restoreAndCheck(t, cfg, out, m, ch)
 
-	code, _, stderr = runCLI(t, "bench", "--config", cfg, "--corpus", corpusPath, "--part", "all", "--sample", "2", "--rounds", "1")
+	code, stdout, stderr = runCLI(t, "bench", "--config", cfg, "--corpus", corpusPath, "--part", "all", "--sample", "2", "--rounds", "1")
 	if code != exitOK {
 		t.Fatalf("bench --corpus exit %d\n%s", code, stderr)
+	}
+	if !strings.Contains(stdout, "by the pooled line: measured") {
+		t.Errorf("bench --corpus's summary does not give the pooled line's prediction:\n%s", stdout)
 	}
 	data, err := os.ReadFile(filepath.Join(out, "bench", "latest", "corpus.json"))
 	if err != nil {
@@ -252,17 +262,53 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 		rep.Pool != 2 || rep.Summary.MeanPooledMs <= 0 || rep.Summary.PooledOverCold <= 0 || rep.Summary.CreateMs <= 0 || rep.Summary.PredictedPooledMs <= 0 {
 		t.Errorf("corpus.json: %+v", rep)
 	}
+	var predictedPooled float64
 	for _, r := range rep.Requests {
 		if r.Choice == "" || len(r.Cold.Runs) != 1 || len(r.Chosen.Runs) != 1 || r.Pooled == nil || len(r.Pooled.Runs) != 1 || r.PooledMs <= 0 {
 			t.Errorf("request %+v", r)
 		}
+		// Predicted by the pooled line, not by the chosen start less the pool's create time.
+		id := r.Choice
+		if id == bench.Cold {
+			id = ""
+		}
+		if want := pooledPrice(t, cat, id, r.PredictedMs); !near(r.PredictedPooledMs, want) {
+			t.Errorf("request at line %d: predicted_pooled_ms %v, want the pooled line's %v", r.Line, r.PredictedPooledMs, want)
+		}
+		predictedPooled += r.PredictedPooledMs / float64(len(rep.Requests))
 	}
+	if s := rep.Summary; !near(s.PredictedPooledMs, predictedPooled) || !near(s.PooledModelErrorPct, 100*(s.MeanPooledMs/s.PredictedPooledMs-1)) {
+		t.Errorf("summary's pooled prediction %v ms, error %v%%; the requests' mean %v ms", s.PredictedPooledMs, s.PooledModelErrorPct, predictedPooled)
+	}
+	t.Logf("corpus: cold %.0f ms, chosen %.0f ms (predicted %.0f), pooled %.0f ms (predicted %.0f, error %+.1f%%; create %.0f ms)", rep.Summary.MeanColdMs,
+		rep.Summary.MeanChosenMs, rep.Summary.MeanPredictedMs, rep.Summary.MeanPooledMs, rep.Summary.PredictedPooledMs, rep.Summary.PooledModelErrorPct, rep.Summary.CreateMs)
 	for _, name := range []string{"bench.txt", "corpus.svg"} {
 		if fi, err := os.Stat(filepath.Join(out, "bench", "latest", name)); err != nil || fi.Size() == 0 {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
 }
+
+// pooledPrice is the pooled line's price of a start Select chose (the checkpoint id, "" for a
+// cold start) at predictedMs: the line's restore of the checkpoint's image (or its cold start)
+// plus the imports the choice was priced with.
+func pooledPrice(t *testing.T, cat *catalogue.Catalogue, id string, predictedMs float64) float64 {
+	t.Helper()
+	m := cat.CostModel
+	if id == "" {
+		return m.Pooled.ColdStartMs + predictedMs - m.ColdStartMs
+	}
+	for _, cp := range cat.Checkpoints {
+		if cp.ID == id {
+			return m.Pooled.RestoreMs(cp.ImageMiB) + predictedMs - cp.RestoreMs(m)
+		}
+	}
+	t.Fatalf("the catalogue has no checkpoint %s", id)
+	return 0
+}
+
+// near reports whether two prices agree but for float rounding.
+func near(a, b float64) bool { return abs(a-b) <= 1e-6*max(1, abs(a), abs(b)) }
 
 // checkPackages checks the distributions recorded by analyze (numpy's, in the image and for the
 // module) and by the captures (each checkpoint's), then select with requirements on the real
@@ -367,7 +413,7 @@ func checkCatalogue(t *testing.T, cat *catalogue.Catalogue, m *manifest.Manifest
 			t.Errorf("module %s: catalogue %+v, analysis %+v", name, got, mod)
 		}
 	}
-	if cat.CostModel.ColdStartMs != a.Host.ColdStartMs || cat.CostModel.EmptyMiB <= 0 {
+	if cat.CostModel.ColdStartMs != a.Host.ColdStartMs || cat.CostModel.EmptyMiB <= 0 || cat.CostModel.Pooled != a.Host.Pooled {
 		t.Errorf("cost model %+v", cat.CostModel)
 	}
 }

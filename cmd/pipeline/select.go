@@ -106,7 +106,11 @@ func (c *selectCmd) Execute(ctx context.Context, con *console, args []string) er
 	if !ch.Cold {
 		where = "restore " + ch.Checkpoint
 	}
-	fmt.Fprintf(con.stdout, "%s: predicted %.0f ms (cold %.0f ms)\n%s\n", where, ch.PredictedMs, ch.ColdMs, ch.Why)
+	pooled := ""
+	if ch.PredictedPooledMs > 0 {
+		pooled = fmt.Sprintf("; from a pool %.0f ms", ch.PredictedPooledMs)
+	}
+	fmt.Fprintf(con.stdout, "%s: predicted %.0f ms (cold %.0f ms%s)\n%s\n", where, ch.PredictedMs, ch.ColdMs, pooled, ch.Why)
 	for _, p := range ch.PassedOver {
 		fmt.Fprintf(con.stdout, "passed over %s: %s\n", p.Checkpoint, p.Why)
 	}

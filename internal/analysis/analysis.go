@@ -21,8 +21,9 @@ import (
 const FileName = "analysis.json"
 
 // Version is the version of analysis.json this package writes. Version 2 added packages (the
-// image's distributions, and each module's); version 1 is read too.
-const Version = 2
+// image's distributions, and each module's), version 3 the host's pooled line (host.pooled);
+// versions 1 and 2 are read too.
+const Version = 3
 
 // ErrInvalid wraps every problem of an analysis.
 var ErrInvalid = errors.New("invalid analysis")
@@ -60,6 +61,12 @@ type HostCosts struct {
 	AlphaMsPerMiB float64  `json:"alpha_ms_per_mib"`
 	RestoreSets   []string `json:"restore_sets"`
 	RSquared      float64  `json:"r_squared"`
+	// Pooled is the line of a start in a sandbox created ahead, `runsc create` off the clock:
+	// restores of the same RestoreSets checkpoints and cold starts, each from `runsc restore`
+	// (or `runsc start`) to the answer of a call that imports nothing (medians of restore_runs),
+	// and PooledRSquared its fit. Zero in analyses written before it was measured.
+	Pooled         catalogue.PooledLine `json:"pooled,omitzero"`
+	PooledRSquared float64              `json:"pooled_r_squared,omitempty"`
 }
 
 // Provenance is what the figures were measured on: the rootfs, the runsc and the spec.
@@ -217,7 +224,7 @@ func (e Entry) check(n string, available map[string]bool) []error {
 
 // check wants the host's figures finite and not negative.
 func (h *HostCosts) check() error {
-	for _, v := range []float64{h.ColdStartMs, h.EmptyMiB, h.InterceptMs, h.AlphaMsPerMiB} {
+	for _, v := range []float64{h.ColdStartMs, h.EmptyMiB, h.InterceptMs, h.AlphaMsPerMiB, h.Pooled.InterceptMs, h.Pooled.AlphaMsPerMiB, h.Pooled.ColdStartMs} {
 		if !(v >= 0) || math.IsInf(v, 1) {
 			return fmt.Errorf("host: %v: want finite figures >= 0", *h)
 		}

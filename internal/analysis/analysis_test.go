@@ -51,6 +51,34 @@ func TestValidSaveLoad(t *testing.T) {
 	}
 }
 
+// TestPooledLineSaveLoad: the host's pooled line is kept, and an analysis of version 2 (before
+// the line) still loads, with none.
+func TestPooledLineSaveLoad(t *testing.T) {
+	f := sample()
+	f.Host = &HostCosts{CPU: "x", ColdStartMs: 400, EmptyMiB: 8, InterceptMs: 200, AlphaMsPerMiB: 4, RestoreSets: []string{"empty"},
+		Pooled: catalogue.PooledLine{InterceptMs: 60, AlphaMsPerMiB: 2, ColdStartMs: 300}, PooledRSquared: 0.9}
+	path := filepath.Join(t.TempDir(), FileName)
+	if err := f.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	back, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Host.Pooled != f.Host.Pooled || back.Host.PooledRSquared != 0.9 {
+		t.Errorf("host %+v", back.Host)
+	}
+	v2 := `{"version":2,"image":{"rootfs_digest":"d","runsc":"r","spec_digest":"s","runs":1},"stdlib":[],"names":{},` +
+		`"host":{"cpu":"x","cold_start_ms":400,"empty_mib":8,"intercept_ms":200,"alpha_ms_per_mib":4,"restore_sets":["empty"],"r_squared":1}}`
+	old, err := Parse([]byte(v2))
+	if err != nil {
+		t.Fatalf("version 2: %v", err)
+	}
+	if old.Host.Pooled.Measured() || old.Host.ColdStartMs != 400 {
+		t.Errorf("version 2 host %+v", old.Host)
+	}
+}
+
 func TestInvalidAnalyses(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -98,6 +126,9 @@ func TestInvalidAnalyses(t *testing.T) {
 		}, "unavailable but has a closure"},
 		{"bad name", func(f *File) { f.Names["a b"] = Entry{Module: "a"} }, `"a b" is not a dotted`},
 		{"bad stdlib", func(f *File) { f.Stdlib = append(f.Stdlib, "") }, `stdlib: ""`},
+		{"negative pooled line", func(f *File) {
+			f.Host = &HostCosts{ColdStartMs: 400, Pooled: catalogue.PooledLine{AlphaMsPerMiB: -1, ColdStartMs: 300}}
+		}, "host: "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := sample()

@@ -70,8 +70,8 @@ type CorpusRequest struct {
 	Cold            manifest.Stats `json:"cold"`
 	Chosen          manifest.Stats `json:"chosen"`
 	// Pooled is the same start as Chosen from a sandbox of a pool (--pool), PooledMs its
-	// median; PredictedPooledMs is PredictedMs less the pool's mean `runsc create` time
-	// (ReplaySummary.CreateMs), the part of a start a pool takes off the clock.
+	// median; PredictedPooledMs is the cost model's pooled line's price of it
+	// (Choice.PredictedPooledMs; absent when the catalogue has no pooled line).
 	Pooled            *manifest.Stats `json:"pooled,omitempty"`
 	PooledMs          float64         `json:"pooled_ms,omitempty"`
 	PredictedPooledMs float64         `json:"predicted_pooled_ms,omitempty"`
@@ -94,8 +94,9 @@ type ReplaySummary struct {
 	ModelErrorPct   float64 `json:"model_error_pct"`
 	MeanAbsErrorPct float64 `json:"mean_abs_error_pct"`
 	// With a pool: MeanPooledMs, PooledOverCold (MeanPooledMs / MeanColdMs), the mean
-	// predicted pooled start and the model's error on it, and CreateMs, the mean `runsc
-	// create` of the pool's sandboxes (measured off the clock in the same run).
+	// predicted pooled start and the model's error on it (absent without a pooled line), and
+	// CreateMs, the mean `runsc create` of the pool's sandboxes (measured off the clock in the
+	// same run: what the pool took off the starts, for comparison).
 	MeanPooledMs        float64 `json:"mean_pooled_ms,omitempty"`
 	PooledOverCold      float64 `json:"pooled_over_cold,omitempty"`
 	PredictedPooledMs   float64 `json:"predicted_pooled_ms,omitempty"`
@@ -151,12 +152,18 @@ type corpusTrial struct {
 	cold   []float64
 	chosen []float64
 	pooled []float64
+
+	// predictedPooled is the choice's price from a pool (0: no pooled line).
+	predictedPooled float64
 }
 
 func runCorpusOn(ctx context.Context, x *run.VerifiedOutput, o CorpusOptions) (*CorpusReport, error) {
 	cat, router, err := openCatalogue(x.Out)
 	if err != nil {
 		return nil, err
+	}
+	if o.Pool > 0 && !cat.CostModel.Pooled.Measured() {
+		x.Env.Log.Warn("bench --corpus: the catalogue's cost model has no pooled line (analysed before it was measured): the pooled series goes without a prediction; run pipeline analyze, then capture, to measure it")
 	}
 	trials, eligible, unservable, err := drawRequests(o, router, x)
 	if err != nil {
@@ -177,7 +184,7 @@ func runCorpusOn(ctx context.Context, x *run.VerifiedOutput, o CorpusOptions) (*
 		r.ColdMs, r.ChosenMs = r.Cold.Median, r.Chosen.Median
 		if o.Pool > 0 {
 			st := measure.Summarize(t.pooled)
-			r.Pooled, r.PooledMs, r.PredictedPooledMs = &st, st.Median, max(r.PredictedMs-createMs, 0)
+			r.Pooled, r.PooledMs, r.PredictedPooledMs = &st, st.Median, t.predictedPooled
 		}
 		report.Requests = append(report.Requests, r)
 	}
@@ -320,7 +327,7 @@ func drawRequests(o CorpusOptions, router *catalogue.Router, x *run.VerifiedOutp
 		if req.Modules == nil {
 			req.Modules = []string{}
 		}
-		t := corpusTrial{req: req, weight: r.Weight}
+		t := corpusTrial{req: req, weight: r.Weight, predictedPooled: ch.PredictedPooledMs}
 		if ch.Cold {
 			t.req.Choice = Cold
 		} else if t.dir = dirs[ch.Checkpoint]; t.dir == "" {

@@ -121,8 +121,71 @@ func TestDrawRequests(t *testing.T) {
 	}
 }
 
-// With a pool: the pooled medians, their mean against cold, the prediction (the chosen one
-// less the pool's create time) and its error, and the pooled lines of bench.txt.
+// Each drawn request carries its choice's price from a pool, the catalogue's pooled line on the
+// chosen checkpoint's image size (or its pooled cold start) plus the imports the choice lacks;
+// none without a pooled line.
+func TestDrawRequestsPooledPrediction(t *testing.T) {
+	c := &catalogue.Catalogue{
+		Version: catalogue.Version,
+		CostModel: catalogue.CostModel{InterceptMs: 130, AlphaMsPerMiB: 1.5, ColdStartMs: 400, EmptyMiB: 8,
+			Pooled: catalogue.PooledLine{InterceptMs: 50, AlphaMsPerMiB: 1, ColdStartMs: 300}},
+		Modules: map[string]catalogue.Module{
+			"numpy":  {Available: true, OwnMs: 200, OwnMiB: 9.5, ImportMs: 200, MiB: 9.5, Closure: []string{"numpy"}},
+			"pandas": {Available: true, OwnMs: 700, OwnMiB: 21, ImportMs: 900, MiB: 31, Closure: []string{"numpy", "pandas"}},
+			"re":     {Available: true, Closure: []string{"re"}},
+		},
+		Checkpoints: []catalogue.Checkpoint{
+			{ID: "empty", Imports: []string{}, Closure: []string{}, ImageMiB: 8, RestoreMedianMs: 150},
+			{ID: "pandas", Imports: []string{"pandas"}, Closure: []string{"numpy", "pandas"}, ImageMiB: 40, RestoreMedianMs: 190},
+		},
+	}
+	cor, err := corpus.Parse(strings.NewReader(`{"imports": ["pandas.DataFrame"]}
+{"imports": ["numpy"]}
+{"imports": ["re"]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := &run.VerifiedOutput{Out: "/out", Manifest: &manifest.Manifest{Checkpoints: []manifest.Checkpoint{{ID: "empty", Dir: "empty"}, {ID: "pandas", Dir: "pandas"}}}}
+	draw := func() map[int]corpusTrial {
+		r, err := catalogue.NewRouter(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		trials, _, _, err := drawRequests(CorpusOptions{Corpus: cor, Sample: 3, Part: PartAll}, r, x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		byLine := map[int]corpusTrial{}
+		for _, tr := range trials {
+			byLine[tr.req.Line] = tr
+		}
+		return byLine
+	}
+	// pandas: restored (190 ms), from a pool 50 + 40 = 90 ms; numpy: the pandas checkpoint
+	// (190 ms) beats empty (150 + 200 ms), 90 ms pooled; re: empty, 150 ms, pooled 50 + 8 ms.
+	for line, want := range map[int]struct {
+		choice            string
+		predicted, pooled float64
+	}{1: {"pandas", 190, 90}, 2: {"pandas", 190, 90}, 3: {"empty", 150, 58}} {
+		tr := draw()[line]
+		if tr.req.Choice != want.choice || tr.req.PredictedMs != want.predicted || tr.predictedPooled != want.pooled {
+			t.Errorf("line %d: %s %v ms, pooled %v ms; want %s %v ms, pooled %v ms", line, tr.req.Choice, tr.req.PredictedMs, tr.predictedPooled, want.choice, want.predicted, want.pooled)
+		}
+	}
+	// A cold choice (10 ms against empty's 150 ms): the pooled cold start, 300 ms.
+	c.CostModel.ColdStartMs = 10
+	if tr := draw()[3]; tr.req.Choice != Cold || tr.predictedPooled != 300 {
+		t.Errorf("cold re: %+v, pooled %v ms, want cold, 300 ms", tr.req, tr.predictedPooled)
+	}
+	c.CostModel.Pooled = catalogue.PooledLine{}
+	if tr := draw()[1]; tr.predictedPooled != 0 {
+		t.Errorf("without a pooled line: %v ms", tr.predictedPooled)
+	}
+}
+
+// With a pool: the pooled medians, their mean against cold, the prediction (the pooled line's)
+// and its error, and the pooled lines of bench.txt.
 func TestCorpusPooledSummaryAndBenchfmt(t *testing.T) {
 	r := &CorpusReport{Rounds: 2, Pool: 2, Corpus: "c.jsonl", Part: PartHeldOut, Requests: []CorpusRequest{
 		{Index: 3, ColdMs: 1000, ChosenMs: 200, PredictedMs: 250, PredictedColdMs: 1100, Cold: manifest.Stats{Runs: []float64{900, 1100}}, Chosen: manifest.Stats{Runs: []float64{190, 210}},

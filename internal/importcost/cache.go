@@ -24,7 +24,8 @@ import (
 type key struct {
 	// Kind is what is measured: "find" (is Module a module), "stdlib", "probe" (closure and
 	// availability), "cold" (timed imports), "own" (timed imports after Preload),
-	// "cold-start" (the bare executor), "restore-line" (captures and timed restores of Sets).
+	// "cold-start" (the bare executor), "restore-line" (captures and timed restores of Sets),
+	// "pooled-line" (the same, restored onto sandboxes created ahead, and their cold starts).
 	Kind string `json:"kind"`
 	// Code is a digest of the Python that measures: changing it measures everything again.
 	Code         string   `json:"code"`
@@ -36,7 +37,7 @@ type key struct {
 	Runs         int      `json:"runs,omitempty"`
 	Module       string   `json:"module,omitempty"`
 	Preload      []string `json:"preload,omitempty"`
-	// RestoreFlags, CheckpointOptions and Sets shape "restore-line".
+	// RestoreFlags, CheckpointOptions and Sets shape "restore-line" and "pooled-line".
 	RestoreFlags      []string          `json:"restore_flags,omitempty"`
 	CheckpointOptions map[string]string `json:"checkpoint_options,omitempty"`
 	Sets              [][]string        `json:"sets,omitempty"`

@@ -25,8 +25,17 @@ type restoreLine struct {
 	MedianMs []float64 `json:"median_ms"`
 }
 
-// measureHost measures the cold start of the bare executor and the restore line over the sets
-// of restoreLineSets.
+// pooledLine is the pooled line's measurement, over the restore line's sets: for each, the
+// median of Options.RestoreRuns restores onto a sandbox created ahead; and the median of as
+// many cold starts in one. Each is timed from `runsc restore` (or `runsc start`) to the answer.
+type pooledLine struct {
+	MiB         []float64 `json:"mib"`
+	MedianMs    []float64 `json:"median_ms"`
+	ColdStartMs float64   `json:"cold_start_ms"`
+}
+
+// measureHost measures the cold start of the bare executor, and the restore line and the
+// pooled line over the sets of restoreLineSets.
 func (a *analyzer) measureHost(ctx context.Context, figures map[string]analysis.Entry) (*analysis.HostCosts, error) {
 	cold, _, err := a.timed(ctx, "cold-start", nil, "")
 	if err != nil {
@@ -45,7 +54,13 @@ func (a *analyzer) measureHost(ctx context.Context, figures map[string]analysis.
 	k.RestoreFlags = slices.Clone(a.env.RestoreFlags)
 	k.CheckpointOptions = a.env.Config.Runsc.CheckpointOptions
 	k.Sets = sets
-	line, fresh, err := lookup(a.cache, k, func() (restoreLine, error) { return a.measureRestoreLine(ctx, sets) })
+	// A restore line measured now measures the pooled line too, on the same captures.
+	var pooled *pooledLine
+	line, fresh, err := lookup(a.cache, k, func() (restoreLine, error) {
+		line, p, err := a.measureLines(ctx, sets, true)
+		pooled = p
+		return line, err
+	})
 	if errors.Is(err, errNotCached) {
 		// A cached analysis of some modules (capture's catalogue) has no line of its own: the
 		// manifest's serves.
@@ -57,6 +72,28 @@ func (a *analyzer) measureHost(ctx context.Context, figures map[string]analysis.
 	line.fit(h, sets)
 	if fresh {
 		a.log.WithFields(logrus.Fields{"cold_start_ms": h.ColdStartMs, "empty_mib": h.EmptyMiB, "alpha_ms_per_mib": h.AlphaMsPerMiB, "intercept_ms": h.InterceptMs, "sets": strings.Join(h.RestoreSets, " ")}).Info("analyze: restore line measured")
+	}
+	// Its own entry, so that a cache of the restore line from before the pooled line still
+	// serves it: only the pooled line is measured then.
+	pl, fresh, err := lookup(a.cache, k.of("pooled-line"), func() (pooledLine, error) {
+		if pooled != nil {
+			return *pooled, nil
+		}
+		_, p, err := a.measureLines(ctx, sets, false)
+		if err != nil {
+			return pooledLine{}, err
+		}
+		return *p, nil
+	})
+	if errors.Is(err, errNotCached) {
+		return h, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	pl.fit(h)
+	if fresh {
+		a.log.WithFields(logrus.Fields{"cold_start_ms": h.Pooled.ColdStartMs, "alpha_ms_per_mib": h.Pooled.AlphaMsPerMiB, "intercept_ms": h.Pooled.InterceptMs}).Info("analyze: pooled line measured")
 	}
 	return h, nil
 }
@@ -113,6 +150,17 @@ func (line restoreLine) fit(h *analysis.HostCosts, sets [][]string) {
 	}
 }
 
+// fit puts the pooled line's fit and cold start into h.
+func (line pooledLine) fit(h *analysis.HostCosts) {
+	var sizes []int64
+	for _, mib := range line.MiB {
+		sizes = append(sizes, int64(mib*(1<<20)))
+	}
+	fit := measure.CostModel(sizes, line.MedianMs)
+	h.Pooled.InterceptMs, h.Pooled.AlphaMsPerMiB, h.PooledRSquared = round3(max(fit.Intercept, 0)), round3(max(fit.Slope, 0)), round3(fit.RSquared)
+	h.Pooled.ColdStartMs = round3(line.ColdStartMs)
+}
+
 func cmpFloat(a, b float64) int {
 	switch {
 	case a < b:
@@ -123,33 +171,72 @@ func cmpFloat(a, b float64) int {
 	return 0
 }
 
-// measureRestoreLine captures each set into the scratch directory, times its restores one at a
-// time, and removes the images.
-func (a *analyzer) measureRestoreLine(ctx context.Context, sets [][]string) (restoreLine, error) {
+// measureLines captures each set into the scratch directory, then times round by round, one at
+// a time, a restore of each image onto a sandbox created ahead (and, withRestore, a measure-mode
+// restore) and a pooled cold start, and removes the images. Rounds over every set, rather than
+// every run of one set then the next, let a change of the machine's load shift the whole line
+// instead of tilting it.
+func (a *analyzer) measureLines(ctx context.Context, sets [][]string, withRestore bool) (restoreLine, *pooledLine, error) {
 	box, err := a.starter(ctx)
 	if err != nil {
-		return restoreLine{}, err
+		return restoreLine{}, nil, err
 	}
 	version, err := a.env.Runtime.Version(ctx)
 	if err != nil {
-		return restoreLine{}, err
+		return restoreLine{}, nil, err
+	}
+	dirs := make([]string, len(sets))
+	mib := make([]float64, len(sets))
+	defer func() {
+		for _, dir := range dirs {
+			if dir != "" {
+				os.RemoveAll(dir)
+			}
+		}
+	}()
+	for i, set := range sets {
+		dirs[i] = filepath.Join(a.work, fmt.Sprintf("line-%d", i))
+		box.started.Add(1)
+		meta, err := capture.Run(ctx, a.env.Runtime, a.env.CaptureRequest(config.PackageSet{ID: "analyze", Imports: set}, dirs[i], a.work, version, a.env.Config.Runsc.CheckpointOptions))
+		if err != nil {
+			return restoreLine{}, nil, fmt.Errorf("restore line: %w", err)
+		}
+		mib[i] = float64(meta.Bytes()) / (1 << 20)
+	}
+	restorer := a.env.Restorer(a.work, a.env.Config.Timeouts.Restore)
+	restores, pooledRuns := make([][]float64, len(sets)), make([][]float64, len(sets))
+	var cold []float64
+	for round := range a.o.RestoreRuns {
+		for i, dir := range dirs {
+			if withRestore {
+				box.started.Add(1)
+				ms, err := restorer.MeasureOnce(ctx, "analyze", dir)
+				if err != nil {
+					return restoreLine{}, nil, fmt.Errorf("restore line: %w: %s, run %d of %d: %w", measure.ErrMeasure, dir, round+1, a.o.RestoreRuns, err)
+				}
+				restores[i] = append(restores[i], ms)
+			}
+			ms, err := box.pooledOnce(ctx, dir, a.env.RestoreFlags)
+			if err != nil {
+				return restoreLine{}, nil, fmt.Errorf("pooled line: %s, run %d of %d: %w", dir, round+1, a.o.RestoreRuns, err)
+			}
+			pooledRuns[i] = append(pooledRuns[i], ms)
+		}
+		ms, err := box.pooledOnce(ctx, "", nil)
+		if err != nil {
+			return restoreLine{}, nil, fmt.Errorf("pooled line: run %d of %d: %w", round+1, a.o.RestoreRuns, err)
+		}
+		cold = append(cold, ms)
 	}
 	var line restoreLine
-	for i, set := range sets {
-		dir := filepath.Join(a.work, fmt.Sprintf("line-%d", i))
-		box.started.Add(int64(1 + a.o.RestoreRuns))
-		meta, err := capture.Run(ctx, a.env.Runtime, a.env.CaptureRequest(config.PackageSet{ID: "analyze", Imports: set}, dir, a.work, version, a.env.Config.Runsc.CheckpointOptions))
-		if err != nil {
-			os.RemoveAll(dir)
-			return restoreLine{}, fmt.Errorf("restore line: %w", err)
+	pooled := &pooledLine{ColdStartMs: measure.Summarize(cold).Median}
+	for i := range sets {
+		if withRestore {
+			line.MiB = append(line.MiB, mib[i])
+			line.MedianMs = append(line.MedianMs, measure.Summarize(restores[i]).Median)
 		}
-		stats, err := a.env.Restorer(a.work, a.env.Config.Timeouts.Restore).MeasureRuns(ctx, "analyze", dir, a.o.RestoreRuns)
-		os.RemoveAll(dir)
-		if err != nil {
-			return restoreLine{}, fmt.Errorf("restore line: %w", err)
-		}
-		line.MiB = append(line.MiB, float64(meta.Bytes())/(1<<20))
-		line.MedianMs = append(line.MedianMs, stats.Median)
+		pooled.MiB = append(pooled.MiB, mib[i])
+		pooled.MedianMs = append(pooled.MedianMs, measure.Summarize(pooledRuns[i]).Median)
 	}
-	return line, nil
+	return line, pooled, nil
 }

@@ -56,6 +56,35 @@ func (s *starter) importOnce(ctx context.Context, step string, preload []string,
 	return importRun{importResult: res, ColdMs: marks.TotalMS()}, nil
 }
 
+// pooledOnce starts the bare executor in a sandbox that `runsc create` made first, off the
+// clock, as a pool's are: restored from imageDir with flags, or started cold when imageDir is
+// "". The time runs from `runsc restore` (or `runsc start`) to the answer of a call that imports
+// nothing, the call of the cold start's figure.
+func (s *starter) pooledOnce(ctx context.Context, imageDir string, flags []string) (float64, error) {
+	request, err := importRequest(nil, "")
+	if err != nil {
+		return 0, err
+	}
+	step, start := "pooled-cold", func(ctx context.Context, sb *launch.Sandbox) error { return sb.Start(ctx) }
+	if imageDir != "" {
+		step, start = "pooled", launch.RestoreStep(imageDir, flags)
+	}
+	s.started.Add(1)
+	marks, err := s.launcher.TimedCall(ctx, launch.Call{SetID: "analyze", Step: step,
+		Prepare: func(ctx context.Context, sb *launch.Sandbox) error { return sb.Create(ctx) },
+		Start:   start, Request: request, Check: func(response []byte) error {
+			res, err := decodeImport(response)
+			if err == nil && res.Error != "" {
+				err = fmt.Errorf("the bare call failed: %s", res.Error)
+			}
+			return err
+		}})
+	if err != nil {
+		return 0, fmt.Errorf("%s start: %w", step, err)
+	}
+	return marks.TotalMS(), nil
+}
+
 // probeResult is what the resolve probe learnt about the image.
 type probeResult struct {
 	Stdlib  []string

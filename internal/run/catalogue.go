@@ -39,7 +39,7 @@ type CatalogueInputs struct {
 func FromAnalysis(a *analysis.File, from string) CatalogueInputs {
 	in := CatalogueInputs{Modules: a.Modules(), From: from, Packages: a.Packages}
 	if h := a.Host; h != nil {
-		in.Model = &catalogue.CostModel{InterceptMs: h.InterceptMs, AlphaMsPerMiB: h.AlphaMsPerMiB, ColdStartMs: h.ColdStartMs, EmptyMiB: h.EmptyMiB}
+		in.Model = &catalogue.CostModel{InterceptMs: h.InterceptMs, AlphaMsPerMiB: h.AlphaMsPerMiB, ColdStartMs: h.ColdStartMs, EmptyMiB: h.EmptyMiB, Pooled: h.Pooled}
 	}
 	return in
 }
@@ -78,7 +78,7 @@ func mib(bytes int64) float64 { return float64(bytes) / (1 << 20) }
 // BuildCatalogue is the catalogue of the output whose manifest is m: each checkpoint's imports,
 // closure (from the analysed modules), image size, measured restore median and predicted size;
 // the modules; and the cost model: the manifest's restore line when it has two image sizes or
-// more, else the inputs' measured one; the cold start from the inputs.
+// more, else the inputs' measured one; the cold start and the pooled line from the inputs.
 func BuildCatalogue(m *manifest.Manifest, in CatalogueInputs) (*catalogue.Catalogue, error) {
 	modules := in.Modules
 	if modules == nil {
@@ -96,7 +96,7 @@ func BuildCatalogue(m *manifest.Manifest, in CatalogueInputs) (*catalogue.Catalo
 	}
 	c.CostModel.InterceptMs, c.CostModel.AlphaMsPerMiB = m.InterceptMs, m.AlphaMsPerMiB
 	if in.Model != nil {
-		c.CostModel.ColdStartMs = in.Model.ColdStartMs
+		c.CostModel.ColdStartMs, c.CostModel.Pooled = in.Model.ColdStartMs, in.Model.Pooled
 		if len(sizes) < 2 {
 			c.CostModel.InterceptMs, c.CostModel.AlphaMsPerMiB = in.Model.InterceptMs, in.Model.AlphaMsPerMiB
 		}

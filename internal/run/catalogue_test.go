@@ -43,7 +43,8 @@ func testAnalysis() *analysis.File {
 			"pandas": {Module: "pandas", Available: true, ImportMs: 900, MiB: 31, OwnMs: 700, OwnMiB: 21.5, Closure: []string{"numpy", "pandas"}},
 			"torch":  {Module: "torch", Error: "no module named torch"},
 		},
-		Host:     &analysis.HostCosts{ColdStartMs: 400, EmptyMiB: 8, InterceptMs: 200, AlphaMsPerMiB: 4, RestoreSets: []string{"empty", "pandas"}},
+		Host: &analysis.HostCosts{ColdStartMs: 400, EmptyMiB: 8, InterceptMs: 200, AlphaMsPerMiB: 4, RestoreSets: []string{"empty", "pandas"},
+			Pooled: catalogue.PooledLine{InterceptMs: 60, AlphaMsPerMiB: 2, ColdStartMs: 300}},
 		Packages: map[string]string{"pandas": "1.5.3", "numpy": "1.24.2"},
 	}
 }
@@ -56,8 +57,10 @@ func TestBuildCatalogue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The manifest's restore line (two sizes), analyze's cold start, the empty image measured.
-	want := catalogue.CostModel{InterceptMs: 130, AlphaMsPerMiB: 1.5, ColdStartMs: 400, EmptyMiB: 8}
+	// The manifest's restore line (two sizes), analyze's cold start and pooled line, the empty
+	// image measured.
+	want := catalogue.CostModel{InterceptMs: 130, AlphaMsPerMiB: 1.5, ColdStartMs: 400, EmptyMiB: 8,
+		Pooled: catalogue.PooledLine{InterceptMs: 60, AlphaMsPerMiB: 2, ColdStartMs: 300}}
 	if c.CostModel != want {
 		t.Errorf("cost model %+v, want %+v", c.CostModel, want)
 	}
@@ -83,7 +86,7 @@ func TestBuildCatalogue(t *testing.T) {
 	if p.Packages["pandas"] != "1.5.3" || c.Packages["numpy"] != "1.24.2" || c.Checkpoints[0].Packages != nil {
 		t.Errorf("packages: pandas %v, image %v, empty %v", p.Packages, c.Packages, c.Checkpoints[0].Packages)
 	}
-	if again, err := BuildCatalogue(m, FromCatalogue(c, "test")); err != nil || again.Packages["pandas"] != "1.5.3" || again.Checkpoints[1].Packages["numpy"] != "1.24.2" {
+	if again, err := BuildCatalogue(m, FromCatalogue(c, "test")); err != nil || again.Packages["pandas"] != "1.5.3" || again.Checkpoints[1].Packages["numpy"] != "1.24.2" || again.CostModel != want {
 		t.Errorf("rebuilt: %+v, %v", again, err)
 	}
 

@@ -28,8 +28,10 @@ import (
 const FileName = "catalogue.json"
 
 // Version is the version of catalogue.json this package writes. Version 2 added packages (the
-// image's, each checkpoint's and each module's distributions); version 1 is read too.
-const Version = 2
+// image's, each checkpoint's and each module's distributions), version 3 the cost model's
+// pooled line (cost_model.pooled): an older reader refuses the new keys, so it is told the
+// version instead. Versions 1 and 2 are read too.
+const Version = 3
 
 // ErrInvalid wraps every problem of a catalogue.
 var ErrInvalid = errors.New("invalid catalogue")
@@ -139,8 +141,10 @@ type Router struct {
 	pricer  *Pricer
 	options []Option
 	// ids and images name options[i] (the last option is the cold start: id ""); packages are
-	// what each has loaded (none for the cold start).
+	// what each has loaded (none for the cold start); pooled is each one's fixed cost in a
+	// sandbox created ahead (nil: the cost model has no pooled line).
 	ids      []string
+	pooled   []float64
 	images   []float64
 	packages []map[string]string
 	// image are the image's distributions (nil: unknown).
@@ -203,11 +207,17 @@ func NewRouter(c *Catalogue) (*Router, error) {
 		r.ids = append(r.ids, cp.ID)
 		r.images = append(r.images, cp.ImageMiB)
 		r.packages = append(r.packages, cp.Packages)
+		if pl := c.CostModel.Pooled; pl.Measured() {
+			r.pooled = append(r.pooled, pl.RestoreMs(cp.ImageMiB))
+		}
 	}
 	r.options = append(r.options, r.pricer.ColdOption())
 	r.ids = append(r.ids, "")
 	r.images = append(r.images, 0)
 	r.packages = append(r.packages, nil)
+	if pl := c.CostModel.Pooled; pl.Measured() {
+		r.pooled = append(r.pooled, pl.ColdStartMs)
+	}
 	return r, nil
 }
 
@@ -264,6 +274,10 @@ type Choice struct {
 	Import      []string `json:"import"`
 	// ColdMs is the predicted cost of a cold start, for comparison.
 	ColdMs float64 `json:"cold_ms"`
+	// PredictedPooledMs is the same start in a sandbox created ahead (a pool's), priced by the
+	// cost model's pooled line: its restore (or cold start) plus the same ImportMs; 0 when the
+	// catalogue has no pooled line.
+	PredictedPooledMs float64 `json:"predicted_pooled_ms,omitempty"`
 	// Modules are the request's names resolved to analysed modules; Unknown are names no
 	// analysed module is a prefix of, Unavailable modules that do not import in the image.
 	// Neither is priced (no option holds them, so they cost every option the same).
@@ -339,6 +353,9 @@ func (r *Router) SelectFor(names []string, packages []pyreq.Requirement) Choice 
 	ch.PredictedMs = bestMs
 	ch.FixedMs = o.FixedMs
 	ch.ImportMs = bestMs - o.FixedMs
+	if r.pooled != nil {
+		ch.PredictedPooledMs = r.pooled[best] + ch.ImportMs
+	}
 	missing := need.Clone()
 	for w := range missing {
 		missing[w] &^= o.Loaded[w]

@@ -131,6 +131,83 @@ func TestSelect(t *testing.T) {
 	}
 }
 
+// TestSelectPooled: with a pooled line, the choice (made on the restore line and the measured
+// medians, as without one) carries its price in a sandbox created ahead: the pooled line on the
+// checkpoint's image size, or the pooled cold start, plus the same imports. Without a line it
+// carries none.
+func TestSelectPooled(t *testing.T) {
+	pooled := model()
+	pooled.Pooled = PooledLine{InterceptMs: 40, AlphaMsPerMiB: 1, ColdStartMs: 60}
+	cheapCold := pooled
+	cheapCold.ColdStartMs = 50
+	medianPandas := Checkpoint{ID: "pandas", Imports: []string{"pandas"}, ImageMiB: 40, RestoreMedianMs: 600}
+	for _, tc := range []struct {
+		name       string
+		cat        *Catalogue
+		request    []string
+		checkpoint string
+		ms, pooled float64
+	}{
+		// pandas (40 MiB): 100 + 2x40 = 180 ms restored, 40 + 1x40 = 80 ms from a pool.
+		{"held", catalogue(pooled, emptyCP, pandasCP), []string{"pandas"}, "pandas", 180, 80},
+		{"imports on top", catalogue(pooled, emptyCP, pandasCP), []string{"seaborn", "pandas"}, "pandas", 180 + 450, 80 + 450},
+		// cold wins: 50 ms cold, 60 ms cold from a pool (the pooled cold start is its own figure).
+		{"cold", catalogue(cheapCold, emptyCP, pandasCP), []string{"re"}, "", 50, 60},
+		// The measured median (600 ms) makes empty the choice; its pooled price is the line's on
+		// 10 MiB, 50 ms, plus numpy and pandas (400 ms).
+		{"measured median chooses, the line prices", catalogue(pooled, emptyCP, medianPandas), []string{"pandas"}, "empty", 520, 50 + 400},
+		{"no pooled line", catalogue(model(), emptyCP, pandasCP), []string{"pandas"}, "pandas", 180, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := NewRouter(tc.cat)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ch := r.Select(tc.request)
+			if ch.Checkpoint != tc.checkpoint || ch.PredictedMs != tc.ms || ch.PredictedPooledMs != tc.pooled {
+				t.Errorf("got %q %v ms, pooled %v ms; want %q %v ms, pooled %v ms (%s)", ch.Checkpoint, ch.PredictedMs, ch.PredictedPooledMs, tc.checkpoint, tc.ms, tc.pooled, ch.Why)
+			}
+		})
+	}
+}
+
+// TestPooledLineRoundTrip: the pooled line survives Parse, a catalogue without one writes no
+// "pooled" key, and a version 2 catalogue (before the line) still loads, pricing nothing pooled.
+func TestPooledLineRoundTrip(t *testing.T) {
+	m := model()
+	m.Pooled = PooledLine{InterceptMs: 40, AlphaMsPerMiB: 1, ColdStartMs: 60}
+	data, err := json.Marshal(catalogue(m, emptyCP, pandasCP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.CostModel != m || !strings.Contains(string(data), `"pooled":{"intercept_ms":40,"alpha_ms_per_mib":1,"cold_start_ms":60}`) {
+		t.Errorf("cost model %+v after a round trip of %s", back.CostModel, data)
+	}
+	without, err := json.Marshal(catalogue(model(), emptyCP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(without), "pooled") {
+		t.Errorf("a catalogue without a pooled line: %s", without)
+	}
+	v2 := `{"version":2,"cost_model":{"intercept_ms":100,"alpha_ms_per_mib":2,"cold_start_ms":150,"empty_mib":10},"checkpoints":[{"id":"empty","imports":[],"closure":[],"image_mib":10,"restore_median_ms":0}],"modules":{}}`
+	c, err := Parse([]byte(v2))
+	if err != nil {
+		t.Fatalf("version 2: %v", err)
+	}
+	r, err := NewRouter(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch := r.Select(nil); ch.Checkpoint != "empty" || ch.PredictedPooledMs != 0 || c.CostModel.Pooled.Measured() {
+		t.Errorf("version 2: %+v, line %+v", ch, c.CostModel.Pooled)
+	}
+}
+
 func TestSelectSaysWhy(t *testing.T) {
 	r, err := NewRouter(catalogue(model(), emptyCP, pandasCP))
 	if err != nil {
@@ -263,6 +340,8 @@ func TestInvalidCatalogues(t *testing.T) {
 		{"NaN figure", bad(func(c *Catalogue) { c.Modules["re"] = Module{Available: true, OwnMs: math.NaN()} }), "own_ms NaN"},
 		{"bad module name", bad(func(c *Catalogue) { c.Modules["9lives"] = Module{Available: true} }), `module "9lives"`},
 		{"negative alpha", bad(func(c *Catalogue) { c.CostModel.AlphaMsPerMiB = -1 }), "alpha_ms_per_mib -1"},
+		{"negative pooled intercept", bad(func(c *Catalogue) { c.CostModel.Pooled = PooledLine{InterceptMs: -1, ColdStartMs: 50} }), "pooled.intercept_ms -1"},
+		{"infinite pooled cold start", bad(func(c *Catalogue) { c.CostModel.Pooled = PooledLine{ColdStartMs: math.Inf(1)} }), "pooled.cold_start_ms +Inf"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := NewRouter(tc.cat)

@@ -10,7 +10,8 @@ import (
 
 // CostModel prices the ways to start a request (milliseconds, MiB). A checkpoint of predicted
 // image size S costs InterceptMs + AlphaMsPerMiB x S to restore; a cold start costs ColdStartMs;
-// either then imports what the request needs and the start did not already hold.
+// either then imports what the request needs and the start did not already hold. Pooled, when
+// measured, prices the same starts in a sandbox created ahead (a worker's pool).
 type CostModel struct {
 	// InterceptMs and AlphaMsPerMiB are this host's restore cost line (pipeline bench's fit of
 	// restore time against pages.img size).
@@ -20,6 +21,28 @@ type CostModel struct {
 	ColdStartMs float64 `json:"cold_start_ms"`
 	// EmptyMiB is the image size of the "empty" checkpoint: the interpreter and the executor.
 	EmptyMiB float64 `json:"empty_mib"`
+	// Pooled is the line of a start in a sandbox created ahead; zero when it was not measured
+	// (catalogues before version 3, analyses without it).
+	Pooled PooledLine `json:"pooled,omitzero"`
+}
+
+// PooledLine prices a start in a sandbox that `runsc create` made ahead, off the clock (a
+// pool's): a restore of an image of S MiB costs InterceptMs + AlphaMsPerMiB x S, a cold start
+// ColdStartMs, each from `runsc restore` (or `runsc start`) to the executor's first answer. A
+// pool takes the sandbox's boot off a start, which a difference of two lines measured apart
+// (the restore less a create) does not price: analyze measures this line on its own.
+type PooledLine struct {
+	InterceptMs   float64 `json:"intercept_ms"`
+	AlphaMsPerMiB float64 `json:"alpha_ms_per_mib"`
+	ColdStartMs   float64 `json:"cold_start_ms"`
+}
+
+// Measured reports whether the line holds figures: a measured cold start is never zero.
+func (l PooledLine) Measured() bool { return l != PooledLine{} }
+
+// RestoreMs is the predicted pooled restore time of an image of imageMiB.
+func (l PooledLine) RestoreMs(imageMiB float64) float64 {
+	return l.InterceptMs + l.AlphaMsPerMiB*imageMiB
 }
 
 // RestoreMs returns the predicted restore time of an image of imageMiB.
@@ -32,7 +55,8 @@ func (m CostModel) validate() error {
 	for _, f := range []struct {
 		name string
 		v    float64
-	}{{"intercept_ms", m.InterceptMs}, {"alpha_ms_per_mib", m.AlphaMsPerMiB}, {"cold_start_ms", m.ColdStartMs}, {"empty_mib", m.EmptyMiB}} {
+	}{{"intercept_ms", m.InterceptMs}, {"alpha_ms_per_mib", m.AlphaMsPerMiB}, {"cold_start_ms", m.ColdStartMs}, {"empty_mib", m.EmptyMiB},
+		{"pooled.intercept_ms", m.Pooled.InterceptMs}, {"pooled.alpha_ms_per_mib", m.Pooled.AlphaMsPerMiB}, {"pooled.cold_start_ms", m.Pooled.ColdStartMs}} {
 		if !finiteNonNegative(f.v) {
 			problems = append(problems, fmt.Errorf("cost model: %s %v: want a finite number >= 0", f.name, f.v))
 		}
