@@ -12,6 +12,7 @@ import (
 
 	"readie.dev/pipeline/internal/analysis"
 	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/outdir"
 	"readie.dev/pipeline/internal/run"
 	"readie.dev/pipeline/internal/setplan"
 	"readie.dev/pipeline/pkg/catalogue"
@@ -76,7 +77,7 @@ func (c *planSetsCmd) Execute(ctx context.Context, con *console, args []string) 
 		return usageError{err}
 	}
 	res.CostSource = source
-	if err := run.WriteInOutput(cfg.Output, setplan.FileName, res.Save); err != nil {
+	if err := outdir.WriteFile(cfg.Output, setplan.FileName, res.Save); err != nil {
 		return usageIfSetup(err)
 	}
 	if con.json {

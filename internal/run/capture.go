@@ -11,6 +11,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
 
+	"readie.dev/pipeline/internal/outdir"
 	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/pkg/catalogue"
 	"readie.dev/pipeline/pkg/executorproto"
@@ -58,7 +59,7 @@ type Result struct {
 // set shares, the Plan (NewPlan), the carry-out through a Driver on runsc (carrier), the
 // output's files (writeOutputFiles) and the swap (intoOutput).
 func (e *Env) Capture(ctx context.Context, out string, o CaptureOptions) (*Result, error) {
-	if err := CheckOutput(out); err != nil {
+	if err := outdir.Check(out); err != nil {
 		return nil, err
 	}
 	if err := e.PrepareRootfs(ctx); err != nil {
@@ -124,7 +125,7 @@ func runscRecord(ctx context.Context, rt *sandboxes.Runtime, sha256 string) (man
 // (removed with cleanFailed). m is the new manifest, without checkpoints yet.
 func intoOutput(ctx context.Context, c *carrier, m *manifest.Manifest, o CaptureOptions, cleanFailed bool) (*Result, error) {
 	var res *Result
-	err := throughStaging(c.plan.Out, !cleanFailed, func(staging string) error {
+	err := outdir.ThroughStaging(c.plan.Out, !cleanFailed, func(staging string) error {
 		c.staging = staging
 		var err error
 		if res, err = c.carryOut(ctx, m); err != nil {
@@ -155,10 +156,10 @@ func writeOutputFiles(staging string, m *manifest.Manifest, restoreSpec *specs.S
 		m.CPU.Enforced = &enforced
 	}
 	m.AlphaMsPerMiB, m.InterceptMs = costModel(m.Checkpoints)
-	if err := writeOutputJSON(filepath.Join(staging, manifest.RestoreSpecFileName), restoreSpec); err != nil {
+	if err := outdir.WriteJSON(filepath.Join(staging, manifest.RestoreSpecFileName), restoreSpec); err != nil {
 		return nil, fmt.Errorf("write restore spec: %w", err)
 	}
-	if err := writeOutputJSON(filepath.Join(staging, manifest.FileName), m); err != nil {
+	if err := outdir.WriteJSON(filepath.Join(staging, manifest.FileName), m); err != nil {
 		return nil, fmt.Errorf("write manifest: %w", err)
 	}
 	return writeCatalogue(staging, m, in)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/cpubaseline"
+	"readie.dev/pipeline/internal/outdir"
 	"readie.dev/pipeline/internal/parallel"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/pkg/manifest"
@@ -307,5 +309,41 @@ func writeMeta(dir string, sp SetPlan, stored *manifest.Meta) error {
 	meta.ID, meta.Imports = sp.ID, slices.Clone(sp.Imports)
 	meta.Key, meta.KeyParts = sp.Key, sp.KeyParts
 	meta.RestoreMS, meta.MeasuredWith = nil, nil
-	return writeOutputJSON(filepath.Join(dir, manifest.MetaFileName), &meta)
+	return outdir.WriteJSON(filepath.Join(dir, manifest.MetaFileName), &meta)
+}
+
+// keepFailedSet puts what a failed set left into staging/ID, where the failed run's message
+// points: the logs of its sandboxes (stdout, stderr and runsc's own words, from the scratch
+// directory that the run removes) under logs/, and the image files of a capture that failed
+// (taken out of its pending store entry) under capture/.
+func keepFailedSet(w *setWork, staging, work string) error {
+	dir := filepath.Join(staging, w.sp.ID)
+	var errs []error
+	for _, step := range []string{"capture", "smoke", "measure"} {
+		bundles, _ := filepath.Glob(filepath.Join(work, fmt.Sprintf("readie-%s-%s-*", w.sp.ID, step)))
+		for _, bundle := range bundles {
+			for _, name := range []string{"stdout.log", "stderr.log", "restore-stderr.log"} {
+				data, err := os.ReadFile(filepath.Join(bundle, name))
+				if errors.Is(err, os.ErrNotExist) {
+					continue
+				}
+				if err == nil {
+					err = os.MkdirAll(filepath.Join(dir, "logs"), 0o700)
+				}
+				if err == nil {
+					err = os.WriteFile(filepath.Join(dir, "logs", filepath.Base(bundle)+"-"+name), data, 0o600)
+				}
+				errs = append(errs, err)
+			}
+		}
+	}
+	if w.pending != nil {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		if err := os.Rename(w.pending.Dir, filepath.Join(dir, "capture")); err != nil {
+			errs = append(errs, fmt.Errorf("keep the capture's files (%s): %w", w.pending.Dir, err))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/sirupsen/logrus"
@@ -203,51 +202,4 @@ func discardLog() *logrus.Logger {
 	log := logrus.New()
 	log.SetOutput(io.Discard)
 	return log
-}
-
-// analyze and plan-sets write into an output only under its lock: while a capture holds it,
-// the write is refused, naming the holder, and nothing is written.
-func TestWriteInOutputTakesTheLock(t *testing.T) {
-	out := filepath.Join(t.TempDir(), "out")
-	held, err := LockOutput(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	write := func(path string) error { return os.WriteFile(path, []byte("x"), 0o644) }
-	if err := WriteInOutput(out, "analysis.json", write); !errors.Is(err, ErrLocked) {
-		t.Fatalf("write into a locked output: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(out, "analysis.json")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("written anyway: %v", err)
-	}
-	held.Unlock()
-	if err := WriteInOutput(out, "analysis.json", write); err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), "a-file")
-	os.WriteFile(file, nil, 0o644)
-	if err := WriteInOutput(file, "analysis.json", write); !errors.Is(err, ErrSetup) {
-		t.Errorf("an output that is a file: %v", err)
-	}
-	// A directory that is not an output: refused, nothing written; and a previous output a
-	// killed swap left aside is put back before the file is written beside nothing.
-	mine := t.TempDir()
-	os.WriteFile(filepath.Join(mine, "analysis.json"), []byte("mine"), 0o644)
-	os.WriteFile(filepath.Join(mine, "notes.txt"), []byte("mine"), 0o644)
-	if err := WriteInOutput(mine, "analysis.json", write); !errors.Is(err, ErrSetup) || !strings.Contains(err.Error(), "notes.txt") {
-		t.Errorf("a directory that is not an output: %v", err)
-	}
-	if data, _ := os.ReadFile(filepath.Join(mine, "analysis.json")); string(data) != "mine" {
-		t.Errorf("the user's file was overwritten: %q", data)
-	}
-	moved := filepath.Join(t.TempDir(), "out")
-	aside := besideOutput(moved, oldInfix)
-	os.MkdirAll(aside, 0o755)
-	os.WriteFile(filepath.Join(aside, "manifest.json"), []byte(`{}`), 0o644)
-	if err := WriteInOutput(moved, "plan.json", write); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(moved, "manifest.json")); err != nil {
-		t.Errorf("the previous output was not put back before the write: %v", err)
-	}
 }

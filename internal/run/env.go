@@ -27,6 +27,7 @@ import (
 	"readie.dev/pipeline/internal/oci/rootfs"
 	"readie.dev/pipeline/internal/oci/unpack"
 	"readie.dev/pipeline/internal/oci/verify"
+	"readie.dev/pipeline/internal/outdir"
 	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/pkg/capture"
@@ -36,8 +37,9 @@ import (
 )
 
 // ErrSetup reports a missing prerequisite or bad input (exit code 2); anything else that
-// fails a run is a pipeline failure (exit code 1).
-var ErrSetup = errors.New("setup")
+// fails a run is a pipeline failure (exit code 1). It is outdir.ErrSetup: an output that is
+// not the pipeline's is bad input too, and one sentinel classifies both.
+var ErrSetup = outdir.ErrSetup
 
 // RestoreSpecHostDir stands for the per-sandbox host directory in the restore spec that
 // the manifest ships: a worker replaces it (and the environment and root.path), nothing else.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"readie.dev/pipeline/internal/outdir"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/sandbox"
@@ -149,7 +150,7 @@ func remeasure(ctx context.Context, d Driver, x *VerifiedOutput, runs int, log l
 		c.MeasuredWith = &manifest.Measured{Runs: runs, RestoreFlags: append([]string{}, x.Env.RestoreFlags...)}
 	}
 	x.Manifest.AlphaMsPerMiB, x.Manifest.InterceptMs = costModel(x.Manifest.Checkpoints)
-	if err := writeOutputJSON(filepath.Join(x.Out, manifest.FileName), x.Manifest); err != nil {
+	if err := outdir.WriteJSON(filepath.Join(x.Out, manifest.FileName), x.Manifest); err != nil {
 		return err
 	}
 	return rebuildCatalogue(x.Out, x.Manifest)
@@ -167,6 +168,6 @@ func (e *Env) Smoke(ctx context.Context, out string, only []string) (*manifest.M
 			e.Log.WithFields(logrus.Fields{"set": c.ID, "ready_ms": round1(smoke.ReadyMS)}).Info("smoke: ok")
 			c.Smoke = smoke
 		}
-		return writeOutputJSON(filepath.Join(x.Out, manifest.FileName), x.Manifest)
+		return outdir.WriteJSON(filepath.Join(x.Out, manifest.FileName), x.Manifest)
 	})
 }

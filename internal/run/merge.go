@@ -11,6 +11,7 @@ import (
 
 	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/outdir"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/pkg/cpu"
 	"readie.dev/pipeline/pkg/executorproto"
@@ -126,7 +127,7 @@ func Merge(out string, srcs []string) (*manifest.Manifest, error) {
 			m.CreatedAt = s.m.CreatedAt
 		}
 	}
-	err = writeOutput(out, func(staging string) error {
+	err = outdir.Write(out, func(staging string) error {
 		return writeMerged(staging, &m, byID, sources)
 	})
 	if err != nil {
@@ -226,7 +227,7 @@ func writeMerged(staging string, m *manifest.Manifest, byID map[string]picked, s
 		if err != nil {
 			return err
 		}
-		if err := atomicfile.Write(filepath.Join(dst, manifest.MetaFileName), meta, outputJSONPerm); err != nil {
+		if err := atomicfile.Write(filepath.Join(dst, manifest.MetaFileName), meta, outdir.FilePerm); err != nil {
 			return err
 		}
 		c := p.c
@@ -239,11 +240,11 @@ func writeMerged(staging string, m *manifest.Manifest, byID map[string]picked, s
 		return err
 	}
 	m.Spec = manifest.RestoreSpecFileName
-	if err := atomicfile.Write(filepath.Join(staging, m.Spec), spec, outputJSONPerm); err != nil {
+	if err := atomicfile.Write(filepath.Join(staging, m.Spec), spec, outdir.FilePerm); err != nil {
 		return err
 	}
 	m.AlphaMsPerMiB, m.InterceptMs = costModel(m.Checkpoints)
-	if err := writeOutputJSON(filepath.Join(staging, manifest.FileName), m); err != nil {
+	if err := outdir.WriteJSON(filepath.Join(staging, manifest.FileName), m); err != nil {
 		return err
 	}
 	in, err := mergeCatalogueInputs(sources)

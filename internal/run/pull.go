@@ -13,6 +13,7 @@ import (
 	"readie.dev/pipeline/internal/oci/output"
 	"readie.dev/pipeline/internal/oci/ref"
 	"readie.dev/pipeline/internal/oci/unpack"
+	"readie.dev/pipeline/internal/outdir"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/manifest"
 )
@@ -26,7 +27,7 @@ func Pull(ctx context.Context, img v1.Image, out string, limits unpack.Limits, l
 		return nil, err
 	}
 	var m *manifest.Manifest
-	err := writeOutput(out, func(staging string) error {
+	err := outdir.Write(out, func(staging string) error {
 		if err := output.Extract(ctx, img, staging, limits, unpack.LogLayers(log, what)); err != nil {
 			return err
 		}
@@ -61,7 +62,7 @@ func PullAside(ctx context.Context, img v1.Image, limits unpack.Limits, log logr
 // writes out, Push waits for it, bounded by ctx. The layers' gzip goes into a scratch
 // directory named after a lease of the push's own, swept like a run's when the push dies.
 func Push(ctx context.Context, out string, r ref.Ref, log logrus.FieldLogger) (_ string, err error) {
-	lock, err := ReadLockOutput(ctx, out, func(pid int) {
+	lock, err := outdir.ReadLockOutput(ctx, out, func(pid int) {
 		log.WithField("pid", pid).Info("push: waiting for the run that writes the output")
 	})
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"readie.dev/pipeline/internal/lease"
 )
@@ -29,21 +28,6 @@ func (e *Env) Scratch(ctx context.Context) (work string, cleanup func(), err err
 func (e *Env) SpecFingerprint() (string, error) {
 	_, fingerprint, err := restoreShape(e.Rootfs.Path, e.RootfsInfo.SandboxProcess(), e.Runtime.Flags)
 	return fingerprint, err
-}
-
-// WriteInOutput writes one file of the output directory out (analysis.json, plan.json) with
-// write, under the output's lock so that no capture replaces out meanwhile; out is made when
-// missing. A capture carries these files over into the output it makes (carriedOver).
-func WriteInOutput(out, name string, write func(path string) error) error {
-	lock, err := lockForWriting(out)
-	if err != nil {
-		return err
-	}
-	defer lock.Unlock()
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return err
-	}
-	return write(filepath.Join(out, name))
 }
 
 // scratchPrefix names the runs' scratch directories: readie-scratch-RUN-RAND, after the run's

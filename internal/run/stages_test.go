@@ -15,6 +15,7 @@ import (
 
 	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/outdir"
 	"readie.dev/pipeline/internal/sandboxes"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/internal/testenv"
@@ -219,8 +220,8 @@ func TestStagesCaptureThenReuse(t *testing.T) {
 	equal(t, "smoke-tested", smoked, all)
 	m := testenv.Manifest(t, out)
 	equal(t, "checkpoints", checkpointIDs(m), all)
-	if _, err := os.Lstat(filepath.Join(out, stagingMarker)); !os.IsNotExist(err) || CheckOutput(out) != nil {
-		t.Errorf("the output holds the staging marker (%v) or is not an output: %v", err, CheckOutput(out))
+	if _, err := os.Lstat(filepath.Join(out, outdir.StagingMarker)); !os.IsNotExist(err) || outdir.Check(out) != nil {
+		t.Errorf("the output holds the staging marker (%v) or is not an output: %v", err, outdir.Check(out))
 	}
 	if !slices.Equal(m.RunscFlags, sandbox.DefaultFlags().Args()) || !slices.Equal(m.RestoreFlags, []string{"-direct"}) || m.Runsc.Version != "fake-runsc" {
 		t.Errorf("manifest runsc %+v, flags %q, restore flags %q", m.Runsc, m.RunscFlags, m.RestoreFlags)
@@ -350,7 +351,7 @@ func TestStagesFailedSetCarriesOn(t *testing.T) {
 			t.Errorf("store entry of %s: %v %v", sp.ID, stored, err)
 		}
 	}
-	kept, _ := filepath.Glob(out + failedInfix + "*")
+	kept, _ := filepath.Glob(out + ".failed-*")
 	if len(kept) != 1 {
 		t.Fatalf("kept staging directories: %v", kept)
 	}
@@ -508,7 +509,7 @@ func TestStagesOutputThatDoesNotVerifyIsNotSwapped(t *testing.T) {
 	if _, err := manifest.Verify(out, executorproto.Version); err != nil {
 		t.Errorf("the previous output no longer verifies: %v", err)
 	}
-	staging, _ := namesBeside(out, stagingInfix)
+	staging, _ := filepath.Glob(out + ".staging-*")
 	if len(staging) != 0 {
 		t.Errorf("left %v", staging)
 	}
