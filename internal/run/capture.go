@@ -11,12 +11,13 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
 
+	"readie.dev/pipeline/internal/outcatalogue"
 	"readie.dev/pipeline/internal/outdir"
 	"readie.dev/pipeline/internal/sandboxes"
+	"readie.dev/pipeline/internal/scratch"
 	"readie.dev/pipeline/pkg/catalogue"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/manifest"
-	"readie.dev/pipeline/pkg/measure"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
@@ -84,7 +85,7 @@ func (e *Env) Capture(ctx context.Context, out string, o CaptureOptions) (*Resul
 	if err != nil {
 		return nil, err
 	}
-	work, cleanup, err := scratchDir(e.lease)
+	work, cleanup, err := scratch.Dir(e.lease)
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +132,7 @@ func intoOutput(ctx context.Context, c *carrier, m *manifest.Manifest, o Capture
 		if res, err = c.carryOut(ctx, m); err != nil {
 			return err
 		}
-		in := catalogueInputs(c.plan.Out, m, o, c.log)
+		in := outcatalogue.ForCapture(c.plan.Out, m, o.Analysis, o.Predicted, c.log)
 		if res.Catalogue, err = writeOutputFiles(staging, m, c.plan.basis.RestoreSpec, in); err != nil {
 			return err
 		}
@@ -148,33 +149,21 @@ func intoOutput(ctx context.Context, c *carrier, m *manifest.Manifest, o Capture
 // writeOutputFiles completes m once its checkpoints are in (whether the CPU baseline was
 // enforced, the cost model) and writes the output's own files into staging: the restore spec,
 // manifest.json and catalogue.json (from m and in).
-func writeOutputFiles(staging string, m *manifest.Manifest, restoreSpec *specs.Spec, in CatalogueInputs) (*catalogue.Catalogue, error) {
+func writeOutputFiles(staging string, m *manifest.Manifest, restoreSpec *specs.Spec, in outcatalogue.Inputs) (*catalogue.Catalogue, error) {
 	if m.CPU.Baseline != nil {
 		enforced := !slices.ContainsFunc(m.Checkpoints, func(c manifest.Checkpoint) bool {
 			return c.CPUCheck == nil || c.CPUCheck.Verdict != manifest.CPUEnforced
 		})
 		m.CPU.Enforced = &enforced
 	}
-	m.AlphaMsPerMiB, m.InterceptMs = costModel(m.Checkpoints)
+	m.AlphaMsPerMiB, m.InterceptMs = outcatalogue.CostModel(m.Checkpoints)
 	if err := outdir.WriteJSON(filepath.Join(staging, manifest.RestoreSpecFileName), restoreSpec); err != nil {
 		return nil, fmt.Errorf("write restore spec: %w", err)
 	}
 	if err := outdir.WriteJSON(filepath.Join(staging, manifest.FileName), m); err != nil {
 		return nil, fmt.Errorf("write manifest: %w", err)
 	}
-	return writeCatalogue(staging, m, in)
-}
-
-// costModel is the manifest's cost model: restore median against image size.
-func costModel(cs []manifest.Checkpoint) (alphaMsPerMiB, interceptMs float64) {
-	var sizes []int64
-	var medians []float64
-	for _, c := range cs {
-		sizes = append(sizes, c.Bytes)
-		medians = append(medians, c.RestoreMS.Median)
-	}
-	fit := measure.CostModel(sizes, medians)
-	return fit.Slope, fit.Intercept
+	return outcatalogue.Write(staging, m, in)
 }
 
 func round1(ms float64) float64 { return float64(int64(ms*10+0.5)) / 10 }

@@ -21,6 +21,7 @@ import (
 
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/cpubaseline"
+	"readie.dev/pipeline/internal/exchange"
 	"readie.dev/pipeline/internal/lease"
 	"readie.dev/pipeline/internal/oci/imageconfig"
 	"readie.dev/pipeline/internal/oci/ref"
@@ -184,7 +185,7 @@ func (e *Env) PrepareRootfs(ctx context.Context) error {
 		return err
 	}
 	start := time.Now()
-	unpacked, err := unpack.UnpackOnce(fetchCtx, img, config.CacheDir(), ImageLimits(e.Config.Limits), e.Log, unpack.LogLayers(e.Log, "unpack"))
+	unpacked, err := unpack.UnpackOnce(fetchCtx, img, config.CacheDir(), exchange.ImageLimits(e.Config.Limits), e.Log, unpack.LogLayers(e.Log, "unpack"))
 	if err != nil {
 		return imageError(fetchCtx, e.Config.Image, err)
 	}

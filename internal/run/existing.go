@@ -8,7 +8,9 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"readie.dev/pipeline/internal/outcatalogue"
 	"readie.dev/pipeline/internal/outdir"
+	"readie.dev/pipeline/internal/scratch"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/sandbox"
@@ -63,7 +65,7 @@ func (e *Env) WithVerifiedOutput(ctx context.Context, out string, only []string,
 	if len(x.Picked) == 0 {
 		return nil, fmt.Errorf("%w: no checkpoint of %s matches %v", ErrSetup, out, only)
 	}
-	work, cleanup, err := scratchDir(e.lease)
+	work, cleanup, err := scratch.Dir(e.lease)
 	if err != nil {
 		return nil, err
 	}
@@ -149,11 +151,11 @@ func remeasure(ctx context.Context, d Driver, x *VerifiedOutput, runs int, log l
 		c.RestoreMS = stats
 		c.MeasuredWith = &manifest.Measured{Runs: runs, RestoreFlags: append([]string{}, x.Env.RestoreFlags...)}
 	}
-	x.Manifest.AlphaMsPerMiB, x.Manifest.InterceptMs = costModel(x.Manifest.Checkpoints)
+	x.Manifest.AlphaMsPerMiB, x.Manifest.InterceptMs = outcatalogue.CostModel(x.Manifest.Checkpoints)
 	if err := outdir.WriteJSON(filepath.Join(x.Out, manifest.FileName), x.Manifest); err != nil {
 		return err
 	}
-	return rebuildCatalogue(x.Out, x.Manifest)
+	return outcatalogue.Rebuild(x.Out, x.Manifest)
 }
 
 // Smoke smoke-tests checkpoints already in out and rewrites the manifest.

@@ -11,37 +11,24 @@ import (
 	"testing"
 	"time"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-
-	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/lease"
-	"readie.dev/pipeline/internal/oci/unpack"
 	"readie.dev/pipeline/internal/outdir"
+	"readie.dev/pipeline/internal/scratch"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/internal/testenv"
 )
-
-func newLease(t *testing.T) *lease.Lease {
-	t.Helper()
-	l, err := lease.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Release() })
-	return l
-}
 
 // TestRemoveDeadWorkDirs: scratch directories are judged by their run's lease: a run that is
 // over loses its own, a live run (another, or this one) keeps its, and directories of
 // pipelines from before leases (rd-PID-*) and of tests are never touched.
 func TestRemoveDeadWorkDirs(t *testing.T) {
 	tmp := t.TempDir()
-	own, live, dead := newLease(t), newLease(t), newLease(t)
+	own, live, dead := testenv.NewLease(t), testenv.NewLease(t), testenv.NewLease(t)
 	mk := func(l *lease.Lease) string {
 		if err := l.Hold(tmp); err != nil {
 			t.Fatal(err)
 		}
-		d, err := os.MkdirTemp(tmp, scratchPrefix+l.ID()+"-")
+		d, err := os.MkdirTemp(tmp, scratch.Prefix+l.ID()+"-")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,7 +41,7 @@ func TestRemoveDeadWorkDirs(t *testing.T) {
 	for _, d := range []string{old, other} {
 		os.MkdirAll(d, 0o755)
 	}
-	removed, err := own.RemoveDeadDirs(tmp, scratchPrefix)
+	removed, err := own.RemoveDeadDirs(tmp, scratch.Prefix)
 	if err != nil || len(removed) != 1 || removed[0] != deadDir {
 		t.Fatalf("removed %v, %v; want only %s", removed, err, deadDir)
 	}
@@ -94,7 +81,7 @@ func TestPruneRootfs(t *testing.T) {
 	}
 	// A run holding its lease in a shared directory (it may be using any rootfs): nothing goes.
 	shared := t.TempDir()
-	running := newLease(t)
+	running := testenv.NewLease(t)
 	if err := running.Hold(shared); err != nil {
 		t.Fatal(err)
 	}
@@ -130,10 +117,10 @@ func TestSweepRemovesWhatDeadRunsLeft(t *testing.T) {
 	t.Setenv("TMPDIR", tmp)
 	rt := testenv.Runtime(t)
 	rootfs := filepath.Join(t.TempDir(), "rootfs")
-	s := sweeper{runtime: rt, lease: rt.Lease, store: &store.Store{Dir: filepath.Join(t.TempDir(), "store"), Lease: rt.Lease}, rootfs: rootfs, log: discardLog()}
+	s := sweeper{runtime: rt, lease: rt.Lease, store: &store.Store{Dir: filepath.Join(t.TempDir(), "store"), Lease: rt.Lease}, rootfs: rootfs, log: testenv.DiscardLog()}
 	out := filepath.Join(t.TempDir(), "out")
 
-	live, dead := newLease(t), newLease(t)
+	live, dead := testenv.NewLease(t), testenv.NewLease(t)
 	named := func(l *lease.Lease, dir, prefix string) string {
 		t.Helper()
 		if err := l.Hold(dir); err != nil {
@@ -146,7 +133,7 @@ func TestSweepRemovesWhatDeadRunsLeft(t *testing.T) {
 		return d
 	}
 	deadPull, livePull := named(dead, filepath.Dir(out), outdir.MergePullPrefix), named(live, filepath.Dir(out), outdir.MergePullPrefix)
-	deadScratch, liveScratch := named(dead, tmp, scratchPrefix), named(live, tmp, scratchPrefix)
+	deadScratch, liveScratch := named(dead, tmp, scratch.Prefix), named(live, tmp, scratch.Prefix)
 	dead.Release() // its lock files go, as a killed run's locks do; what it named stays
 
 	// Work directories of unpack.Once: .tmp-NAME-* beside NAME's lock.
@@ -249,78 +236,5 @@ func TestPruneRootfsUnpackedImages(t *testing.T) {
 	}
 	if left, _ := filepath.Glob(filepath.Join(oci, ".tmp-aaaa-*")); len(left) != 0 {
 		t.Errorf("the prune left %v", left)
-	}
-}
-
-// probeImage is an image whose Manifest runs probe, then fails: a pull stops there.
-type probeImage struct {
-	v1.Image
-	probe func()
-}
-
-func (i probeImage) Manifest() (*v1.Manifest, error) {
-	i.probe()
-	return nil, errors.New("stopped by the test")
-}
-
-// TestPullAsideIsSweptByLease: a pull that only reads the manifest (check-host --image) works
-// in a scratch directory named after a lease of its own, which a sweep leaves while the pull
-// lives (and removes once it is over, TestRemoveDeadWorkDirs), and which is gone when it
-// returns.
-func TestPullAsideIsSweptByLease(t *testing.T) {
-	tmp := t.TempDir()
-	t.Setenv("TMPDIR", tmp)
-	probed := false
-	_, err := PullAside(context.Background(), probeImage{probe: func() {
-		probed = true
-		dirs, _ := filepath.Glob(filepath.Join(tmp, scratchPrefix+"*"))
-		if len(dirs) != 1 {
-			t.Errorf("while it pulls, TMPDIR holds %v; want one scratch directory named after a lease", dirs)
-		}
-		if removed, err := (*lease.Lease)(nil).RemoveDeadDirs(tmp, scratchPrefix); len(removed) != 0 || err != nil {
-			t.Errorf("a sweep removed %v (%v) while the pull lives", removed, err)
-		}
-	}}, unpack.DefaultLimits(), discardLog(), "pull")
-	if err == nil || !probed {
-		t.Fatalf("PullAside = %v (probed %v); want the test's stop", err, probed)
-	}
-	left, _ := filepath.Glob(filepath.Join(tmp, "*"))
-	locks, _ := filepath.Glob(filepath.Join(tmp, lease.RunsDir, "*"))
-	if len(left) != 1 || left[0] != filepath.Join(tmp, lease.RunsDir) || len(locks) != 0 {
-		t.Errorf("left %v and lock files %v", left, locks)
-	}
-}
-
-// TestMergeSweepsDeadMergesPulls: a merge first removes, beside its output, the pulled sources
-// of merges that died (named after their lease), and leaves a live merge's.
-func TestMergeSweepsDeadMergesPulls(t *testing.T) {
-	cfg, err := config.Parse([]byte("{}\n"), "test.yaml", t.TempDir(), t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(t.TempDir(), "out")
-	live, dead := newLease(t), newLease(t)
-	pull := func(l *lease.Lease) string {
-		t.Helper()
-		if err := l.Hold(filepath.Dir(out)); err != nil {
-			t.Fatal(err)
-		}
-		d, err := os.MkdirTemp(filepath.Dir(out), outdir.MergePullPrefix+l.ID()+"-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
-	deadPull, livePull := pull(dead), pull(live)
-	dead.Release()
-	_, err = MergeSources(context.Background(), cfg, out, []string{filepath.Join(t.TempDir(), "missing")}, discardLog())
-	if !errors.Is(err, ErrSetup) {
-		t.Fatalf("a merge of a missing source: %v, want a setup error", err)
-	}
-	if _, err := os.Stat(deadPull); !os.IsNotExist(err) {
-		t.Errorf("a dead merge's %s is still there (%v)", deadPull, err)
-	}
-	if _, err := os.Stat(livePull); err != nil {
-		t.Errorf("a live merge's %s was removed: %v", livePull, err)
 	}
 }

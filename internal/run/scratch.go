@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"readie.dev/pipeline/internal/lease"
+	"readie.dev/pipeline/internal/scratch"
 )
 
 // Scratch is what a command that starts sandboxes outside a capture needs (analyze, the corpus
@@ -19,7 +19,7 @@ func (e *Env) Scratch(ctx context.Context) (work string, cleanup func(), err err
 	if err := e.sweep.shared(ctx); err != nil {
 		return "", nil, err
 	}
-	return scratchDir(e.lease)
+	return scratch.Dir(e.lease)
 }
 
 // SpecFingerprint is the fingerprint of the spec every sandbox of this environment shares
@@ -28,24 +28,4 @@ func (e *Env) Scratch(ctx context.Context) (work string, cleanup func(), err err
 func (e *Env) SpecFingerprint() (string, error) {
 	_, fingerprint, err := restoreShape(e.Rootfs.Path, e.RootfsInfo.SandboxProcess(), e.Runtime.Flags)
 	return fingerprint, err
-}
-
-// scratchPrefix names the runs' scratch directories: readie-scratch-RUN-RAND, after the run's
-// lease. Pipelines from before leases named theirs rd-PID-RAND; those are never touched here
-// (a pid cannot tell whose they are), and theirs never matched this name.
-const scratchPrefix = "readie-scratch-"
-
-// scratchDir is a short scratch directory for bundles and sockets (108-byte socket paths),
-// named after the lease l (a run's, or a push's) so that a later run can remove it if this one
-// is killed.
-func scratchDir(l *lease.Lease) (string, func(), error) {
-	tmp := os.TempDir()
-	if err := l.Hold(tmp); err != nil {
-		return "", nil, err
-	}
-	dir, err := os.MkdirTemp(tmp, scratchPrefix+l.ID()+"-")
-	if err != nil {
-		return "", nil, err
-	}
-	return dir, func() { os.RemoveAll(dir) }, nil
 }

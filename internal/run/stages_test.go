@@ -131,10 +131,10 @@ func stagesEnv(t *testing.T) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := newLease(t)
+	l := testenv.NewLease(t)
 	return &Env{
 		Config: cfg, Runtime: &sandboxes.Runtime{Flags: sandbox.DefaultFlags()},
-		RunscSHA256: filedigest.OfBytes([]byte("runsc")), RestoreFlags: []string{"-direct"}, Log: discardLog(),
+		RunscSHA256: filedigest.OfBytes([]byte("runsc")), RestoreFlags: []string{"-direct"}, Log: testenv.DiscardLog(),
 		Rootfs: manifest.Rootfs{Path: t.TempDir(), Digest: filedigest.OfBytes([]byte("rootfs"))},
 		Store:  &store.Store{Dir: cfg.CheckpointCache, Lease: l}, lease: l,
 	}
@@ -546,7 +546,7 @@ func TestStagesStaleCorruptVerdict(t *testing.T) {
 		if p.Sets[1].corrupt == nil {
 			t.Fatalf("the plan did not judge the entry corrupt: %+v", p.Sets[1])
 		}
-		other := &store.Store{Dir: e.Store.Dir, Lease: newLease(t)}
+		other := &store.Store{Dir: e.Store.Dir, Lease: testenv.NewLease(t)}
 		_, verdict := other.Lookup(key)
 		if removed, err := other.RemoveCorrupt(verdict); !removed || err != nil {
 			t.Fatalf("the other run: Lookup %v, RemoveCorrupt %v, %v", verdict, removed, err)

@@ -12,6 +12,7 @@ import (
 	"readie.dev/pipeline/internal/oci/unpack"
 	"readie.dev/pipeline/internal/outdir"
 	"readie.dev/pipeline/internal/sandboxes"
+	"readie.dev/pipeline/internal/scratch"
 	"readie.dev/pipeline/internal/store"
 )
 
@@ -95,7 +96,7 @@ func (s sweeper) shared(ctx context.Context) error {
 	}
 	// Only now: an orphan's bind mount may have pointed into its scratch directory.
 	tmp := os.TempDir()
-	dirs, err := s.lease.RemoveDeadDirs(tmp, scratchPrefix)
+	dirs, err := s.lease.RemoveDeadDirs(tmp, scratch.Prefix)
 	for _, dir := range dirs {
 		s.log.WithField("dir", dir).Warn("removed the scratch directory of a run that died")
 	}

@@ -1,4 +1,4 @@
-package run
+package exchange
 
 import (
 	"context"
@@ -13,7 +13,9 @@ import (
 	"readie.dev/pipeline/internal/oci/output"
 	"readie.dev/pipeline/internal/oci/ref"
 	"readie.dev/pipeline/internal/oci/unpack"
+	"readie.dev/pipeline/internal/outcatalogue"
 	"readie.dev/pipeline/internal/outdir"
+	"readie.dev/pipeline/internal/scratch"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/manifest"
 )
@@ -35,7 +37,7 @@ func Pull(ctx context.Context, img v1.Image, out string, limits unpack.Limits, l
 		if m, err = manifest.Verify(staging, executorproto.Version); err != nil {
 			return err
 		}
-		return pulledCatalogue(staging, m)
+		return outcatalogue.Pulled(staging, m)
 	})
 	return m, err
 }
@@ -49,12 +51,12 @@ func PullAside(ctx context.Context, img v1.Image, limits unpack.Limits, log logr
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, l.Release()) }()
-	scratch, cleanup, err := scratchDir(l)
+	dir, cleanup, err := scratch.Dir(l)
 	if err != nil {
 		return nil, err
 	}
 	defer cleanup() // before the lease goes: nothing named after it may outlive it
-	return Pull(ctx, img, filepath.Join(scratch, "out"), limits, log, what)
+	return Pull(ctx, img, filepath.Join(dir, "out"), limits, log, what)
 }
 
 // Push pushes the output out to r (output.Push) under out's lock taken shared: a capture cannot
@@ -74,12 +76,12 @@ func Push(ctx context.Context, out string, r ref.Ref, log logrus.FieldLogger) (_
 		return "", err
 	}
 	defer func() { err = errors.Join(err, l.Release()) }()
-	scratch, cleanup, err := scratchDir(l)
+	dir, cleanup, err := scratch.Dir(l)
 	if err != nil {
 		return "", err
 	}
 	defer cleanup() // before the lease goes: nothing named after it may outlive it
-	return output.Push(ctx, out, scratch, r, log)
+	return output.Push(ctx, out, dir, r, log)
 }
 
 // ImageLimits are the config's limits on what unpacking an image or pulling an output writes.

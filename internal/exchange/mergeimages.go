@@ -1,4 +1,4 @@
-package run
+package exchange
 
 import (
 	"context"
@@ -48,7 +48,7 @@ func MergeSources(ctx context.Context, cfg *config.Config, out string, srcs []st
 		}
 		r, err := ref.ParseRef(src, cfg.InsecureRegistries)
 		if err != nil {
-			return nil, fmt.Errorf("%w: merge source %s is neither a directory nor an image: %w", ErrSetup, src, err)
+			return nil, fmt.Errorf("%w: merge source %s is neither a directory nor an image: %w", outdir.ErrSetup, src, err)
 		}
 		if pulled == "" {
 			parent := filepath.Dir(out)

@@ -1,17 +1,15 @@
-package run
+package outcatalogue
 
 import (
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 
-	"github.com/sirupsen/logrus"
-
 	"readie.dev/pipeline/internal/analysis"
 	"readie.dev/pipeline/internal/atomicfile"
+	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/catalogue"
 	"readie.dev/pipeline/pkg/manifest"
 )
@@ -51,7 +49,7 @@ func TestBuildCatalogue(t *testing.T) {
 	m := testManifest()
 	in := FromAnalysis(testAnalysis(), "test")
 	in.Predicted = map[string]float64{"pandas": 39}
-	c, err := BuildCatalogue(m, in)
+	c, err := Build(m, in)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,14 +80,14 @@ func TestBuildCatalogue(t *testing.T) {
 	if p.Packages["pandas"] != "1.5.3" || c.Packages["numpy"] != "1.24.2" || c.Checkpoints[0].Packages != nil {
 		t.Errorf("packages: pandas %v, image %v, empty %v", p.Packages, c.Packages, c.Checkpoints[0].Packages)
 	}
-	if again, err := BuildCatalogue(m, FromCatalogue(c, "test")); err != nil || again.Packages["pandas"] != "1.5.3" || again.Checkpoints[1].Packages["numpy"] != "1.24.2" {
+	if again, err := Build(m, FromCatalogue(c, "test")); err != nil || again.Packages["pandas"] != "1.5.3" || again.Checkpoints[1].Packages["numpy"] != "1.24.2" {
 		t.Errorf("rebuilt: %+v, %v", again, err)
 	}
 
 	// With one image size the manifest has no line: analyze's serves.
 	one := testManifest()
 	one.Checkpoints = one.Checkpoints[:1]
-	c, err = BuildCatalogue(one, FromAnalysis(testAnalysis(), "test"))
+	c, err = Build(one, FromAnalysis(testAnalysis(), "test"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +96,7 @@ func TestBuildCatalogue(t *testing.T) {
 	}
 
 	// Without an analysis: checkpoints and the manifest's line, no module priced.
-	c, err = BuildCatalogue(m, CatalogueInputs{})
+	c, err = Build(m, Inputs{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,41 +116,17 @@ func TestMatchesManifest(t *testing.T) {
 	}
 }
 
-// A capture's catalogue takes the output's analysis.json only when it was measured on the
-// image the manifest names.
-func TestCatalogueInputsOfACapture(t *testing.T) {
-	out := t.TempDir()
-	a := testAnalysis()
-	if err := a.Save(filepath.Join(out, analysis.FileName)); err != nil {
-		t.Fatal(err)
-	}
-	if in := catalogueInputs(out, testManifest(), CaptureOptions{}, discardLog()); len(in.Modules) != 3 {
-		t.Errorf("inputs from the output's analysis: %+v", in)
-	}
-	other := testManifest()
-	other.Rootfs.Digest = "sha256:another"
-	if in := catalogueInputs(out, other, CaptureOptions{}, discardLog()); in.Modules != nil {
-		t.Errorf("an analysis of another image was taken: %+v", in)
-	}
-	// The cached analysis serves when the output has none of its image.
-	cached := testAnalysis()
-	cached.Image.RootfsDigest = "sha256:another"
-	if in := catalogueInputs(out, other, CaptureOptions{Analysis: cached}, discardLog()); len(in.Modules) != 3 {
-		t.Errorf("the cached analysis was not taken: %+v", in)
-	}
-}
-
 // Measure, merge and pull rebuild the catalogue from the one they had, for the new manifest.
 func TestRebuildCatalogue(t *testing.T) {
 	out := t.TempDir()
 	m := testManifest()
 	in := FromAnalysis(testAnalysis(), "test")
 	in.Predicted = map[string]float64{"pandas": 39}
-	if _, err := writeCatalogue(out, m, in); err != nil {
+	if _, err := Write(out, m, in); err != nil {
 		t.Fatal(err)
 	}
 	m.Checkpoints[1].RestoreMS.Median = 175
-	if err := rebuildCatalogue(out, m); err != nil {
+	if err := Rebuild(out, m); err != nil {
 		t.Fatal(err)
 	}
 	c, err := catalogue.Load(filepath.Join(out, catalogue.FileName))
@@ -163,15 +137,15 @@ func TestRebuildCatalogue(t *testing.T) {
 		t.Errorf("rebuilt catalogue %+v", c)
 	}
 	// A pulled image's catalogue is rebuilt for the verified manifest; a bad one is refused.
-	if err := pulledCatalogue(out, m); err != nil {
+	if err := Pulled(out, m); err != nil {
 		t.Fatal(err)
 	}
 	atomicfile.Write(filepath.Join(out, catalogue.FileName), []byte(`{"version": 9}`), 0o644)
-	if err := pulledCatalogue(out, m); !errors.Is(err, catalogue.ErrInvalid) {
+	if err := Pulled(out, m); !errors.Is(err, catalogue.ErrInvalid) {
 		t.Errorf("a bad pulled catalogue: %v", err)
 	}
 	os.Remove(filepath.Join(out, catalogue.FileName))
-	if err := pulledCatalogue(out, m); err != nil {
+	if err := Pulled(out, m); err != nil {
 		t.Errorf("an image without a catalogue: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(out, catalogue.FileName)); !errors.Is(err, os.ErrNotExist) {
@@ -179,27 +153,26 @@ func TestRebuildCatalogue(t *testing.T) {
 	}
 }
 
-func TestMergeCatalogueInputs(t *testing.T) {
-	a, b := t.TempDir(), t.TempDir()
-	in := FromAnalysis(testAnalysis(), "test")
-	if _, err := writeCatalogue(a, testManifest(), in); err != nil {
+// A capture's catalogue takes the output's analysis.json only when it was measured on the
+// image the manifest names.
+func TestCatalogueInputsOfACapture(t *testing.T) {
+	out := t.TempDir()
+	a := testAnalysis()
+	if err := a.Save(filepath.Join(out, analysis.FileName)); err != nil {
 		t.Fatal(err)
 	}
-	got, err := mergeCatalogueInputs([]mergeSource{{dir: a}, {dir: b}})
-	if err != nil {
-		t.Fatal(err)
+	if in := ForCapture(out, testManifest(), nil, nil, testenv.DiscardLog()); len(in.Modules) != 3 {
+		t.Errorf("inputs from the output's analysis: %+v", in)
 	}
-	if len(got.Modules) != 3 || got.Model == nil || got.Model.ColdStartMs != 400 {
-		t.Errorf("merged inputs %+v", got)
+	other := testManifest()
+	other.Rootfs.Digest = "sha256:another"
+	if in := ForCapture(out, other, nil, nil, testenv.DiscardLog()); in.Modules != nil {
+		t.Errorf("an analysis of another image was taken: %+v", in)
 	}
-	atomicfile.Write(filepath.Join(b, catalogue.FileName), []byte(`[]`), 0o644)
-	if _, err := mergeCatalogueInputs([]mergeSource{{dir: a}, {dir: b}}); !errors.Is(err, ErrMerge) {
-		t.Errorf("a source with a bad catalogue: %v", err)
+	// The cached analysis serves when the output has none of its image.
+	cached := testAnalysis()
+	cached.Image.RootfsDigest = "sha256:another"
+	if in := ForCapture(out, other, cached, nil, testenv.DiscardLog()); len(in.Modules) != 3 {
+		t.Errorf("the cached analysis was not taken: %+v", in)
 	}
-}
-
-func discardLog() *logrus.Logger {
-	log := logrus.New()
-	log.SetOutput(io.Discard)
-	return log
 }

@@ -1,9 +1,14 @@
-package run
+// Package exchange writes outputs from other outputs and moves them between places: a merge
+// of several outputs into one (Merge, MergeSources), a pull of an output from an image (Pull,
+// PullAside) and a push of one to a registry (Push), each through the output's life cycle
+// (outdir).
+package exchange
 
 import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"path/filepath"
 	"slices"
@@ -11,8 +16,10 @@ import (
 
 	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/outcatalogue"
 	"readie.dev/pipeline/internal/outdir"
 	"readie.dev/pipeline/internal/store"
+	"readie.dev/pipeline/pkg/catalogue"
 	"readie.dev/pipeline/pkg/cpu"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/limitread"
@@ -157,7 +164,7 @@ func loadMergeSources(srcs []string) ([]mergeSource, error) {
 		sources = append(sources, mergeSource{dir: abs, m: m})
 	}
 	if len(sources) == 0 {
-		return nil, fmt.Errorf("%w: %w: no sources", ErrSetup, ErrMerge)
+		return nil, fmt.Errorf("%w: %w: no sources", outdir.ErrSetup, ErrMerge)
 	}
 	// Taken by content (the time each was made), their paths only breaking ties between
 	// copies of one output.
@@ -243,7 +250,7 @@ func writeMerged(staging string, m *manifest.Manifest, byID map[string]picked, s
 	if err := atomicfile.Write(filepath.Join(staging, m.Spec), spec, outdir.FilePerm); err != nil {
 		return err
 	}
-	m.AlphaMsPerMiB, m.InterceptMs = costModel(m.Checkpoints)
+	m.AlphaMsPerMiB, m.InterceptMs = outcatalogue.CostModel(m.Checkpoints)
 	if err := outdir.WriteJSON(filepath.Join(staging, manifest.FileName), m); err != nil {
 		return err
 	}
@@ -251,6 +258,41 @@ func writeMerged(staging string, m *manifest.Manifest, byID map[string]picked, s
 	if err != nil {
 		return err
 	}
-	_, err = writeCatalogue(staging, m, in)
+	_, err = outcatalogue.Write(staging, m, in)
 	return err
+}
+
+// mergeCatalogueInputs are the inputs of a merged output's catalogue: the modules of every
+// source's catalogue (sources agree on the image, so a module measured by two has the figures
+// of the first in merge order), the first source's cost model constants, every prediction.
+func mergeCatalogueInputs(sources []mergeSource) (outcatalogue.Inputs, error) {
+	in := outcatalogue.Inputs{Modules: map[string]catalogue.Module{}, Predicted: map[string]float64{}, From: "the sources' catalogues"}
+	for _, s := range sources {
+		path := filepath.Join(s.dir, catalogue.FileName)
+		c, err := catalogue.Load(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return in, fmt.Errorf("%w: source %s: %w", ErrMerge, s.dir, err)
+		}
+		from := outcatalogue.FromCatalogue(c, path)
+		for name, mod := range from.Modules {
+			if _, ok := in.Modules[name]; !ok {
+				in.Modules[name] = mod
+			}
+		}
+		for id, p := range from.Predicted {
+			if _, ok := in.Predicted[id]; !ok {
+				in.Predicted[id] = p
+			}
+		}
+		if in.Model == nil {
+			in.Model = from.Model
+		}
+		if in.Packages == nil {
+			in.Packages = from.Packages
+		}
+	}
+	return in, nil
 }
