@@ -42,8 +42,8 @@ func (a *analyzer) measureHost(ctx context.Context, figures map[string]analysis.
 	sets := restoreLineSets(figures)
 	k := a.timedBase.of("restore-line")
 	k.Runs = a.o.RestoreRuns
-	k.RestoreFlags = slices.Clone(a.env.RestoreFlags)
-	k.CheckpointOptions = a.env.Config.Runsc.CheckpointOptions
+	k.RestoreFlags = slices.Clone(a.sb.RestoreFlags)
+	k.CheckpointOptions = a.sb.Config.Runsc.CheckpointOptions
 	k.Sets = sets
 	line, fresh, err := lookup(a.cache, k, func() (restoreLine, error) { return a.measureRestoreLine(ctx, sets) })
 	if errors.Is(err, errNotCached) {
@@ -130,20 +130,17 @@ func (a *analyzer) measureRestoreLine(ctx context.Context, sets [][]string) (res
 	if err != nil {
 		return restoreLine{}, err
 	}
-	version, err := a.env.Runtime.Version(ctx)
-	if err != nil {
-		return restoreLine{}, err
-	}
+	version := a.env.Runsc.Version // asked once, by run.NewEnv
 	var line restoreLine
 	for i, set := range sets {
 		dir := filepath.Join(a.work, fmt.Sprintf("line-%d", i))
 		box.started.Add(int64(1 + a.o.RestoreRuns))
-		meta, err := capture.Run(ctx, a.env.Runtime, a.env.CaptureRequest(config.Set{ID: "analyze", Imports: set}, dir, a.work, version, a.env.Config.Runsc.CheckpointOptions))
+		meta, err := capture.Run(ctx, a.sb.Runtime, a.sb.CaptureRequest(config.Set{ID: "analyze", Imports: set}, dir, a.work, version, a.sb.Config.Runsc.CheckpointOptions))
 		if err != nil {
 			os.RemoveAll(dir)
 			return restoreLine{}, fmt.Errorf("restore line: %w", err)
 		}
-		stats, err := a.env.Restorer(a.work, a.env.Config.Timeouts.Restore).MeasureRuns(ctx, "analyze", dir, a.o.RestoreRuns)
+		stats, err := a.sb.Restorer(a.work, a.sb.Config.Timeouts.Restore).MeasureRuns(ctx, "analyze", dir, a.o.RestoreRuns)
 		os.RemoveAll(dir)
 		if err != nil {
 			return restoreLine{}, fmt.Errorf("restore line: %w", err)

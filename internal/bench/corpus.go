@@ -216,7 +216,7 @@ func openCatalogue(out string) (*catalogue.Catalogue, *catalogue.Router, error) 
 // cold and chosen starts (and pooled ones with o.Pool), rotating which goes first, and records
 // the times in the trials. It returns the pool's mean `runsc create` time in milliseconds.
 func replay(ctx context.Context, x *run.VerifiedOutput, trials []corpusTrial, o CorpusOptions) (createMs float64, err error) {
-	env := x.Env
+	env := x.Sandboxes
 	// A cold start and a restore are each bounded like a smoke test: a start plus a call.
 	restorer := env.Restorer(x.Work, env.Config.Timeouts.Smoke)
 	series := []string{Cold, "chosen"}

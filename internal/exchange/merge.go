@@ -36,7 +36,7 @@ type agreed struct {
 	list         []string
 }
 
-// agreement are the manifest fields every source of a merge must share: one worker restores
+// agreement returns the manifest fields every source of a merge must share: one worker restores
 // every checkpoint of the result with the same runsc, flags, spec and rootfs, on hosts with
 // the same CPU needs (shards captured with one cpu_baseline share them whatever CPU types
 // their build hosts had).
@@ -262,7 +262,7 @@ func writeMerged(staging string, m *manifest.Manifest, byID map[string]picked, s
 	return err
 }
 
-// mergeCatalogueInputs are the inputs of a merged output's catalogue: the modules of every
+// mergeCatalogueInputs returns the inputs of a merged output's catalogue: the modules of every
 // source's catalogue (sources agree on the image, so a module measured by two has the figures
 // of the first in merge order), the first source's cost model constants, every prediction.
 func mergeCatalogueInputs(sources []mergeSource) (outcatalogue.Inputs, error) {

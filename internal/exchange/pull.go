@@ -84,7 +84,7 @@ func Push(ctx context.Context, out string, r ref.Ref, log logrus.FieldLogger) (_
 	return output.Push(ctx, out, dir, r, log)
 }
 
-// ImageLimits are the config's limits on what unpacking an image or pulling an output writes.
+// ImageLimits returns the config's limits on what unpacking an image or pulling an output writes.
 func ImageLimits(l config.Limits) unpack.Limits {
 	return unpack.Limits{Bytes: int64(l.ImageBytes), Entries: l.ImageEntries, FileBytes: int64(l.ImageFileBytes)}
 }

@@ -40,7 +40,7 @@ type Inputs struct {
 	From string
 }
 
-// FromAnalysis are the inputs an analysis gives.
+// FromAnalysis returns the inputs an analysis gives.
 func FromAnalysis(a *analysis.File, from string) Inputs {
 	in := Inputs{Modules: a.Modules(), From: from, Packages: a.Packages}
 	if h := a.Host; h != nil {
@@ -49,7 +49,7 @@ func FromAnalysis(a *analysis.File, from string) Inputs {
 	return in
 }
 
-// FromCatalogue are the inputs an earlier catalogue gives (a source of a merge or a pull).
+// FromCatalogue returns the inputs an earlier catalogue gives (a source of a merge or a pull).
 func FromCatalogue(c *catalogue.Catalogue, from string) Inputs {
 	in := Inputs{Modules: c.Modules, From: from, Predicted: map[string]float64{}, Packages: c.Packages}
 	model := c.CostModel
@@ -77,10 +77,10 @@ func MatchesManifest(a *analysis.File, m *manifest.Manifest) error {
 	return nil
 }
 
-// mib is a size in MiB.
+// mib returns a size in MiB.
 func mib(bytes int64) float64 { return float64(bytes) / (1 << 20) }
 
-// Build is the catalogue of the output whose manifest is m: each checkpoint's imports,
+// Build returns the catalogue of the output whose manifest is m: each checkpoint's imports,
 // closure (from the analysed modules), image size, measured restore median and predicted size;
 // the modules; and the cost model: the manifest's restore line when it has two image sizes or
 // more, else the inputs' measured one; the cold start from the inputs.
@@ -180,7 +180,7 @@ func Rebuild(out string, m *manifest.Manifest) error {
 	return err
 }
 
-// CostModel is the manifest's cost model: restore median against image size.
+// CostModel returns the manifest's cost model: the line of restore medians against image sizes.
 func CostModel(cs []manifest.Checkpoint) (alphaMsPerMiB, interceptMs float64) {
 	var sizes []int64
 	var medians []float64

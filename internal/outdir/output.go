@@ -26,10 +26,12 @@ var (
 // and image files are hard links shared with the store and with other outputs, so a write
 // into one would change them all. Their modes say so.
 const (
-	// FilePerm is manifest.json, meta.json, restore-spec.json and the like.
+	// FilePerm is the mode of manifest.json, meta.json, restore-spec.json and the like.
 	FilePerm = 0o444
 )
 
+// WriteJSON writes v as JSON into the output file path atomically, with an output file's mode
+// (FilePerm).
 func WriteJSON(path string, v any) error {
 	return atomicfile.WriteJSONPerm(path, v, FilePerm)
 }

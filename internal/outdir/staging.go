@@ -27,14 +27,14 @@ const (
 // removes only directories that hold it, never a user's that happens to have such a name.
 const StagingMarker = ".readie-staging"
 
-// besideOutput is a new name OUT.INFIX-RAND beside out (RAND: 12 hex digits).
+// besideOutput returns a new name OUT.INFIX-RAND beside out (RAND: 12 hex digits).
 func besideOutput(out, infix string) string {
 	var b [6]byte
 	rand.Read(b[:])
 	return strings.TrimSuffix(out, "/") + infix + hex.EncodeToString(b[:])
 }
 
-// namesBeside lists the directories beside out that besideOutput could have named with infix,
+// namesBeside returns the directories beside out that besideOutput could have named with infix,
 // matched exactly (a glob would take out's own metacharacters and any suffix).
 func namesBeside(out, infix string) ([]string, error) {
 	out = strings.TrimSuffix(out, "/")
@@ -92,8 +92,8 @@ func Write(out string, fill func(staging string) error) error {
 	return ThroughStaging(out, false, fill)
 }
 
-// lockForWriting is how a step that starts no sandbox begins to write into out: it refuses a
-// directory that is not an output (Check), takes out's lock, and sweeps dead runs'
+// lockForWriting takes out's lock for a step that starts no sandbox and writes into out: it
+// refuses a directory that is not an output (Check), takes the lock, and sweeps dead runs'
 // leftovers beside it, so that a previous output a killed swap left aside is back in place
 // before anything is written.
 func lockForWriting(out string) (*Lock, error) {
@@ -111,9 +111,9 @@ func lockForWriting(out string) (*Lock, error) {
 	return lock, nil
 }
 
-// ThroughStaging is how every output is written, by a capture, a merge or a pull: a fresh
-// staging directory beside out, which fill writes, which is verified as a whole (what `verify`,
-// push and workers check), and which then replaces out (replaceDir). When fill fails or the
+// ThroughStaging writes an output, for a capture, a merge and a pull alike, through a fresh
+// staging directory beside out, which fill writes, which is verified as a whole (what
+// `verify`, push and workers check), and which then replaces out (replaceDir). When fill fails or the
 // result does not verify, out is left as it was and staging removed, or, with keepFailed,
 // kept for inspection under a name no sweep takes (keepStaging); the error says which. The
 // caller holds out's lock.

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -25,6 +26,7 @@ import (
 // store, every set into staging. A failed set does not stop the others.
 type carrier struct {
 	plan    *Plan
+	basis   *Basis
 	driver  Driver
 	store   *store.Store
 	staging string
@@ -38,6 +40,11 @@ type carrier struct {
 	remeasure bool
 	baseline  *config.CPUBaseline
 	log       logrus.FieldLogger
+	// unenforceable is the first capture's refusal that holds for every set on this host (the
+	// CPUID instruction shows features beyond the baseline): the sets not yet captured are not.
+	unenforceable atomic.Pointer[string] // the set whose capture showed it
+	// tally counts the meta.json writes (nil: not counted).
+	tally *tally
 }
 
 // setWork is one set's way through the carry-out's phases.
@@ -93,7 +100,7 @@ func (c *carrier) carryOut(ctx context.Context, m *manifest.Manifest) (*Result, 
 	return c.results(ctx, works, m)
 }
 
-// results is how each set ended; the checkpoints of those that passed go into m. It fails
+// results returns how each set ended; the checkpoints of those that passed go into m. It fails
 // naming the failed sets, or with ctx's cause when the run was stopped.
 func (c *carrier) results(ctx context.Context, works []*setWork, m *manifest.Manifest) (*Result, error) {
 	res := &Result{}
@@ -130,7 +137,7 @@ func (c *carrier) fail(w *setWork, err error) {
 	c.log.WithField("set", w.sp.ID).WithError(err).Error("failed")
 }
 
-// prepare is a set's first phase: a capture, or a reused or kept checkpoint taken over.
+// prepare does a set's first phase: a capture, or a reused or kept checkpoint taken over.
 func (c *carrier) prepare(ctx context.Context, w *setWork) error {
 	if w.sp.Action == Capture {
 		return c.capture(ctx, w)
@@ -143,7 +150,7 @@ func (c *carrier) capture(ctx context.Context, w *setWork) error {
 	sp := w.sp
 	log := c.log.WithField("set", sp.ID)
 	w.status = Captured
-	if first := c.plan.unenforceable.Load(); first != nil {
+	if first := c.unenforceable.Load(); first != nil {
 		return fmt.Errorf("%w: %s: not captured: %w (see %s)", ErrSetup, sp.ID, cpubaseline.ErrUnenforceable, *first)
 	}
 	if sp.unreadable != nil {
@@ -234,9 +241,9 @@ func (c *carrier) judgeCPU(w *setWork) error {
 	if c.baseline == nil {
 		return nil
 	}
-	if err := cpubaseline.Judge(w.meta.CPUCheck, c.baseline.Enforced(), cpubaseline.Host{CPUIDFaulting: c.plan.basis.CPUIDFaulting}); err != nil {
+	if err := cpubaseline.Judge(w.meta.CPUCheck, c.baseline.Enforced(), cpubaseline.Host{CPUIDFaulting: c.basis.CPUIDFaulting}); err != nil {
 		if errors.Is(err, cpubaseline.ErrUnenforceable) {
-			c.plan.unenforceable.CompareAndSwap(nil, &w.sp.ID)
+			c.unenforceable.CompareAndSwap(nil, &w.sp.ID)
 		}
 		return fmt.Errorf("%w: %s: %w", ErrSetup, w.sp.ID, err)
 	}
@@ -269,16 +276,18 @@ func (c *carrier) measure(ctx context.Context, w *setWork) {
 		return
 	}
 	w.c.RestoreMS = stats
-	w.c.MeasuredWith = &manifest.Measured{Runs: c.restoreRuns, RestoreFlags: append([]string{}, c.plan.basis.RestoreFlags...)}
+	w.c.MeasuredWith = &manifest.Measured{Runs: c.restoreRuns, RestoreFlags: append([]string{}, c.basis.RestoreFlags...)}
 	c.log.WithFields(logrus.Fields{"set": w.sp.ID, "median_ms": round1(stats.Median), "p90_ms": round1(stats.P90), "runs": c.restoreRuns, "took": time.Since(start).Round(time.Millisecond)}).Info("measure: done")
 }
 
-// finish is a set's last phase: a new checkpoint goes into the store (with its timings) and
-// from there into staging; every set gets its meta.json and its use recorded.
+// finish does a set's last phase: a new checkpoint goes into the store (its timings in its
+// meta.json, which Commit writes: the capture did not) and from there into staging; every set
+// gets the output's meta.json and its use recorded. No meta.json is written twice.
 func (c *carrier) finish(w *setWork) error {
 	dir := filepath.Join(c.staging, w.sp.ID)
 	if w.pending != nil {
 		w.meta.KeyParts, w.meta.RestoreMS, w.meta.MeasuredWith = w.sp.KeyParts, &w.c.RestoreMS, w.c.MeasuredWith
+		c.tally.wroteMeta(filepath.Join(w.pending.Dir, manifest.MetaFileName)) // by Commit
 		stored, err := w.pending.Commit(w.meta)
 		if err != nil {
 			return fmt.Errorf("%s: put the checkpoint into the store: %w", w.sp.ID, err)
@@ -292,6 +301,7 @@ func (c *carrier) finish(w *setWork) error {
 			return err
 		}
 	}
+	c.tally.wroteMeta(filepath.Join(dir, manifest.MetaFileName))
 	if err := writeMeta(dir, w.sp, w.meta); err != nil {
 		return err
 	}

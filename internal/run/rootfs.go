@@ -72,7 +72,7 @@ func PruneRootfs(dir string, keep, shared []string, unusedSince time.Time, dryRu
 	return pruned, nil
 }
 
-// rootfsCandidates lists what PruneRootfs would remove: the rootfs directories under dir that
+// rootfsCandidates returns what PruneRootfs would remove: the rootfs directories under dir that
 // no path of keep lies in, then (with unusedSince set) the complete unpacked images under oci/
 // last used before unusedSince.
 func rootfsCandidates(dir string, keep []string, unusedSince time.Time) ([]string, error) {

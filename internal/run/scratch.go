@@ -8,8 +8,8 @@ import (
 	"readie.dev/pipeline/internal/scratch"
 )
 
-// Scratch is what a command that starts sandboxes outside a capture needs (analyze, the corpus
-// bench): runs that are over are swept from the shared directories first (their sandboxes,
+// Scratch makes the scratch directory of a command that starts sandboxes outside a capture
+// (analyze, the corpus bench): runs that are over are swept from the shared directories first (their sandboxes,
 // scratch directories and pending store entries), then a scratch directory named after this
 // run's lease is made. cleanup removes it; call it after every sandbox is deleted.
 func (e *Env) Scratch(ctx context.Context) (work string, cleanup func(), err error) {
@@ -20,12 +20,4 @@ func (e *Env) Scratch(ctx context.Context) (work string, cleanup func(), err err
 		return "", nil, err
 	}
 	return scratch.Dir(e.lease)
-}
-
-// SpecFingerprint is the fingerprint of the spec every sandbox of this environment shares
-// (the restore spec's, as the manifest records it): what a measurement of the image depends
-// on besides the rootfs and runsc.
-func (e *Env) SpecFingerprint() (string, error) {
-	_, fingerprint, err := restoreShape(e.Rootfs.Path, e.RootfsInfo.SandboxProcess(), e.Runtime.Flags)
-	return fingerprint, err
 }

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"readie.dev/pipeline/internal/atomicfile"
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/outdir"
 	"readie.dev/pipeline/internal/sandboxes"
@@ -30,8 +29,9 @@ import (
 // captured, reused or kept, what the store and the output hold afterwards, and how a failed
 // set leaves the output. The same stages run on the real runsc in cmd/pipeline's tests.
 
-// fakeDriver stands in for runsc: a capture writes image files whose bytes depend on the set,
-// and meta.json, as capture.Run does; restores and smoke tests only check the files are there.
+// fakeDriver stands in for runsc: a capture writes image files whose bytes depend on the set
+// and returns their meta.json contents, unwritten, stamped with the run's fingerprint, as
+// capture.Take does; restores and smoke tests only check the files are there.
 type fakeDriver struct {
 	fingerprint string
 	failCapture map[string]bool // sets whose capture fails, after writing part of an image
@@ -82,7 +82,7 @@ func (d *fakeDriver) Capture(ctx context.Context, set config.Set, dir string) (*
 		}
 		meta.Files[name] = manifest.File{Bytes: size, SHA256: sum}
 	}
-	return meta, atomicfile.WriteJSON(filepath.Join(dir, manifest.MetaFileName), meta)
+	return meta, nil
 }
 
 // fakeImageHeader is the header gVisor starts checkpoint.img with (manifest.ImageHeader), as a
@@ -122,9 +122,17 @@ func (d *fakeDriver) Smoke(ctx context.Context, setID, dir string, imports []str
 	return manifest.Smoke{OK: true, ReadyMS: 5}, nil
 }
 
+// stagesFixture is an Env and the rootfs its captures run on: a test may change the rootfs
+// between captures.
+type stagesFixture struct {
+	*Env
+	Rootfs *Rootfs
+}
+
 // stagesEnv is an Env of the default config's sets (empty, numpy, pandas) with no runsc: a
-// store in a fresh cache, 3 timed restores, 2 jobs.
-func stagesEnv(t *testing.T) *Env {
+// store in a fresh cache, 3 timed restores, 2 jobs; its tally counts. Its rootfs is a
+// directory nothing runs in.
+func stagesEnv(t *testing.T) *stagesFixture {
 	t.Helper()
 	cache := t.TempDir()
 	cfg, err := config.Parse([]byte("restore_runs: 3\njobs: 2\n"), "test.yaml", t.TempDir(), cache)
@@ -132,17 +140,17 @@ func stagesEnv(t *testing.T) *Env {
 		t.Fatal(err)
 	}
 	l := testenv.NewLease(t)
-	return &Env{
+	e := &Env{
 		Config: cfg, Runtime: &sandboxes.Runtime{Flags: sandbox.DefaultFlags()},
-		RunscSHA256: filedigest.OfBytes([]byte("runsc")), RestoreFlags: []string{"-direct"}, Log: testenv.DiscardLog(),
-		Rootfs: manifest.Rootfs{Path: t.TempDir(), Digest: filedigest.OfBytes([]byte("rootfs"))},
-		Store:  &store.Store{Dir: cfg.CheckpointCache, Lease: l}, lease: l,
+		Runsc: manifest.Runsc{Version: "fake-runsc", SHA256: filedigest.OfBytes([]byte("runsc"))}, RestoreFlags: []string{"-direct"}, Log: testenv.DiscardLog(),
+		Store: &store.Store{Dir: cfg.CheckpointCache, Lease: l}, lease: l, tally: &tally{},
 	}
+	return &stagesFixture{Env: e, Rootfs: &Rootfs{Rootfs: manifest.Rootfs{Path: t.TempDir(), Digest: filedigest.OfBytes([]byte("rootfs"))}}}
 }
 
 // fakeCapture plans a capture into out with the sets of only and extra (as --only and --set)
 // and carries it out through d, as Env.Capture does after its runsc steps.
-func fakeCapture(t *testing.T, e *Env, d *fakeDriver, out string, only []string, extra []config.Set) (*Plan, *Result, error) {
+func fakeCapture(t *testing.T, e *stagesFixture, d *fakeDriver, out string, only []string, extra []config.Set) (*Plan, *Result, error) {
 	t.Helper()
 	sel, err := e.Config.Select(only, extra)
 	if err != nil {
@@ -153,9 +161,9 @@ func fakeCapture(t *testing.T, e *Env, d *fakeDriver, out string, only []string,
 
 // fakeCaptureWith is fakeCapture with the options o; between, when set, runs between the plan
 // and its carry-out (what other runs do meanwhile).
-func fakeCaptureWith(t *testing.T, e *Env, d *fakeDriver, out string, o CaptureOptions, between func(*Plan)) (*Plan, *Result, error) {
+func fakeCaptureWith(t *testing.T, e *stagesFixture, d *fakeDriver, out string, o CaptureOptions, between func(*Plan)) (*Plan, *Result, error) {
 	t.Helper()
-	b, err := newBasis(e, manifest.CPU{Features: []string{"sse2"}, CacheLine: 64}, false)
+	b, err := newBasis(e.Env, e.Sandboxes(e.Rootfs), manifest.CPU{Features: []string{"sse2"}, CacheLine: 64}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +172,7 @@ func fakeCaptureWith(t *testing.T, e *Env, d *fakeDriver, out string, o CaptureO
 	if between != nil {
 		between(plan)
 	}
-	res, err := carryOutPlan(context.Background(), e, plan, manifest.Runsc{Version: "fake-runsc", SHA256: e.RunscSHA256}, d, t.TempDir(), o)
+	res, err := carryOutPlan(context.Background(), e.Env, plan, b, e.Runsc, d, t.TempDir(), o, nil)
 	return plan, res, err
 }
 
@@ -571,5 +579,54 @@ func TestStagesStaleCorruptVerdict(t *testing.T) {
 	}
 	if data, _ := os.ReadFile(filepath.Join(out, "numpy", "pages.img")); !strings.Contains(string(data), "of theirs") {
 		t.Errorf("the output holds %q, want the other run's entry", data)
+	}
+}
+
+// TestStagesValuesMadeOncePerSet: a capture computes the spec fingerprint once for the run
+// (the basis; the driver is given it) and writes no meta.json twice: the capture returns it
+// unwritten, the store's entry gets it once (with the timings) and the output its own once.
+func TestStagesValuesMadeOncePerSet(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		only []string
+	}{
+		{"--only numpy", []string{"numpy"}},
+		{"every set", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := stagesEnv(t)
+			out := filepath.Join(t.TempDir(), "out")
+			_, res, err := fakeCapture(t, e, &fakeDriver{}, out, tc.only, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			captured := 0
+			for id, status := range statuses(res) {
+				if status != Captured {
+					t.Fatalf("%s: %s, want captured", id, status)
+				}
+				captured++
+			}
+			if captured == 0 {
+				t.Fatal("nothing captured")
+			}
+			if n := e.tally.fingerprints.Load(); n != 1 {
+				t.Errorf("%d spec fingerprints computed for %d captured sets, want 1 (the basis's)", n, captured)
+			}
+			e.tally.mu.Lock()
+			defer e.tally.mu.Unlock()
+			for path, n := range e.tally.metaWrites {
+				if n != 1 {
+					t.Errorf("%s written %d times, want once", path, n)
+				}
+			}
+			// Each captured set's meta.json in its store entry and in the output, nothing else.
+			if n := len(e.tally.metaWrites); n != 2*captured {
+				t.Errorf("%d meta.json files written for %d captured sets, want 2 each (store, output): %v", n, captured, e.tally.metaWrites)
+			}
+			if _, err := manifest.Verify(out, executorproto.Version); err != nil {
+				t.Errorf("the output does not verify: %v", err)
+			}
+		})
 	}
 }
