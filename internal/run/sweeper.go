@@ -9,6 +9,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"readie.dev/pipeline/internal/lease"
+	"readie.dev/pipeline/internal/oci/rootfs"
 	"readie.dev/pipeline/internal/oci/unpack"
 	"readie.dev/pipeline/internal/outdir"
 	"readie.dev/pipeline/internal/sandboxes"
@@ -104,7 +105,7 @@ func (s sweeper) shared(ctx context.Context) error {
 		s.log.WithError(err).Warn("could not remove every scratch directory of runs that died")
 	}
 	if s.rootfs != "" {
-		for _, parent := range []string{s.rootfs, filepath.Join(s.rootfs, ociDir)} {
+		for _, parent := range []string{s.rootfs, filepath.Join(s.rootfs, rootfs.OCIDir)} {
 			dirs, err := unpack.RemoveDead(parent)
 			for _, dir := range dirs {
 				s.log.WithField("dir", dir).Warn("removed what a run that died making a rootfs or unpacking an image left")
