@@ -89,7 +89,7 @@ func (e *Env) basis(ctx context.Context, sb *Sandboxes) (*Basis, error) {
 // rootfs) with e's runsc binary and config, on a host whose CPU the checkpoints need as need
 // says.
 func newBasis(e *Env, sb *Sandboxes, need manifest.CPU, cpuidFaulting bool) (*Basis, error) {
-	spec, fingerprint, err := restoreShape(sb.Rootfs.Path, sb.Rootfs.Info.SandboxProcess(), sb.Runtime.Flags, e.tally)
+	spec, fingerprint, err := sb.shape()
 	if err != nil {
 		return nil, err
 	}

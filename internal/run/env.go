@@ -18,8 +18,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
 
 	"readie.dev/pipeline/internal/analysis"
@@ -275,23 +277,38 @@ type Sandboxes struct {
 	// extraEnv is what every sandbox gets besides its base environment: pass_env and the CPU
 	// baseline's controls, nothing else (extraEnvOf).
 	extraEnv []string
+	// restore is the restore spec of this shape and its fingerprint, computed once (shape).
+	restore struct {
+		once        sync.Once
+		spec        *specs.Spec
+		fingerprint string
+		err         error
+	}
+	tally *tally
 }
 
 // Sandboxes returns the config's shape of sandboxes on r.
 func (e *Env) Sandboxes(r *Rootfs) *Sandboxes {
 	return &Sandboxes{
 		Config: e.Config, Log: e.Log, Runtime: e.Runtime, Rootfs: r, RestoreFlags: slices.Clone(e.RestoreFlags),
-		extraEnv: extraEnvOf(e.passEnv, e.controls),
+		extraEnv: extraEnvOf(e.passEnv, e.controls), tally: e.tally,
 	}
 }
 
 // Offline returns sb's shape with no network (runsc --network=none), whatever the config's
 // runsc.network: for a step that runs an image's own code for its figures alone (analyze
-// imports every module a corpus names), which needs no network and must not get one.
+// imports every module a corpus names), which needs no network and must not get one. It is sb
+// itself when sb has none already (the default), its fingerprint computed once for both.
 func (sb *Sandboxes) Offline() *Sandboxes {
+	if sb.Runtime.Flags.Network == "none" {
+		return sb
+	}
 	flags := sb.Runtime.Flags
 	flags.Network = "none"
-	return &Sandboxes{Config: sb.Config, Log: sb.Log, Runtime: runtimeWithFlags(sb.Runtime, flags), Rootfs: sb.Rootfs, RestoreFlags: slices.Clone(sb.RestoreFlags), extraEnv: slices.Clone(sb.extraEnv)}
+	return &Sandboxes{
+		Config: sb.Config, Log: sb.Log, Runtime: runtimeWithFlags(sb.Runtime, flags), Rootfs: sb.Rootfs,
+		RestoreFlags: slices.Clone(sb.RestoreFlags), extraEnv: slices.Clone(sb.extraEnv), tally: sb.tally,
+	}
 }
 
 // runtimeWithFlags returns a runtime like rt (its binary, root, lease, limits) whose sandboxes
@@ -306,8 +323,17 @@ func runtimeWithFlags(rt *sandboxes.Runtime, flags sandbox.Flags) *sandboxes.Run
 // restore spec's, as the manifest records it): what a measurement of the image depends on
 // besides the rootfs and runsc.
 func (sb *Sandboxes) SpecFingerprint() (string, error) {
-	_, fingerprint, err := restoreShape(sb.Rootfs.Path, sb.Rootfs.Info.SandboxProcess(), sb.Runtime.Flags, nil)
+	_, fingerprint, err := sb.shape()
 	return fingerprint, err
+}
+
+// shape returns the restore spec of this shape and its fingerprint (restoreShape), computed
+// the first time only.
+func (sb *Sandboxes) shape() (*specs.Spec, string, error) {
+	sb.restore.once.Do(func() {
+		sb.restore.spec, sb.restore.fingerprint, sb.restore.err = restoreShape(sb.Rootfs.Path, sb.Rootfs.Info.SandboxProcess(), sb.Runtime.Flags, sb.tally)
+	})
+	return sb.restore.spec, sb.restore.fingerprint, sb.restore.err
 }
 
 // Launcher returns a launcher of sandboxes of this shape, each bounded by limit; workDir holds

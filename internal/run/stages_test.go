@@ -630,3 +630,40 @@ func TestStagesValuesMadeOncePerSet(t *testing.T) {
 		})
 	}
 }
+
+// TestSandboxesFingerprintOnce: the sandboxes of a capture compute their restore spec's
+// fingerprint once, for the basis and for the analysis cache's lookup (Offline is the same
+// shape when the config's network is none already); with a network, the offline shape is
+// another spec, with a fingerprint of its own.
+func TestSandboxesFingerprintOnce(t *testing.T) {
+	e := stagesEnv(t)
+	sb := e.Sandboxes(e.Rootfs)
+	if sb.Runtime.Flags.Network != "none" {
+		t.Fatalf("the default flags have network %q, want none", sb.Runtime.Flags.Network)
+	}
+	b, err := newBasis(e.Env, sb, manifest.CPU{Features: []string{"sse2"}, CacheLine: 64}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	offline, err := sb.Offline().SpecFingerprint()
+	if err != nil || offline != b.Fingerprint {
+		t.Fatalf("offline fingerprint %s (%v), want the basis's %s", offline, err, b.Fingerprint)
+	}
+	if n := e.tally.fingerprints.Load(); n != 1 {
+		t.Errorf("%d fingerprints computed, want 1", n)
+	}
+	flags := sb.Runtime.Flags
+	flags.Network = "sandbox"
+	networked := &Sandboxes{Config: e.Config, Runtime: runtimeWithFlags(e.Runtime, flags), Rootfs: e.Rootfs, tally: e.tally}
+	withNetwork, err := networked.SpecFingerprint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	offline, err = networked.Offline().SpecFingerprint()
+	if err != nil || offline == withNetwork || offline != b.Fingerprint {
+		t.Errorf("offline fingerprint %s (%v) of a networked shape %s, want the network-less %s", offline, err, withNetwork, b.Fingerprint)
+	}
+	if n := e.tally.fingerprints.Load(); n != 3 {
+		t.Errorf("%d fingerprints computed, want 3 (one per shape)", n)
+	}
+}
