@@ -14,7 +14,7 @@ import (
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/corpus"
 	"readie.dev/pipeline/internal/importcost"
-	"readie.dev/pipeline/internal/run"
+	"readie.dev/pipeline/internal/outdir"
 )
 
 // corpusFlag is --corpus: a corpus of requests (JSON Lines or a JSON array).
@@ -60,7 +60,7 @@ func (c *corpusFlags) load() (*config.Config, *corpus.Corpus, error) {
 	if err := c.out.apply(cfg, nil); err != nil {
 		return nil, nil, err
 	}
-	if err := run.CheckOutput(cfg.Output); err != nil {
+	if err := outdir.Check(cfg.Output); err != nil {
 		return nil, nil, usageIfSetup(err)
 	}
 	cp, err := c.corpus.load()
@@ -119,7 +119,7 @@ func (c *analyzeCmd) Execute(ctx context.Context, con *console, args []string) e
 		return usageIfSetup(err)
 	}
 	path := filepath.Join(cfg.Output, analysis.FileName)
-	if err := run.WriteInOutput(cfg.Output, analysis.FileName, f.Save); err != nil {
+	if err := outdir.WriteFile(cfg.Output, analysis.FileName, f.Save); err != nil {
 		return usageIfSetup(err)
 	}
 	if con.json {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"readie.dev/pipeline/internal/config"
-	"readie.dev/pipeline/internal/run"
+	"readie.dev/pipeline/internal/oci/rootfs"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/pkg/manifest"
 )
@@ -162,7 +162,7 @@ func (c *cachePruneRootfsCmd) Execute(_ context.Context, con *console, args []st
 	if c.olderThan > 0 {
 		unusedSince = time.Now().Add(-c.olderThan)
 	}
-	pruned, err := run.PruneRootfs(filepath.Join(config.CacheDir(), "rootfs"), keep, []string{cfg.Runsc.Root, cfg.CheckpointCache}, unusedSince, c.dryRun)
+	pruned, err := rootfs.Prune(filepath.Join(config.CacheDir(), "rootfs"), keep, []string{cfg.Runsc.Root, cfg.CheckpointCache}, unusedSince, c.dryRun)
 	for _, dir := range pruned {
 		fmt.Fprintf(con.stdout, "%s %s\n", removeVerb(c.dryRun), dir)
 	}

@@ -4,14 +4,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
-	"slices"
 	"time"
 
-	"readie.dev/pipeline/internal/analysis"
 	"readie.dev/pipeline/internal/config"
-	"readie.dev/pipeline/internal/importcost"
 	"readie.dev/pipeline/internal/run"
 	"readie.dev/pipeline/internal/setplan"
 	"readie.dev/pipeline/pkg/catalogue"
@@ -150,7 +145,6 @@ func (c *captureCmd) Execute(ctx context.Context, con *console, args []string) e
 	defer env.Close()
 	env.CleanFailed = c.cleanFailed
 	start := time.Now()
-	opts.Analysis = cachedAnalysis(ctx, env, cfg, opts.Selection, con)
 	res, err := env.Capture(ctx, cfg.Output, opts)
 	if res != nil {
 		if werr := printSummary(con, res); werr != nil && err == nil {
@@ -165,35 +159,6 @@ func (c *captureCmd) Execute(ctx context.Context, con *console, args []string) e
 	}
 	con.log.WithField("took", time.Since(start).Round(time.Millisecond)).Infof("wrote %s", cfg.Output)
 	return nil
-}
-
-// cachedAnalysis is the analysis of the selected sets' imports that the analysis cache holds
-// whole, for catalogue.json when the output has no analysis.json; nil when there is none. It
-// measures nothing.
-func cachedAnalysis(ctx context.Context, env *run.Env, cfg *config.Config, sel *config.Selection, con *console) *analysis.File {
-	if _, err := os.Stat(filepath.Join(cfg.Output, analysis.FileName)); err == nil {
-		return nil // the capture takes the output's own
-	}
-	var names []string
-	for _, s := range sel.Sets {
-		for _, m := range s.Imports {
-			if !slices.Contains(names, m) {
-				names = append(names, m)
-			}
-		}
-	}
-	if len(names) == 0 {
-		return nil
-	}
-	a, _, err := importcost.Run(ctx, env, names, importcost.Options{
-		Runs: cfg.Analysis.Runs, Jobs: 1, Timeout: cfg.Analysis.Timeout, CacheDir: cfg.Analysis.Cache,
-		RestoreRuns: cfg.RestoreRuns, CacheOnly: true, Log: con.log,
-	})
-	if err != nil {
-		con.log.WithError(err).Debug("catalogue: no analysis of these sets in the analysis cache")
-		return nil
-	}
-	return a
 }
 
 // printPrediction compares the planned sets' predicted image sizes with the real ones.

@@ -443,7 +443,8 @@ func restoreAndCheck(t *testing.T, cfgPath, out string, m *manifest.Manifest, ch
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	env := testRunEnv(ctx, t, cfgPath)
-	if err := env.PrepareRootfs(ctx); err != nil {
+	r, err := env.ResolveRootfs(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
 	var dir string
@@ -456,7 +457,7 @@ func restoreAndCheck(t *testing.T, cfgPath, out string, m *manifest.Manifest, ch
 		t.Fatalf("the manifest has no checkpoint %s", ch.Checkpoint)
 	}
 	work := testenv.WorkDir(t)
-	if _, err := env.Restorer(work, env.Config.Timeouts.Smoke).Smoke(ctx, ch.Checkpoint, dir, ch.Modules); err != nil {
+	if _, err := env.Sandboxes(r).Restorer(work, env.Config.Timeouts.Smoke).Smoke(ctx, ch.Checkpoint, dir, ch.Modules); err != nil {
 		t.Fatalf("restore of %s for %v: %v", ch.Checkpoint, ch.Modules, err)
 	}
 	rt := &launch.Runtime{Path: env.Config.Runsc.Path, Root: env.Config.Runsc.Root, Flags: sandbox.DefaultFlags()}

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/exchange"
 	"readie.dev/pipeline/internal/oci/ref"
-	"readie.dev/pipeline/internal/run"
 	"readie.dev/pipeline/pkg/cpu"
 	"readie.dev/pipeline/pkg/manifest"
 )
@@ -146,7 +146,7 @@ func (c *checkHostCmd) pull(ctx context.Context, con *console, cfg *config.Confi
 	if err != nil {
 		return nil, err
 	}
-	m, err := run.PullAside(ctx, img, run.ImageLimits(cfg.Limits), con.log, "pull")
+	m, err := exchange.PullAside(ctx, img, exchange.ImageLimits(cfg.Limits), con.log, "pull")
 	if err != nil {
 		return nil, usageIfSetup(err)
 	}

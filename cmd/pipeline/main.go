@@ -20,7 +20,9 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"readie.dev/pipeline/internal/analysis"
 	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/importcost"
 	"readie.dev/pipeline/internal/run"
 	"readie.dev/pipeline/pkg/exitcode"
 )
@@ -128,13 +130,32 @@ func isUsage(err error) bool {
 	return errors.As(err, &u) || errors.Is(err, config.ErrInvalid)
 }
 
-// newEnv checks the runsc that cfg names and prepares a run.
+// newEnv checks the runsc that cfg names and prepares a run; its captures (capture, bench
+// --capture) find the analysis cache's figures for their catalogue the same way.
 func newEnv(ctx context.Context, cfg *config.Config, log logrus.FieldLogger) (*run.Env, error) {
 	env, err := run.NewEnv(ctx, cfg, log)
 	if err != nil {
 		return nil, usageIfSetup(err)
 	}
+	env.Analyses = cachedAnalyses(env, cfg, log)
 	return env, nil
+}
+
+// cachedAnalyses returns the lookup of modules in the analysis cache on a capture's sandboxes
+// (its rootfs resolved once): the cache's figures when it holds them whole, else nil. It
+// measures nothing.
+func cachedAnalyses(env *run.Env, cfg *config.Config, log logrus.FieldLogger) run.AnalysisLookup {
+	return func(ctx context.Context, sb *run.Sandboxes, names []string) *analysis.File {
+		a, _, err := importcost.Run(ctx, env, names, importcost.Options{
+			Runs: cfg.Analysis.Runs, Jobs: 1, Timeout: cfg.Analysis.Timeout, CacheDir: cfg.Analysis.Cache,
+			RestoreRuns: cfg.RestoreRuns, CacheOnly: true, Log: log, Sandboxes: sb,
+		})
+		if err != nil {
+			log.WithError(err).Debug("catalogue: no analysis of these sets in the analysis cache")
+			return nil
+		}
+		return a
+	}
 }
 
 func usageIfSetup(err error) error {

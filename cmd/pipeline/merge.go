@@ -5,7 +5,7 @@ import (
 	"flag"
 	"fmt"
 
-	"readie.dev/pipeline/internal/run"
+	"readie.dev/pipeline/internal/exchange"
 )
 
 type mergeCmd struct {
@@ -41,7 +41,7 @@ func (c *mergeCmd) Execute(ctx context.Context, con *console, args []string) err
 	if err := c.out.apply(cfg, nil); err != nil {
 		return err
 	}
-	m, err := run.MergeSources(ctx, cfg, cfg.Output, args, con.log)
+	m, err := exchange.MergeSources(ctx, cfg, cfg.Output, args, con.log)
 	if err != nil {
 		return usageIfSetup(err)
 	}

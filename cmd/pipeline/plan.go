@@ -21,9 +21,6 @@ func (c *planCmd) Execute(ctx context.Context, con *console, args []string) erro
 		return err
 	}
 	defer env.Close()
-	if err := env.PrepareRootfs(ctx); err != nil {
-		return usageIfSetup(err)
-	}
 	plan, err := env.Plan(ctx, cfg.Output, opts)
 	if err != nil {
 		return usageIfSetup(err)

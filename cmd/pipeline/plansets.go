@@ -12,7 +12,8 @@ import (
 
 	"readie.dev/pipeline/internal/analysis"
 	"readie.dev/pipeline/internal/config"
-	"readie.dev/pipeline/internal/run"
+	"readie.dev/pipeline/internal/outcatalogue"
+	"readie.dev/pipeline/internal/outdir"
 	"readie.dev/pipeline/internal/setplan"
 	"readie.dev/pipeline/pkg/catalogue"
 	"readie.dev/pipeline/pkg/manifest"
@@ -76,7 +77,7 @@ func (c *planSetsCmd) Execute(ctx context.Context, con *console, args []string) 
 		return usageError{err}
 	}
 	res.CostSource = source
-	if err := run.WriteInOutput(cfg.Output, setplan.FileName, res.Save); err != nil {
+	if err := outdir.WriteFile(cfg.Output, setplan.FileName, res.Save); err != nil {
 		return usageIfSetup(err)
 	}
 	if con.json {
@@ -115,7 +116,7 @@ func costModel(out string, a *analysis.File) (catalogue.CostModel, string, error
 	if err != nil {
 		return model, measured + fmt.Sprintf(" (the output's manifest cannot be read: %v)", err), nil
 	}
-	if err := run.MatchesManifest(a, m); err != nil {
+	if err := outcatalogue.MatchesManifest(a, m); err != nil {
 		return model, measured + fmt.Sprintf(" (not the output's manifest's: %v)", err), nil
 	}
 	var sizes []int64

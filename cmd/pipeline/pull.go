@@ -5,8 +5,8 @@ import (
 	"flag"
 	"fmt"
 
+	"readie.dev/pipeline/internal/exchange"
 	"readie.dev/pipeline/internal/oci/ref"
-	"readie.dev/pipeline/internal/run"
 )
 
 type pullCmd struct{ config configFlag }
@@ -40,7 +40,7 @@ func (c *pullCmd) Execute(ctx context.Context, con *console, args []string) erro
 	if err != nil {
 		return err
 	}
-	m, err := run.Pull(ctx, img, args[1], run.ImageLimits(cfg.Limits), con.log, "pull")
+	m, err := exchange.Pull(ctx, img, args[1], exchange.ImageLimits(cfg.Limits), con.log, "pull")
 	if err != nil {
 		return usageIfSetup(err)
 	}

@@ -6,8 +6,8 @@ import (
 	"fmt"
 
 	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/exchange"
 	"readie.dev/pipeline/internal/oci/ref"
-	"readie.dev/pipeline/internal/run"
 )
 
 // registryStep parses ref for a push or pull against cfg, bounded by timeouts.registry.
@@ -56,7 +56,7 @@ func (c *pushCmd) Execute(ctx context.Context, con *console, args []string) erro
 		return err
 	}
 	defer cancel()
-	pushed, err := run.Push(ctx, cfg.Output, r, con.log)
+	pushed, err := exchange.Push(ctx, cfg.Output, r, con.log)
 	if err != nil {
 		return err
 	}

@@ -27,7 +27,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"readie.dev/pipeline/internal/oci/ocitest"
-	"readie.dev/pipeline/internal/run"
+	"readie.dev/pipeline/internal/outdir"
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/manifest"
 )
@@ -513,7 +513,7 @@ func TestPushWhileACaptureSwaps(t *testing.T) {
 		t.Fatalf("capture: %s", stderr)
 	}
 
-	lock, err := run.LockOutput(out) // as a capture holds it
+	lock, err := outdir.LockOutput(out) // as a capture holds it
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -161,7 +161,7 @@ func TestPassEnvOnlyWhenAsked(t *testing.T) {
 		request, _ := pycall.EvalRequest(`__import__("os").environ.get("` + name + `", "")`)
 		var got any
 		_, err := env.WithVerifiedOutput(ctx, out, []string{"js"}, func(x *run.VerifiedOutput) error {
-			r := x.Env.Restorer(x.Work, time.Minute)
+			r := x.Sandboxes.Restorer(x.Work, time.Minute)
 			_, err := r.TimedCall(ctx, launch.Call{SetID: "js", Step: "call", Start: launch.RestoreStep(x.Dir(x.Picked[0]), r.Flags), Request: request,
 				Check: func(resp []byte) error {
 					var err error

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"os"
 
-	"readie.dev/pipeline/internal/run"
+	"readie.dev/pipeline/internal/outdir"
 	"readie.dev/pipeline/internal/store"
 )
 
@@ -38,7 +38,7 @@ func (c *verifyCmd) Execute(ctx context.Context, con *console, args []string) er
 	if _, err := os.Stat(cfg.Output); errors.Is(err, os.ErrNotExist) {
 		return usagef("output %s does not exist", cfg.Output)
 	}
-	m, err := run.VerifyOutput(cfg.Output, &store.Store{Dir: cfg.CheckpointCache})
+	m, err := outdir.Verify(cfg.Output, &store.Store{Dir: cfg.CheckpointCache})
 	if err != nil {
 		return err
 	}

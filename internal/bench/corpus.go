@@ -163,7 +163,7 @@ func runCorpusOn(ctx context.Context, x *run.VerifiedOutput, o CorpusOptions) (*
 		return nil, err
 	}
 	if o.Pool > 0 && !cat.CostModel.Pooled.Measured() {
-		x.Env.Log.Warn("bench --corpus: the catalogue's cost model has no pooled line (analysed before it was measured): the pooled series goes without a prediction; run pipeline analyze, then capture, to measure it")
+		x.Sandboxes.Log.Warn("bench --corpus: the catalogue's cost model has no pooled line (analysed before it was measured): the pooled series goes without a prediction; run pipeline analyze, then capture, to measure it")
 	}
 	trials, eligible, unservable, err := drawRequests(o, router, x)
 	if err != nil {
@@ -223,7 +223,7 @@ func openCatalogue(out string) (*catalogue.Catalogue, *catalogue.Router, error) 
 // cold and chosen starts (and pooled ones with o.Pool), rotating which goes first, and records
 // the times in the trials. It returns the pool's mean `runsc create` time in milliseconds.
 func replay(ctx context.Context, x *run.VerifiedOutput, trials []corpusTrial, o CorpusOptions) (createMs float64, err error) {
-	env := x.Env
+	env := x.Sandboxes
 	// A cold start and a restore are each bounded like a smoke test: a start plus a call.
 	restorer := env.Restorer(x.Work, env.Config.Timeouts.Smoke)
 	series := []string{Cold, "chosen"}

@@ -48,7 +48,7 @@ func Run(ctx context.Context, env *run.Env, out string, o Options) (*Report, err
 }
 
 func runOn(ctx context.Context, x *run.VerifiedOutput, o Options) (*Report, error) {
-	env, m, work := x.Env, x.Manifest, x.Work
+	env, m, work := x.Sandboxes, x.Manifest, x.Work
 	var sets []MeasuredSet
 	for _, c := range x.Picked {
 		sets = append(sets, MeasuredSet{ID: c.ID, Imports: c.Imports, Dir: x.Dir(c), Bytes: c.Bytes})
@@ -126,7 +126,7 @@ func runOn(ctx context.Context, x *run.VerifiedOutput, o Options) (*Report, erro
 // fastest at 1 and at bench.concurrency; the latter go into the report (bench.json) with the
 // config line that restores with them. The manifest is left alone.
 func measureConcurrency(ctx context.Context, x *run.VerifiedOutput, report *Report, restorer *measure.Restorer, sets []MeasuredSet, variants []Variant, o Options) error {
-	env := x.Env
+	env := x.Sandboxes
 	largest := sets[0]
 	for _, s := range sets {
 		if s.Bytes > largest.Bytes {
@@ -263,7 +263,7 @@ func pointLatest(dir string) error {
 
 // captureVariantImages captures every set again for each distinct set of checkpoint options
 // the variants name; the images live in work and go with it.
-func captureVariantImages(ctx context.Context, env *run.Env, sets []MeasuredSet, variants []Variant, work string) error {
+func captureVariantImages(ctx context.Context, env *run.Sandboxes, sets []MeasuredSet, variants []Variant, work string) error {
 	version, err := env.Runtime.Version(ctx)
 	if err != nil {
 		return err

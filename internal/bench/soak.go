@@ -134,7 +134,7 @@ type soaker struct {
 }
 
 func soakOn(ctx context.Context, x *run.VerifiedOutput, o SoakOptions) (*SoakReport, error) {
-	env, m := x.Env, x.Manifest
+	env, m := x.Sandboxes, x.Manifest
 	s := &soaker{x: x, driver: env.Runtime.Driver(), newID: env.Runtime.NewID, specPath: filepath.Join(x.Out, m.Spec),
 		timeout: env.Config.Timeouts.Restore, leaseID: env.Runtime.Lease.ID(), log: env.Log}
 	report := &SoakReport{
@@ -320,7 +320,7 @@ func (s *soaker) one(ctx context.Context, c *manifest.Checkpoint, kill bool) (la
 	}
 	token := randomToken()
 	spec, err := sandbox.RestoreSpec(s.specPath, s.x.Manifest.SpecFingerprint, s.x.Manifest.RunscFlags, sandbox.RestoreOptions{
-		Rootfs: s.x.Env.Rootfs.Path, HostDir: hostDir, Env: []string{pycall.SmokeTokenVar + "=" + token},
+		Rootfs: s.x.Sandboxes.Rootfs.Path, HostDir: hostDir, Env: []string{pycall.SmokeTokenVar + "=" + token},
 	})
 	if err != nil {
 		return 0, err

@@ -48,6 +48,9 @@ type Options struct {
 	// ErrNotCached.
 	CacheOnly bool
 	Log       logrus.FieldLogger
+	// Sandboxes are the sandboxes on the rootfs the caller resolved already (a capture's), so
+	// it is not resolved again; nil: Run resolves the config's.
+	Sandboxes *run.Sandboxes
 }
 
 // ErrNotCached reports that a CacheOnly analysis needed a measurement.
@@ -79,6 +82,7 @@ var packagesDigest = filedigest.OfBytes([]byte("analyze-packages/1\n" + packages
 type analyzer struct {
 	o     Options
 	env   *run.Env
+	sb    *run.Sandboxes // offline
 	log   logrus.FieldLogger
 	cache *cache
 	// base is the key of every measurement in this image; timedBase, of a time: it holds only
@@ -96,8 +100,9 @@ type analyzer struct {
 	scratchErr  error
 }
 
-// Run analyses the modules that names resolve to in the image of env's config, in sandboxes
-// without network (Env.Offline) whatever the config's runsc.network.
+// Run analyses the modules that names resolve to in the image of env's config (o.Sandboxes'
+// rootfs when given), in sandboxes without network (Sandboxes.Offline) whatever the config's
+// runsc.network.
 func Run(ctx context.Context, env *run.Env, names []string, o Options) (*analysis.File, *Report, error) {
 	start := time.Now()
 	if o.Runs < 1 || o.RestoreRuns < 1 || o.Jobs < 1 || o.Timeout <= 0 || o.CacheDir == "" {
@@ -107,11 +112,16 @@ func Run(ctx context.Context, env *run.Env, names []string, o Options) (*analysi
 		return nil, nil, fmt.Errorf("%w: no names to analyse", run.ErrSetup)
 	}
 	// Every import of an image a stranger may have made runs here: no network for any of it.
-	env = env.Offline()
-	if err := env.PrepareRootfs(ctx); err != nil {
-		return nil, nil, err
+	sb := o.Sandboxes
+	if sb == nil {
+		r, err := env.ResolveRootfs(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		sb = env.Sandboxes(r)
 	}
-	fp, err := env.SpecFingerprint()
+	sb = sb.Offline()
+	fp, err := sb.SpecFingerprint()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -119,10 +129,10 @@ func Run(ctx context.Context, env *run.Env, names []string, o Options) (*analysi
 	cpu := fmt.Sprintf("%s x%d", machine.CPUModel, machine.CPUs)
 	hostSum := sha256.Sum256([]byte(cpu))
 	a := &analyzer{
-		o: o, env: env, log: o.Log, cpu: cpu,
+		o: o, env: env, sb: sb, log: o.Log, cpu: cpu,
 		cache: &cache{dir: o.CacheDir, readOnly: o.CacheOnly},
-		base: key{Code: codeDigest, RootfsDigest: env.Rootfs.Digest, RunscSHA256: env.RunscSHA256, Spec: fp,
-			RunscFlags: env.Runtime.Flags.Args()},
+		base: key{Code: codeDigest, RootfsDigest: sb.Rootfs.Digest, RunscSHA256: env.Runsc.SHA256, Spec: fp,
+			RunscFlags: sb.Runtime.Flags.Args()},
 	}
 	a.timedBase = a.base
 	a.timedBase.Host, a.timedBase.Runs = filedigest.Format(hostSum[:]), o.Runs
@@ -150,7 +160,7 @@ func (a *analyzer) starter(ctx context.Context) (*starter, error) {
 	a.scratchOnce.Do(func() {
 		a.work, a.cleanup, a.scratchErr = a.env.Scratch(ctx)
 		if a.scratchErr == nil {
-			a.box.launcher = a.env.Launcher(a.work, a.o.Timeout)
+			a.box.launcher = a.sb.Launcher(a.work, a.o.Timeout)
 		}
 	})
 	return a.box, a.scratchErr

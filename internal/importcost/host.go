@@ -51,8 +51,8 @@ func (a *analyzer) measureHost(ctx context.Context, figures map[string]analysis.
 	sets := restoreLineSets(figures)
 	k := a.timedBase.of("restore-line")
 	k.Runs = a.o.RestoreRuns
-	k.RestoreFlags = slices.Clone(a.env.RestoreFlags)
-	k.CheckpointOptions = a.env.Config.Runsc.CheckpointOptions
+	k.RestoreFlags = slices.Clone(a.sb.RestoreFlags)
+	k.CheckpointOptions = a.sb.Config.Runsc.CheckpointOptions
 	k.Sets = sets
 	// A restore line measured now measures the pooled line too, on the same captures.
 	var pooled *pooledLine
@@ -181,10 +181,7 @@ func (a *analyzer) measureLines(ctx context.Context, sets [][]string, withRestor
 	if err != nil {
 		return restoreLine{}, nil, err
 	}
-	version, err := a.env.Runtime.Version(ctx)
-	if err != nil {
-		return restoreLine{}, nil, err
-	}
+	version := a.env.Runsc.Version // asked once, by run.NewEnv
 	dirs := make([]string, len(sets))
 	mib := make([]float64, len(sets))
 	defer func() {
@@ -197,13 +194,13 @@ func (a *analyzer) measureLines(ctx context.Context, sets [][]string, withRestor
 	for i, set := range sets {
 		dirs[i] = filepath.Join(a.work, fmt.Sprintf("line-%d", i))
 		box.started.Add(1)
-		meta, err := capture.Run(ctx, a.env.Runtime, a.env.CaptureRequest(config.PackageSet{ID: "analyze", Imports: set}, dirs[i], a.work, version, a.env.Config.Runsc.CheckpointOptions))
+		meta, err := capture.Run(ctx, a.sb.Runtime, a.sb.CaptureRequest(config.PackageSet{ID: "analyze", Imports: set}, dirs[i], a.work, version, a.sb.Config.Runsc.CheckpointOptions))
 		if err != nil {
 			return restoreLine{}, nil, fmt.Errorf("restore line: %w", err)
 		}
 		mib[i] = float64(meta.Bytes()) / (1 << 20)
 	}
-	restorer := a.env.Restorer(a.work, a.env.Config.Timeouts.Restore)
+	restorer := a.sb.Restorer(a.work, a.sb.Config.Timeouts.Restore)
 	restores, pooledRuns := make([][]float64, len(sets)), make([][]float64, len(sets))
 	var cold []float64
 	for round := range a.o.RestoreRuns {
@@ -216,7 +213,7 @@ func (a *analyzer) measureLines(ctx context.Context, sets [][]string, withRestor
 				}
 				restores[i] = append(restores[i], ms)
 			}
-			ms, err := box.pooledOnce(ctx, dir, a.env.RestoreFlags)
+			ms, err := box.pooledOnce(ctx, dir, a.sb.RestoreFlags)
 			if err != nil {
 				return restoreLine{}, nil, fmt.Errorf("pooled line: %s, run %d of %d: %w", dir, round+1, a.o.RestoreRuns, err)
 			}

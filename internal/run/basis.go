@@ -6,6 +6,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -44,21 +46,22 @@ type Basis struct {
 	Key store.KeyInputs
 }
 
-// KeyOf is the key of a set with imports, and its parts (store.KeyInputs).
+// KeyOf returns the key of a set with imports, and its parts (store.KeyInputs).
 func (b *Basis) KeyOf(imports []string) (string, map[string]string) {
 	in := b.Key
 	in.Imports = slices.Clone(imports)
 	return in.Key(), in.Parts()
 }
 
-// restoreShape is the restore spec of sandboxes on rootfs running process (the image's
+// restoreShape returns the restore spec of sandboxes on rootfs running process (the image's
 // environment, cwd and user), with its fingerprint under flags: what the manifest records,
-// the key covers and a run over an output checks.
-func restoreShape(rootfs string, process sandbox.Process, flags sandbox.Flags) (*specs.Spec, string, error) {
+// the key covers and a run over an output checks. t counts the fingerprints computed.
+func restoreShape(rootfs string, process sandbox.Process, flags sandbox.Flags, t *tally) (*specs.Spec, string, error) {
 	spec, err := sandbox.Spec(sandbox.SpecOptions{Mode: sandbox.ModeSandbox, Rootfs: rootfs, HostDir: RestoreSpecHostDir, Process: process})
 	if err != nil {
 		return nil, "", err
 	}
+	t.fingerprinted()
 	fingerprint, err := sandbox.Fingerprint(spec, flags)
 	if err != nil {
 		return nil, "", err
@@ -66,9 +69,9 @@ func restoreShape(rootfs string, process sandbox.Process, flags sandbox.Flags) (
 	return spec, fingerprint, nil
 }
 
-// Basis computes the basis of a capture on e's rootfs (PrepareRootfs first): it asks runsc
-// for this host's CPU features.
-func (e *Env) Basis(ctx context.Context) (*Basis, error) {
+// basis returns the basis of a capture on the sandboxes sb: it asks runsc for this host's CPU
+// features. A capture computes it once and passes it to every stage.
+func (e *Env) basis(ctx context.Context, sb *Sandboxes) (*Basis, error) {
 	need, err := cpuNeeds(ctx, e.Runtime.Path, e.Config, e.controls)
 	if err != nil {
 		return nil, err
@@ -79,22 +82,23 @@ func (e *Env) Basis(ctx context.Context) (*Basis, error) {
 			return nil, err
 		}
 	}
-	return newBasis(e, need, faulting)
+	return newBasis(e, sb, need, faulting)
 }
 
-// newBasis is the basis of a capture with e's runsc flags, restore flags, rootfs, runsc
-// binary and config, on a host whose CPU the checkpoints need as need says.
-func newBasis(e *Env, need manifest.CPU, cpuidFaulting bool) (*Basis, error) {
-	spec, fingerprint, err := restoreShape(e.Rootfs.Path, e.RootfsInfo.SandboxProcess(), e.Runtime.Flags)
+// newBasis returns the basis of a capture on the sandboxes sb (runsc flags, restore flags,
+// rootfs) with e's runsc binary and config, on a host whose CPU the checkpoints need as need
+// says.
+func newBasis(e *Env, sb *Sandboxes, need manifest.CPU, cpuidFaulting bool) (*Basis, error) {
+	spec, fingerprint, err := sb.shape()
 	if err != nil {
 		return nil, err
 	}
 	b := &Basis{
-		Flags: e.Runtime.Flags, RestoreFlags: slices.Clone(e.RestoreFlags), Rootfs: e.Rootfs, Image: e.Image,
+		Flags: sb.Runtime.Flags, RestoreFlags: slices.Clone(sb.RestoreFlags), Rootfs: sb.Rootfs.Rootfs, Image: sb.Rootfs.Image,
 		RestoreSpec: spec, Fingerprint: fingerprint, CPU: need, CPUIDFaulting: cpuidFaulting,
 		PythonPath: sandbox.PythonPath,
 	}
-	if info := e.RootfsInfo; info != nil {
+	if info := sb.Rootfs.Info; info != nil {
 		if !info.SandboxProcess().IsZero() {
 			b.Process = info.Process
 		}
@@ -104,7 +108,7 @@ func newBasis(e *Env, need manifest.CPU, cpuidFaulting bool) (*Basis, error) {
 	}
 	b.Key = store.KeyInputs{
 		Schema:            store.KeySchema,
-		RunscSHA256:       e.RunscSHA256,
+		RunscSHA256:       e.Runsc.SHA256,
 		RunscFlags:        b.Flags.Args(),
 		CheckpointOptions: e.Config.Runsc.CheckpointOptions,
 		SpecFingerprint:   fingerprint,
@@ -117,7 +121,7 @@ func newBasis(e *Env, need manifest.CPU, cpuidFaulting bool) (*Basis, error) {
 	return b, nil
 }
 
-// cpuNeeds is what the checkpoints of a run will need of a host's CPU: this host's features
+// cpuNeeds returns what the checkpoints of a run will need of a host's CPU: this host's features
 // (asked of the runsc at runscPath), or the config's baseline, which must be part of them, and
 // this host's cache line, which every host type of the baseline's file that names one must
 // share; controls are the baseline's library controls.
@@ -141,4 +145,31 @@ func cpuNeeds(ctx context.Context, runscPath string, cfg *config.Config, control
 	}
 	need.Features, need.Baseline, need.Controls = b.Features, b.Features, controls
 	return need, nil
+}
+
+// tally counts what a capture makes that it should make once: the writes of each meta.json
+// file and the spec fingerprints computed. A unit test injects one (Env.tally); nil counts
+// nothing.
+type tally struct {
+	fingerprints atomic.Int64
+	mu           sync.Mutex
+	metaWrites   map[string]int // by path
+}
+
+func (t *tally) wroteMeta(path string) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.metaWrites == nil {
+		t.metaWrites = map[string]int{}
+	}
+	t.metaWrites[path]++
+}
+
+func (t *tally) fingerprinted() {
+	if t != nil {
+		t.fingerprints.Add(1)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -11,11 +12,14 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
 
+	"readie.dev/pipeline/internal/analysis"
+	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/outcatalogue"
+	"readie.dev/pipeline/internal/outdir"
+	"readie.dev/pipeline/internal/scratch"
 	"readie.dev/pipeline/pkg/catalogue"
 	"readie.dev/pipeline/pkg/executorproto"
-	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
-	"readie.dev/pipeline/pkg/measure"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
@@ -54,14 +58,16 @@ type Result struct {
 // set passed. A failed set does not stop the others; the run then fails naming them, leaves
 // out as it was, and keeps the staging directory for inspection (or removes it).
 //
-// The stages, in the order data flows: the config's rootfs (PrepareRootfs), the Basis every
-// set shares, the Plan (NewPlan), the carry-out through a Driver on runsc (carrier), the
-// output's files (writeOutputFiles) and the swap (intoOutput).
+// The stages, in the order data flows, each value made once and passed on: the config's
+// rootfs (ResolveRootfs) and the Sandboxes on it, the Basis every set shares, the Plan
+// (NewPlan), the carry-out through a Driver on runsc (carrier), the output's files
+// (writeOutputFiles) and the swap (intoOutput).
 func (e *Env) Capture(ctx context.Context, out string, o CaptureOptions) (*Result, error) {
-	if err := CheckOutput(out); err != nil {
+	if err := outdir.Check(out); err != nil {
 		return nil, err
 	}
-	if err := e.PrepareRootfs(ctx); err != nil {
+	r, err := e.ResolveRootfs(ctx)
+	if err != nil {
 		return nil, err
 	}
 	lock, err := e.sweep.lockAndSweep(ctx, out)
@@ -70,68 +76,96 @@ func (e *Env) Capture(ctx context.Context, out string, o CaptureOptions) (*Resul
 	}
 	defer lock.Unlock()
 	start := time.Now()
-	plan, err := e.Plan(ctx, out, o)
+	sb := e.Sandboxes(r)
+	b, err := e.basis(ctx, sb)
 	if err != nil {
 		return nil, err
 	}
+	plan := NewPlan(b, e.Store, out, o, e.Config.RestoreRuns)
 	e.Log.WithField("took", time.Since(start).Round(time.Millisecond)).Debug("plan: done")
 	for _, d := range plan.Dropped {
 		e.Log.WithFields(logrus.Fields{"set": d.ID, "reason": d.Reason}).Warn("dropped from the output")
 	}
 	plan.Log(e.Log)
-	runsc, err := runscRecord(ctx, e.Runtime, e.RunscSHA256)
+	runsc, err := e.runscRecord()
 	if err != nil {
 		return nil, err
 	}
-	work, cleanup, err := scratchDir(e.lease)
+	work, cleanup, err := scratch.Dir(e.lease)
 	if err != nil {
 		return nil, err
 	}
 	defer cleanup()
-	return carryOutPlan(ctx, e, plan, runsc, runscDriver{env: e, work: work, runscVersion: runsc.Version}, work, o)
+	cached := e.cachedAnalysis(ctx, sb, out, o.Selection)
+	d := runscDriver{sandboxes: sb, work: work, runscVersion: runsc.Version, fingerprint: b.Fingerprint}
+	return carryOutPlan(ctx, e, plan, b, runsc, d, work, o, cached)
 }
 
-// carryOutPlan is the stages after the plan: it carries out plan through d (reuse or capture,
-// measure and smoke), writes the output and swaps it in, with e's config, store and log and
-// the runsc binary r; work is the scratch directory d's sandboxes use. Capture passes the
-// runsc driver, a unit test a substitute.
-func carryOutPlan(ctx context.Context, e *Env, plan *Plan, r manifest.Runsc, d Driver, work string, o CaptureOptions) (*Result, error) {
-	m := newManifest(plan.basis, r, e.Config.Runsc.CheckpointOptions)
+// cachedAnalysis returns the analysis cache's figures of the selected sets' imports on sb
+// (Env.Analyses), for catalogue.json when the output holds no analysis.json; nil when there
+// is none. It measures nothing.
+func (e *Env) cachedAnalysis(ctx context.Context, sb *Sandboxes, out string, sel *config.Selection) *analysis.File {
+	if e.Analyses == nil {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(out, analysis.FileName)); err == nil {
+		return nil // the capture takes the output's own
+	}
+	var names []string
+	for _, s := range sel.Sets {
+		for _, m := range s.Imports {
+			if !slices.Contains(names, m) {
+				names = append(names, m)
+			}
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	return e.Analyses(ctx, sb, names)
+}
+
+// carryOutPlan is the stages after the plan: it carries out plan on basis b through d (reuse
+// or capture, measure and smoke), writes the output and swaps it in, with e's config, store
+// and log and the runsc binary r; work is the scratch directory d's sandboxes use; cached is
+// the analysis cache's figures for the catalogue (nil: none). Capture passes the runsc
+// driver, a unit test a substitute.
+func carryOutPlan(ctx context.Context, e *Env, plan *Plan, b *Basis, r manifest.Runsc, d Driver, work string, o CaptureOptions, cached *analysis.File) (*Result, error) {
+	m := newManifest(b, r, e.Config.Runsc.CheckpointOptions)
 	c := &carrier{
-		plan: plan, driver: d, store: e.Store, work: work, jobs: e.Config.Jobs, restoreRuns: e.Config.RestoreRuns,
-		remeasure: o.Remeasure, baseline: e.Config.CPUBaseline, log: e.Log,
+		plan: plan, basis: b, driver: d, store: e.Store, work: work, jobs: e.Config.Jobs, restoreRuns: e.Config.RestoreRuns,
+		remeasure: o.Remeasure, baseline: e.Config.CPUBaseline, log: e.Log, tally: e.tally,
 	}
-	return intoOutput(ctx, c, m, o, e.CleanFailed)
+	return intoOutput(ctx, c, m, o, cached, e.CleanFailed)
 }
 
-// runscRecord is what the manifest records of rt's runsc binary, whose digest is sha256: its
-// version and module.
-func runscRecord(ctx context.Context, rt *launch.Runtime, sha256 string) (manifest.Runsc, error) {
-	version, err := rt.Version(ctx)
+// runscRecord returns what the manifest records of e's runsc binary: the version and digest
+// NewEnv asked once, and the module its build info names.
+func (e *Env) runscRecord() (manifest.Runsc, error) {
+	module, moduleVersion, err := e.Runtime.Module()
 	if err != nil {
 		return manifest.Runsc{}, err
 	}
-	module, moduleVersion, err := rt.Module()
-	if err != nil {
-		return manifest.Runsc{}, err
-	}
-	return manifest.Runsc{Version: version, Module: module + "@" + moduleVersion, SHA256: sha256}, nil
+	r := e.Runsc
+	r.Module = module + "@" + moduleVersion
+	return r, nil
 }
 
 // intoOutput carries out c's plan into a fresh staging directory beside the plan's output,
 // writes the output's files there, and puts it in place of the output when every set passed.
 // When one failed, the output is left as it was and the staging directory kept for inspection
-// (removed with cleanFailed). m is the new manifest, without checkpoints yet.
-func intoOutput(ctx context.Context, c *carrier, m *manifest.Manifest, o CaptureOptions, cleanFailed bool) (*Result, error) {
+// (removed with cleanFailed). m is the new manifest, without checkpoints yet; cached is the
+// analysis cache's figures for catalogue.json (nil: none).
+func intoOutput(ctx context.Context, c *carrier, m *manifest.Manifest, o CaptureOptions, cached *analysis.File, cleanFailed bool) (*Result, error) {
 	var res *Result
-	err := throughStaging(c.plan.Out, !cleanFailed, func(staging string) error {
+	err := outdir.ThroughStaging(c.plan.Out, !cleanFailed, func(staging string) error {
 		c.staging = staging
 		var err error
 		if res, err = c.carryOut(ctx, m); err != nil {
 			return err
 		}
-		in := catalogueInputs(c.plan.Out, m, o, c.log)
-		if res.Catalogue, err = writeOutputFiles(staging, m, c.plan.basis.RestoreSpec, in); err != nil {
+		in := outcatalogue.ForCapture(c.plan.Out, m, cached, o.Predicted, c.log)
+		if res.Catalogue, err = writeOutputFiles(staging, m, c.basis.RestoreSpec, in); err != nil {
 			return err
 		}
 		c.log.WithFields(logrus.Fields{"modules": len(in.Modules), "from": in.From}).Debug("catalogue: written")
@@ -147,38 +181,26 @@ func intoOutput(ctx context.Context, c *carrier, m *manifest.Manifest, o Capture
 // writeOutputFiles completes m once its checkpoints are in (whether the CPU baseline was
 // enforced, the cost model) and writes the output's own files into staging: the restore spec,
 // manifest.json and catalogue.json (from m and in).
-func writeOutputFiles(staging string, m *manifest.Manifest, restoreSpec *specs.Spec, in CatalogueInputs) (*catalogue.Catalogue, error) {
+func writeOutputFiles(staging string, m *manifest.Manifest, restoreSpec *specs.Spec, in outcatalogue.Inputs) (*catalogue.Catalogue, error) {
 	if m.CPU.Baseline != nil {
 		enforced := !slices.ContainsFunc(m.Checkpoints, func(c manifest.Checkpoint) bool {
 			return c.CPUCheck == nil || c.CPUCheck.Verdict != manifest.CPUEnforced
 		})
 		m.CPU.Enforced = &enforced
 	}
-	m.AlphaMsPerMiB, m.InterceptMs = costModel(m.Checkpoints)
-	if err := writeOutputJSON(filepath.Join(staging, manifest.RestoreSpecFileName), restoreSpec); err != nil {
+	m.AlphaMsPerMiB, m.InterceptMs = outcatalogue.CostModel(m.Checkpoints)
+	if err := outdir.WriteJSON(filepath.Join(staging, manifest.RestoreSpecFileName), restoreSpec); err != nil {
 		return nil, fmt.Errorf("write restore spec: %w", err)
 	}
-	if err := writeOutputJSON(filepath.Join(staging, manifest.FileName), m); err != nil {
+	if err := outdir.WriteJSON(filepath.Join(staging, manifest.FileName), m); err != nil {
 		return nil, fmt.Errorf("write manifest: %w", err)
 	}
-	return writeCatalogue(staging, m, in)
-}
-
-// costModel is the manifest's cost model: restore median against image size.
-func costModel(cs []manifest.Checkpoint) (alphaMsPerMiB, interceptMs float64) {
-	var sizes []int64
-	var medians []float64
-	for _, c := range cs {
-		sizes = append(sizes, c.Bytes)
-		medians = append(medians, c.RestoreMS.Median)
-	}
-	fit := measure.CostModel(sizes, medians)
-	return fit.Slope, fit.Intercept
+	return outcatalogue.Write(staging, m, in)
 }
 
 func round1(ms float64) float64 { return float64(int64(ms*10+0.5)) / 10 }
 
-// newManifest is the manifest of a capture on basis b with the runsc binary r and the
+// newManifest returns the manifest of a capture on basis b with the runsc binary r and the
 // checkpoint options options, before its checkpoints are in.
 func newManifest(b *Basis, r manifest.Runsc, options map[string]string) *manifest.Manifest {
 	need := b.CPU

@@ -4,15 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
 
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/cpubaseline"
+	"readie.dev/pipeline/internal/outdir"
 	"readie.dev/pipeline/internal/parallel"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/pkg/manifest"
@@ -23,6 +26,7 @@ import (
 // store, every set into staging. A failed set does not stop the others.
 type carrier struct {
 	plan    *Plan
+	basis   *Basis
 	driver  Driver
 	store   *store.Store
 	staging string
@@ -36,6 +40,11 @@ type carrier struct {
 	remeasure bool
 	baseline  *config.CPUBaseline
 	log       logrus.FieldLogger
+	// unenforceable is the first capture's refusal that holds for every set on this host (the
+	// CPUID instruction shows features beyond the baseline): the sets not yet captured are not.
+	unenforceable atomic.Pointer[string] // the set whose capture showed it
+	// tally counts the meta.json writes (nil: not counted).
+	tally *tally
 }
 
 // setWork is one set's way through the carry-out's phases.
@@ -91,7 +100,7 @@ func (c *carrier) carryOut(ctx context.Context, m *manifest.Manifest) (*Result, 
 	return c.results(ctx, works, m)
 }
 
-// results is how each set ended; the checkpoints of those that passed go into m. It fails
+// results returns how each set ended; the checkpoints of those that passed go into m. It fails
 // naming the failed sets, or with ctx's cause when the run was stopped.
 func (c *carrier) results(ctx context.Context, works []*setWork, m *manifest.Manifest) (*Result, error) {
 	res := &Result{}
@@ -128,7 +137,7 @@ func (c *carrier) fail(w *setWork, err error) {
 	c.log.WithField("set", w.sp.ID).WithError(err).Error("failed")
 }
 
-// prepare is a set's first phase: a capture, or a reused or kept checkpoint taken over.
+// prepare does a set's first phase: a capture, or a reused or kept checkpoint taken over.
 func (c *carrier) prepare(ctx context.Context, w *setWork) error {
 	if w.sp.Action == Capture {
 		return c.capture(ctx, w)
@@ -141,7 +150,7 @@ func (c *carrier) capture(ctx context.Context, w *setWork) error {
 	sp := w.sp
 	log := c.log.WithField("set", sp.ID)
 	w.status = Captured
-	if first := c.plan.unenforceable.Load(); first != nil {
+	if first := c.unenforceable.Load(); first != nil {
 		return fmt.Errorf("%w: %s: not captured: %w (see %s)", ErrSetup, sp.ID, cpubaseline.ErrUnenforceable, *first)
 	}
 	if sp.unreadable != nil {
@@ -232,9 +241,9 @@ func (c *carrier) judgeCPU(w *setWork) error {
 	if c.baseline == nil {
 		return nil
 	}
-	if err := cpubaseline.Judge(w.meta.CPUCheck, c.baseline.Enforced(), cpubaseline.BuildHost{CPUIDFaulting: c.plan.basis.CPUIDFaulting}); err != nil {
+	if err := cpubaseline.Judge(w.meta.CPUCheck, c.baseline.Enforced(), cpubaseline.BuildHost{CPUIDFaulting: c.basis.CPUIDFaulting}); err != nil {
 		if errors.Is(err, cpubaseline.ErrUnenforceable) {
-			c.plan.unenforceable.CompareAndSwap(nil, &w.sp.ID)
+			c.unenforceable.CompareAndSwap(nil, &w.sp.ID)
 		}
 		return fmt.Errorf("%w: %s: %w", ErrSetup, w.sp.ID, err)
 	}
@@ -267,16 +276,18 @@ func (c *carrier) measure(ctx context.Context, w *setWork) {
 		return
 	}
 	w.c.RestoreMS = stats
-	w.c.MeasuredWith = &manifest.Measured{Runs: c.restoreRuns, RestoreFlags: append([]string{}, c.plan.basis.RestoreFlags...)}
+	w.c.MeasuredWith = &manifest.Measured{Runs: c.restoreRuns, RestoreFlags: append([]string{}, c.basis.RestoreFlags...)}
 	c.log.WithFields(logrus.Fields{"set": w.sp.ID, "median_ms": round1(stats.Median), "p90_ms": round1(stats.P90), "runs": c.restoreRuns, "took": time.Since(start).Round(time.Millisecond)}).Info("measure: done")
 }
 
-// finish is a set's last phase: a new checkpoint goes into the store (with its timings) and
-// from there into staging; every set gets its meta.json and its use recorded.
+// finish does a set's last phase: a new checkpoint goes into the store (its timings in its
+// meta.json, which Commit writes: the capture did not) and from there into staging; every set
+// gets the output's meta.json and its use recorded. No meta.json is written twice.
 func (c *carrier) finish(w *setWork) error {
 	dir := filepath.Join(c.staging, w.sp.ID)
 	if w.pending != nil {
 		w.meta.KeyParts, w.meta.RestoreMS, w.meta.MeasuredWith = w.sp.KeyParts, &w.c.RestoreMS, w.c.MeasuredWith
+		c.tally.wroteMeta(filepath.Join(w.pending.Dir, manifest.MetaFileName)) // by Commit
 		stored, err := w.pending.Commit(w.meta)
 		if err != nil {
 			return fmt.Errorf("%s: put the checkpoint into the store: %w", w.sp.ID, err)
@@ -290,6 +301,7 @@ func (c *carrier) finish(w *setWork) error {
 			return err
 		}
 	}
+	c.tally.wroteMeta(filepath.Join(dir, manifest.MetaFileName))
 	if err := writeMeta(dir, w.sp, w.meta); err != nil {
 		return err
 	}
@@ -307,5 +319,41 @@ func writeMeta(dir string, sp SetPlan, stored *manifest.Meta) error {
 	meta.ID, meta.Imports = sp.ID, slices.Clone(sp.Imports)
 	meta.Key, meta.KeyParts = sp.Key, sp.KeyParts
 	meta.RestoreMS, meta.MeasuredWith = nil, nil
-	return writeOutputJSON(filepath.Join(dir, manifest.MetaFileName), &meta)
+	return outdir.WriteJSON(filepath.Join(dir, manifest.MetaFileName), &meta)
+}
+
+// keepFailedSet puts what a failed set left into staging/ID, where the failed run's message
+// points: the logs of its sandboxes (stdout, stderr and runsc's own words, from the scratch
+// directory that the run removes) under logs/, and the image files of a capture that failed
+// (taken out of its pending store entry) under capture/.
+func keepFailedSet(w *setWork, staging, work string) error {
+	dir := filepath.Join(staging, w.sp.ID)
+	var errs []error
+	for _, step := range []string{"capture", "smoke", "measure"} {
+		bundles, _ := filepath.Glob(filepath.Join(work, fmt.Sprintf("readie-%s-%s-*", w.sp.ID, step)))
+		for _, bundle := range bundles {
+			for _, name := range []string{"stdout.log", "stderr.log", "restore-stderr.log"} {
+				data, err := os.ReadFile(filepath.Join(bundle, name))
+				if errors.Is(err, os.ErrNotExist) {
+					continue
+				}
+				if err == nil {
+					err = os.MkdirAll(filepath.Join(dir, "logs"), 0o700)
+				}
+				if err == nil {
+					err = os.WriteFile(filepath.Join(dir, "logs", filepath.Base(bundle)+"-"+name), data, 0o600)
+				}
+				errs = append(errs, err)
+			}
+		}
+	}
+	if w.pending != nil {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		if err := os.Rename(w.pending.Dir, filepath.Join(dir, "capture")); err != nil {
+			errs = append(errs, fmt.Errorf("keep the capture's files (%s): %w", w.pending.Dir, err))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -8,6 +8,9 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"readie.dev/pipeline/internal/outcatalogue"
+	"readie.dev/pipeline/internal/outdir"
+	"readie.dev/pipeline/internal/scratch"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/sandbox"
@@ -16,15 +19,16 @@ import (
 // VerifiedOutput is an output directory that a capture made, locked and verified, for a run
 // over it (measure, smoke, bench): WithVerifiedOutput makes it.
 type VerifiedOutput struct {
-	// Env restores exactly as the manifest records: its runsc flags, restore flags and rootfs.
-	Env      *Env
-	Out      string
-	Manifest *manifest.Manifest
-	Picked   []*manifest.Checkpoint // the checkpoints selected by --only (all when empty)
-	Work     string                 // scratch directory for bundles and sockets
+	// Sandboxes restore exactly as the manifest records: its runsc flags, restore flags,
+	// rootfs and CPU controls.
+	Sandboxes *Sandboxes
+	Out       string
+	Manifest  *manifest.Manifest
+	Picked    []*manifest.Checkpoint // the checkpoints selected by --only (all when empty)
+	Work      string                 // scratch directory for bundles and sockets
 }
 
-// Dir is the checkpoint directory of c.
+// Dir returns the checkpoint directory of c.
 func (x *VerifiedOutput) Dir(c *manifest.Checkpoint) string { return filepath.Join(x.Out, c.Dir) }
 
 // WithVerifiedOutput takes out's lock, cleans up after runs that died, loads the manifest,
@@ -44,7 +48,7 @@ func (e *Env) WithVerifiedOutput(ctx context.Context, out string, only []string,
 	if err := m.CheckProtocol(executorproto.Version); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
 	}
-	env, err := manifestEnv(e, m)
+	sb, err := manifestSandboxes(e, m)
 	if err != nil {
 		return nil, err
 	}
@@ -53,7 +57,7 @@ func (e *Env) WithVerifiedOutput(ctx context.Context, out string, only []string,
 	if _, err := manifest.Verify(out, executorproto.Version); err != nil {
 		return nil, fmt.Errorf("%s does not verify, so it is neither restored nor changed: %w", out, err)
 	}
-	x := &VerifiedOutput{Env: env, Out: out, Manifest: m}
+	x := &VerifiedOutput{Sandboxes: sb, Out: out, Manifest: m}
 	for i := range m.Checkpoints {
 		if len(only) == 0 || slices.Contains(only, m.Checkpoints[i].ID) {
 			x.Picked = append(x.Picked, &m.Checkpoints[i])
@@ -62,7 +66,7 @@ func (e *Env) WithVerifiedOutput(ctx context.Context, out string, only []string,
 	if len(x.Picked) == 0 {
 		return nil, fmt.Errorf("%w: no checkpoint of %s matches %v", ErrSetup, out, only)
 	}
-	work, cleanup, err := scratchDir(e.lease)
+	work, cleanup, err := scratch.Dir(e.lease)
 	if err != nil {
 		return nil, err
 	}
@@ -76,12 +80,12 @@ func mismatch(field, onHand, recorded string) error {
 	return fmt.Errorf("%w: %s differs: %s on hand, %s in the manifest (capture again, or use the runsc and rootfs the output was made with)", ErrSetup, field, onHand, recorded)
 }
 
-// manifestEnv is a copy of e that restores the way m's checkpoints were made: m's runsc and
-// restore flags, m's rootfs and m's CPU controls. It refuses a runsc binary, a rootfs or a
-// spec shape that differs from what m records.
-func manifestEnv(e *Env, m *manifest.Manifest) (*Env, error) {
-	if e.RunscSHA256 != m.Runsc.SHA256 {
-		return nil, mismatch("runsc.sha256 ("+e.Runtime.Path+")", e.RunscSHA256, m.Runsc.SHA256)
+// manifestSandboxes returns the sandboxes that restore the way m's checkpoints were made:
+// m's runsc and restore flags, m's rootfs and m's CPU controls, with e's runsc binary. It
+// refuses a runsc binary, a rootfs or a spec shape that differs from what m records.
+func manifestSandboxes(e *Env, m *manifest.Manifest) (*Sandboxes, error) {
+	if e.Runsc.SHA256 != m.Runsc.SHA256 {
+		return nil, mismatch("runsc.sha256 ("+e.Runtime.Path+")", e.Runsc.SHA256, m.Runsc.SHA256)
 	}
 	flags, err := m.Flags()
 	if err != nil {
@@ -90,46 +94,44 @@ func manifestEnv(e *Env, m *manifest.Manifest) (*Env, error) {
 	if err := sandbox.CheckRestoreFlags(m.RestoreFlags); err != nil {
 		return nil, fmt.Errorf("%w: manifest restore_flags: %w", ErrSetup, err)
 	}
-	rootfs, info, err := OpenRootfs(m.Rootfs.Path)
+	r, err := OpenRootfs(m.Rootfs.Path)
 	if err != nil {
 		return nil, err
 	}
-	if rootfs.Digest != m.Rootfs.Digest {
-		return nil, mismatch("rootfs.digest ("+m.Rootfs.Path+")", rootfs.Digest, m.Rootfs.Digest)
+	if r.Digest != m.Rootfs.Digest {
+		return nil, mismatch("rootfs.digest ("+m.Rootfs.Path+")", r.Digest, m.Rootfs.Digest)
 	}
-	rt := *e.Runtime
-	rt.Flags = flags
-	x := *e
-	x.Runtime = &rt
-	x.Rootfs, x.RootfsInfo = rootfs, info
-	x.RestoreFlags = slices.Clone(m.RestoreFlags)
-	x.controls = nil
+	var controls map[string]string
 	if m.CPU != nil {
-		x.controls = m.CPU.Controls // restored as a worker is told to: with the capture's controls
+		controls = m.CPU.Controls // restored as a worker is told to: with the capture's controls
 	}
+	passEnv := e.passEnv
 	if !e.PassEnvToOutputs {
-		x.passEnv = nil
+		passEnv = nil
 		if len(e.passEnv) > 0 {
 			e.Log.Info("pass_env: not passed into the sandboxes of an existing output (--pass-env passes them)")
 		}
 	}
-	x.extraEnv = extraEnvOf(x.passEnv, x.controls)
-	_, fingerprint, err := restoreShape(rootfs.Path, info.SandboxProcess(), flags)
+	_, fingerprint, err := restoreShape(r.Path, r.Info.SandboxProcess(), flags, e.tally)
 	if err != nil {
 		return nil, err
 	}
 	if fingerprint != m.SpecFingerprint {
 		return nil, mismatch("spec_fingerprint", fingerprint, m.SpecFingerprint)
 	}
-	return &x, nil
+	rt := runtimeWithFlags(e.Runtime, flags)
+	return &Sandboxes{
+		Config: e.Config, Log: e.Log, Runtime: rt, Rootfs: r, RestoreFlags: slices.Clone(m.RestoreFlags),
+		extraEnv: extraEnvOf(passEnv, controls),
+	}, nil
 }
 
 // driver is the Driver that restores x's checkpoints as its manifest records.
 func (x *VerifiedOutput) driver() Driver {
-	return runscDriver{env: x.Env, work: x.Work, runscVersion: x.Manifest.Runsc.Version}
+	return runscDriver{sandboxes: x.Sandboxes, work: x.Work, runscVersion: x.Manifest.Runsc.Version, fingerprint: x.Manifest.SpecFingerprint}
 }
 
-// Measure re-times the restores of checkpoints already in out and rewrites the manifest.
+// Measure times again the restores of checkpoints already in out and rewrites the manifest.
 func (e *Env) Measure(ctx context.Context, out string, only []string) (*manifest.Manifest, error) {
 	return e.WithVerifiedOutput(ctx, out, only, func(x *VerifiedOutput) error {
 		return remeasure(ctx, x.driver(), x, e.Config.RestoreRuns, e.Log)
@@ -146,13 +148,13 @@ func remeasure(ctx context.Context, d Driver, x *VerifiedOutput, runs int, log l
 		}
 		log.WithFields(logrus.Fields{"set": c.ID, "median_ms": round1(stats.Median), "p90_ms": round1(stats.P90)}).Info("measure: done")
 		c.RestoreMS = stats
-		c.MeasuredWith = &manifest.Measured{Runs: runs, RestoreFlags: append([]string{}, x.Env.RestoreFlags...)}
+		c.MeasuredWith = &manifest.Measured{Runs: runs, RestoreFlags: append([]string{}, x.Sandboxes.RestoreFlags...)}
 	}
-	x.Manifest.AlphaMsPerMiB, x.Manifest.InterceptMs = costModel(x.Manifest.Checkpoints)
-	if err := writeOutputJSON(filepath.Join(x.Out, manifest.FileName), x.Manifest); err != nil {
+	x.Manifest.AlphaMsPerMiB, x.Manifest.InterceptMs = outcatalogue.CostModel(x.Manifest.Checkpoints)
+	if err := outdir.WriteJSON(filepath.Join(x.Out, manifest.FileName), x.Manifest); err != nil {
 		return err
 	}
-	return rebuildCatalogue(x.Out, x.Manifest)
+	return outcatalogue.Rebuild(x.Out, x.Manifest)
 }
 
 // Smoke smoke-tests checkpoints already in out and rewrites the manifest.
@@ -167,6 +169,6 @@ func (e *Env) Smoke(ctx context.Context, out string, only []string) (*manifest.M
 			e.Log.WithFields(logrus.Fields{"set": c.ID, "ready_ms": round1(smoke.ReadyMS)}).Info("smoke: ok")
 			c.Smoke = smoke
 		}
-		return writeOutputJSON(filepath.Join(x.Out, manifest.FileName), x.Manifest)
+		return outdir.WriteJSON(filepath.Join(x.Out, manifest.FileName), x.Manifest)
 	})
 }

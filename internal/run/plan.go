@@ -7,11 +7,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 
 	"github.com/sirupsen/logrus"
 
-	"readie.dev/pipeline/internal/analysis"
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/pkg/executorproto"
@@ -69,18 +67,13 @@ type Dropped struct {
 }
 
 // Plan is what a capture will do, decided before any work: `pipeline plan` prints it and
-// `pipeline capture` carries it out, so the two always agree.
+// `pipeline capture` carries it out, so the two always agree. It is data only, not changed
+// once made: the carry-out's state is the carrier's.
 type Plan struct {
 	Out     string          `json:"output"`
 	Rootfs  manifest.Rootfs `json:"rootfs"`
 	Sets    []SetPlan       `json:"sets"`
 	Dropped []Dropped       `json:"dropped"`
-
-	old   *manifest.Manifest // the existing output's manifest, if it has a usable one
-	basis *Basis
-	// unenforceable is the first capture's refusal that holds for every set on this host (the
-	// CPUID instruction shows features beyond the baseline): the sets not yet captured are not.
-	unenforceable atomic.Pointer[string] // the set whose capture showed it
 }
 
 // CaptureOptions are the choices of a capture beyond the config.
@@ -90,15 +83,12 @@ type CaptureOptions struct {
 	Recapture bool
 	// Remeasure times the restores of reused checkpoints again.
 	Remeasure bool
-	// Analysis gives catalogue.json its module figures when the output holds no analysis.json
-	// of this image (the caller found one in the analysis cache); nil: none.
-	Analysis *analysis.File
 	// Predicted is the planned image size of each set by id (capture --plan), compared with
 	// the real one in catalogue.json.
 	Predicted map[string]float64
 }
 
-// loadOld reads the existing output's manifest; an output without one, or with one this
+// loadOld returns the existing output's manifest; an output without one, or with one this
 // pipeline cannot use, gives nil (its sets are then all captured or dropped).
 func loadOld(out string) *manifest.Manifest {
 	m, err := manifest.Load(filepath.Join(out, manifest.FileName))
@@ -108,10 +98,14 @@ func loadOld(out string) *manifest.Manifest {
 	return m
 }
 
-// Plan decides what a capture into out does with each set; it changes nothing on disk. The
-// rootfs must be open (PrepareRootfs) in e.
+// Plan decides what a capture into out does with each set, on the config's rootfs (resolved
+// here); it changes nothing on disk but the rootfs cache.
 func (e *Env) Plan(ctx context.Context, out string, o CaptureOptions) (*Plan, error) {
-	b, err := e.Basis(ctx)
+	r, err := e.ResolveRootfs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	b, err := e.basis(ctx, e.Sandboxes(r))
 	if err != nil {
 		return nil, err
 	}
@@ -134,11 +128,12 @@ type planner struct {
 // reuse) and changes nothing on disk. restoreRuns is config restore_runs, against which the
 // timings a reuse takes over are judged.
 func NewPlan(b *Basis, st *store.Store, out string, o CaptureOptions, restoreRuns int) *Plan {
-	p := &Plan{Out: out, Rootfs: b.Rootfs, Sets: []SetPlan{}, Dropped: []Dropped{}, old: loadOld(out), basis: b}
+	p := &Plan{Out: out, Rootfs: b.Rootfs, Sets: []SetPlan{}, Dropped: []Dropped{}}
+	old := loadOld(out)
 	pl := &planner{basis: b, store: st, out: out, o: o, restoreRuns: restoreRuns, old: map[string]*manifest.Checkpoint{}}
-	if p.old != nil {
-		for i := range p.old.Checkpoints {
-			pl.old[p.old.Checkpoints[i].ID] = &p.old.Checkpoints[i]
+	if old != nil {
+		for i := range old.Checkpoints {
+			pl.old[old.Checkpoints[i].ID] = &old.Checkpoints[i]
 		}
 	}
 	inPlan := map[string]bool{}
@@ -149,9 +144,9 @@ func NewPlan(b *Basis, st *store.Store, out string, o CaptureOptions, restoreRun
 		inPlan[set.ID] = true
 		pl.add(p, set)
 	}
-	if p.old != nil {
-		for i := range p.old.Checkpoints {
-			prev := &p.old.Checkpoints[i]
+	if old != nil {
+		for i := range old.Checkpoints {
+			prev := &old.Checkpoints[i]
 			switch {
 			case inPlan[prev.ID]:
 			case o.Selection.Picked == nil:
@@ -239,8 +234,9 @@ func (pl *planner) decide(sp *SetPlan, prev *manifest.Checkpoint) {
 	}
 }
 
-// timingsNote says when the timings sp takes over (from the output or the store) were measured
-// under other settings than this run's; "" when they were not, or when sp measures anew.
+// timingsNote returns a note when the timings sp takes over (from the output or the store)
+// were measured under other settings than this run's; "" when they were not, or when sp
+// measures anew.
 func (pl *planner) timingsNote(sp SetPlan) string {
 	var stats *manifest.Stats
 	var with *manifest.Measured
@@ -275,7 +271,7 @@ func joinReason(a, b string) string {
 	return a + "; " + b
 }
 
-// changedReason names the parts of the key that changed since prev was captured.
+// changedReason returns the parts of the key that changed since prev was captured.
 func changedReason(prev *manifest.Checkpoint, parts map[string]string) string {
 	if len(prev.KeyParts) == 0 {
 		return "its key changed (the output predates key parts)"

@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 
-	"readie.dev/pipeline/internal/lease"
+	"readie.dev/pipeline/internal/scratch"
 )
 
-// Scratch is what a command that starts sandboxes outside a capture needs (analyze, the corpus
-// bench): runs that are over are swept from the shared directories first (their sandboxes,
+// Scratch makes the scratch directory of a command that starts sandboxes outside a capture
+// (analyze, the corpus bench): runs that are over are swept from the shared directories first (their sandboxes,
 // scratch directories and pending store entries), then a scratch directory named after this
 // run's lease is made. cleanup removes it; call it after every sandbox is deleted.
 func (e *Env) Scratch(ctx context.Context) (work string, cleanup func(), err error) {
@@ -20,48 +19,5 @@ func (e *Env) Scratch(ctx context.Context) (work string, cleanup func(), err err
 	if err := e.sweep.shared(ctx); err != nil {
 		return "", nil, err
 	}
-	return scratchDir(e.lease)
-}
-
-// SpecFingerprint is the fingerprint of the spec every sandbox of this environment shares
-// (the restore spec's, as the manifest records it): what a measurement of the image depends
-// on besides the rootfs and runsc.
-func (e *Env) SpecFingerprint() (string, error) {
-	_, fingerprint, err := restoreShape(e.Rootfs.Path, e.RootfsInfo.SandboxProcess(), e.Runtime.Flags)
-	return fingerprint, err
-}
-
-// WriteInOutput writes one file of the output directory out (analysis.json, plan.json) with
-// write, under the output's lock so that no capture replaces out meanwhile; out is made when
-// missing. A capture carries these files over into the output it makes (carriedOver).
-func WriteInOutput(out, name string, write func(path string) error) error {
-	lock, err := lockForWriting(out)
-	if err != nil {
-		return err
-	}
-	defer lock.Unlock()
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return err
-	}
-	return write(filepath.Join(out, name))
-}
-
-// scratchPrefix names the runs' scratch directories: readie-scratch-RUN-RAND, after the run's
-// lease. Pipelines from before leases named theirs rd-PID-RAND; those are never touched here
-// (a pid cannot tell whose they are), and theirs never matched this name.
-const scratchPrefix = "readie-scratch-"
-
-// scratchDir is a short scratch directory for bundles and sockets (108-byte socket paths),
-// named after the lease l (a run's, or a push's) so that a later run can remove it if this one
-// is killed.
-func scratchDir(l *lease.Lease) (string, func(), error) {
-	tmp := os.TempDir()
-	if err := l.Hold(tmp); err != nil {
-		return "", nil, err
-	}
-	dir, err := os.MkdirTemp(tmp, scratchPrefix+l.ID()+"-")
-	if err != nil {
-		return "", nil, err
-	}
-	return dir, func() { os.RemoveAll(dir) }, nil
+	return scratch.Dir(e.lease)
 }

@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/outdir"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/internal/testenv"
-	"readie.dev/pipeline/pkg/atomicfile"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/filedigest"
 	"readie.dev/pipeline/pkg/launch"
@@ -29,8 +29,9 @@ import (
 // captured, reused or kept, what the store and the output hold afterwards, and how a failed
 // set leaves the output. The same stages run on the real runsc in cmd/pipeline's tests.
 
-// fakeDriver stands in for runsc: a capture writes image files whose bytes depend on the set,
-// and meta.json, as capture.Run does; restores and smoke tests only check the files are there.
+// fakeDriver stands in for runsc: a capture writes image files whose bytes depend on the set
+// and returns their meta.json contents, unwritten, stamped with the run's fingerprint, as
+// capture.Take does; restores and smoke tests only check the files are there.
 type fakeDriver struct {
 	fingerprint string
 	failCapture map[string]bool // sets whose capture fails, after writing part of an image
@@ -81,7 +82,7 @@ func (d *fakeDriver) Capture(ctx context.Context, set config.PackageSet, dir str
 		}
 		meta.Files[name] = manifest.File{Bytes: size, SHA256: sum}
 	}
-	return meta, atomicfile.WriteJSON(filepath.Join(dir, manifest.MetaFileName), meta)
+	return meta, nil
 }
 
 // fakeImageHeader is the header gVisor starts checkpoint.img with (manifest.ImageHeader), as a
@@ -121,27 +122,35 @@ func (d *fakeDriver) Smoke(ctx context.Context, setID, dir string, imports []str
 	return manifest.Smoke{OK: true, ReadyMS: 5}, nil
 }
 
+// stagesFixture is an Env and the rootfs its captures run on: a test may change the rootfs
+// between captures.
+type stagesFixture struct {
+	*Env
+	Rootfs *Rootfs
+}
+
 // stagesEnv is an Env of the default config's sets (empty, numpy, pandas) with no runsc: a
-// store in a fresh cache, 3 timed restores, 2 jobs.
-func stagesEnv(t *testing.T) *Env {
+// store in a fresh cache, 3 timed restores, 2 jobs; its tally counts. Its rootfs is a
+// directory nothing runs in.
+func stagesEnv(t *testing.T) *stagesFixture {
 	t.Helper()
 	cache := t.TempDir()
 	cfg, err := config.Parse([]byte("restore_runs: 3\njobs: 2\n"), "test.yaml", t.TempDir(), cache)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := newLease(t)
-	return &Env{
+	l := testenv.NewLease(t)
+	e := &Env{
 		Config: cfg, Runtime: &launch.Runtime{Flags: sandbox.DefaultFlags()},
-		RunscSHA256: filedigest.OfBytes([]byte("runsc")), RestoreFlags: []string{"-direct"}, Log: discardLog(),
-		Rootfs: manifest.Rootfs{Path: t.TempDir(), Digest: filedigest.OfBytes([]byte("rootfs"))},
-		Store:  &store.Store{Dir: cfg.CheckpointCache, Lease: l}, lease: l,
+		Runsc: manifest.Runsc{Version: "fake-runsc", SHA256: filedigest.OfBytes([]byte("runsc"))}, RestoreFlags: []string{"-direct"}, Log: testenv.DiscardLog(),
+		Store: &store.Store{Dir: cfg.CheckpointCache, Lease: l}, lease: l, tally: &tally{},
 	}
+	return &stagesFixture{Env: e, Rootfs: &Rootfs{Rootfs: manifest.Rootfs{Path: t.TempDir(), Digest: filedigest.OfBytes([]byte("rootfs"))}}}
 }
 
 // fakeCapture plans a capture into out with the sets of only and extra (as --only and --set)
 // and carries it out through d, as Env.Capture does after its runsc steps.
-func fakeCapture(t *testing.T, e *Env, d *fakeDriver, out string, only []string, extra []config.PackageSet) (*Plan, *Result, error) {
+func fakeCapture(t *testing.T, e *stagesFixture, d *fakeDriver, out string, only []string, extra []config.PackageSet) (*Plan, *Result, error) {
 	t.Helper()
 	sel, err := e.Config.Select(only, extra)
 	if err != nil {
@@ -152,9 +161,9 @@ func fakeCapture(t *testing.T, e *Env, d *fakeDriver, out string, only []string,
 
 // fakeCaptureWith is fakeCapture with the options o; between, when set, runs between the plan
 // and its carry-out (what other runs do meanwhile).
-func fakeCaptureWith(t *testing.T, e *Env, d *fakeDriver, out string, o CaptureOptions, between func(*Plan)) (*Plan, *Result, error) {
+func fakeCaptureWith(t *testing.T, e *stagesFixture, d *fakeDriver, out string, o CaptureOptions, between func(*Plan)) (*Plan, *Result, error) {
 	t.Helper()
-	b, err := newBasis(e, manifest.CPU{Features: []string{"sse2"}, CacheLine: 64}, false)
+	b, err := newBasis(e.Env, e.Sandboxes(e.Rootfs), manifest.CPU{Features: []string{"sse2"}, CacheLine: 64}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +172,7 @@ func fakeCaptureWith(t *testing.T, e *Env, d *fakeDriver, out string, o CaptureO
 	if between != nil {
 		between(plan)
 	}
-	res, err := carryOutPlan(context.Background(), e, plan, manifest.Runsc{Version: "fake-runsc", SHA256: e.RunscSHA256}, d, t.TempDir(), o)
+	res, err := carryOutPlan(context.Background(), e.Env, plan, b, e.Runsc, d, t.TempDir(), o, nil)
 	return plan, res, err
 }
 
@@ -219,8 +228,8 @@ func TestStagesCaptureThenReuse(t *testing.T) {
 	equal(t, "smoke-tested", smoked, all)
 	m := testenv.Manifest(t, out)
 	equal(t, "checkpoints", checkpointIDs(m), all)
-	if _, err := os.Lstat(filepath.Join(out, stagingMarker)); !os.IsNotExist(err) || CheckOutput(out) != nil {
-		t.Errorf("the output holds the staging marker (%v) or is not an output: %v", err, CheckOutput(out))
+	if _, err := os.Lstat(filepath.Join(out, outdir.StagingMarker)); !os.IsNotExist(err) || outdir.Check(out) != nil {
+		t.Errorf("the output holds the staging marker (%v) or is not an output: %v", err, outdir.Check(out))
 	}
 	if !slices.Equal(m.RunscFlags, sandbox.DefaultFlags().Args()) || !slices.Equal(m.RestoreFlags, []string{"-direct"}) || m.Runsc.Version != "fake-runsc" {
 		t.Errorf("manifest runsc %+v, flags %q, restore flags %q", m.Runsc, m.RunscFlags, m.RestoreFlags)
@@ -350,7 +359,7 @@ func TestStagesFailedSetCarriesOn(t *testing.T) {
 			t.Errorf("store entry of %s: %v %v", sp.ID, stored, err)
 		}
 	}
-	kept, _ := filepath.Glob(out + failedInfix + "*")
+	kept, _ := filepath.Glob(out + ".failed-*")
 	if len(kept) != 1 {
 		t.Fatalf("kept staging directories: %v", kept)
 	}
@@ -508,7 +517,7 @@ func TestStagesOutputThatDoesNotVerifyIsNotSwapped(t *testing.T) {
 	if _, err := manifest.Verify(out, executorproto.Version); err != nil {
 		t.Errorf("the previous output no longer verifies: %v", err)
 	}
-	staging, _ := namesBeside(out, stagingInfix)
+	staging, _ := filepath.Glob(out + ".staging-*")
 	if len(staging) != 0 {
 		t.Errorf("left %v", staging)
 	}
@@ -545,7 +554,7 @@ func TestStagesStaleCorruptVerdict(t *testing.T) {
 		if p.Sets[1].corrupt == nil {
 			t.Fatalf("the plan did not judge the entry corrupt: %+v", p.Sets[1])
 		}
-		other := &store.Store{Dir: e.Store.Dir, Lease: newLease(t)}
+		other := &store.Store{Dir: e.Store.Dir, Lease: testenv.NewLease(t)}
 		_, verdict := other.Lookup(key)
 		if removed, err := other.RemoveCorrupt(verdict); !removed || err != nil {
 			t.Fatalf("the other run: Lookup %v, RemoveCorrupt %v, %v", verdict, removed, err)
@@ -570,5 +579,91 @@ func TestStagesStaleCorruptVerdict(t *testing.T) {
 	}
 	if data, _ := os.ReadFile(filepath.Join(out, "numpy", "pages.img")); !strings.Contains(string(data), "of theirs") {
 		t.Errorf("the output holds %q, want the other run's entry", data)
+	}
+}
+
+// TestStagesValuesMadeOncePerSet: a capture computes the spec fingerprint once for the run
+// (the basis; the driver is given it) and writes no meta.json twice: the capture returns it
+// unwritten, the store's entry gets it once (with the timings) and the output its own once.
+func TestStagesValuesMadeOncePerSet(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		only []string
+	}{
+		{"--only numpy", []string{"numpy"}},
+		{"every set", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := stagesEnv(t)
+			out := filepath.Join(t.TempDir(), "out")
+			_, res, err := fakeCapture(t, e, &fakeDriver{}, out, tc.only, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			captured := 0
+			for id, status := range statuses(res) {
+				if status != Captured {
+					t.Fatalf("%s: %s, want captured", id, status)
+				}
+				captured++
+			}
+			if captured == 0 {
+				t.Fatal("nothing captured")
+			}
+			if n := e.tally.fingerprints.Load(); n != 1 {
+				t.Errorf("%d spec fingerprints computed for %d captured sets, want 1 (the basis's)", n, captured)
+			}
+			e.tally.mu.Lock()
+			defer e.tally.mu.Unlock()
+			for path, n := range e.tally.metaWrites {
+				if n != 1 {
+					t.Errorf("%s written %d times, want once", path, n)
+				}
+			}
+			// Each captured set's meta.json in its store entry and in the output, nothing else.
+			if n := len(e.tally.metaWrites); n != 2*captured {
+				t.Errorf("%d meta.json files written for %d captured sets, want 2 each (store, output): %v", n, captured, e.tally.metaWrites)
+			}
+			if _, err := manifest.Verify(out, executorproto.Version); err != nil {
+				t.Errorf("the output does not verify: %v", err)
+			}
+		})
+	}
+}
+
+// TestSandboxesFingerprintOnce: the sandboxes of a capture compute their restore spec's
+// fingerprint once, for the basis and for the analysis cache's lookup (Offline is the same
+// shape when the config's network is none already); with a network, the offline shape is
+// another spec, with a fingerprint of its own.
+func TestSandboxesFingerprintOnce(t *testing.T) {
+	e := stagesEnv(t)
+	sb := e.Sandboxes(e.Rootfs)
+	if sb.Runtime.Flags.Network != "none" {
+		t.Fatalf("the default flags have network %q, want none", sb.Runtime.Flags.Network)
+	}
+	b, err := newBasis(e.Env, sb, manifest.CPU{Features: []string{"sse2"}, CacheLine: 64}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	offline, err := sb.Offline().SpecFingerprint()
+	if err != nil || offline != b.Fingerprint {
+		t.Fatalf("offline fingerprint %s (%v), want the basis's %s", offline, err, b.Fingerprint)
+	}
+	if n := e.tally.fingerprints.Load(); n != 1 {
+		t.Errorf("%d fingerprints computed, want 1", n)
+	}
+	flags := sb.Runtime.Flags
+	flags.Network = "sandbox"
+	networked := &Sandboxes{Config: e.Config, Runtime: runtimeWithFlags(e.Runtime, flags), Rootfs: e.Rootfs, tally: e.tally}
+	withNetwork, err := networked.SpecFingerprint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	offline, err = networked.Offline().SpecFingerprint()
+	if err != nil || offline == withNetwork || offline != b.Fingerprint {
+		t.Errorf("offline fingerprint %s (%v) of a networked shape %s, want the network-less %s", offline, err, withNetwork, b.Fingerprint)
+	}
+	if n := e.tally.fingerprints.Load(); n != 3 {
+		t.Errorf("%d fingerprints computed, want 3 (one per shape)", n)
 	}
 }

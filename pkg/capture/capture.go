@@ -68,11 +68,29 @@ type Request struct {
 	CPUBaseline  []string
 	Timeout      time.Duration
 	RunscVersion string
+	// SpecFingerprint is the fingerprint of the sandboxes' spec under rt's flags
+	// (sandbox.Fingerprint) when the caller computed it already (the pipeline, once per run);
+	// "": Run computes it from the capture's spec.
+	SpecFingerprint string
 }
 
 // Run captures req and returns the checkpoint's meta.json contents, already written to Dir.
 // The sandbox is deleted on every path: success, failure, timeout and cancellation.
 func Run(ctx context.Context, rt *launch.Runtime, req Request) (*manifest.Meta, error) {
+	meta, err := Take(ctx, rt, req)
+	if err != nil {
+		return nil, err
+	}
+	if err := atomicfile.WriteJSON(filepath.Join(req.Dir, manifest.MetaFileName), meta); err != nil {
+		return nil, req.fail(fmt.Errorf("write meta.json: %w", err))
+	}
+	return meta, nil
+}
+
+// Take captures req as Run does and returns the checkpoint's meta.json contents without
+// writing them: for a caller that completes the meta and writes it once itself (the
+// pipeline's store).
+func Take(ctx context.Context, rt *launch.Runtime, req Request) (*manifest.Meta, error) {
 	sb, fingerprint, err := newSandbox(rt, req)
 	if err != nil {
 		return nil, req.fail(err)
@@ -114,9 +132,6 @@ func Run(ctx context.Context, rt *launch.Runtime, req Request) (*manifest.Meta, 
 	if err != nil {
 		return nil, withTail(req.fail(err))
 	}
-	if err := atomicfile.WriteJSON(filepath.Join(req.Dir, manifest.MetaFileName), meta); err != nil {
-		return nil, req.fail(fmt.Errorf("write meta.json: %w", err))
-	}
 	return meta, nil
 }
 
@@ -127,7 +142,7 @@ func (req Request) fail(cause error) error {
 }
 
 // newSandbox prepares the capture sandbox of req (not started) in a fresh image directory,
-// and the fingerprint of its spec.
+// and the fingerprint of its spec (req's when given).
 func newSandbox(rt *launch.Runtime, req Request) (*launch.Sandbox, string, error) {
 	if err := freshDir(req.Dir); err != nil {
 		return nil, "", err
@@ -151,9 +166,11 @@ func newSandbox(rt *launch.Runtime, req Request) (*launch.Sandbox, string, error
 	if err != nil {
 		return nil, "", err
 	}
-	fingerprint, err := sandbox.Fingerprint(spec, rt.Flags)
-	if err != nil {
-		return nil, "", err
+	fingerprint := req.SpecFingerprint
+	if fingerprint == "" {
+		if fingerprint, err = sandbox.Fingerprint(spec, rt.Flags); err != nil {
+			return nil, "", err
+		}
 	}
 	sb, err := rt.NewSandbox(id, req.WorkDir, hostDir, spec)
 	return sb, fingerprint, err

@@ -1,4 +1,4 @@
-package run
+package exchange
 
 import (
 	"context"
@@ -13,6 +13,9 @@ import (
 	"readie.dev/pipeline/internal/oci/output"
 	"readie.dev/pipeline/internal/oci/ref"
 	"readie.dev/pipeline/internal/oci/unpack"
+	"readie.dev/pipeline/internal/outcatalogue"
+	"readie.dev/pipeline/internal/outdir"
+	"readie.dev/pipeline/internal/scratch"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/manifest"
 )
@@ -26,7 +29,7 @@ func Pull(ctx context.Context, img v1.Image, out string, limits unpack.Limits, l
 		return nil, err
 	}
 	var m *manifest.Manifest
-	err := writeOutput(out, func(staging string) error {
+	err := outdir.Write(out, func(staging string) error {
 		if err := output.Extract(ctx, img, staging, limits, unpack.LogLayers(log, what)); err != nil {
 			return err
 		}
@@ -34,7 +37,7 @@ func Pull(ctx context.Context, img v1.Image, out string, limits unpack.Limits, l
 		if m, err = manifest.Verify(staging, executorproto.Version); err != nil {
 			return err
 		}
-		return pulledCatalogue(staging, m)
+		return outcatalogue.Pulled(staging, m)
 	})
 	return m, err
 }
@@ -48,12 +51,12 @@ func PullAside(ctx context.Context, img v1.Image, limits unpack.Limits, log logr
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, l.Release()) }()
-	scratch, cleanup, err := scratchDir(l)
+	dir, cleanup, err := scratch.Dir(l)
 	if err != nil {
 		return nil, err
 	}
 	defer cleanup() // before the lease goes: nothing named after it may outlive it
-	return Pull(ctx, img, filepath.Join(scratch, "out"), limits, log, what)
+	return Pull(ctx, img, filepath.Join(dir, "out"), limits, log, what)
 }
 
 // Push pushes the output out to r (output.Push) under out's lock taken shared: a capture cannot
@@ -61,7 +64,7 @@ func PullAside(ctx context.Context, img v1.Image, limits unpack.Limits, log logr
 // writes out, Push waits for it, bounded by ctx. The layers' gzip goes into a scratch
 // directory named after a lease of the push's own, swept like a run's when the push dies.
 func Push(ctx context.Context, out string, r ref.Ref, log logrus.FieldLogger) (_ string, err error) {
-	lock, err := ReadLockOutput(ctx, out, func(pid int) {
+	lock, err := outdir.ReadLockOutput(ctx, out, func(pid int) {
 		log.WithField("pid", pid).Info("push: waiting for the run that writes the output")
 	})
 	if err != nil {
@@ -73,15 +76,15 @@ func Push(ctx context.Context, out string, r ref.Ref, log logrus.FieldLogger) (_
 		return "", err
 	}
 	defer func() { err = errors.Join(err, l.Release()) }()
-	scratch, cleanup, err := scratchDir(l)
+	dir, cleanup, err := scratch.Dir(l)
 	if err != nil {
 		return "", err
 	}
 	defer cleanup() // before the lease goes: nothing named after it may outlive it
-	return output.Push(ctx, out, scratch, r, log)
+	return output.Push(ctx, out, dir, r, log)
 }
 
-// ImageLimits are the config's limits on what unpacking an image or pulling an output writes.
+// ImageLimits returns the config's limits on what unpacking an image or pulling an output writes.
 func ImageLimits(l config.Limits) unpack.Limits {
 	return unpack.Limits{Bytes: int64(l.ImageBytes), Entries: l.ImageEntries, FileBytes: int64(l.ImageFileBytes)}
 }

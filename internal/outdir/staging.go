@@ -1,4 +1,4 @@
-package run
+package outdir
 
 import (
 	"crypto/rand"
@@ -23,18 +23,18 @@ const (
 	failedInfix  = ".failed-"
 )
 
-// stagingMarker is the file a staging directory holds until it becomes the output: a sweep
+// StagingMarker is the file a staging directory holds until it becomes the output: a sweep
 // removes only directories that hold it, never a user's that happens to have such a name.
-const stagingMarker = ".readie-staging"
+const StagingMarker = ".readie-staging"
 
-// besideOutput is a new name OUT.INFIX-RAND beside out (RAND: 12 hex digits).
+// besideOutput returns a new name OUT.INFIX-RAND beside out (RAND: 12 hex digits).
 func besideOutput(out, infix string) string {
 	var b [6]byte
 	rand.Read(b[:])
 	return strings.TrimSuffix(out, "/") + infix + hex.EncodeToString(b[:])
 }
 
-// namesBeside lists the directories beside out that besideOutput could have named with infix,
+// namesBeside returns the directories beside out that besideOutput could have named with infix,
 // matched exactly (a glob would take out's own metacharacters and any suffix).
 func namesBeside(out, infix string) ([]string, error) {
 	out = strings.TrimSuffix(out, "/")
@@ -62,7 +62,7 @@ func newStaging(out string) (string, error) {
 	if err := os.Mkdir(staging, 0o755); err != nil {
 		return "", err
 	}
-	if err := os.WriteFile(filepath.Join(staging, stagingMarker), nil, 0o444); err != nil {
+	if err := os.WriteFile(filepath.Join(staging, StagingMarker), nil, 0o444); err != nil {
 		os.RemoveAll(staging)
 		return "", err
 	}
@@ -70,7 +70,7 @@ func newStaging(out string) (string, error) {
 }
 
 // keepStaging renames a failed run's staging directory so that no later run takes it for a
-// leftover (sweepOutput), and returns where it is now. When the rename fails, it stays where
+// leftover (Sweep), and returns where it is now. When the rename fails, it stays where
 // it is (and the next run removes it).
 func keepStaging(out, staging string) string {
 	kept := besideOutput(out, failedInfix)
@@ -80,44 +80,44 @@ func keepStaging(out, staging string) string {
 	return kept
 }
 
-// writeOutput writes out the way a capture does, for a step that starts no sandbox (merge,
+// Write writes out the way a capture does, for a step that starts no sandbox (merge,
 // pull): out's lock, a sweep of dead runs' leftovers, a staging directory that fill writes,
-// and the swap (throughStaging). When fill fails, out is left as it was and staging removed.
-func writeOutput(out string, fill func(staging string) error) error {
+// and the swap (ThroughStaging). When fill fails, out is left as it was and staging removed.
+func Write(out string, fill func(staging string) error) error {
 	lock, err := lockForWriting(out)
 	if err != nil {
 		return err
 	}
 	defer lock.Unlock()
-	return throughStaging(out, false, fill)
+	return ThroughStaging(out, false, fill)
 }
 
-// lockForWriting is how a step that starts no sandbox begins to write into out: it refuses a
-// directory that is not an output (CheckOutput), takes out's lock, and sweeps dead runs'
+// lockForWriting takes out's lock for a step that starts no sandbox and writes into out: it
+// refuses a directory that is not an output (Check), takes the lock, and sweeps dead runs'
 // leftovers beside it, so that a previous output a killed swap left aside is back in place
 // before anything is written.
 func lockForWriting(out string) (*Lock, error) {
-	if err := CheckOutput(out); err != nil {
+	if err := Check(out); err != nil {
 		return nil, err
 	}
 	lock, err := LockOutput(out)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := sweepOutput(out); err != nil {
+	if _, err := Sweep(out); err != nil {
 		lock.Unlock()
 		return nil, err
 	}
 	return lock, nil
 }
 
-// throughStaging is how every output is written, by a capture, a merge or a pull: a fresh
-// staging directory beside out, which fill writes, which is verified as a whole (what `verify`,
-// push and workers check), and which then replaces out (replaceDir). When fill fails or the
+// ThroughStaging writes an output, for a capture, a merge and a pull alike, through a fresh
+// staging directory beside out, which fill writes, which is verified as a whole (what
+// `verify`, push and workers check), and which then replaces out (replaceDir). When fill fails or the
 // result does not verify, out is left as it was and staging removed, or, with keepFailed,
 // kept for inspection under a name no sweep takes (keepStaging); the error says which. The
 // caller holds out's lock.
-func throughStaging(out string, keepFailed bool, fill func(staging string) error) error {
+func ThroughStaging(out string, keepFailed bool, fill func(staging string) error) error {
 	staging, err := newStaging(out)
 	if err != nil {
 		return err
@@ -143,9 +143,9 @@ func throughStaging(out string, keepFailed bool, fill func(staging string) error
 // only after the new one is in place, so some complete output always exists; then what other
 // commands keep in the output (carriedOver: the benchmark history, analyze's and plan-sets'
 // results) moves over from the old one. A run killed in between leaves OUT.old-ID, which the
-// next run puts back when OUT is missing, or takes those entries from (sweepOutput).
+// next run puts back when OUT is missing, or takes those entries from (Sweep).
 func replaceDir(out, staging string) error {
-	if err := os.Remove(filepath.Join(staging, stagingMarker)); err != nil && !os.IsNotExist(err) {
+	if err := os.Remove(filepath.Join(staging, StagingMarker)); err != nil && !os.IsNotExist(err) {
 		return err
 	}
 	old := ""
@@ -168,4 +168,19 @@ func replaceDir(out, staging string) error {
 		return fmt.Errorf("keep %s's history: %w (it is in %s)", out, err, old)
 	}
 	return os.RemoveAll(old)
+}
+
+// WriteFile writes one file of the output directory out (analysis.json, plan.json) with
+// write, under the output's lock so that no capture replaces out meanwhile; out is made when
+// missing. A capture carries these files over into the output it makes (carriedOver).
+func WriteFile(out, name string, write func(path string) error) error {
+	lock, err := lockForWriting(out)
+	if err != nil {
+		return err
+	}
+	defer lock.Unlock()
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	return write(filepath.Join(out, name))
 }

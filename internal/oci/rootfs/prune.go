@@ -1,4 +1,4 @@
-package run
+package rootfs
 
 import (
 	"errors"
@@ -11,11 +11,11 @@ import (
 	"readie.dev/pipeline/internal/oci/unpack"
 )
 
-// ociDir is the directory, under a cache's rootfs/, of the images unpacked from registries and
+// OCIDir is the directory, under a cache's rootfs/, of the images unpacked from registries and
 // layouts (unpack.IntoCache).
-const ociDir = "oci"
+const OCIDir = "oci"
 
-// PruneRootfs removes the rootfs directories under dir (a cache's rootfs/) that none of keep
+// Prune removes the rootfs directories under dir (a cache's rootfs/) that none of keep
 // lies in: a manifest names its rootfs by path, so only a directory no output names may go.
 // With unusedSince set, it also removes the images unpacked under oci/ last used before it
 // (unpack.LastUse): no manifest names them, a rootfs made from one keeps its files (hard
@@ -25,7 +25,7 @@ const ociDir = "oci"
 // nothing. It refuses while a run holds its lease in any of shared (the runsc root, the
 // store: a run that uses a rootfs or an unpacked image holds one there; any pid namespace or
 // machine). It returns the directories it removed (or would remove).
-func PruneRootfs(dir string, keep, shared []string, unusedSince time.Time, dryRun bool) ([]string, error) {
+func Prune(dir string, keep, shared []string, unusedSince time.Time, dryRun bool) ([]string, error) {
 	noneLive := func() error {
 		for _, d := range shared {
 			if err := lease.NoneLive(d); err != nil {
@@ -41,7 +41,7 @@ func PruneRootfs(dir string, keep, shared []string, unusedSince time.Time, dryRu
 	}
 	var pruned []string
 	if !dryRun {
-		for _, parent := range []string{dir, filepath.Join(dir, ociDir)} {
+		for _, parent := range []string{dir, filepath.Join(dir, OCIDir)} {
 			dead, err := unpack.RemoveDead(parent)
 			pruned = append(pruned, dead...)
 			if err != nil {
@@ -72,7 +72,7 @@ func PruneRootfs(dir string, keep, shared []string, unusedSince time.Time, dryRu
 	return pruned, nil
 }
 
-// rootfsCandidates lists what PruneRootfs would remove: the rootfs directories under dir that
+// rootfsCandidates returns what Prune would remove: the rootfs directories under dir that
 // no path of keep lies in, then (with unusedSince set) the complete unpacked images under oci/
 // last used before unusedSince.
 func rootfsCandidates(dir string, keep []string, unusedSince time.Time) ([]string, error) {
@@ -86,7 +86,7 @@ func rootfsCandidates(dir string, keep []string, unusedSince time.Time) ([]strin
 	var candidates []string
 	for _, e := range entries {
 		name := e.Name()
-		if !e.IsDir() || name == "layers" || name == ociDir || strings.HasPrefix(name, ".") {
+		if !e.IsDir() || name == "layers" || name == OCIDir || strings.HasPrefix(name, ".") {
 			continue
 		}
 		if candidate := filepath.Join(dir, name); !named(candidate, keep) {
@@ -96,7 +96,7 @@ func rootfsCandidates(dir string, keep []string, unusedSince time.Time) ([]strin
 	if unusedSince.IsZero() {
 		return candidates, nil
 	}
-	oci := filepath.Join(dir, ociDir)
+	oci := filepath.Join(dir, OCIDir)
 	images, err := os.ReadDir(oci)
 	if errors.Is(err, os.ErrNotExist) {
 		return candidates, nil

@@ -1,4 +1,4 @@
-package run
+package exchange
 
 import (
 	"context"
@@ -8,20 +8,15 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/sirupsen/logrus"
 
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/lease"
 	"readie.dev/pipeline/internal/oci/ref"
+	"readie.dev/pipeline/internal/outdir"
 	"readie.dev/pipeline/pkg/manifest"
 )
-
-// mergePullPrefix names the directory a merge pulls its image sources into, beside the output:
-// .merge-pull-RUN-RAND, after the merge's lease, so that a later merge (or capture) beside it
-// removes it when the merge that made it died (sweepMergePulls).
-const mergePullPrefix = ".merge-pull-"
 
 // MergeSources merges srcs into out (Merge), where a source that is not a directory is an
 // image of `pipeline push`: it is pulled beside out first (the same file system, so the merge
@@ -33,7 +28,7 @@ func MergeSources(ctx context.Context, cfg *config.Config, out string, srcs []st
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, l.Release()) }()
-	swept, err := sweepMergePulls(l, out)
+	swept, err := outdir.SweepMergePulls(l, out)
 	for _, dir := range swept {
 		log.WithField("dir", dir).Warn("removed the pulled sources of a merge that died")
 	}
@@ -53,7 +48,7 @@ func MergeSources(ctx context.Context, cfg *config.Config, out string, srcs []st
 		}
 		r, err := ref.Parse(src, cfg.InsecureRegistries)
 		if err != nil {
-			return nil, fmt.Errorf("%w: merge source %s is neither a directory nor an image: %w", ErrSetup, src, err)
+			return nil, fmt.Errorf("%w: merge source %s is neither a directory nor an image: %w", outdir.ErrSetup, src, err)
 		}
 		if pulled == "" {
 			parent := filepath.Dir(out)
@@ -63,7 +58,7 @@ func MergeSources(ctx context.Context, cfg *config.Config, out string, srcs []st
 			if err := l.Hold(parent); err != nil {
 				return nil, err
 			}
-			if pulled, err = os.MkdirTemp(parent, mergePullPrefix+l.ID()+"-"); err != nil {
+			if pulled, err = os.MkdirTemp(parent, outdir.MergePullPrefix+l.ID()+"-"); err != nil {
 				return nil, err
 			}
 		}
@@ -79,14 +74,4 @@ func MergeSources(ctx context.Context, cfg *config.Config, out string, srcs []st
 		}
 	}
 	return Merge(out, sources)
-}
-
-// sweepMergePulls removes, beside out, the pull directories of merges that are over (judged by
-// their lease, l being this process's) and those merges' lock files there; it returns the
-// directories removed.
-func sweepMergePulls(l *lease.Lease, out string) ([]string, error) {
-	parent := filepath.Dir(strings.TrimSuffix(out, "/"))
-	removed, err := l.RemoveDeadDirs(parent, mergePullPrefix)
-	_, lockErr := l.RemoveDeadLocks(parent)
-	return removed, errors.Join(err, lockErr)
 }

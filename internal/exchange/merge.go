@@ -1,17 +1,25 @@
-package run
+// Package exchange writes outputs from other outputs and moves them between places: a merge
+// of several outputs into one (Merge, MergeSources), a pull of an output from an image (Pull,
+// PullAside) and a push of one to a registry (Push), each through the output's life cycle
+// (outdir).
+package exchange
 
 import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/outcatalogue"
+	"readie.dev/pipeline/internal/outdir"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/pkg/atomicfile"
+	"readie.dev/pipeline/pkg/catalogue"
 	"readie.dev/pipeline/pkg/cpu"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/limitread"
@@ -28,7 +36,7 @@ type agreed struct {
 	list         []string
 }
 
-// agreement are the manifest fields every source of a merge must share: one worker restores
+// agreement returns the manifest fields every source of a merge must share: one worker restores
 // every checkpoint of the result with the same runsc, flags, spec and rootfs, on hosts with
 // the same CPU needs (shards captured with one cpu_baseline share them whatever CPU types
 // their build hosts had).
@@ -126,7 +134,7 @@ func Merge(out string, srcs []string) (*manifest.Manifest, error) {
 			m.CreatedAt = s.m.CreatedAt
 		}
 	}
-	err = writeOutput(out, func(staging string) error {
+	err = outdir.Write(out, func(staging string) error {
 		return writeMerged(staging, &m, byID, sources)
 	})
 	if err != nil {
@@ -156,7 +164,7 @@ func loadMergeSources(srcs []string) ([]mergeSource, error) {
 		sources = append(sources, mergeSource{dir: abs, m: m})
 	}
 	if len(sources) == 0 {
-		return nil, fmt.Errorf("%w: %w: no sources", ErrSetup, ErrMerge)
+		return nil, fmt.Errorf("%w: %w: no sources", outdir.ErrSetup, ErrMerge)
 	}
 	// Taken by content (the time each was made), their paths only breaking ties between
 	// copies of one output.
@@ -226,7 +234,7 @@ func writeMerged(staging string, m *manifest.Manifest, byID map[string]picked, s
 		if err != nil {
 			return err
 		}
-		if err := atomicfile.Write(filepath.Join(dst, manifest.MetaFileName), meta, outputJSONPerm); err != nil {
+		if err := atomicfile.Write(filepath.Join(dst, manifest.MetaFileName), meta, outdir.FilePerm); err != nil {
 			return err
 		}
 		c := p.c
@@ -239,17 +247,52 @@ func writeMerged(staging string, m *manifest.Manifest, byID map[string]picked, s
 		return err
 	}
 	m.Spec = manifest.RestoreSpecFileName
-	if err := atomicfile.Write(filepath.Join(staging, m.Spec), spec, outputJSONPerm); err != nil {
+	if err := atomicfile.Write(filepath.Join(staging, m.Spec), spec, outdir.FilePerm); err != nil {
 		return err
 	}
-	m.AlphaMsPerMiB, m.InterceptMs = costModel(m.Checkpoints)
-	if err := writeOutputJSON(filepath.Join(staging, manifest.FileName), m); err != nil {
+	m.AlphaMsPerMiB, m.InterceptMs = outcatalogue.CostModel(m.Checkpoints)
+	if err := outdir.WriteJSON(filepath.Join(staging, manifest.FileName), m); err != nil {
 		return err
 	}
 	in, err := mergeCatalogueInputs(sources)
 	if err != nil {
 		return err
 	}
-	_, err = writeCatalogue(staging, m, in)
+	_, err = outcatalogue.Write(staging, m, in)
 	return err
+}
+
+// mergeCatalogueInputs returns the inputs of a merged output's catalogue: the modules of every
+// source's catalogue (sources agree on the image, so a module measured by two has the figures
+// of the first in merge order), the first source's cost model constants, every prediction.
+func mergeCatalogueInputs(sources []mergeSource) (outcatalogue.Inputs, error) {
+	in := outcatalogue.Inputs{Modules: map[string]catalogue.Module{}, Predicted: map[string]float64{}, From: "the sources' catalogues"}
+	for _, s := range sources {
+		path := filepath.Join(s.dir, catalogue.FileName)
+		c, err := catalogue.Load(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return in, fmt.Errorf("%w: source %s: %w", ErrMerge, s.dir, err)
+		}
+		from := outcatalogue.FromCatalogue(c, path)
+		for name, mod := range from.Modules {
+			if _, ok := in.Modules[name]; !ok {
+				in.Modules[name] = mod
+			}
+		}
+		for id, p := range from.Predicted {
+			if _, ok := in.Predicted[id]; !ok {
+				in.Predicted[id] = p
+			}
+		}
+		if in.Model == nil {
+			in.Model = from.Model
+		}
+		if in.Packages == nil {
+			in.Packages = from.Packages
+		}
+	}
+	return in, nil
 }

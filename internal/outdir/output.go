@@ -1,4 +1,4 @@
-package run
+package outdir
 
 import (
 	"errors"
@@ -26,20 +26,22 @@ var (
 // and image files are hard links shared with the store and with other outputs, so a write
 // into one would change them all. Their modes say so.
 const (
-	// outputJSONPerm is manifest.json, meta.json, restore-spec.json and the like.
-	outputJSONPerm = 0o444
+	// FilePerm is the mode of manifest.json, meta.json, restore-spec.json and the like.
+	FilePerm = 0o444
 )
 
-func writeOutputJSON(path string, v any) error {
-	return atomicfile.WriteJSONPerm(path, v, outputJSONPerm)
+// WriteJSON writes v as JSON into the output file path atomically, with an output file's mode
+// (FilePerm).
+func WriteJSON(path string, v any) error {
+	return atomicfile.WriteJSONPerm(path, v, FilePerm)
 }
 
-// CheckOutput refuses an output path that a run must not replace: a file, or a directory that
+// Check refuses an output path that a run must not replace: a file, or a directory that
 // holds anything the pipeline did not write there (an output is replaced as a whole, so
 // whatever else is in it would be lost). An absent or empty directory is fine, and so is a
 // temporary file of one of the pipeline's files that a killed writer left (the next writer
 // sweeps it: sweepTemporaries).
-func CheckOutput(out string) error {
+func Check(out string) error {
 	fi, err := os.Stat(out)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -96,10 +98,10 @@ func carryOver(from, to string) error {
 	return nil
 }
 
-// VerifyOutput verifies out (manifest.Verify) and, when it does not verify, says which store
+// Verify verifies out (manifest.Verify) and, when it does not verify, says which store
 // entries of st share a file that does not verify: outputs take their image files from the
 // store by hard link, so such an entry, and every output linked to it, holds the same bytes.
-func VerifyOutput(out string, st *store.Store) (*manifest.Manifest, error) {
+func Verify(out string, st *store.Store) (*manifest.Manifest, error) {
 	m, err := manifest.Verify(out, executorproto.Version)
 	if err == nil || m == nil {
 		return m, err
@@ -141,40 +143,4 @@ func VerifyOutput(out string, st *store.Store) (*manifest.Manifest, error) {
 		err = fmt.Errorf("%w\n%s", err, strings.Join(shared, "\n"))
 	}
 	return m, err
-}
-
-// keepFailedSet puts what a failed set left into staging/ID, where the failed run's message
-// points: the logs of its sandboxes (stdout, stderr and runsc's own words, from the scratch
-// directory that the run removes) under logs/, and the image files of a capture that failed
-// (taken out of its pending store entry) under capture/.
-func keepFailedSet(w *setWork, staging, work string) error {
-	dir := filepath.Join(staging, w.sp.ID)
-	var errs []error
-	for _, step := range []string{"capture", "smoke", "measure"} {
-		bundles, _ := filepath.Glob(filepath.Join(work, fmt.Sprintf("readie-%s-%s-*", w.sp.ID, step)))
-		for _, bundle := range bundles {
-			for _, name := range []string{"stdout.log", "stderr.log", "restore-stderr.log"} {
-				data, err := os.ReadFile(filepath.Join(bundle, name))
-				if errors.Is(err, os.ErrNotExist) {
-					continue
-				}
-				if err == nil {
-					err = os.MkdirAll(filepath.Join(dir, "logs"), 0o700)
-				}
-				if err == nil {
-					err = os.WriteFile(filepath.Join(dir, "logs", filepath.Base(bundle)+"-"+name), data, 0o600)
-				}
-				errs = append(errs, err)
-			}
-		}
-	}
-	if w.pending != nil {
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return errors.Join(append(errs, err)...)
-		}
-		if err := os.Rename(w.pending.Dir, filepath.Join(dir, "capture")); err != nil {
-			errs = append(errs, fmt.Errorf("keep the capture's files (%s): %w", w.pending.Dir, err))
-		}
-	}
-	return errors.Join(errs...)
 }

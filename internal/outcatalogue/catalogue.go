@@ -1,4 +1,8 @@
-package run
+// Package outcatalogue builds the catalogue.json of an output from its manifest and the
+// inputs a manifest does not hold (Inputs: the analysed modules, the cost model's measured
+// constants, the plan's predictions), whichever command wrote the output: capture, merge,
+// pull or measure.
+package outcatalogue
 
 import (
 	"errors"
@@ -15,13 +19,14 @@ import (
 	"readie.dev/pipeline/pkg/atomicfile"
 	"readie.dev/pipeline/pkg/catalogue"
 	"readie.dev/pipeline/pkg/manifest"
+	"readie.dev/pipeline/pkg/measure"
 )
 
-// CatalogueInputs are what catalogue.json holds beyond the manifest: the analysed modules, the
+// Inputs are what catalogue.json holds beyond the manifest: the analysed modules, the
 // cost model's constants that a manifest does not measure, and the plan's predicted sizes.
-// Every output's catalogue is built from its manifest and these (BuildCatalogue), whether a
+// Every output's catalogue is built from its manifest and these (Build), whether a
 // capture, a merge, a pull or a measure wrote it.
-type CatalogueInputs struct {
+type Inputs struct {
 	// Modules are the analysed modules (none: the catalogue prices no module).
 	Modules map[string]catalogue.Module
 	// Model gives the cold start, and the restore line when the manifest cannot (fewer than
@@ -35,18 +40,18 @@ type CatalogueInputs struct {
 	From string
 }
 
-// FromAnalysis are the inputs an analysis gives.
-func FromAnalysis(a *analysis.File, from string) CatalogueInputs {
-	in := CatalogueInputs{Modules: a.Modules(), From: from, Packages: a.Packages}
+// FromAnalysis returns the inputs an analysis gives.
+func FromAnalysis(a *analysis.File, from string) Inputs {
+	in := Inputs{Modules: a.Modules(), From: from, Packages: a.Packages}
 	if h := a.Host; h != nil {
 		in.Model = &catalogue.CostModel{InterceptMs: h.InterceptMs, AlphaMsPerMiB: h.AlphaMsPerMiB, ColdStartMs: h.ColdStartMs, EmptyMiB: h.EmptyMiB, Pooled: h.Pooled}
 	}
 	return in
 }
 
-// FromCatalogue are the inputs an earlier catalogue gives (a source of a merge or a pull).
-func FromCatalogue(c *catalogue.Catalogue, from string) CatalogueInputs {
-	in := CatalogueInputs{Modules: c.Modules, From: from, Predicted: map[string]float64{}, Packages: c.Packages}
+// FromCatalogue returns the inputs an earlier catalogue gives (a source of a merge or a pull).
+func FromCatalogue(c *catalogue.Catalogue, from string) Inputs {
+	in := Inputs{Modules: c.Modules, From: from, Predicted: map[string]float64{}, Packages: c.Packages}
 	model := c.CostModel
 	in.Model = &model
 	for _, cp := range c.Checkpoints {
@@ -72,14 +77,14 @@ func MatchesManifest(a *analysis.File, m *manifest.Manifest) error {
 	return nil
 }
 
-// mib is a size in MiB.
+// mib returns a size in MiB.
 func mib(bytes int64) float64 { return float64(bytes) / (1 << 20) }
 
-// BuildCatalogue is the catalogue of the output whose manifest is m: each checkpoint's imports,
+// Build returns the catalogue of the output whose manifest is m: each checkpoint's imports,
 // closure (from the analysed modules), image size, measured restore median and predicted size;
 // the modules; and the cost model: the manifest's restore line when it has two image sizes or
 // more, else the inputs' measured one; the cold start and the pooled line from the inputs.
-func BuildCatalogue(m *manifest.Manifest, in CatalogueInputs) (*catalogue.Catalogue, error) {
+func Build(m *manifest.Manifest, in Inputs) (*catalogue.Catalogue, error) {
 	modules := in.Modules
 	if modules == nil {
 		modules = map[string]catalogue.Module{}
@@ -148,9 +153,9 @@ func mean(v []float64) float64 {
 
 func round2(v float64) float64 { return math.Round(v*100) / 100 }
 
-// writeCatalogue builds and writes dir/catalogue.json for the manifest m.
-func writeCatalogue(dir string, m *manifest.Manifest, in CatalogueInputs) (*catalogue.Catalogue, error) {
-	c, err := BuildCatalogue(m, in)
+// Write builds and writes dir/catalogue.json for the manifest m.
+func Write(dir string, m *manifest.Manifest, in Inputs) (*catalogue.Catalogue, error) {
+	c, err := Build(m, in)
 	if err != nil {
 		return nil, fmt.Errorf("catalogue: %w", err)
 	}
@@ -160,11 +165,38 @@ func writeCatalogue(dir string, m *manifest.Manifest, in CatalogueInputs) (*cata
 	return c, nil
 }
 
-// catalogueInputs are the inputs of a capture's catalogue: the output's analysis.json when it
-// was measured on this image, else the analysis the caller found in the cache; the plan's
+// Rebuild writes out's catalogue again for its manifest m (after a measure changed its
+// restore medians), keeping the inputs of the catalogue it had; an output without one gets
+// none.
+func Rebuild(out string, m *manifest.Manifest) error {
+	old, err := catalogue.Load(filepath.Join(out, catalogue.FileName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	_, err = Write(out, m, FromCatalogue(old, "the output's catalogue"))
+	return err
+}
+
+// CostModel returns the manifest's cost model: the line of restore medians against image sizes.
+func CostModel(cs []manifest.Checkpoint) (alphaMsPerMiB, interceptMs float64) {
+	var sizes []int64
+	var medians []float64
+	for _, c := range cs {
+		sizes = append(sizes, c.Bytes)
+		medians = append(medians, c.RestoreMS.Median)
+	}
+	fit := measure.CostModel(sizes, medians)
+	return fit.Slope, fit.Intercept
+}
+
+// ForCapture returns the inputs of a capture's catalogue: the output's analysis.json when it
+// was measured on this image, else cached (the analysis cache's, nil for none); the plan's
 // predictions. An analysis left out is logged to log.
-func catalogueInputs(out string, m *manifest.Manifest, o CaptureOptions, log logrus.FieldLogger) CatalogueInputs {
-	in := CatalogueInputs{From: "no analysis"}
+func ForCapture(out string, m *manifest.Manifest, cached *analysis.File, predicted map[string]float64, log logrus.FieldLogger) Inputs {
+	in := Inputs{From: "no analysis"}
 	path := filepath.Join(out, analysis.FileName)
 	a, err := analysis.Load(path)
 	switch {
@@ -175,68 +207,18 @@ func catalogueInputs(out string, m *manifest.Manifest, o CaptureOptions, log log
 	case !errors.Is(err, fs.ErrNotExist):
 		log.WithField("analysis", path).WithError(err).Warn("catalogue: the output's analysis cannot be read: left out")
 	}
-	if in.Modules == nil && o.Analysis != nil && MatchesManifest(o.Analysis, m) == nil {
-		in = FromAnalysis(o.Analysis, "the analysis cache")
+	if in.Modules == nil && cached != nil && MatchesManifest(cached, m) == nil {
+		in = FromAnalysis(cached, "the analysis cache")
 	}
-	in.Predicted = o.Predicted
+	in.Predicted = predicted
 	return in
 }
 
-// rebuildCatalogue writes out's catalogue again for its manifest m (after a measure changed its
-// restore medians), keeping the inputs of the catalogue it had; an output without one gets
-// none.
-func rebuildCatalogue(out string, m *manifest.Manifest) error {
-	old, err := catalogue.Load(filepath.Join(out, catalogue.FileName))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	_, err = writeCatalogue(out, m, FromCatalogue(old, "the output's catalogue"))
-	return err
-}
-
-// mergeCatalogueInputs are the inputs of a merged output's catalogue: the modules of every
-// source's catalogue (sources agree on the image, so a module measured by two has the figures
-// of the first in merge order), the first source's cost model constants, every prediction.
-func mergeCatalogueInputs(sources []mergeSource) (CatalogueInputs, error) {
-	in := CatalogueInputs{Modules: map[string]catalogue.Module{}, Predicted: map[string]float64{}, From: "the sources' catalogues"}
-	for _, s := range sources {
-		path := filepath.Join(s.dir, catalogue.FileName)
-		c, err := catalogue.Load(path)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return in, fmt.Errorf("%w: source %s: %w", ErrMerge, s.dir, err)
-		}
-		from := FromCatalogue(c, path)
-		for name, mod := range from.Modules {
-			if _, ok := in.Modules[name]; !ok {
-				in.Modules[name] = mod
-			}
-		}
-		for id, p := range from.Predicted {
-			if _, ok := in.Predicted[id]; !ok {
-				in.Predicted[id] = p
-			}
-		}
-		if in.Model == nil {
-			in.Model = from.Model
-		}
-		if in.Packages == nil {
-			in.Packages = from.Packages
-		}
-	}
-	return in, nil
-}
-
-// pulledCatalogue rebuilds the catalogue of a pulled output (in staging) for its verified
+// Pulled rebuilds the catalogue of a pulled output (in staging) for its verified
 // manifest, from the catalogue the image carried (its modules, cost model and predictions);
 // an image without one gives an output without one. A catalogue that does not parse is refused
 // like any other bad file of the image.
-func pulledCatalogue(staging string, m *manifest.Manifest) error {
+func Pulled(staging string, m *manifest.Manifest) error {
 	path := filepath.Join(staging, catalogue.FileName)
 	c, err := catalogue.Load(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -245,6 +227,6 @@ func pulledCatalogue(staging string, m *manifest.Manifest) error {
 	if err != nil {
 		return fmt.Errorf("the image's catalogue.json: %w", err)
 	}
-	_, err = writeCatalogue(staging, m, FromCatalogue(c, "the image's catalogue"))
+	_, err = Write(staging, m, FromCatalogue(c, "the image's catalogue"))
 	return err
 }

@@ -1,17 +1,14 @@
-package run
+package outcatalogue
 
 import (
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
-	"github.com/sirupsen/logrus"
-
 	"readie.dev/pipeline/internal/analysis"
+	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/atomicfile"
 	"readie.dev/pipeline/pkg/catalogue"
 	"readie.dev/pipeline/pkg/manifest"
@@ -53,7 +50,7 @@ func TestBuildCatalogue(t *testing.T) {
 	m := testManifest()
 	in := FromAnalysis(testAnalysis(), "test")
 	in.Predicted = map[string]float64{"pandas": 39}
-	c, err := BuildCatalogue(m, in)
+	c, err := Build(m, in)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,14 +83,14 @@ func TestBuildCatalogue(t *testing.T) {
 	if p.Packages["pandas"] != "1.5.3" || c.Packages["numpy"] != "1.24.2" || c.Checkpoints[0].Packages != nil {
 		t.Errorf("packages: pandas %v, image %v, empty %v", p.Packages, c.Packages, c.Checkpoints[0].Packages)
 	}
-	if again, err := BuildCatalogue(m, FromCatalogue(c, "test")); err != nil || again.Packages["pandas"] != "1.5.3" || again.Checkpoints[1].Packages["numpy"] != "1.24.2" || again.CostModel != want {
+	if again, err := Build(m, FromCatalogue(c, "test")); err != nil || again.Packages["pandas"] != "1.5.3" || again.Checkpoints[1].Packages["numpy"] != "1.24.2" || again.CostModel != want {
 		t.Errorf("rebuilt: %+v, %v", again, err)
 	}
 
 	// With one image size the manifest has no line: analyze's serves.
 	one := testManifest()
 	one.Checkpoints = one.Checkpoints[:1]
-	c, err = BuildCatalogue(one, FromAnalysis(testAnalysis(), "test"))
+	c, err = Build(one, FromAnalysis(testAnalysis(), "test"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +99,7 @@ func TestBuildCatalogue(t *testing.T) {
 	}
 
 	// Without an analysis: checkpoints and the manifest's line, no module priced.
-	c, err = BuildCatalogue(m, CatalogueInputs{})
+	c, err = Build(m, Inputs{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,41 +119,17 @@ func TestMatchesManifest(t *testing.T) {
 	}
 }
 
-// A capture's catalogue takes the output's analysis.json only when it was measured on the
-// image the manifest names.
-func TestCatalogueInputsOfACapture(t *testing.T) {
-	out := t.TempDir()
-	a := testAnalysis()
-	if err := a.Save(filepath.Join(out, analysis.FileName)); err != nil {
-		t.Fatal(err)
-	}
-	if in := catalogueInputs(out, testManifest(), CaptureOptions{}, discardLog()); len(in.Modules) != 3 {
-		t.Errorf("inputs from the output's analysis: %+v", in)
-	}
-	other := testManifest()
-	other.Rootfs.Digest = "sha256:another"
-	if in := catalogueInputs(out, other, CaptureOptions{}, discardLog()); in.Modules != nil {
-		t.Errorf("an analysis of another image was taken: %+v", in)
-	}
-	// The cached analysis serves when the output has none of its image.
-	cached := testAnalysis()
-	cached.Image.RootfsDigest = "sha256:another"
-	if in := catalogueInputs(out, other, CaptureOptions{Analysis: cached}, discardLog()); len(in.Modules) != 3 {
-		t.Errorf("the cached analysis was not taken: %+v", in)
-	}
-}
-
 // Measure, merge and pull rebuild the catalogue from the one they had, for the new manifest.
 func TestRebuildCatalogue(t *testing.T) {
 	out := t.TempDir()
 	m := testManifest()
 	in := FromAnalysis(testAnalysis(), "test")
 	in.Predicted = map[string]float64{"pandas": 39}
-	if _, err := writeCatalogue(out, m, in); err != nil {
+	if _, err := Write(out, m, in); err != nil {
 		t.Fatal(err)
 	}
 	m.Checkpoints[1].RestoreMS.Median = 175
-	if err := rebuildCatalogue(out, m); err != nil {
+	if err := Rebuild(out, m); err != nil {
 		t.Fatal(err)
 	}
 	c, err := catalogue.Load(filepath.Join(out, catalogue.FileName))
@@ -167,15 +140,15 @@ func TestRebuildCatalogue(t *testing.T) {
 		t.Errorf("rebuilt catalogue %+v", c)
 	}
 	// A pulled image's catalogue is rebuilt for the verified manifest; a bad one is refused.
-	if err := pulledCatalogue(out, m); err != nil {
+	if err := Pulled(out, m); err != nil {
 		t.Fatal(err)
 	}
 	atomicfile.Write(filepath.Join(out, catalogue.FileName), []byte(`{"version": 9}`), 0o644)
-	if err := pulledCatalogue(out, m); !errors.Is(err, catalogue.ErrInvalid) {
+	if err := Pulled(out, m); !errors.Is(err, catalogue.ErrInvalid) {
 		t.Errorf("a bad pulled catalogue: %v", err)
 	}
 	os.Remove(filepath.Join(out, catalogue.FileName))
-	if err := pulledCatalogue(out, m); err != nil {
+	if err := Pulled(out, m); err != nil {
 		t.Errorf("an image without a catalogue: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(out, catalogue.FileName)); !errors.Is(err, os.ErrNotExist) {
@@ -183,74 +156,26 @@ func TestRebuildCatalogue(t *testing.T) {
 	}
 }
 
-func TestMergeCatalogueInputs(t *testing.T) {
-	a, b := t.TempDir(), t.TempDir()
-	in := FromAnalysis(testAnalysis(), "test")
-	if _, err := writeCatalogue(a, testManifest(), in); err != nil {
+// A capture's catalogue takes the output's analysis.json only when it was measured on the
+// image the manifest names.
+func TestCatalogueInputsOfACapture(t *testing.T) {
+	out := t.TempDir()
+	a := testAnalysis()
+	if err := a.Save(filepath.Join(out, analysis.FileName)); err != nil {
 		t.Fatal(err)
 	}
-	got, err := mergeCatalogueInputs([]mergeSource{{dir: a}, {dir: b}})
-	if err != nil {
-		t.Fatal(err)
+	if in := ForCapture(out, testManifest(), nil, nil, testenv.DiscardLog()); len(in.Modules) != 3 {
+		t.Errorf("inputs from the output's analysis: %+v", in)
 	}
-	if len(got.Modules) != 3 || got.Model == nil || got.Model.ColdStartMs != 400 {
-		t.Errorf("merged inputs %+v", got)
+	other := testManifest()
+	other.Rootfs.Digest = "sha256:another"
+	if in := ForCapture(out, other, nil, nil, testenv.DiscardLog()); in.Modules != nil {
+		t.Errorf("an analysis of another image was taken: %+v", in)
 	}
-	atomicfile.Write(filepath.Join(b, catalogue.FileName), []byte(`[]`), 0o644)
-	if _, err := mergeCatalogueInputs([]mergeSource{{dir: a}, {dir: b}}); !errors.Is(err, ErrMerge) {
-		t.Errorf("a source with a bad catalogue: %v", err)
-	}
-}
-
-func discardLog() *logrus.Logger {
-	log := logrus.New()
-	log.SetOutput(io.Discard)
-	return log
-}
-
-// analyze and plan-sets write into an output only under its lock: while a capture holds it,
-// the write is refused, naming the holder, and nothing is written.
-func TestWriteInOutputTakesTheLock(t *testing.T) {
-	out := filepath.Join(t.TempDir(), "out")
-	held, err := LockOutput(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	write := func(path string) error { return os.WriteFile(path, []byte("x"), 0o644) }
-	if err := WriteInOutput(out, "analysis.json", write); !errors.Is(err, ErrLocked) {
-		t.Fatalf("write into a locked output: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(out, "analysis.json")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("written anyway: %v", err)
-	}
-	held.Unlock()
-	if err := WriteInOutput(out, "analysis.json", write); err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), "a-file")
-	os.WriteFile(file, nil, 0o644)
-	if err := WriteInOutput(file, "analysis.json", write); !errors.Is(err, ErrSetup) {
-		t.Errorf("an output that is a file: %v", err)
-	}
-	// A directory that is not an output: refused, nothing written; and a previous output a
-	// killed swap left aside is put back before the file is written beside nothing.
-	mine := t.TempDir()
-	os.WriteFile(filepath.Join(mine, "analysis.json"), []byte("mine"), 0o644)
-	os.WriteFile(filepath.Join(mine, "notes.txt"), []byte("mine"), 0o644)
-	if err := WriteInOutput(mine, "analysis.json", write); !errors.Is(err, ErrSetup) || !strings.Contains(err.Error(), "notes.txt") {
-		t.Errorf("a directory that is not an output: %v", err)
-	}
-	if data, _ := os.ReadFile(filepath.Join(mine, "analysis.json")); string(data) != "mine" {
-		t.Errorf("the user's file was overwritten: %q", data)
-	}
-	moved := filepath.Join(t.TempDir(), "out")
-	aside := besideOutput(moved, oldInfix)
-	os.MkdirAll(aside, 0o755)
-	os.WriteFile(filepath.Join(aside, "manifest.json"), []byte(`{}`), 0o644)
-	if err := WriteInOutput(moved, "plan.json", write); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(moved, "manifest.json")); err != nil {
-		t.Errorf("the previous output was not put back before the write: %v", err)
+	// The cached analysis serves when the output has none of its image.
+	cached := testAnalysis()
+	cached.Image.RootfsDigest = "sha256:another"
+	if in := ForCapture(out, other, cached, nil, testenv.DiscardLog()); len(in.Modules) != 3 {
+		t.Errorf("the cached analysis was not taken: %+v", in)
 	}
 }
