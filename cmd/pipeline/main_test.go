@@ -302,7 +302,8 @@ func TestBenchShort(t *testing.T) {
 		}
 	}
 	// --explain breaks down a restore and the pooled path (a restore onto a created sandbox).
-	if len(report.Sets[0].Series) != 15 || report.Sets[0].Ratios["cold/restore"] <= 0 || report.Sets[0].Ratios["pooled/floor"] <= 0 ||
+	// 6 core series, the 9 default variants and each variant's time to its last page loaded.
+	if len(report.Sets[0].Series) != 24 || report.Sets[0].Ratios["cold/restore"] <= 0 || report.Sets[0].Ratios["pooled/floor"] <= 0 ||
 		len(report.Explain) != 2 || report.Explain[0].Total <= 0 || report.Explain[0].Path != "restore" || report.Explain[1].Path != "pooled" || report.Explain[1].Total <= 0 {
 		t.Errorf("bench.json: %d series, ratios %v, explain %+v", len(report.Sets[0].Series), report.Sets[0].Ratios, report.Explain)
 	}
@@ -331,7 +332,7 @@ func TestBenchShort(t *testing.T) {
 		t.Fatalf("bench.svg: %v", err)
 	}
 	txt, err := os.ReadFile(filepath.Join(latest, "bench.txt"))
-	if err != nil || bytes.Count(txt, []byte("\nBenchmarkRestore/set=small/series=")) != 15*2 || bytes.Count(txt, []byte("\nBenchmarkRestore/set=small/series=pooled/conc=1 ")) != 2 || bytes.Count(txt, []byte("\nBenchmarkRestoreAtOnce/set=small/series=")) != 7*(2*1+2*2) {
+	if err != nil || bytes.Count(txt, []byte("\nBenchmarkRestore/set=small/series=")) != 24*2 || bytes.Count(txt, []byte(":last-page/conc=1 ")) != 9*2 || bytes.Count(txt, []byte("\nBenchmarkRestore/set=small/series=pooled/conc=1 ")) != 2 || bytes.Count(txt, []byte("\nBenchmarkRestoreAtOnce/set=small/series=")) != 7*(2*1+2*2) {
 		t.Errorf("bench.txt: %v\n%s", err, txt)
 	}
 	// A second run keeps the first: history, not overwrite; latest follows the new one.
