@@ -27,7 +27,7 @@ export READIE_RUNSC := $(RUNSC)
 export READIE_ROOTFS := $(abspath $(ROOTFS))
 export READIE_PIPELINE_IMAGE := $(abspath $(PIPELINE_IMAGE))
 
-.PHONY: all build runsc image pipeline-image check-pipeline-image deps test test-go test-python check-golden golden lint capture bench bench-sizes image-catalogue bench-catalogue bench-incremental bench-jobs bench-oci bench-go bench-proto soak clean
+.PHONY: all build runsc image pipeline-image check-pipeline-image deps test test-go test-python check-golden golden lint capture bench bench-sizes bench-knobs image-catalogue bench-catalogue bench-incremental bench-jobs bench-oci bench-go bench-proto soak clean
 
 all: build
 
@@ -137,6 +137,11 @@ bench: deps runsc image build $(BENCHSTAT)
 bench-sizes: deps runsc build $(BENCHSTAT)
 	READIE_PACKAGES=$(abspath bench/sizes-packages.txt) READIE_LINK=$(abspath build/rootfs-sizes) ./images/executor/build-image.sh
 	$(PIPELINE) bench --capture --config bench/sizes.yaml --variants=false --concurrency "" --rounds 5
+
+# The knob sweep (docs/knobs.md): bench/knobs.yaml on the default image, pandas, 1 and 2
+# restores at once, then benchstat's verdict per knob (bench/knobs.sh).
+bench-knobs: deps runsc image build $(BENCHSTAT)
+	BENCHSTAT=$(BENCHSTAT) bench/knobs.sh
 
 # The catalogue image: the commonly requested stacks Debian ships (bench/catalogue-packages.txt),
 # beside the default image (a few GB; built once, then cached).

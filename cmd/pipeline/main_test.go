@@ -302,7 +302,8 @@ func TestBenchShort(t *testing.T) {
 		}
 	}
 	// --explain breaks down a restore and the pooled path (a restore onto a created sandbox).
-	if len(report.Sets[0].Series) != 15 || report.Sets[0].Ratios["cold/restore"] <= 0 || report.Sets[0].Ratios["pooled/floor"] <= 0 ||
+	// 6 core series, the 9 default variants and each variant's time to its last page loaded.
+	if len(report.Sets[0].Series) != 24 || report.Sets[0].Ratios["cold/restore"] <= 0 || report.Sets[0].Ratios["pooled/floor"] <= 0 ||
 		len(report.Explain) != 2 || report.Explain[0].Total <= 0 || report.Explain[0].Path != "restore" || report.Explain[1].Path != "pooled" || report.Explain[1].Total <= 0 {
 		t.Errorf("bench.json: %d series, ratios %v, explain %+v", len(report.Sets[0].Series), report.Sets[0].Ratios, report.Explain)
 	}
@@ -331,7 +332,7 @@ func TestBenchShort(t *testing.T) {
 		t.Fatalf("bench.svg: %v", err)
 	}
 	txt, err := os.ReadFile(filepath.Join(latest, "bench.txt"))
-	if err != nil || bytes.Count(txt, []byte("\nBenchmarkRestore/set=small/series=")) != 15*2 || bytes.Count(txt, []byte("\nBenchmarkRestore/set=small/series=pooled/conc=1 ")) != 2 || bytes.Count(txt, []byte("\nBenchmarkRestoreAtOnce/set=small/series=")) != 7*(2*1+2*2) {
+	if err != nil || bytes.Count(txt, []byte("\nBenchmarkRestore/set=small/series=")) != 24*2 || bytes.Count(txt, []byte(":last-page/conc=1 ")) != 9*2 || bytes.Count(txt, []byte("\nBenchmarkRestore/set=small/series=pooled/conc=1 ")) != 2 || bytes.Count(txt, []byte("\nBenchmarkRestoreAtOnce/set=small/series=")) != 7*(2*1+2*2) {
 		t.Errorf("bench.txt: %v\n%s", err, txt)
 	}
 	// A second run keeps the first: history, not overwrite; latest follows the new one.
@@ -477,7 +478,10 @@ func flipByte(t *testing.T, path string, offset int64) {
 }
 
 // TestBenchConfigVariants: the variants bench measures are the config's bench.variants: their
-// names, their flags, and an image captured for the one with checkpoint options.
+// names, their flags, and an image captured for the one with checkpoint options; a variant with
+// a global flag and pre-checkpoint steps gets an image of its own that restores and answers
+// (its objects frozen), also from a pool of sandboxes created with its flag; a -background
+// variant is timed to its last page loaded too.
 func TestBenchConfigVariants(t *testing.T) {
 	t.Parallel()
 	dir := testenv.WorkDir(t)
@@ -489,6 +493,8 @@ func TestBenchConfigVariants(t *testing.T) {
   variants:
     - {name: plain, restore_flags: []}
     - {name: zero, restore_flags: [-direct], checkpoint_options: {exclude-committed-zero-pages: "true"}}
+    - {name: knobs, restore_flags: [-background], global_flags: [--host-settings=ignore], pre_checkpoint: [gc.collect, gc.freeze, malloc_trim]}
+    - {name: knobs-pooled, global_flags: [--host-settings=ignore], pre_checkpoint: [gc.collect, gc.freeze, malloc_trim], pooled: true}
 `)...), 0o644)
 	if code, _, stderr := runCLI(t, "bench", "--config", cfg, "--capture", "--only", "small", "--rounds", "1"); code != exitOK {
 		t.Fatalf("bench: exit %d\n%s", code, stderr)
@@ -500,16 +506,29 @@ func TestBenchConfigVariants(t *testing.T) {
 	var report struct {
 		Series []string `json:"series"`
 		Sets   []struct {
-			VariantBytes map[string]int64 `json:"variant_bytes"`
+			VariantBytes map[string]int64          `json:"variant_bytes"`
+			Series       map[string]manifest.Stats `json:"series"`
 		} `json:"sets"`
 	}
 	json.Unmarshal(data, &report)
-	want := "floor cold restore prestarted pooled measure variant:plain variant:zero"
+	want := "floor cold restore prestarted pooled measure variant:plain variant:zero variant:knobs variant:knobs-pooled " +
+		"variant:plain:last-page variant:zero:last-page variant:knobs:last-page"
 	if got := strings.Join(report.Series, " "); got != want {
 		t.Errorf("series %q, want %q", got, want)
 	}
-	if len(report.Sets) != 1 || report.Sets[0].VariantBytes["exclude-committed-zero-pages=true"] <= 0 {
-		t.Errorf("sets %+v", report.Sets)
+	if len(report.Sets) != 1 || report.Sets[0].VariantBytes["exclude-committed-zero-pages=true"] <= 0 ||
+		report.Sets[0].VariantBytes["flags=--host-settings=ignore,pre_checkpoint=gc.collect+gc.freeze+malloc_trim"] <= 0 || len(report.Sets[0].VariantBytes) != 2 {
+		t.Fatalf("sets %+v", report.Sets)
+	}
+	series := report.Sets[0].Series
+	for _, name := range []string{"variant:knobs", "variant:knobs-pooled", "variant:knobs:last-page"} {
+		if st := series[name]; len(st.Runs) != 1 || st.Median <= 0 {
+			t.Errorf("%s: %+v", name, st)
+		}
+	}
+	// Without -background the pages are in before runsc restore returns: before the answer.
+	if last, first := series["variant:plain:last-page"].Median, series["variant:plain"].Median; last > first {
+		t.Errorf("plain: last page at %.1f ms, after the answer at %.1f ms", last, first)
 	}
 }
 

@@ -41,6 +41,12 @@ type Variant struct {
 	CheckpointOptions map[string]string `json:"checkpoint_options,omitempty"`
 	// ColdPageCache evicts the image's files from the page cache before each restore.
 	ColdPageCache bool `json:"cold_page_cache,omitempty"`
+	// GlobalFlags are further runsc global flags of the variant's sandboxes (capture, restore,
+	// its pool's creates); PreCheckpoint the executor's steps before its image's checkpoint.
+	GlobalFlags   []string `json:"global_flags,omitempty"`
+	PreCheckpoint []string `json:"pre_checkpoint,omitempty"`
+	// Pooled restores from a pool of sandboxes created ahead, timed from Get to the answer.
+	Pooled bool `json:"pooled,omitempty"`
 }
 
 // VariantPrefix starts the series name of every variant.
@@ -50,7 +56,8 @@ const VariantPrefix = "variant:"
 func Variants(cfg []config.BenchVariant) []Variant {
 	var vs []Variant
 	for _, v := range cfg {
-		vs = append(vs, Variant{Name: VariantPrefix + v.Name, Flags: append([]string{}, v.RestoreFlags...), CheckpointOptions: maps.Clone(v.CheckpointOptions), ColdPageCache: v.PageCache == "cold"})
+		vs = append(vs, Variant{Name: VariantPrefix + v.Name, Flags: append([]string{}, v.RestoreFlags...), CheckpointOptions: maps.Clone(v.CheckpointOptions), ColdPageCache: v.PageCache == "cold",
+			GlobalFlags: slices.Clone(v.GlobalFlags), PreCheckpoint: slices.Clone(v.PreCheckpoint), Pooled: v.Pooled})
 	}
 	return vs
 }
@@ -70,8 +77,8 @@ type MeasuredSet struct {
 	Imports []string `json:"imports"`
 	Dir     string   `json:"-"`
 	Bytes   int64    `json:"bytes"`
-	// VariantDirs hold the set captured with a variant's checkpoint options (by optionsKey);
-	// VariantBytes their sizes.
+	// VariantDirs hold the set captured for variants with images of their own (by
+	// Variant.imageKey); VariantBytes their sizes.
 	VariantDirs  map[string]string `json:"-"`
 	VariantBytes map[string]int64  `json:"variant_bytes,omitempty"`
 }
@@ -107,6 +114,13 @@ func Schedule(sets, rounds int, series []string) []Trial {
 // Runner performs one trial and returns its time in milliseconds.
 type Runner interface {
 	Run(ctx context.Context, set MeasuredSet, series string) (float64, error)
+}
+
+// DerivedRunner is a Runner whose trials may yield figures of further series: Derived returns
+// those of the trial that just ran (a variant's time to its last page loaded).
+type DerivedRunner interface {
+	Runner
+	Derived() map[string]float64
 }
 
 // SetReport holds one set's figures.
@@ -164,6 +178,7 @@ func Execute(ctx context.Context, sets []MeasuredSet, series []string, rounds in
 	for i := range raw {
 		raw[i] = map[string][]float64{}
 	}
+	var derived []string // series the runner added, in the order first seen
 	warmup := Schedule(len(sets), 1, series)
 	for i := range warmup {
 		warmup[i].Round = -1
@@ -178,12 +193,20 @@ func Execute(ctx context.Context, sets []MeasuredSet, series []string, rounds in
 		}
 		if t.Round >= 0 {
 			raw[t.Set][t.Series] = append(raw[t.Set][t.Series], ms)
+			if d, ok := runner.(DerivedRunner); ok {
+				for _, name := range slices.Sorted(maps.Keys(d.Derived())) {
+					raw[t.Set][name] = append(raw[t.Set][name], d.Derived()[name])
+					if !slices.Contains(derived, name) {
+						derived = append(derived, name)
+					}
+				}
+			}
 		}
 		if progress != nil {
 			progress(t, ms)
 		}
 	}
-	res := &Results{WarmupRounds: 1, Rounds: rounds, Series: slices.Clone(series)}
+	res := &Results{WarmupRounds: 1, Rounds: rounds, Series: append(slices.Clone(series), derived...)}
 	var sizes []int64
 	var medians []float64
 	for i, set := range sets {

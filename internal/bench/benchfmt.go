@@ -17,12 +17,12 @@ func WriteBenchfmt(w io.Writer, r *Report) error {
 	fmt.Fprintf(&b, "goos: linux\ngoarch: amd64\npkg: readie.dev/pipeline/bench\ncpu: %s\n", r.Machine.CPUModel)
 	fmt.Fprintf(&b, "runsc: %s\nrestore-flags: %s\n", r.Runsc.Version, strings.Join(r.RestoreFlags, " "))
 	for _, s := range r.Sets {
-		mib := float64(s.Bytes) / (1 << 20)
 		for _, name := range r.Series {
 			st, ok := s.Series[name]
 			if !ok {
 				continue
 			}
+			mib := float64(s.seriesBytes(name, r.Variants)) / (1 << 20)
 			for _, ms := range st.Runs {
 				fmt.Fprintf(&b, "BenchmarkRestore/set=%s/series=%s/conc=1 1 %d ns/op %.1f MiB\n", s.ID, name, int64(ms*1e6), mib)
 			}

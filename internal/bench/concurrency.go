@@ -91,20 +91,22 @@ func batch(ctx context.Context, r *measure.Restorer, set MeasuredSet, dir string
 // "restore", then the variants) at every concurrency, rounds times, interleaved round by round.
 func RunConcurrency(ctx context.Context, r *measure.Restorer, set MeasuredSet, variants []Variant, ks []int, rounds int, progress func(Concurrent, int)) ([]Concurrent, error) {
 	type series struct {
-		name  string
-		flags []string
-		dir   string
+		name     string
+		restorer *measure.Restorer
+		dir      string
 	}
-	all := []series{{Restore, r.Flags, set.Dir}}
+	all := []series{{Restore, r, set.Dir}}
 	for _, v := range variants {
-		if v.ColdPageCache {
-			continue // K restores at once of one image share its cache: a warm-cache figure
+		if v.ColdPageCache || v.Pooled {
+			// K restores at once of one image share its cache: a warm-cache figure; a pool's
+			// sandboxes are measured one at a time.
+			continue
 		}
-		dir := set.Dir
-		if key := optionsKey(v.CheckpointOptions); key != "" {
-			dir = set.VariantDirs[key]
+		dir, err := set.variantDir(v)
+		if err != nil {
+			return nil, err
 		}
-		all = append(all, series{v.Name, v.Flags, dir})
+		all = append(all, series{v.Name, v.restorer(r, ""), dir})
 	}
 	results := map[string]*Concurrent{}
 	raw := map[string][]float64{}
@@ -119,9 +121,7 @@ func RunConcurrency(ctx context.Context, r *measure.Restorer, set MeasuredSet, v
 					results[id] = c
 					order = append(order, id)
 				}
-				variant := *r
-				variant.Flags = s.flags
-				latencies, wall, spread, err := batch(ctx, &variant, set, s.dir, k)
+				latencies, wall, spread, err := batch(ctx, s.restorer, set, s.dir, k)
 				if err != nil {
 					return nil, fmt.Errorf("bench: %s, %s, %d at once, round %d: %w", set.ID, s.name, k, round+1, err)
 				}

@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"time"
 
 	"readie.dev/pipeline/pkg/launch"
 )
@@ -71,14 +70,11 @@ func parseRestoreLogs(dir string, year int) (restoreTimeline, error) {
 		return tl, fmt.Errorf("want one restore and one boot debug log in %s, found %d and %d", dir, len(restoreLogs), len(bootLogs))
 	}
 	if err := scanLines(restoreLogs[0], func(line string) bool {
-		m := glogTime.FindStringSubmatch(line)
-		if m == nil {
+		t, err := glogLineTime(line, year)
+		if err != nil {
 			return true
 		}
-		t, err := time.ParseInLocation("2006 0102 15:04:05.000000", fmt.Sprintf("%d %s %s", year, m[1], m[2]), time.UTC)
-		if err == nil {
-			tl.processStart = t.UnixNano()
-		}
+		tl.processStart = t.UnixNano()
 		return false
 	}); err != nil {
 		return tl, err

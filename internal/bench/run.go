@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -77,7 +78,13 @@ func runOn(ctx context.Context, x *run.VerifiedOutput, o Options) (*Report, erro
 	defer p.Close()
 	env.Log.WithFields(logrus.Fields{"sets": len(sets), "series": len(series), "rounds": o.Rounds, "pool": size}).Info("bench: start")
 	start := time.Now()
-	results, err := Execute(ctx, sets, series, o.Rounds, &SandboxRunner{Restorer: restorer, Variants: variants, Pool: p},
+	logDir, err := os.MkdirTemp(work, "variant-log-")
+	if err != nil {
+		return nil, err
+	}
+	runner := &SandboxRunner{Restorer: restorer, Variants: variants, Pool: p, PoolSize: size, LogDir: logDir}
+	defer runner.Close()
+	results, err := Execute(ctx, sets, series, o.Rounds, runner,
 		func(t Trial, ms float64) {
 			env.Log.WithFields(logrus.Fields{"round": t.Round + 1, "set": sets[t.Set].ID, "series": t.Series, "ms": ms}).Debug("bench: trial")
 		})
@@ -85,7 +92,8 @@ func runOn(ctx context.Context, x *run.VerifiedOutput, o Options) (*Report, erro
 		return nil, err
 	}
 	env.Log.WithField("took", time.Since(start).Round(time.Second)).Info("bench: done")
-	if err := p.Close(); err != nil { // before the restores at once: no idle sandbox beside them
+	// Before the restores at once: no idle sandbox beside them.
+	if err := errors.Join(p.Close(), runner.Close()); err != nil {
 		return nil, err
 	}
 	report := &Report{
@@ -148,7 +156,7 @@ func measureConcurrency(ctx context.Context, x *run.VerifiedOutput, report *Repo
 	// Only flags can be recommended for the manifest's images, not another image's options.
 	var applicable []Concurrent
 	for _, c := range cs {
-		if !slices.ContainsFunc(variants, func(v Variant) bool { return v.Name == c.Series && len(v.CheckpointOptions) > 0 }) {
+		if !slices.ContainsFunc(variants, func(v Variant) bool { return v.Name == c.Series && v.OwnImage() }) {
 			applicable = append(applicable, c)
 		}
 	}
@@ -179,7 +187,7 @@ func RestoreFlagsLine(flags []string) string {
 // seriesFlags returns the restore flags a series restores with.
 func seriesFlags(series string, manifestFlags []string, variants []Variant) []string {
 	for _, v := range variants {
-		if v.Name == series && len(v.CheckpointOptions) == 0 {
+		if v.Name == series && !v.OwnImage() {
 			return slices.Clone(v.Flags)
 		}
 	}
@@ -261,22 +269,27 @@ func pointLatest(dir string) error {
 	return os.Rename(tmp, filepath.Join(history, "latest"))
 }
 
-// captureVariantImages captures every set again for each distinct set of checkpoint options
-// the variants name; the images live in work and go with it.
+// captureVariantImages captures every set again for each variant with an image of its own
+// (checkpoint options, global flags, pre-checkpoint steps: once per distinct imageKey), in
+// sandboxes with the variant's global flags; the images live in work and go with it.
 func captureVariantImages(ctx context.Context, env *run.Sandboxes, sets []MeasuredSet, variants []Variant, work string) error {
 	version, err := env.Runtime.Version(ctx)
 	if err != nil {
 		return err
 	}
 	for _, v := range variants {
-		key := optionsKey(v.CheckpointOptions)
+		key := v.imageKey()
 		for i := range sets {
 			set := &sets[i]
 			if key == "" || set.VariantDirs[key] != "" {
 				continue
 			}
 			dir := filepath.Join(work, fmt.Sprintf("variant-%d-%s", len(set.VariantDirs), set.ID))
-			meta, err := capture.Run(ctx, env.Runtime, env.CaptureRequest(config.PackageSet{ID: set.ID, Imports: set.Imports}, dir, work, version, v.CheckpointOptions))
+			req := env.CaptureRequest(config.PackageSet{ID: set.ID, Imports: set.Imports}, dir, work, version, v.CheckpointOptions)
+			if len(v.PreCheckpoint) > 0 {
+				req.Env = append(req.Env, PreCheckpointEnv+"="+strings.Join(v.PreCheckpoint, ","))
+			}
+			meta, err := capture.Run(ctx, v.runtime(env.Runtime, ""), req)
 			if err != nil {
 				return fmt.Errorf("bench: image for %s: %w", v.Name, err)
 			}
@@ -284,7 +297,7 @@ func captureVariantImages(ctx context.Context, env *run.Sandboxes, sets []Measur
 				set.VariantDirs, set.VariantBytes = map[string]string{}, map[string]int64{}
 			}
 			set.VariantDirs[key], set.VariantBytes[key] = dir, meta.Bytes()
-			env.Log.WithFields(logrus.Fields{"set": set.ID, "options": key, "bytes": meta.Bytes(), "default_bytes": set.Bytes}).Info("bench: captured a variant's image")
+			env.Log.WithFields(logrus.Fields{"set": set.ID, "image": key, "bytes": meta.Bytes(), "default_bytes": set.Bytes}).Info("bench: captured a variant's image")
 		}
 	}
 	return nil

@@ -22,11 +22,27 @@ type SandboxRunner struct {
 	Variants []Variant
 	// Pool serves the pooled series: sandboxes of the restore's shape created ahead.
 	Pool *pool.Pool
+	// PoolSize is the size of each pooled variant's pool (DefaultPoolSize when zero).
+	PoolSize int
+	// LogDir holds runsc's info log of one variant trial at a time, read for the time to the
+	// last page loaded; emptied before each.
+	LogDir string
+
+	variantPools variantPools
+	derived      map[string]float64
 }
+
+// Derived implements DerivedRunner: the last trial's time to its last page loaded, for a
+// variant that restores into a sandbox it makes.
+func (s *SandboxRunner) Derived() map[string]float64 { return s.derived }
+
+// Close deletes the sandboxes of the pooled variants' pools.
+func (s *SandboxRunner) Close() error { return s.variantPools.Close() }
 
 // Run implements Runner.
 func (s *SandboxRunner) Run(ctx context.Context, set MeasuredSet, series string) (float64, error) {
 	r := s.Restorer
+	s.derived = nil
 	switch series {
 	case Floor:
 		return TimeFloor(ctx, &r.Launcher)
@@ -48,21 +64,38 @@ func (s *SandboxRunner) Run(ctx context.Context, set MeasuredSet, series string)
 		if v.Name != series {
 			continue
 		}
-		dir := set.Dir
-		if len(v.CheckpointOptions) > 0 {
-			if dir = set.VariantDirs[optionsKey(v.CheckpointOptions)]; dir == "" {
-				return 0, fmt.Errorf("no image of %s captured with %s", set.ID, optionsKey(v.CheckpointOptions))
+		dir, err := set.variantDir(v)
+		if err != nil {
+			return 0, err
+		}
+		if v.Pooled {
+			s.variantPools.size = s.PoolSize
+			if s.variantPools.size == 0 {
+				s.variantPools.size = DefaultPoolSize
 			}
+			p, err := s.variantPools.get(ctx, &r.Launcher, v)
+			if err != nil {
+				return 0, err
+			}
+			return timePooledVariant(ctx, p, v, set, dir, r.Timeout)
 		}
 		if v.ColdPageCache {
 			if err := EvictPageCache(dir); err != nil { // off the clock
 				return 0, err
 			}
 		}
-		variant := *r
-		variant.Flags = v.Flags
-		marks, err := TimeRestoreCall(ctx, &variant, set.ID, dir, set.Imports, false)
-		return marks.TotalMS(), err
+		if s.LogDir == "" {
+			return 0, errors.New("a variant's trial needs a log directory")
+		}
+		if err := removeLogs(s.LogDir); err != nil {
+			return 0, err
+		}
+		first, lastPage, err := timeVariant(ctx, r, v, set, dir, s.LogDir)
+		if err != nil {
+			return 0, err
+		}
+		s.derived = map[string]float64{v.Name + LastPageSuffix: lastPage}
+		return first, nil
 	}
 	return 0, fmt.Errorf("unknown series %q", series)
 }

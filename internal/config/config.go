@@ -74,7 +74,21 @@ type BenchVariant struct {
 	// files are evicted from the page cache before each restore, as for the first restore
 	// after a pull.
 	PageCache string `yaml:"page_cache"`
+	// GlobalFlags are further runsc global flags for this variant's sandboxes (its capture,
+	// its restores, its pool's creates), e.g. --host-settings=ignore: the same allow-list as
+	// runsc.global_flags. With any, the variant gets an image captured for it alone.
+	GlobalFlags []string `yaml:"global_flags"`
+	// PreCheckpoint are steps the executor runs after its imports, just before the checkpoint
+	// (PreCheckpointSteps), in order. With any, the variant gets an image captured for it alone.
+	PreCheckpoint []string `yaml:"pre_checkpoint"`
+	// Pooled restores from a pool of sandboxes created ahead with the variant's global flags,
+	// timed from Get to the answer, as the pooled series is.
+	Pooled bool `yaml:"pooled"`
 }
+
+// PreCheckpointSteps are the executor's optional steps before a checkpoint
+// (images/executor/readie_executor/precheckpoint.py): a bench variant's pre_checkpoint.
+func PreCheckpointSteps() []string { return []string{"gc.collect", "gc.freeze", "malloc_trim"} }
 
 // Bench configures `pipeline bench`.
 type Bench struct {

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -313,10 +315,46 @@ func TestBenchVariants(t *testing.T) {
 		"bench:\n  variants:\n    - {name: a, checkpoint_options: {bogus: x}}\n": "bogus",
 		"bench:\n  variants:\n    - {name: a/b}\n":                               "name",
 		"bench:\n  variants:\n    - {name: a, page_cache: lukewarm}\n":           "page_cache \"lukewarm\": want warm or cold",
+		// The boot knobs: a global flag outside the kit's list, or with a value that writes the
+		// host's settings, is named; so is a flag the runsc section sets, and an unknown step.
+		"bench:\n  variants:\n    - {name: a, global_flags: [--systemd-cgroup]}\n":         `bench.variants[0] (a).global_flags: runsc flag "--systemd-cgroup" is not one of`,
+		"bench:\n  variants:\n    - {name: a, global_flags: [--host-settings=adjust]}\n":   `runsc flag "--host-settings=adjust": --host-settings takes one of ["ignore" "check"]`,
+		"bench:\n  variants:\n    - {name: a, global_flags: [--network=host]}\n":           `set "--network=host" with its own key`,
+		"bench:\n  variants:\n    - {name: a, pre_checkpoint: [gc.collect, gc.compact]}\n": `bench.variants[0] (a).pre_checkpoint: "gc.compact" is not one of gc.collect, gc.freeze, malloc_trim`,
+		"bench:\n  variants:\n    - {name: a, pooled: true, page_cache: cold}\n":           "pooled with page_cache cold",
+		"bench:\n  variants:\n    - {name: a, pre_checkpoint: gc.collect}\n":               "want a list",
 	} {
 		if _, err := Parse([]byte(bad), "x.yaml", "/w", "/c"); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want %q", bad, err, want)
 		}
+	}
+}
+
+// TestBenchVariantKnobs: a variant's global flags, pre-checkpoint steps and pool are read as
+// written, and the steps the config accepts are exactly the executor's.
+func TestBenchVariantKnobs(t *testing.T) {
+	c, err := Parse([]byte("bench:\n  variants:\n    - {name: a, global_flags: [--host-settings=ignore, --ignore-cgroups, --app-huge-pages=false], pre_checkpoint: [gc.collect, malloc_trim], pooled: true}\n"), "x.yaml", "/w", "/c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := c.Bench.Variants[0]
+	if strings.Join(v.GlobalFlags, " ") != "--host-settings=ignore --ignore-cgroups --app-huge-pages=false" || strings.Join(v.PreCheckpoint, " ") != "gc.collect malloc_trim" || !v.Pooled {
+		t.Errorf("variant %+v", v)
+	}
+	source, err := os.ReadFile("../../images/executor/readie_executor/precheckpoint.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^STEPS = \{(.*)\}$`).FindSubmatch(source)
+	if m == nil {
+		t.Fatal("no STEPS in precheckpoint.py")
+	}
+	var python []string
+	for _, k := range regexp.MustCompile(`"([^"]+)":`).FindAllSubmatch(m[1], -1) {
+		python = append(python, string(k[1]))
+	}
+	if !slices.Equal(python, PreCheckpointSteps()) {
+		t.Errorf("the executor's steps %q, the config's %q", python, PreCheckpointSteps())
 	}
 }
 

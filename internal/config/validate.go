@@ -64,15 +64,21 @@ func (r *Runsc) validate(p *problems) {
 	if err := sandbox.CheckRestoreFlags(r.RestoreFlags); err != nil {
 		p.add("runsc.restore_flags: %v", err)
 	}
-	for _, f := range r.GlobalFlags {
+	validateGlobalFlags(p, "runsc.global_flags", r.GlobalFlags)
+	validateCheckpointOptions(p, "runsc.checkpoint_options", r.CheckpointOptions)
+}
+
+// validateGlobalFlags checks further runsc global flags: none that the runsc section sets with
+// a key of its own, and only those a worker's kit accepts (sandbox.CheckGlobalFlag).
+func validateGlobalFlags(p *problems, where string, flags []string) {
+	for _, f := range flags {
 		name, _, _ := strings.Cut(strings.TrimLeft(f, "-"), "=")
 		if slices.Contains(runscOwnFlags, name) {
-			p.add("runsc.global_flags: set %q with its own key, not here", f)
+			p.add("%s: set %q with its own key, not here", where, f)
 		} else if err := sandbox.CheckGlobalFlag(f); err != nil {
-			p.add("runsc.global_flags: %v", err)
+			p.add("%s: %v", where, err)
 		}
 	}
-	validateCheckpointOptions(p, "runsc.checkpoint_options", r.CheckpointOptions)
 }
 
 func validateCheckpointOptions(p *problems, where string, options map[string]string) {
@@ -105,6 +111,15 @@ func (b *Bench) validate(p *problems) {
 		validateCheckpointOptions(p, where+".checkpoint_options", v.CheckpointOptions)
 		if v.PageCache != "" && v.PageCache != "warm" && v.PageCache != "cold" {
 			p.add("%s (%s): page_cache %q: want warm or cold", where, v.Name, v.PageCache)
+		}
+		validateGlobalFlags(p, fmt.Sprintf("%s (%s).global_flags", where, v.Name), v.GlobalFlags)
+		for _, step := range v.PreCheckpoint {
+			if !slices.Contains(PreCheckpointSteps(), step) {
+				p.add("%s (%s).pre_checkpoint: %q is not one of %s", where, v.Name, step, strings.Join(PreCheckpointSteps(), ", "))
+			}
+		}
+		if v.Pooled && v.PageCache == "cold" {
+			p.add("%s (%s): pooled with page_cache cold is not measured: a pooled variant restores a warm image", where, v.Name)
 		}
 	}
 }

@@ -47,6 +47,11 @@ var (
 		"platform":       {"systrap", "ptrace", "kvm"},
 		"directfs":       {"", "true", "false"},
 		"file-access":    {"exclusive", "shared"},
+		// Boot knobs a bench variant may measure (docs/knobs.md): skip the host settings
+		// check (never adjust or enforce: they write the host's settings), and application
+		// huge pages on or off.
+		"host-settings":  {"ignore", "check"},
+		"app-huge-pages": {"", "true", "false"},
 	}
 	// restoreFlags are the flags of `runsc restore` that only change how it loads the image.
 	restoreFlags = map[string][]string{
@@ -97,7 +102,8 @@ func CheckOwnFlag(flag, value string) error {
 }
 
 // CheckGlobalFlag refuses a further runsc global flag (Flags.Extra) that is not one of
-// --ignore-cgroups, --platform, --directfs and --file-access with a value runsc takes.
+// --ignore-cgroups, --platform, --directfs, --file-access, --host-settings and
+// --app-huge-pages with a value runsc takes.
 func CheckGlobalFlag(arg string) error {
 	return checkFlag("runsc flag", arg, "--", extraFlags)
 }

@@ -208,7 +208,7 @@ func TestCheckRestoreFlags(t *testing.T) {
 }
 
 func TestParseFlagsAllowsWhatThePipelineWrites(t *testing.T) {
-	for _, f := range []Flags{DefaultFlags(), {Network: "sandbox", Overlay: "root:memory", HostUDS: "all", Extra: []string{"--ignore-cgroups", "--platform=ptrace", "--directfs=false", "--file-access=shared"}}} {
+	for _, f := range []Flags{DefaultFlags(), {Network: "sandbox", Overlay: "root:memory", HostUDS: "all", Extra: []string{"--ignore-cgroups", "--platform=ptrace", "--directfs=false", "--file-access=shared", "--host-settings=ignore", "--app-huge-pages=false"}}} {
 		got, err := ParseFlags(f.Args())
 		if err != nil || !reflect.DeepEqual(got, f) {
 			t.Errorf("%q: %+v, %v", f.Args(), got, err)
@@ -216,6 +216,12 @@ func TestParseFlagsAllowsWhatThePipelineWrites(t *testing.T) {
 	}
 	if _, err := ParseFlags(append(DefaultFlags().Args(), "--platform=kvm;rm")); err == nil {
 		t.Error("a platform outside the list was accepted")
+	}
+	// adjust and enforce would have runsc, as root, write the worker host's kernel settings.
+	for _, bad := range []string{"--host-settings=adjust", "--host-settings=enforce", "--host-settings", "--app-huge-pages=maybe"} {
+		if _, err := ParseFlags(append(DefaultFlags().Args(), bad)); err == nil || !strings.Contains(err.Error(), bad) {
+			t.Errorf("%s: %v, want an error naming it", bad, err)
+		}
 	}
 }
 

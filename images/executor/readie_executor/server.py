@@ -8,7 +8,7 @@ import sys
 import time
 import warnings
 
-from . import calls, checkpoint, cpucheck, packages, protocol, settings as settings_mod
+from . import calls, checkpoint, cpucheck, packages, precheckpoint, protocol, settings as settings_mod
 
 EXIT_OK = 0
 EXIT_SETTINGS = 2
@@ -159,6 +159,12 @@ def main():
         started = time.monotonic()
         print(packages.report(), flush=True)
         log(f"packages read in {(time.monotonic() - started) * 1000:.1f} ms")
+        # Last before the checkpoint, so nothing above allocates after them.
+        try:
+            precheckpoint.run(cfg.pre_checkpoint, log)
+        except precheckpoint.PreCheckpointError as e:
+            log(f"checkpoint failed: {e}")
+            return EXIT_CHECKPOINT
         print(f"{checkpoint.MARKER} imports={','.join(cfg.preimport)}", flush=True)
         try:
             result = checkpoint.trigger()

@@ -2,7 +2,7 @@
 
 import dataclasses
 
-from . import protocol
+from . import precheckpoint, protocol
 
 MODES = ("capture", "measure", "sandbox")
 
@@ -26,6 +26,9 @@ class Settings:
     # envelope. Lowered by tests; the default is the protocol's.
     max_message_size: int = protocol.MAX_MESSAGE_SIZE
     output_limit: int = DEFAULT_OUTPUT_LIMIT
+    # Steps run after the imports, before the checkpoint (READIE_PRE_CHECKPOINT, a pipeline
+    # extension: precheckpoint.py); empty by default.
+    pre_checkpoint: tuple = ()
 
     @property
     def socket_path(self):
@@ -44,8 +47,12 @@ def from_environ(environ):
     max_message_size = _bytes(environ, "EXECUTOR_MAX_MESSAGE_SIZE", protocol.MAX_MESSAGE_SIZE, 1,
                               protocol.MAX_MESSAGE_SIZE)
     output_limit = _bytes(environ, "EXECUTOR_OUTPUT_LIMIT", DEFAULT_OUTPUT_LIMIT, 2, protocol.MAX_MESSAGE_SIZE)
+    try:
+        pre_checkpoint = precheckpoint.parse(environ.get(precheckpoint.ENV, ""))
+    except ValueError as e:
+        raise SettingsError(str(e)) from None
     return Settings(executor_dir=executor_dir, mode=mode, preimport=preimport, chunk_size=chunk_size,
-                    max_message_size=max_message_size, output_limit=output_limit)
+                    max_message_size=max_message_size, output_limit=output_limit, pre_checkpoint=pre_checkpoint)
 
 
 def _bytes(environ, name, default, low, high):

@@ -1,0 +1,291 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"readie.dev/pipeline/pkg/launch"
+	"readie.dev/pipeline/pkg/measure"
+	"readie.dev/pipeline/pkg/pool"
+	"readie.dev/pipeline/pkg/pycall"
+)
+
+// PreCheckpointEnv names the executor's steps before the checkpoint in a capture's environment
+// (images/executor/readie_executor/precheckpoint.py, a pipeline extension of capture mode):
+// set only for a variant's own image.
+const PreCheckpointEnv = "READIE_PRE_CHECKPOINT"
+
+// LastPageSuffix ends the name of the series that times a variant's restore to its last page
+// loaded (NAME:last-page), beside the variant's own series, to its first answer.
+const LastPageSuffix = ":last-page"
+
+// pagesLoadedLine is what the sandbox logs (at info level) once every page of the image is in
+// memory, whether loaded before the restore returned or in the background (-background):
+// pkg/sentry/kernel/kernel_restore.go of the pinned gVisor.
+const pagesLoadedLine = "All MemoryFile pages have been loaded."
+
+// OwnImage reports whether the variant restores an image captured for it alone: with
+// checkpoint options, global flags or pre-checkpoint steps.
+func (v Variant) OwnImage() bool {
+	return len(v.CheckpointOptions) > 0 || len(v.GlobalFlags) > 0 || len(v.PreCheckpoint) > 0
+}
+
+// imageKey names what the variant's image is captured with, the same for equal captures; ""
+// for the output's own image. Checkpoint options alone read as they always did
+// (bench.json's variant_bytes).
+func (v Variant) imageKey() string {
+	parts := []string{}
+	if key := optionsKey(v.CheckpointOptions); key != "" {
+		parts = append(parts, key)
+	}
+	if len(v.GlobalFlags) > 0 {
+		parts = append(parts, "flags="+strings.Join(v.GlobalFlags, " "))
+	}
+	if len(v.PreCheckpoint) > 0 {
+		parts = append(parts, "pre_checkpoint="+strings.Join(v.PreCheckpoint, "+"))
+	}
+	return strings.Join(parts, ",")
+}
+
+// runtime is rt with the variant's global flags added and, when logDir is set, runsc's log at
+// its default (info) level in logDir: without --debug, so that the few lines cost little, and
+// the same for every variant.
+func (v Variant) runtime(rt *launch.Runtime, logDir string) *launch.Runtime {
+	c := *rt
+	c.Flags.Extra = append(slices.Clone(rt.Flags.Extra), v.GlobalFlags...)
+	if logDir != "" {
+		c.Flags.Extra = append(c.Flags.Extra, "--debug-log="+strings.TrimSuffix(logDir, "/")+"/")
+	}
+	return &c
+}
+
+// restorer is r restoring with the variant's flags in sandboxes of its runtime.
+func (v Variant) restorer(r *measure.Restorer, logDir string) *measure.Restorer {
+	c := *r
+	c.Runtime = v.runtime(r.Runtime, logDir)
+	c.Flags = slices.Clone(v.Flags)
+	return &c
+}
+
+// variantRequest is ImportRequest's call that also returns the executor's count of frozen
+// objects, so that a variant's answer shows its pre-checkpoint steps took effect.
+func variantRequest(imports []string) ([]byte, error) {
+	list, err := pycall.PyList(imports)
+	if err != nil {
+		return nil, err
+	}
+	return pycall.EvalRequest(fmt.Sprintf(`[len([__import__(m) for m in %s]), __import__("gc").get_freeze_count()]`, list))
+}
+
+// checkVariant checks the answer to variantRequest: every module imported, and objects frozen
+// exactly when the variant's steps froze them.
+func checkVariant(response []byte, imports []string, v Variant) error {
+	value, err := pycall.DecodeEnvelope(response)
+	if err != nil {
+		return err
+	}
+	got, ok := value.([]any)
+	if !ok || len(got) != 2 {
+		return fmt.Errorf("variant call returned %v, want [imported, frozen]", value)
+	}
+	n, okN := got[0].(int64)
+	frozen, okF := got[1].(int64)
+	if !okN || !okF || n != int64(len(imports)) {
+		return fmt.Errorf("variant call returned %v, want %d modules imported", value, len(imports))
+	}
+	if froze := slices.Contains(v.PreCheckpoint, "gc.freeze"); froze != (frozen > 0) {
+		return fmt.Errorf("the restored executor has %d objects frozen, but the variant's pre-checkpoint steps are %q", frozen, v.PreCheckpoint)
+	}
+	return nil
+}
+
+// timeVariant restores the variant's image of set (dir) into a sandbox it makes, with runsc's
+// info log in logDir, and times it to the first answer; after the answer, off the clock, it
+// waits for the sandbox to log its last page loaded (with -background the pages may still be
+// loading) and returns that too, both from the start of `runsc restore`.
+func timeVariant(ctx context.Context, r *measure.Restorer, v Variant, set MeasuredSet, dir, logDir string) (first, lastPage float64, err error) {
+	request, err := variantRequest(set.Imports)
+	if err != nil {
+		return 0, 0, err
+	}
+	vr := v.restorer(r, logDir)
+	var began time.Time
+	marks, err := vr.TimedCall(ctx, launch.Call{SetID: set.ID, Step: "variant", Start: func(ctx context.Context, sb *launch.Sandbox) error {
+		began = time.Now()
+		return launch.RestoreStep(dir, vr.Flags)(ctx, sb)
+	}, Request: request, Check: func(resp []byte) error {
+		if err := checkVariant(resp, set.Imports, v); err != nil {
+			return err
+		}
+		// Before TimedCall deletes the sandbox, which would end a background load unlogged.
+		loaded, err := waitPagesLoaded(ctx, logDir, began.UTC().Year(), vr.Timeout)
+		if err != nil {
+			return err
+		}
+		lastPage = launch.MS(loaded.Sub(began))
+		return nil
+	}})
+	if err != nil {
+		return 0, 0, err
+	}
+	return marks.TotalMS(), lastPage, nil
+}
+
+// timePooledVariant is TimePooledCall with the variant's request and check, from p (a pool of
+// the variant's runtime).
+func timePooledVariant(ctx context.Context, p *pool.Pool, v Variant, set MeasuredSet, dir string, timeout time.Duration) (float64, error) {
+	request, err := variantRequest(set.Imports)
+	if err != nil {
+		return 0, err
+	}
+	if err := p.Wait(ctx); err != nil {
+		return 0, err
+	}
+	marks, err := pooledCall(ctx, p, dir, v.Flags, timeout, request, func(resp []byte) error { return checkVariant(resp, set.Imports, v) })
+	if err != nil {
+		return 0, err
+	}
+	return marks.TotalMS(), p.Wait(ctx)
+}
+
+// waitPagesLoaded polls the sandbox's log in logDir (*.boot.txt) until it says every page is
+// loaded, at most limit, and returns the time of that line. runsc runs with TZ=UTC
+// (launch.Runtime), so the line's wall-clock time is read as UTC.
+func waitPagesLoaded(ctx context.Context, logDir string, year int, limit time.Duration) (time.Time, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, limit, fmt.Errorf("the sandbox did not log %q within %s (logs in %s)", pagesLoadedLine, limit, logDir))
+	defer cancel()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		t, err := pagesLoadedAt(logDir, year)
+		if err == nil || !errors.Is(err, errNotYet) {
+			return t, err
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, context.Cause(ctx)
+		case <-tick.C:
+		}
+	}
+}
+
+var errNotYet = errors.New("not logged yet")
+
+// pagesLoadedAt returns the time of pagesLoadedLine in the one boot log of logDir, or
+// errNotYet.
+func pagesLoadedAt(logDir string, year int) (time.Time, error) {
+	boots, _ := filepath.Glob(filepath.Join(logDir, "*.boot.txt"))
+	if len(boots) > 1 {
+		return time.Time{}, fmt.Errorf("want one sandbox log in %s, found %d", logDir, len(boots))
+	}
+	if len(boots) == 0 {
+		return time.Time{}, errNotYet
+	}
+	var at time.Time
+	var parseErr error
+	err := scanLines(boots[0], func(line string) bool {
+		if !strings.HasSuffix(line, pagesLoadedLine) {
+			return true
+		}
+		at, parseErr = glogLineTime(line, year)
+		return false
+	})
+	switch {
+	case err != nil:
+		return time.Time{}, err
+	case parseErr != nil:
+		return time.Time{}, parseErr
+	case at.IsZero():
+		return time.Time{}, errNotYet
+	}
+	return at, nil
+}
+
+// glogLineTime reads the time of a runsc log line (I1203 15:04:05.000000 ...), in UTC, in year.
+func glogLineTime(line string, year int) (time.Time, error) {
+	m := glogTime.FindStringSubmatch(line)
+	if m == nil {
+		return time.Time{}, fmt.Errorf("runsc log line without a time: %q", line)
+	}
+	return time.ParseInLocation("2006 0102 15:04:05.000000", fmt.Sprintf("%d %s %s", year, m[1], m[2]), time.UTC)
+}
+
+// variantPools holds a pool per pooled variant's runtime (its global flags), made on first
+// use; Close deletes every sandbox of them.
+type variantPools struct {
+	size  int
+	pools map[string]*pool.Pool
+}
+
+func (vp *variantPools) get(ctx context.Context, l *launch.Launcher, v Variant) (*pool.Pool, error) {
+	key := strings.Join(v.GlobalFlags, " ")
+	if p, ok := vp.pools[key]; ok {
+		return p, nil
+	}
+	vl := *l
+	vl.Runtime = v.runtime(l.Runtime, "")
+	p, err := NewPool(ctx, &vl, vp.size)
+	if err != nil {
+		return nil, err
+	}
+	if vp.pools == nil {
+		vp.pools = map[string]*pool.Pool{}
+	}
+	vp.pools[key] = p
+	return p, nil
+}
+
+// Close closes every pool.
+func (vp *variantPools) Close() error {
+	var errs []error
+	for _, p := range vp.pools {
+		errs = append(errs, p.Close())
+	}
+	vp.pools = nil
+	return errors.Join(errs...)
+}
+
+// removeLogs empties a variant trial's log directory for the next one.
+func removeLogs(logDir string) error {
+	entries, err := os.ReadDir(logDir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := os.Remove(filepath.Join(logDir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// variantDir is the image the variant restores: its own, or the output's.
+func (set MeasuredSet) variantDir(v Variant) (string, error) {
+	key := v.imageKey()
+	if key == "" {
+		return set.Dir, nil
+	}
+	if dir := set.VariantDirs[key]; dir != "" {
+		return dir, nil
+	}
+	return "", fmt.Errorf("no image of %s captured with %s", set.ID, key)
+}
+
+// seriesBytes is the size of the image the series restores: a variant's own, or the set's.
+func (set MeasuredSet) seriesBytes(series string, variants []Variant) int64 {
+	name := strings.TrimSuffix(series, LastPageSuffix)
+	for _, v := range variants {
+		if v.Name == name && v.OwnImage() {
+			if n, ok := set.VariantBytes[v.imageKey()]; ok {
+				return n
+			}
+		}
+	}
+	return set.Bytes
+}
