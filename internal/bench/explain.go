@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"readie.dev/pipeline/pkg/launch"
 )
@@ -70,7 +71,7 @@ func parseRestoreLogs(dir string, year int) (restoreTimeline, error) {
 		return tl, fmt.Errorf("want one restore and one boot debug log in %s, found %d and %d", dir, len(restoreLogs), len(bootLogs))
 	}
 	if err := scanLines(restoreLogs[0], func(line string) bool {
-		t, err := glogLineTime(line, year)
+		t, err := glogLineTime(line, year, time.UTC)
 		if err != nil {
 			return true
 		}

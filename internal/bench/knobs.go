@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,11 +16,6 @@ import (
 	"readie.dev/pipeline/pkg/pool"
 	"readie.dev/pipeline/pkg/pycall"
 )
-
-// PreCheckpointEnv names the executor's steps before the checkpoint in a capture's environment
-// (images/executor/readie_executor/precheckpoint.py, a pipeline extension of capture mode):
-// set only for a variant's own image.
-const PreCheckpointEnv = "READIE_PRE_CHECKPOINT"
 
 // LastPageSuffix ends the name of the series that times a variant's restore to its last page
 // loaded (NAME:last-page), beside the variant's own series, to its first answer.
@@ -124,9 +120,16 @@ func timeVariant(ctx context.Context, r *measure.Restorer, v Variant, set Measur
 			return err
 		}
 		// Before TimedCall deletes the sandbox, which would end a background load unlogged.
-		loaded, err := waitPagesLoaded(ctx, logDir, began.UTC().Year(), vr.Timeout)
+		zone, err := bootLogZone()
 		if err != nil {
 			return err
+		}
+		loaded, err := waitPagesLoaded(ctx, logDir, began.In(zone).Year(), zone, vr.Timeout)
+		if err != nil {
+			return err
+		}
+		if loaded.Before(began) {
+			return fmt.Errorf("the sandbox's log in %s says its last page was loaded at %s, before its restore began (%s): its times are not in the zone read (%s)", logDir, loaded.Format(time.RFC3339Nano), began.Format(time.RFC3339Nano), zone)
 		}
 		lastPage = launch.MS(loaded.Sub(began))
 		return nil
@@ -154,16 +157,34 @@ func timePooledVariant(ctx context.Context, p *pool.Pool, v Variant, set Measure
 	return marks.TotalMS(), p.Wait(ctx)
 }
 
+// bootLogZone returns the zone of the times in a sandbox's log (*.boot.txt): `runsc boot`
+// runs with an empty environment (runsc/sandbox/sandbox.go), so the TZ=UTC the pipeline gives
+// runsc does not reach it and it logs in the host's zone, /etc/localtime's (UTC without one,
+// as Go reads it).
+func bootLogZone() (*time.Location, error) {
+	data, err := os.ReadFile("/etc/localtime")
+	if errors.Is(err, fs.ErrNotExist) {
+		return time.UTC, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the host's time zone, for the sandbox's log: %w", err)
+	}
+	zone, err := time.LoadLocationFromTZData("/etc/localtime", data)
+	if err != nil {
+		return nil, fmt.Errorf("the host's time zone, for the sandbox's log: %w", err)
+	}
+	return zone, nil
+}
+
 // waitPagesLoaded polls the sandbox's log in logDir (*.boot.txt) until it says every page is
-// loaded, at most limit, and returns the time of that line. runsc runs with TZ=UTC
-// (launch.Runtime), so the line's wall-clock time is read as UTC.
-func waitPagesLoaded(ctx context.Context, logDir string, year int, limit time.Duration) (time.Time, error) {
+// loaded, at most limit, and returns the time of that line, read in zone (bootLogZone).
+func waitPagesLoaded(ctx context.Context, logDir string, year int, zone *time.Location, limit time.Duration) (time.Time, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, limit, fmt.Errorf("the sandbox did not log %q within %s (logs in %s)", pagesLoadedLine, limit, logDir))
 	defer cancel()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		t, err := pagesLoadedAt(logDir, year)
+		t, err := pagesLoadedAt(logDir, year, zone)
 		if err == nil || !errors.Is(err, errNotYet) {
 			return t, err
 		}
@@ -177,9 +198,9 @@ func waitPagesLoaded(ctx context.Context, logDir string, year int, limit time.Du
 
 var errNotYet = errors.New("not logged yet")
 
-// pagesLoadedAt returns the time of pagesLoadedLine in the one boot log of logDir, or
-// errNotYet.
-func pagesLoadedAt(logDir string, year int) (time.Time, error) {
+// pagesLoadedAt returns the time of pagesLoadedLine in the one boot log of logDir, read in
+// zone, or errNotYet.
+func pagesLoadedAt(logDir string, year int, zone *time.Location) (time.Time, error) {
 	boots, _ := filepath.Glob(filepath.Join(logDir, "*.boot.txt"))
 	if len(boots) > 1 {
 		return time.Time{}, fmt.Errorf("want one sandbox log in %s, found %d", logDir, len(boots))
@@ -193,7 +214,7 @@ func pagesLoadedAt(logDir string, year int) (time.Time, error) {
 		if !strings.HasSuffix(line, pagesLoadedLine) {
 			return true
 		}
-		at, parseErr = glogLineTime(line, year)
+		at, parseErr = glogLineTime(line, year, zone)
 		return false
 	})
 	switch {
@@ -207,13 +228,14 @@ func pagesLoadedAt(logDir string, year int) (time.Time, error) {
 	return at, nil
 }
 
-// glogLineTime reads the time of a runsc log line (I1203 15:04:05.000000 ...), in UTC, in year.
-func glogLineTime(line string, year int) (time.Time, error) {
+// glogLineTime reads the time of a runsc log line (I1203 15:04:05.000000 ...), in zone, in
+// year.
+func glogLineTime(line string, year int, zone *time.Location) (time.Time, error) {
 	m := glogTime.FindStringSubmatch(line)
 	if m == nil {
 		return time.Time{}, fmt.Errorf("runsc log line without a time: %q", line)
 	}
-	return time.ParseInLocation("2006 0102 15:04:05.000000", fmt.Sprintf("%d %s %s", year, m[1], m[2]), time.UTC)
+	return time.ParseInLocation("2006 0102 15:04:05.000000", fmt.Sprintf("%d %s %s", year, m[1], m[2]), zone)
 }
 
 // variantPools holds a pool per pooled variant's runtime (its global flags), made on first

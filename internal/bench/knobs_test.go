@@ -110,13 +110,13 @@ func TestCheckVariant(t *testing.T) {
 // zone; not yet logged and a line without a time are told apart.
 func TestPagesLoadedAt(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := pagesLoadedAt(dir, 2026); !errors.Is(err, errNotYet) {
+	if _, err := pagesLoadedAt(dir, 2026, time.UTC); !errors.Is(err, errNotYet) {
 		t.Fatalf("no log: %v", err)
 	}
 	boot := filepath.Join(dir, "runsc.log.20261203-152201.000001.boot.txt")
 	lines := "I1203 15:22:01.100000  1 controller.go:600] Restore ...\n"
 	os.WriteFile(boot, []byte(lines), 0o644)
-	if _, err := pagesLoadedAt(dir, 2026); !errors.Is(err, errNotYet) {
+	if _, err := pagesLoadedAt(dir, 2026, time.UTC); !errors.Is(err, errNotYet) {
 		t.Fatalf("without the line: %v", err)
 	}
 	lines += "I1203 15:22:01.234567  1 kernel_restore.go:354] All MemoryFile pages have been loaded.\n"
@@ -124,19 +124,29 @@ func TestPagesLoadedAt(t *testing.T) {
 	saved := time.Local
 	time.Local = time.FixedZone("far", 11*3600)
 	defer func() { time.Local = saved }()
-	at, err := pagesLoadedAt(dir, 2026)
+	at, err := pagesLoadedAt(dir, 2026, time.UTC)
 	if want := time.Date(2026, 12, 3, 15, 22, 1, 234567000, time.UTC); err != nil || !at.Equal(want) {
 		t.Fatalf("at %v (%v), want %v", at, err, want)
 	}
+	// `runsc boot` logs in the host's zone, whatever the pipeline's TZ: read in it, the same
+	// line is another instant.
+	newYork, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, err = pagesLoadedAt(dir, 2026, newYork)
+	if want := time.Date(2026, 12, 3, 20, 22, 1, 234567000, time.UTC); err != nil || !at.Equal(want) {
+		t.Fatalf("in New York's zone: at %v (%v), want %v", at, err, want)
+	}
 	os.WriteFile(filepath.Join(dir, "runsc.log.20261203-152202.000001.boot.txt"), nil, 0o644)
-	if _, err := pagesLoadedAt(dir, 2026); err == nil || errors.Is(err, errNotYet) {
+	if _, err := pagesLoadedAt(dir, 2026, time.UTC); err == nil || errors.Is(err, errNotYet) {
 		t.Fatalf("two sandbox logs: %v", err)
 	}
 	if err := removeLogs(dir); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, err := waitPagesLoaded(ctx, dir, 2026, 20*time.Millisecond); err == nil || !strings.Contains(err.Error(), "did not log") {
+	if _, err := waitPagesLoaded(ctx, dir, 2026, time.UTC, 20*time.Millisecond); err == nil || !strings.Contains(err.Error(), "did not log") {
 		t.Fatalf("wait on an empty directory: %v", err)
 	}
 }

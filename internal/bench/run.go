@@ -22,6 +22,7 @@ import (
 	"readie.dev/pipeline/pkg/atomicfile"
 	"readie.dev/pipeline/pkg/capture"
 	"readie.dev/pipeline/pkg/measure"
+	"readie.dev/pipeline/pkg/sandbox"
 )
 
 // Options select what `pipeline bench` measures.
@@ -287,7 +288,7 @@ func captureVariantImages(ctx context.Context, env *run.Sandboxes, sets []Measur
 			dir := filepath.Join(work, fmt.Sprintf("variant-%d-%s", len(set.VariantDirs), set.ID))
 			req := env.CaptureRequest(config.PackageSet{ID: set.ID, Imports: set.Imports}, dir, work, version, v.CheckpointOptions)
 			if len(v.PreCheckpoint) > 0 {
-				req.Env = append(req.Env, PreCheckpointEnv+"="+strings.Join(v.PreCheckpoint, ","))
+				req.Env = append(req.Env, sandbox.PreCheckpointEnv+"="+strings.Join(v.PreCheckpoint, ","))
 			}
 			meta, err := capture.Run(ctx, v.runtime(env.Runtime, ""), req)
 			if err != nil {

@@ -108,6 +108,7 @@ func Build(m *manifest.Manifest, in Inputs) (*catalogue.Catalogue, error) {
 	}
 	// A line fitted to noisy medians may slope down or cross zero: it prices nothing then.
 	c.CostModel.InterceptMs, c.CostModel.AlphaMsPerMiB = max(c.CostModel.InterceptMs, 0), max(c.CostModel.AlphaMsPerMiB, 0)
+	c.Version = catalogue.VersionFor(c.CostModel)
 	x, err := catalogue.NewIndex(modules, c.CostModel)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", catalogue.ErrInvalid, err)

@@ -61,6 +61,9 @@ func TestBuildCatalogue(t *testing.T) {
 	if c.CostModel != want {
 		t.Errorf("cost model %+v, want %+v", c.CostModel, want)
 	}
+	if c.Version != 3 {
+		t.Errorf("version %d with a pooled line, want 3", c.Version)
+	}
 	p := c.Checkpoints[1]
 	if p.ID != "pandas" || !slices.Equal(p.Closure, []string{"numpy", "pandas"}) || p.ImageMiB != 40 || p.PredictedMiB != 39 || p.RestoreMedianMs != 190 {
 		t.Errorf("pandas %+v", p)
@@ -105,6 +108,10 @@ func TestBuildCatalogue(t *testing.T) {
 	}
 	if len(c.Modules) != 0 || len(c.Checkpoints[1].Closure) != 0 || c.CostModel.ColdStartMs != 0 {
 		t.Errorf("no analysis: %+v", c)
+	}
+	// No pooled line: version 2, which a kit of before the pooled line still reads.
+	if c.Version != 2 {
+		t.Errorf("version %d without a pooled line, want 2", c.Version)
 	}
 }
 

@@ -46,6 +46,10 @@ const CPUBaselineEnv = "READIE_CPU_BASELINE"
 // ErrCapture wraps every failed capture.
 var ErrCapture = errors.New("capture failed")
 
+// ErrSpecMismatch reports a capture whose spec is not of the shape the caller restores with
+// (Request.SpecFingerprint).
+var ErrSpecMismatch = errors.New("capture spec mismatch")
+
 // Request is one package set to capture.
 type Request struct {
 	ID      string
@@ -68,9 +72,10 @@ type Request struct {
 	CPUBaseline  []string
 	Timeout      time.Duration
 	RunscVersion string
-	// SpecFingerprint is the fingerprint of the sandboxes' spec under rt's flags
-	// (sandbox.Fingerprint) when the caller computed it already (the pipeline, once per run);
-	// "": Run computes it from the capture's spec.
+	// SpecFingerprint, when not "", is the fingerprint the caller expects of the capture's
+	// spec under rt's flags (the pipeline's, of its restore spec, once per run): a capture
+	// whose spec has another is refused, not recorded under the expected one. meta.json
+	// always records the fingerprint of the spec the capture ran.
 	SpecFingerprint string
 }
 
@@ -166,11 +171,12 @@ func newSandbox(rt *launch.Runtime, req Request) (*launch.Sandbox, string, error
 	if err != nil {
 		return nil, "", err
 	}
-	fingerprint := req.SpecFingerprint
-	if fingerprint == "" {
-		if fingerprint, err = sandbox.Fingerprint(spec, rt.Flags); err != nil {
-			return nil, "", err
-		}
+	fingerprint, err := sandbox.Fingerprint(spec, rt.Flags)
+	if err != nil {
+		return nil, "", err
+	}
+	if req.SpecFingerprint != "" && req.SpecFingerprint != fingerprint {
+		return nil, "", fmt.Errorf("%w: the capture's spec has fingerprint %s, the run's restore spec %s: a checkpoint of this shape would not restore as the manifest says", ErrSpecMismatch, fingerprint, req.SpecFingerprint)
 	}
 	sb, err := rt.NewSandbox(id, req.WorkDir, hostDir, spec)
 	return sb, fingerprint, err

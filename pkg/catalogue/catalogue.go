@@ -33,6 +33,16 @@ const FileName = "catalogue.json"
 // version instead. Versions 1 and 2 are read too.
 const Version = 3
 
+// VersionFor returns the lowest version that holds a catalogue with cost model m: 3 with a
+// pooled line, else 2, so that a catalogue without one stays readable by a kit that reads
+// version 2 (it refuses any higher version).
+func VersionFor(m CostModel) int {
+	if m.Pooled.Measured() {
+		return Version
+	}
+	return 2
+}
+
 // ErrInvalid wraps every problem of a catalogue.
 var ErrInvalid = errors.New("invalid catalogue")
 

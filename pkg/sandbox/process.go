@@ -47,16 +47,27 @@ func Defaults() []string {
 // why: PYTHONUNBUFFERED (the executor's lines reach the pipeline as they are written, the
 // capture's marker included), PYTHONDONTWRITEBYTECODE (the root is read-only: no .pyc can be
 // written), EXECUTOR_DIR (where the socket goes: the bind mount of the host directory) and
-// EXECUTOR_MODE (capture, measure or sandbox). A capture adds READIE_PREIMPORT (the set), and
-// the pipeline's pass_env and CPU baseline controls come over all of them.
+// EXECUTOR_MODE (capture, measure or sandbox). A capture also sets PreCheckpointEnv blank, so
+// that an image's own Env never chooses steps for the pipeline's captures (a bench variant sets
+// it over this), and adds READIE_PREIMPORT (the set); the pipeline's pass_env and CPU baseline
+// controls come over all of them.
 func Overrides(mode Mode) []string {
-	return []string{
+	env := []string{
 		"PYTHONUNBUFFERED=1",
 		"PYTHONDONTWRITEBYTECODE=1",
 		"EXECUTOR_DIR=" + ExecutorDir,
 		"EXECUTOR_MODE=" + string(mode),
 	}
+	if mode == ModeCapture {
+		env = append(env, PreCheckpointEnv+"=")
+	}
+	return env
 }
+
+// PreCheckpointEnv names the executor's steps just before the checkpoint in a capture
+// (images/executor/readie_executor/precheckpoint.py): a pipeline extension of capture mode,
+// set only in the capture of a bench variant's own image.
+const PreCheckpointEnv = "READIE_PRE_CHECKPOINT"
 
 // env returns the environment of a sandbox in mode for p: p's Env with Defaults for what it
 // lacks, then Overrides and extra set over it (each replacing an entry of the same name in

@@ -219,7 +219,7 @@ func TestSpecProcess(t *testing.T) {
 	s := mustSpec(t, o)
 	want := []string{
 		"PATH=/opt/venv/bin:/usr/bin", "VIRTUAL_ENV=/from/pass_env", "PYTHONUNBUFFERED=1", "EXECUTOR_DIR=" + ExecutorDir, "HOME=/home/app",
-		"LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1", "EXECUTOR_MODE=capture", "READIE_PREIMPORT=numpy,pandas", "PASSED=1",
+		"LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1", "EXECUTOR_MODE=capture", "READIE_PRE_CHECKPOINT=", "READIE_PREIMPORT=numpy,pandas", "PASSED=1",
 	}
 	if !slices.Equal(s.Process.Env, want) {
 		t.Errorf("env\n%q\nwant\n%q", s.Process.Env, want)
@@ -253,5 +253,20 @@ func TestSpecProcess(t *testing.T) {
 		if _, err := Spec(o); !errors.Is(err, ErrSpec) {
 			t.Errorf("%+v: %v", bad, err)
 		}
+	}
+}
+
+// TestImageCannotChoosePreCheckpointSteps: an image's Env reaches every sandbox, but in a
+// capture the pipeline sets the pre-checkpoint steps blank over it (a bench variant sets them
+// over that), so a stranger's image never changes what the pipeline's captures run.
+func TestImageCannotChoosePreCheckpointSteps(t *testing.T) {
+	p := Process{Env: []string{PreCheckpointEnv + "=gc.freeze", "A=1"}}
+	capture := p.env(ModeCapture, nil)
+	if !slices.Contains(capture, PreCheckpointEnv+"=") || slices.Contains(capture, PreCheckpointEnv+"=gc.freeze") || !slices.Contains(capture, "A=1") {
+		t.Errorf("capture env %q: want %s blank over the image's, the image's other variables kept", capture, PreCheckpointEnv)
+	}
+	variant := p.env(ModeCapture, []string{PreCheckpointEnv + "=gc.collect"})
+	if !slices.Contains(variant, PreCheckpointEnv+"=gc.collect") || slices.Contains(variant, PreCheckpointEnv+"=") {
+		t.Errorf("a variant's capture env %q: want its steps", variant)
 	}
 }

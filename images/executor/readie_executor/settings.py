@@ -47,10 +47,14 @@ def from_environ(environ):
     max_message_size = _bytes(environ, "EXECUTOR_MAX_MESSAGE_SIZE", protocol.MAX_MESSAGE_SIZE, 1,
                               protocol.MAX_MESSAGE_SIZE)
     output_limit = _bytes(environ, "EXECUTOR_OUTPUT_LIMIT", DEFAULT_OUTPUT_LIMIT, 2, protocol.MAX_MESSAGE_SIZE)
-    try:
-        pre_checkpoint = precheckpoint.parse(environ.get(precheckpoint.ENV, ""))
-    except ValueError as e:
-        raise SettingsError(str(e)) from None
+    # Read in capture mode only: elsewhere the steps mean nothing, and a value an image set must
+    # not stop a cold start or a restore.
+    pre_checkpoint = ()
+    if mode == "capture":
+        try:
+            pre_checkpoint = precheckpoint.parse(environ.get(precheckpoint.ENV, ""))
+        except ValueError as e:
+            raise SettingsError(str(e)) from None
     return Settings(executor_dir=executor_dir, mode=mode, preimport=preimport, chunk_size=chunk_size,
                     max_message_size=max_message_size, output_limit=output_limit, pre_checkpoint=pre_checkpoint)
 

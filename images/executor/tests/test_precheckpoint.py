@@ -14,13 +14,23 @@ class ParseTest(unittest.TestCase):
         self.assertEqual(settings.from_environ({"EXECUTOR_DIR": "/x", precheckpoint.ENV: " , "}).pre_checkpoint, ())
 
     def test_steps_in_order(self):
-        cfg = settings.from_environ({"EXECUTOR_DIR": "/x", precheckpoint.ENV: " malloc_trim, gc.collect,gc.freeze"})
+        cfg = settings.from_environ({"EXECUTOR_DIR": "/x", "EXECUTOR_MODE": "capture",
+                                     precheckpoint.ENV: " malloc_trim, gc.collect,gc.freeze"})
         self.assertEqual(cfg.pre_checkpoint, ("malloc_trim", "gc.collect", "gc.freeze"))
 
     def test_unknown_step_named(self):
         for bad in ("gc.collect,gc.compact", "malloc_trim(0)", "GC.COLLECT"):
             with self.subTest(bad=bad), self.assertRaisesRegex(settings.SettingsError, precheckpoint.ENV + ".*unknown step"):
-                settings.from_environ({"EXECUTOR_DIR": "/x", precheckpoint.ENV: bad})
+                settings.from_environ({"EXECUTOR_DIR": "/x", "EXECUTOR_MODE": "capture", precheckpoint.ENV: bad})
+
+    def test_read_in_capture_mode_only(self):
+        # An image's Env reaches every sandbox: outside capture mode the variable means nothing
+        # and, whatever it holds, never stops a cold start or a restored executor.
+        for mode in ("sandbox", "measure", "bogus"):
+            with self.subTest(mode=mode):
+                cfg = settings.from_environ({"EXECUTOR_DIR": "/x", "EXECUTOR_MODE": mode,
+                                             precheckpoint.ENV: "gc.collect,not-a-step"})
+                self.assertEqual(cfg.pre_checkpoint, ())
 
 
 class StepsTest(unittest.TestCase):
