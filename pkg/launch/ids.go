@@ -11,7 +11,10 @@ import (
 
 // Lease is what a runtime needs of its owner's lease (the pipeline's internal/lease.Lease is
 // one): an ID that the IDs of its sandboxes carry, and a hold on the runsc root that tells
-// anyone sweeping the root that the owner still lives.
+// anyone sweeping the root that the owner still lives. The pipeline's orphan sweep judges
+// every "readie-" sandbox of a runsc root it shares by internal/lease's flocks: a runtime that
+// shares a root with the pipeline must use such a lease, or a root of its own, or its live
+// sandboxes may be taken for leftovers.
 type Lease interface {
 	ID() string
 	Hold(dir string) error
