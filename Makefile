@@ -99,14 +99,14 @@ test-python: deps image
 	cd images/executor && $(PYTHON) -m unittest discover -s tests -t .
 
 # The race detector only on the packages with goroutines of their own: parallel (the worker
-# pool), run (captures with --jobs), analyze and setplan (parallel.Each over modules and
-# candidates), bench (concurrent restores), lease (its mutex), oci/output (push's uploads and
-# the layer pipe), launch and orphans (a sandbox's stdio copies; both were internal/sandboxes),
-# executorproto (Call's deadline), pool (its refill); in
-# cmd/pipeline only the tests of its own goroutines (the signal watcher, --jobs in-process).
-# Elsewhere it has no goroutine of the package's own to watch, and cmd/pipeline under it was
-# 12 of make test's 18 minutes.
-RACE_PACKAGES := ./internal/parallel ./internal/run ./internal/importcost ./internal/setplan ./internal/bench \
+# pool), run (captures with --jobs), analyze and the planner (parallel.Each over modules;
+# catalogue/plan's candidates, which setplan's tests plan on corpora), bench (concurrent
+# restores), lease (its mutex), oci/output (push's uploads and the layer pipe), launch and
+# orphans (a sandbox's stdio copies; both were internal/sandboxes), executorproto (Call's
+# deadline), pool (its refill); in cmd/pipeline only the tests of its own goroutines (the
+# signal watcher, --jobs in-process). Elsewhere it has no goroutine of the package's own to
+# watch, and cmd/pipeline under it was 12 of make test's 18 minutes.
+RACE_PACKAGES := ./internal/parallel ./internal/run ./internal/importcost ./internal/setplan ./pkg/catalogue/plan ./internal/bench \
 	./internal/lease ./internal/oci/output ./internal/orphans ./pkg/launch ./pkg/executorproto ./pkg/pool
 RACE_CMD_TESTS := ^(TestSignalInProcess|TestDispatchLeavesNoGoroutine|TestJobsWithAFailingSet)$$
 

@@ -10,6 +10,7 @@ import (
 	"readie.dev/pipeline/internal/run"
 	"readie.dev/pipeline/internal/setplan"
 	"readie.dev/pipeline/pkg/catalogue"
+	"readie.dev/pipeline/pkg/catalogue/plan"
 )
 
 // selectionFlags choose what a capture works on and how: `capture` and `plan` share them, so
@@ -89,11 +90,11 @@ func (f *selectionFlags) options(cfg *config.Config) (run.CaptureOptions, error)
 	}
 	var predicted map[string]float64
 	if f.plan != "" {
-		p, err := setplan.Load(f.plan)
+		p, err := plan.Load(f.plan)
 		if err != nil {
 			return run.CaptureOptions{}, usageError{fmt.Errorf("--plan: %w", err)}
 		}
-		cfg.Checkpoints = p.ConfigSets()
+		cfg.Checkpoints = setplan.ConfigSets(p)
 		predicted = map[string]float64{}
 		for _, s := range p.Sets {
 			predicted[s.ID] = s.PredictedMiB

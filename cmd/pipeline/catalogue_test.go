@@ -20,9 +20,9 @@ import (
 	"readie.dev/pipeline/internal/bench"
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/run"
-	"readie.dev/pipeline/internal/setplan"
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/catalogue"
+	"readie.dev/pipeline/pkg/catalogue/plan"
 	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/sandbox"
@@ -160,18 +160,18 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 			t.Errorf("plan-sets output lacks %q:\n%s", want, stdout)
 		}
 	}
-	plan, err := setplan.Load(filepath.Join(out, setplan.FileName))
+	pl, err := plan.Load(filepath.Join(out, plan.FileName))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range setplan.Strategies() {
-		s := plan.Strategies[name]
+	for _, name := range plan.Strategies() {
+		s := pl.Strategies[name]
 		if s == nil || s.Planned.MeanMs <= 0 || s.HeldOut.MeanMs <= 0 || s.Planned.P90Ms < s.Planned.P50Ms {
 			t.Errorf("strategy %s: %+v", name, s)
 		}
 	}
-	if len(plan.Sets) == 0 || len(plan.Sets) > 2 {
-		t.Fatalf("plan sets: %+v", plan.Sets)
+	if len(pl.Sets) == 0 || len(pl.Sets) > 2 {
+		t.Fatalf("plan sets: %+v", pl.Sets)
 	}
 	// The printed block is a config's checkpoints, as capture takes it.
 	block := stdout[strings.Index(stdout, "checkpoints:"):]
@@ -179,17 +179,17 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 		t.Errorf("the printed checkpoints block does not parse as a config: %v\n%s", err, block)
 	}
 
-	if code, _, stderr := runCLI(t, "capture", "--config", cfg, "--plan", filepath.Join(out, setplan.FileName)); code != exitOK {
+	if code, _, stderr := runCLI(t, "capture", "--config", cfg, "--plan", filepath.Join(out, plan.FileName)); code != exitOK {
 		t.Fatalf("capture --plan exit %d\n%s", code, stderr)
 	}
 	m, err := manifest.Load(filepath.Join(out, manifest.FileName))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(m.Checkpoints) != len(plan.Sets)+1 {
-		t.Fatalf("manifest holds %d checkpoints, want empty and the plan's %d", len(m.Checkpoints), len(plan.Sets))
+	if len(m.Checkpoints) != len(pl.Sets)+1 {
+		t.Fatalf("manifest holds %d checkpoints, want empty and the plan's %d", len(m.Checkpoints), len(pl.Sets))
 	}
-	for _, name := range []string{analysis.FileName, setplan.FileName} {
+	for _, name := range []string{analysis.FileName, plan.FileName} {
 		if _, err := os.Stat(filepath.Join(out, name)); err != nil {
 			t.Errorf("the capture did not carry %s over: %v", name, err)
 		}
@@ -198,11 +198,11 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkCatalogue(t, cat, m, a, plan)
+	checkCatalogue(t, cat, m, a, pl)
 	checkPackages(t, cfg, cat, a)
 
 	// Select's choice for a request restores and answers with its modules already loaded.
-	want := plan.Sets[0].Imports
+	want := pl.Sets[0].Imports
 	code, stdout, stderr = runCLI(t, "select", "--config", cfg, "--log-format", "json", strings.Join(want, ","))
 	if code != exitOK {
 		t.Fatalf("select exit %d\n%s", code, stderr)
@@ -214,7 +214,7 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 	// Which start wins depends on the restore and cold times measured in this run, and a
 	// loaded machine can make a restore slower than a cold start: judge the choice by the
 	// catalogue's own figures, then restore the set that holds the request either way.
-	planned := plan.Sets[0].ID
+	planned := pl.Sets[0].ID
 	var held *catalogue.Checkpoint
 	for i := range cat.Checkpoints {
 		if cat.Checkpoints[i].ID == planned {
@@ -383,7 +383,7 @@ func checkPackages(t *testing.T, cfg string, cat *catalogue.Catalogue, a *analys
 }
 
 // checkCatalogue checks catalogue.json against the manifest, the analysis and the plan.
-func checkCatalogue(t *testing.T, cat *catalogue.Catalogue, m *manifest.Manifest, a *analysis.File, plan *setplan.Result) {
+func checkCatalogue(t *testing.T, cat *catalogue.Catalogue, m *manifest.Manifest, a *analysis.File, pl *plan.Result) {
 	t.Helper()
 	if len(cat.Checkpoints) != len(m.Checkpoints) {
 		t.Fatalf("catalogue has %d checkpoints, the manifest %d", len(cat.Checkpoints), len(m.Checkpoints))
@@ -405,7 +405,7 @@ func checkCatalogue(t *testing.T, cat *catalogue.Catalogue, m *manifest.Manifest
 			}
 		}
 	}
-	if cat.Prediction == nil || cat.Prediction.Sets != len(plan.Sets) || cat.Prediction.MeanAbsErrorMiB < 0 {
+	if cat.Prediction == nil || cat.Prediction.Sets != len(pl.Sets) || cat.Prediction.MeanAbsErrorMiB < 0 {
 		t.Errorf("prediction %+v", cat.Prediction)
 	}
 	for name, mod := range a.Modules() {

@@ -16,6 +16,7 @@ import (
 	"readie.dev/pipeline/internal/outdir"
 	"readie.dev/pipeline/internal/setplan"
 	"readie.dev/pipeline/pkg/catalogue"
+	"readie.dev/pipeline/pkg/catalogue/plan"
 	"readie.dev/pipeline/pkg/manifest"
 )
 
@@ -32,7 +33,7 @@ func (*planSetsCmd) Synopsis() string {
 	return "choose the package sets that minimise a corpus's expected start cost; write OUT/plan.json"
 }
 func (c *planSetsCmd) SetFlags(fs *flag.FlagSet) {
-	d := setplan.DefaultOptions()
+	d := plan.DefaultOptions()
 	c.corpusFlags.register(fs, "the corpus of requests, as analyzed (required)")
 	fs.StringVar(&c.analysis, "analysis", "", "the corpus's analysis (default: OUT/analysis.json)")
 	fs.IntVar(&c.maxSets, "max-sets", d.MaxSets, "K: the most sets to checkpoint besides empty")
@@ -72,12 +73,12 @@ func (c *planSetsCmd) Execute(ctx context.Context, con *console, args []string) 
 	if err != nil {
 		return err
 	}
-	res, err := setplan.Plan(cp, a, model, setplan.Options{MaxSets: c.maxSets, BudgetMiB: c.budgetMiB})
+	res, err := setplan.Plan(cp, a, model, plan.Options{MaxSets: c.maxSets, BudgetMiB: c.budgetMiB})
 	if err != nil {
 		return usageError{err}
 	}
 	res.CostSource = source
-	if err := outdir.WriteFile(cfg.Output, setplan.FileName, res.Save); err != nil {
+	if err := outdir.WriteFile(cfg.Output, plan.FileName, res.Save); err != nil {
 		return usageIfSetup(err)
 	}
 	if con.json {
@@ -93,8 +94,8 @@ func (c *planSetsCmd) Execute(ctx context.Context, con *console, args []string) 
 		fmt.Fprintf(tw, "%s\t%.1f\t%.0f\t%.0f\t%d modules\t\n", s.ID, s.PredictedMiB, s.RestoreMs, s.ServedWeight, len(s.Closure))
 	}
 	tw.Flush()
-	fmt.Fprintf(con.stdout, "\nwrote %s; `pipeline capture --plan %s` captures these sets:\n\n", filepath.Join(cfg.Output, setplan.FileName), filepath.Join(cfg.Output, setplan.FileName))
-	return setplan.WriteConfigBlock(con.stdout, res.ConfigSets())
+	fmt.Fprintf(con.stdout, "\nwrote %s; `pipeline capture --plan %s` captures these sets:\n\n", filepath.Join(cfg.Output, plan.FileName), filepath.Join(cfg.Output, plan.FileName))
+	return setplan.WriteConfigBlock(con.stdout, setplan.ConfigSets(res))
 }
 
 // costModel is this host's cost model for planning: the restore line of the output's manifest

@@ -121,18 +121,6 @@ func (f *File) Modules() map[string]catalogue.Module {
 	return out
 }
 
-// Index compiles the analysis for pricing under model.
-func (f *File) Index(model catalogue.CostModel) (*catalogue.Index, error) {
-	if err := f.Validate(); err != nil {
-		return nil, err
-	}
-	x, err := catalogue.NewIndex(f.Modules(), model)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	return x, nil
-}
-
 // Validate checks the analysis: names and modules are dotted names, a module is a prefix of its
 // name, the entries of one module agree, every closure member is an available module of an
 // entry, closures are sorted and hold their module, figures are finite and >= 0.

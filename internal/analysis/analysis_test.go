@@ -28,6 +28,12 @@ func sample() *File {
 	}
 }
 
+// router compiles the analysis's modules for routing under model, as a catalogue of no
+// checkpoint.
+func router(a *File, model catalogue.CostModel) (*catalogue.Router, error) {
+	return catalogue.NewRouter(&catalogue.Catalogue{Version: catalogue.Version, CostModel: model, Modules: a.Modules()})
+}
+
 func TestValidSaveLoad(t *testing.T) {
 	f := sample()
 	path := filepath.Join(t.TempDir(), FileName)
@@ -42,11 +48,11 @@ func TestValidSaveLoad(t *testing.T) {
 	if len(mods) != 5 || mods["sklearn.preprocessing"].OwnMs != 200 || mods["transformers"].Available {
 		t.Fatalf("modules %+v", mods)
 	}
-	x, err := back.Index(catalogue.CostModel{InterceptMs: 100, AlphaMsPerMiB: 1, ColdStartMs: 200, EmptyMiB: 10})
+	r, err := router(back, catalogue.CostModel{InterceptMs: 100, AlphaMsPerMiB: 1, ColdStartMs: 200, EmptyMiB: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m, _ := x.Resolve("sklearn.preprocessing.RobustScaler"); m != "sklearn.preprocessing" {
+	if m := r.Select([]string{"sklearn.preprocessing.RobustScaler"}).Modules; !slices.Equal(m, []string{"sklearn.preprocessing"}) {
 		t.Errorf("resolved to %q", m)
 	}
 }
@@ -170,7 +176,7 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		// A valid analysis always compiles.
-		if _, err := a.Index(catalogue.CostModel{}); err != nil {
+		if _, err := router(a, catalogue.CostModel{}); err != nil {
 			t.Fatalf("valid analysis does not compile: %v", err)
 		}
 	})

@@ -25,7 +25,7 @@ import (
 )
 
 // EmptySetID is the package set with no imports that every run captures first.
-const EmptySetID = "empty"
+const EmptySetID = checkpointid.Empty
 
 // ErrInvalid wraps every config problem, and every bad value of a flag that config parses
 // (--set, --shard).

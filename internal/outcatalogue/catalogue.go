@@ -109,20 +109,18 @@ func Build(m *manifest.Manifest, in Inputs) (*catalogue.Catalogue, error) {
 	// A line fitted to noisy medians may slope down or cross zero: it prices nothing then.
 	c.CostModel.InterceptMs, c.CostModel.AlphaMsPerMiB = max(c.CostModel.InterceptMs, 0), max(c.CostModel.AlphaMsPerMiB, 0)
 	c.Version = catalogue.VersionFor(c.CostModel)
-	x, err := catalogue.NewIndex(modules, c.CostModel)
+	imports := make([][]string, len(m.Checkpoints))
+	for i, cp := range m.Checkpoints {
+		imports[i] = cp.Imports
+	}
+	closures, err := catalogue.Closures(modules, imports...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", catalogue.ErrInvalid, err)
 	}
 	var errsMiB, errsPct []float64
-	for _, cp := range m.Checkpoints {
-		loaded := x.NewSet()
-		for _, imp := range cp.Imports {
-			if i, ok := x.Position(imp); ok {
-				loaded.Or(x.Closure(i))
-			}
-		}
+	for i, cp := range m.Checkpoints {
 		entry := catalogue.Checkpoint{
-			ID: cp.ID, Imports: slices.Clone(cp.Imports), Closure: x.Names(loaded),
+			ID: cp.ID, Imports: slices.Clone(cp.Imports), Closure: closures[i],
 			ImageMiB: round2(mib(cp.Bytes)), RestoreMedianMs: cp.RestoreMS.Median,
 			PredictedMiB: round2(in.Predicted[cp.ID]), Packages: cp.Packages,
 		}

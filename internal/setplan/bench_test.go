@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"readie.dev/pipeline/internal/corpus"
+	"readie.dev/pipeline/pkg/catalogue/plan"
 )
 
 // BenchmarkPlanSets100k is plan-sets on a synthetic corpus of 100,000 requests: parsing the
@@ -19,14 +20,14 @@ func BenchmarkPlanSets100k(b *testing.B) {
 		b.Fatal(err)
 	}
 	a := syntheticAnalysis(c.Names())
-	var res *Result
+	var res *plan.Result
 	cpu := cpuSeconds()
 	for b.Loop() {
 		c, err := corpus.Parse(bytes.NewReader(data))
 		if err != nil {
 			b.Fatal(err)
 		}
-		if res, err = Plan(c, a, syntheticModel(), DefaultOptions()); err != nil {
+		if res, err = Plan(c, a, syntheticModel(), plan.DefaultOptions()); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -35,8 +36,8 @@ func BenchmarkPlanSets100k(b *testing.B) {
 	res.WriteSummary(&buf)
 	b.Log("\n" + buf.String())
 	b.ReportMetric(float64(res.Corpus.Planned.DistinctNeeds), "distinct-needs")
-	b.ReportMetric(res.Strategies[Planned].Planned.MeanMs, "plan-ms")
-	b.ReportMetric(res.Strategies[Greedy].Planned.MeanMs, "greedy-ms")
+	b.ReportMetric(res.Strategies[plan.Planned].Planned.MeanMs, "plan-ms")
+	b.ReportMetric(res.Strategies[plan.Greedy].Planned.MeanMs, "greedy-ms")
 }
 
 // cpuSeconds is the CPU time (user and system) the process has used.

@@ -9,6 +9,7 @@ import (
 	"readie.dev/pipeline/internal/analysis"
 	"readie.dev/pipeline/internal/corpus"
 	"readie.dev/pipeline/pkg/catalogue"
+	"readie.dev/pipeline/pkg/catalogue/plan"
 )
 
 // corpusPath is the corpus BenchmarkSampleCorpus plans: $READIE_CORPUS, or the sample corpus
@@ -39,15 +40,15 @@ func BenchmarkSampleCorpus(b *testing.B) {
 		}
 		model = catalogue.CostModel{InterceptMs: a.Host.InterceptMs, AlphaMsPerMiB: a.Host.AlphaMsPerMiB, ColdStartMs: a.Host.ColdStartMs, EmptyMiB: a.Host.EmptyMiB}
 	}
-	var res *Result
+	var res *plan.Result
 	for b.Loop() {
-		if res, err = Plan(c, a, model, DefaultOptions()); err != nil {
+		if res, err = Plan(c, a, model, plan.DefaultOptions()); err != nil {
 			b.Fatal(err)
 		}
 	}
 	var buf bytes.Buffer
 	res.WriteSummary(&buf)
-	readie := readieGreedy(b, c, a, model, DefaultOptions())
+	readie := readieGreedy(b, c, a, model, plan.DefaultOptions())
 	fmt.Fprintf(&buf, "readie's closure-blind greedy, priced with closures: %d sets, %.1f MiB, mean %.1f ms planned, %.1f ms held out\n",
 		len(readie.Sets), readie.TotalMiB, readie.Planned.MeanMs, readie.HeldOut.MeanMs)
 	b.Log("\n" + buf.String())
@@ -56,10 +57,10 @@ func BenchmarkSampleCorpus(b *testing.B) {
 	for _, s := range res.Sets {
 		b.Logf("%-40s %6.1f MiB %6.0f ms restore, serves %.0f", s.ID, s.PredictedMiB, s.RestoreMs, s.ServedWeight)
 	}
-	for _, s := range res.Strategies[Greedy].Sets {
+	for _, s := range res.Strategies[plan.Greedy].Sets {
 		b.Logf("greedy: %-40s %6.1f MiB %6.0f ms restore, serves %.0f", s.ID, s.PredictedMiB, s.RestoreMs, s.ServedWeight)
 	}
-	for _, name := range Strategies() {
+	for _, name := range plan.Strategies() {
 		b.ReportMetric(res.Strategies[name].Planned.MeanMs, name+"-planned-ms")
 		b.ReportMetric(res.Strategies[name].HeldOut.MeanMs, name+"-heldout-ms")
 	}
@@ -81,23 +82,18 @@ func closureBlind(a *analysis.File) *analysis.File {
 
 // readieGreedy plans with readie's closure-blind greedy and prices its sets with the real
 // (closure-aware) model: what readie's planner would achieve on this image.
-func readieGreedy(b *testing.B, c *corpus.Corpus, a *analysis.File, model catalogue.CostModel, opt Options) *Strategy {
+func readieGreedy(b *testing.B, c *corpus.Corpus, a *analysis.File, model catalogue.CostModel, opt plan.Options) *plan.Strategy {
 	blind, err := Plan(c, closureBlind(a), model, opt)
 	if err != nil {
 		b.Fatal(err)
 	}
-	p, err := newProblem(c, a, model)
+	var sets [][]string
+	for _, s := range blind.Strategies[plan.Greedy].Sets {
+		sets = append(sets, s.Imports)
+	}
+	st, err := plan.Price(Input(c, a), model, sets)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var sets []cand
-	for _, s := range blind.Strategies[Greedy].Sets {
-		loaded := p.x.NewSet()
-		for _, m := range s.Imports {
-			i, _ := p.x.Position(m)
-			loaded.Or(p.x.Closure(i))
-		}
-		sets = append(sets, p.cand(loaded))
-	}
-	return p.strategy(sets, true)
+	return st
 }

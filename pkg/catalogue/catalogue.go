@@ -3,8 +3,8 @@
 // (import time, memory, closure) and the cost model; and Select, which picks for a request the
 // checkpoint, or a cold start, with the lowest predicted start cost, never a checkpoint whose
 // loaded distributions do not satisfy the request's package requirements (SelectFor). The
-// planner prices with the same Index and Pricer, so a plan and a router agree on what a
-// request costs.
+// planner (package catalogue/plan) prices with the same rule (package catalogue/internal/cost),
+// so a plan and a router agree on what a request costs.
 package catalogue
 
 import (
@@ -18,6 +18,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"readie.dev/pipeline/pkg/catalogue/internal/cost"
 	"readie.dev/pipeline/pkg/checkpointid"
 	"readie.dev/pipeline/pkg/jsonfile"
 	"readie.dev/pipeline/pkg/limitread"
@@ -104,6 +105,28 @@ func (c *Catalogue) Validate() error {
 	return err
 }
 
+// Closures returns, for each list of imports, the analysed modules importing them leaves
+// loaded: the union of their closures, made transitive, sorted. An import that is not an
+// available module of modules is left out. It fails when modules do not compile (names,
+// figures, closure members).
+func Closures(modules map[string]Module, imports ...[]string) ([][]string, error) {
+	x, err := index(modules, CostModel{})
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]string, len(imports))
+	for i, list := range imports {
+		loaded := x.NewSet()
+		for _, imp := range list {
+			if j, ok := x.Position(imp); ok {
+				loaded.Or(x.Closure(j))
+			}
+		}
+		out[i] = x.Names(loaded)
+	}
+	return out, nil
+}
+
 // Parse reads and validates a catalogue.
 func Parse(data []byte) (*Catalogue, error) {
 	// The version first, leniently: a newer catalogue is refused for its version, not for the
@@ -147,9 +170,9 @@ func Load(path string) (*Catalogue, error) {
 
 // Router picks checkpoints for requests from one catalogue. It is safe for concurrent use.
 type Router struct {
-	index   *Index
-	pricer  *Pricer
-	options []Option
+	index   *cost.Index
+	pricer  *cost.Pricer
+	options []cost.Option
 	// ids and images name options[i] (the last option is the cold start: id ""); packages are
 	// what each has loaded (none for the cold start); pooled is each one's fixed cost in a
 	// sandbox created ahead (nil: the cost model has no pooled line).
@@ -166,14 +189,14 @@ func NewRouter(c *Catalogue) (*Router, error) {
 	if err := checkVersion(c.Version); err != nil {
 		return nil, err
 	}
-	x, err := NewIndex(c.Modules, c.CostModel)
+	x, err := index(c.Modules, c.CostModel)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	var problems []error
 	seen := map[string]bool{}
 	order := make([]int, 0, len(c.Checkpoints))
-	loaded := make([]Set, len(c.Checkpoints))
+	loaded := make([]cost.Set, len(c.Checkpoints))
 	for i, cp := range c.Checkpoints {
 		where := fmt.Sprintf("checkpoints[%d] %q", i, cp.ID)
 		if err := checkpointid.Check(cp.ID); err != nil {
@@ -213,7 +236,7 @@ func NewRouter(c *Catalogue) (*Router, error) {
 	r := &Router{index: x, pricer: x.Pricer(), image: c.Packages}
 	for _, i := range order {
 		cp := c.Checkpoints[i]
-		r.options = append(r.options, Option{FixedMs: cp.RestoreMs(c.CostModel), Loaded: loaded[i]})
+		r.options = append(r.options, cost.Option{FixedMs: cp.RestoreMs(c.CostModel), Loaded: loaded[i]})
 		r.ids = append(r.ids, cp.ID)
 		r.images = append(r.images, cp.ImageMiB)
 		r.packages = append(r.packages, cp.Packages)
@@ -252,7 +275,7 @@ func CheckPackages(packages map[string]string) error {
 // loaded returns what the checkpoint holds loaded, of the index's modules: the closures of its
 // imports and closure. An import the analysis lacks is held but not priced; a module that does
 // not import in the image, or a closure member the index lacks, is a problem, named with where.
-func (cp Checkpoint) loaded(x *Index, where string) (Set, []error) {
+func (cp Checkpoint) loaded(x *cost.Index, where string) (cost.Set, []error) {
 	var problems []error
 	s := x.NewSet()
 	for i, m := range slices.Concat(cp.Imports, cp.Closure) {
@@ -390,7 +413,7 @@ func (r *Router) SelectFor(names []string, packages []pyreq.Requirement) Choice 
 
 // resolve resolves names to the index's modules: a Choice with Modules, Unknown and
 // Unavailable filled in, each sorted, and the closed set of modules the request needs.
-func (r *Router) resolve(names []string) (Choice, Set) {
+func (r *Router) resolve(names []string) (Choice, cost.Set) {
 	x := r.index
 	need := x.NewSet()
 	var ch Choice

@@ -23,7 +23,7 @@ func stack() map[string]Module {
 		"pandas":            {Available: true, ImportMs: 400, MiB: 30, OwnMs: 300, OwnMiB: 20, Closure: []string{"numpy", "pandas"}},
 		"matplotlib":        {Available: true, ImportMs: 300, MiB: 25, OwnMs: 200, OwnMiB: 15, Closure: []string{"matplotlib", "numpy"}},
 		"matplotlib.pyplot": {Available: true, ImportMs: 400, MiB: 30, OwnMs: 100, OwnMiB: 5, Closure: []string{"matplotlib", "matplotlib.pyplot", "numpy"}},
-		// seaborn's closure lists pandas but not numpy: NewIndex closes it transitively.
+		// seaborn's closure lists pandas but not numpy: compiling closes it transitively.
 		"seaborn":      {Available: true, ImportMs: 850, MiB: 55, OwnMs: 150, OwnMiB: 5, Closure: []string{"matplotlib.pyplot", "pandas", "seaborn"}},
 		"re":           {Available: true, Closure: []string{"re"}},
 		"transformers": {Available: false},
@@ -32,42 +32,6 @@ func stack() map[string]Module {
 
 func model() CostModel {
 	return CostModel{InterceptMs: 100, AlphaMsPerMiB: 2, ColdStartMs: 150, EmptyMiB: 10}
-}
-
-func TestIndexClosuresAndPrices(t *testing.T) {
-	x, err := NewIndex(stack(), model())
-	if err != nil {
-		t.Fatal(err)
-	}
-	seaborn, _ := x.Position("seaborn")
-	if got := x.Names(x.Closure(seaborn)); !slices.Equal(got, []string{"matplotlib", "matplotlib.pyplot", "numpy", "pandas", "seaborn"}) {
-		t.Fatalf("seaborn's closure %v", got)
-	}
-	// numpy is shared by pandas and matplotlib: counted once.
-	p, _ := x.Position("pandas")
-	m, _ := x.Position("matplotlib")
-	both := x.Load(p, m)
-	pr := x.Pricer()
-	if got := pr.ImageMiB(both); got != 10+10+20+15 {
-		t.Errorf("image of pandas+matplotlib %v MiB, want 55", got)
-	}
-	if got := pr.ImportMs(both, x.Load(p)); got != 200 {
-		t.Errorf("import of matplotlib on pandas %v ms, want 200", got)
-	}
-	if got := pr.Cost(pr.PredictedOption(x.Load(p)), x.Closure(seaborn)); got != 100+2*40+200+100+150 {
-		t.Errorf("seaborn on a pandas checkpoint %v ms, want 630", got)
-	}
-	if got := pr.Cost(pr.ColdOption(), x.Closure(seaborn)); got != 150+850 {
-		t.Errorf("seaborn cold %v ms, want 1000", got)
-	}
-	for name, want := range map[string]string{
-		"matplotlib.pyplot.plot": "matplotlib.pyplot", "matplotlib.cm": "matplotlib", "transformers.pipeline": "transformers",
-		"re": "re", "numpyx": "",
-	} {
-		if got, _ := x.Resolve(name); got != want {
-			t.Errorf("Resolve(%s) = %q, want %q", name, got, want)
-		}
-	}
 }
 
 func catalogue(m CostModel, checkpoints ...Checkpoint) *Catalogue {
@@ -438,26 +402,6 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-func TestCostBelow(t *testing.T) {
-	x, err := NewIndex(stack(), model())
-	if err != nil {
-		t.Fatal(err)
-	}
-	seaborn, _ := x.Position("seaborn")
-	need := x.Closure(seaborn)
-	pr := x.Pricer()
-	empty := pr.PredictedOption(x.NewSet()) // 120 ms + 850 ms of imports
-	for _, tc := range []struct {
-		limit float64
-		ok    bool
-	}{{math.Inf(1), true}, {971, true}, {970, false}, {500, false}, {120, false}, {100, false}} {
-		got, ok := pr.CostBelow(empty, need, tc.limit)
-		if ok != tc.ok || (ok && got != pr.Cost(empty, need)) || (!ok && got >= tc.limit && got > pr.Cost(empty, need)) {
-			t.Errorf("CostBelow(limit %v) = %v, %v; Cost %v", tc.limit, got, ok, pr.Cost(empty, need))
-		}
-	}
-}
-
 // TestParseNewerVersion: a catalogue of a version this reader does not know is refused for its
 // version, not for a field the version added (which is how a version 1 reader meets version 2's
 // packages).
@@ -491,5 +435,23 @@ func TestSelectCostsOverflow(t *testing.T) {
 	}
 	if ch := r.SelectFor([]string{"seaborn", "pandas"}, []pyreq.Requirement{req}); !ch.Cold {
 		t.Errorf("%+v, want a cold start", ch)
+	}
+}
+
+// Closures gives each list of imports the closed set of analysed modules it loads, leaving
+// out what the analysis lacks, and refuses modules that do not compile.
+func TestClosures(t *testing.T) {
+	got, err := Closures(stack(), []string{"seaborn"}, []string{"numpy", "torch"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][]string{{"matplotlib", "matplotlib.pyplot", "numpy", "pandas", "seaborn"}, {"numpy"}, {}}
+	if !slices.EqualFunc(got, want, slices.Equal) {
+		t.Errorf("closures %v, want %v", got, want)
+	}
+	bad := stack()
+	bad["pandas"] = Module{Available: true, Closure: []string{"pytz"}}
+	if _, err := Closures(bad, []string{"pandas"}); err == nil || !strings.Contains(err.Error(), `closure member "pytz"`) {
+		t.Errorf("error %v, want the unknown closure member named", err)
 	}
 }

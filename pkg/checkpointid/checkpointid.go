@@ -8,6 +8,9 @@ import (
 	"fmt"
 )
 
+// Empty is the id of the package set with no imports that every run captures first.
+const Empty = "empty"
+
 // MaxLen is the longest id.
 const MaxLen = 64
 

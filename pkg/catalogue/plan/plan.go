@@ -1,8 +1,8 @@
-// Package setplan chooses which package sets to checkpoint for a corpus of requests: the sets
+// Package plan chooses which package sets to checkpoint for a corpus of requests: the sets
 // that minimise the corpus's expected start cost under this host's cost model, within a number
 // of sets and a size budget, and compares that plan with simpler strategies on the part of the
 // corpus it planned from and on a held-out part.
-package setplan
+package plan
 
 import (
 	"crypto/sha256"
@@ -15,13 +15,9 @@ import (
 	"slices"
 	"strings"
 
-	"gopkg.in/yaml.v3"
-
-	"readie.dev/pipeline/internal/analysis"
-	"readie.dev/pipeline/internal/config"
-	"readie.dev/pipeline/internal/corpus"
 	"readie.dev/pipeline/pkg/atomicfile"
 	"readie.dev/pipeline/pkg/catalogue"
+	"readie.dev/pipeline/pkg/catalogue/internal/cost"
 	"readie.dev/pipeline/pkg/checkpointid"
 	"readie.dev/pipeline/pkg/jsonfile"
 )
@@ -140,12 +136,12 @@ type PlannedSet struct {
 	ServedWeight float64 `json:"served_weight"`
 }
 
-// Plan plans sets for the corpus c, with what the analysis a measured, under the cost model.
-func Plan(c *corpus.Corpus, a *analysis.File, model catalogue.CostModel, opt Options) (*Result, error) {
+// Plan plans sets for the requests of in, with the modules it names, under the cost model.
+func Plan(in Input, model catalogue.CostModel, opt Options) (*Result, error) {
 	if err := opt.validate(); err != nil {
 		return nil, err
 	}
-	p, err := newProblem(c, a, model)
+	p, err := newProblem(in, model)
 	if err != nil {
 		return nil, err
 	}
@@ -188,6 +184,34 @@ func Plan(c *corpus.Corpus, a *analysis.File, model catalogue.CostModel, opt Opt
 	return res, nil
 }
 
+// Price returns the strategy that checkpoints sets (each the modules it imports) besides the
+// empty checkpoint, priced on the requests of in under model as Plan prices its own: the figures
+// of a hand-made or another planner's choice, beside the plan's.
+func Price(in Input, model catalogue.CostModel, sets [][]string) (*Strategy, error) {
+	p, err := newProblem(in, model)
+	if err != nil {
+		return nil, err
+	}
+	var problems []error
+	cands := make([]cand, 0, len(sets))
+	for i, imports := range sets {
+		loaded := p.x.NewSet()
+		for _, m := range imports {
+			j, ok := p.x.Position(m)
+			if !ok {
+				problems = append(problems, fmt.Errorf("sets[%d]: %q is not an available module of the analysis", i, m))
+				continue
+			}
+			loaded.Or(p.x.Closure(j))
+		}
+		cands = append(cands, p.cand(loaded))
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("%w: %w", ErrInput, errors.Join(problems...))
+	}
+	return p.strategy(cands, true), nil
+}
+
 func (pt part) summary() PartSummary {
 	return PartSummary{Requests: pt.requests, Weight: pt.weight, DistinctNeeds: len(pt.groups), Unservable: pt.unservable, UnservableWeight: pt.unservableWeight}
 }
@@ -216,7 +240,7 @@ func (p *problem) strategy(sets []cand, withEmpty bool) *Strategy {
 		}
 		return strings.Compare(named[a].ID, named[b].ID)
 	})
-	var options []catalogue.Option
+	var options []cost.Option
 	if withEmpty {
 		options = append(options, p.price.PredictedOption(x.NewSet()))
 	}
@@ -262,7 +286,7 @@ func (p *problem) name(sets []cand) []PlannedSet {
 
 // minimalImports returns the modules of loaded that no other module of loaded pulls in: importing
 // them loads the whole set. Of modules that pull each other in, the first by name is kept.
-func minimalImports(x *catalogue.Index, loaded catalogue.Set) []string {
+func minimalImports(x *cost.Index, loaded cost.Set) []string {
 	members := loaded.Members()
 	var out []string
 	for _, u := range members {
@@ -289,7 +313,7 @@ func baseID(imports []string) string {
 		parts[i] = strings.ReplaceAll(m, ".", "_")
 	}
 	id := strings.Join(parts, "-")
-	if len(id) > 64 || id == config.EmptySetID || id == "" {
+	if len(id) > 64 || id == checkpointid.Empty || id == "" {
 		return hashedID(id, imports)
 	}
 	return id
@@ -300,32 +324,6 @@ func baseID(imports []string) string {
 func hashedID(id string, imports []string) string {
 	sum := sha256.Sum256([]byte(strings.Join(imports, ",")))
 	return strings.TrimRight(id[:min(len(id), 55)], "-_") + "-" + hex.EncodeToString(sum[:4])
-}
-
-// ConfigSets are the plan's sets as the config's package sets.
-func (r *Result) ConfigSets() []config.PackageSet {
-	out := make([]config.PackageSet, 0, len(r.Sets))
-	for _, s := range r.Sets {
-		out = append(out, config.PackageSet{ID: s.ID, Imports: s.Imports})
-	}
-	return out
-}
-
-// WriteConfigBlock writes sets as a `checkpoints:` block of pipeline.yaml.
-func WriteConfigBlock(w io.Writer, sets []config.PackageSet) error {
-	var doc struct {
-		Checkpoints []config.PackageSet `yaml:"checkpoints"`
-	}
-	doc.Checkpoints = sets
-	if sets == nil {
-		doc.Checkpoints = []config.PackageSet{}
-	}
-	enc := yaml.NewEncoder(w)
-	enc.SetIndent(2)
-	if err := enc.Encode(doc); err != nil {
-		return err
-	}
-	return enc.Close()
 }
 
 // Save writes the plan to path atomically.
@@ -344,7 +342,7 @@ func Load(path string) (*Result, error) {
 	return r, nil
 }
 
-// Parse reads a plan.json and checks that its sets are valid package sets of the config, so
+// Parse reads a plan.json and checks that its sets are valid package sets (ids, imports), so
 // that `capture --plan` can take them as they are.
 func Parse(data []byte) (*Result, error) {
 	var r Result
@@ -360,7 +358,7 @@ func Parse(data []byte) (*Result, error) {
 		switch {
 		case !checkpointid.Valid(s.ID):
 			problems = append(problems, fmt.Errorf("sets[%d]: %w", i, checkpointid.Check(s.ID)))
-		case s.ID == config.EmptySetID:
+		case s.ID == checkpointid.Empty:
 			problems = append(problems, fmt.Errorf("sets[%d]: id %q is reserved for the set every run captures first", i, s.ID))
 		case seen[s.ID]:
 			problems = append(problems, fmt.Errorf("sets[%d]: duplicate id %q", i, s.ID))
@@ -382,11 +380,11 @@ func Parse(data []byte) (*Result, error) {
 }
 
 // Catalogue is the catalogue the plan predicts: its sets and the empty checkpoint priced on
-// their predicted sizes, and the analysed modules. Captures replace the predictions with
-// measured sizes and restore medians.
-func (r *Result) Catalogue(a *analysis.File) *catalogue.Catalogue {
-	c := &catalogue.Catalogue{Version: catalogue.Version, CostModel: r.CostModel, Modules: a.Modules()}
-	c.Checkpoints = append(c.Checkpoints, catalogue.Checkpoint{ID: config.EmptySetID, Imports: []string{}, Closure: []string{},
+// their predicted sizes, and the analysed modules (those it was planned with). Captures replace
+// the predictions with measured sizes and restore medians.
+func (r *Result) Catalogue(modules map[string]catalogue.Module) *catalogue.Catalogue {
+	c := &catalogue.Catalogue{Version: catalogue.Version, CostModel: r.CostModel, Modules: modules}
+	c.Checkpoints = append(c.Checkpoints, catalogue.Checkpoint{ID: checkpointid.Empty, Imports: []string{}, Closure: []string{},
 		ImageMiB: r.CostModel.EmptyMiB, PredictedMiB: r.CostModel.EmptyMiB})
 	for _, s := range r.Sets {
 		c.Checkpoints = append(c.Checkpoints, catalogue.Checkpoint{ID: s.ID, Imports: s.Imports, Closure: s.Closure,

@@ -1,10 +1,10 @@
-package setplan
+package plan
 
 import (
 	"slices"
 	"strings"
 
-	"readie.dev/pipeline/pkg/catalogue"
+	"readie.dev/pipeline/pkg/catalogue/internal/cost"
 )
 
 // candidates returns the corpus's distinct needs (most frequent first: the candidates of top-k
@@ -12,7 +12,7 @@ import (
 func (p *problem) candidates(maxCandidates int) (distinct, pool []cand, units []int) {
 	groups := p.frequentGroups(maxCandidates)
 	seen := map[string]bool{}
-	addTo := func(list *[]cand, s catalogue.Set) {
+	addTo := func(list *[]cand, s cost.Set) {
 		if k := s.Key(); !seen[k] {
 			seen[k] = true
 			*list = append(*list, p.cand(s))
@@ -57,7 +57,7 @@ func (p *problem) frequentGroups(maxCandidates int) []group {
 	groups := slices.Clone(p.planned.groups)
 	groups = slices.DeleteFunc(groups, func(g group) bool { return g.need.Empty() })
 	names := make(map[string]string, len(groups))
-	nameOf := func(s catalogue.Set) string {
+	nameOf := func(s cost.Set) string {
 		k := s.Key()
 		if n, ok := names[k]; ok {
 			return n
@@ -100,7 +100,7 @@ func (p *problem) moduleWeights() []float64 {
 // submodule.
 type family struct {
 	top     string
-	modules catalogue.Set
+	modules cost.Set
 }
 
 // families returns the families of the needed modules, in the order of their first module.

@@ -1,30 +1,30 @@
-package setplan
+package plan
 
 import (
 	"container/heap"
 	"math"
 	"slices"
 
-	"readie.dev/pipeline/pkg/catalogue"
+	"readie.dev/pipeline/pkg/catalogue/internal/cost"
 )
 
 // cand is a candidate checkpoint: what it holds loaded (a closed set), its restore priced on
 // its predicted size, and that size.
 type cand struct {
-	loaded catalogue.Set
-	opt    catalogue.Option
+	loaded cost.Set
+	opt    cost.Option
 	mib    float64
 }
 
-func (p *problem) cand(loaded catalogue.Set) cand {
+func (p *problem) cand(loaded cost.Set) cand {
 	return cand{loaded: loaded, opt: p.price.PredictedOption(loaded), mib: p.price.ImageMiB(loaded)}
 }
 
 // searcher chooses sets for the groups of one part: at most k, their predicted images at most
 // budget MiB in all. Every start can also take its base: the empty checkpoint or a cold start.
 type searcher struct {
-	x      *catalogue.Index
-	price  *catalogue.Pricer
+	x      *cost.Index
+	price  *cost.Pricer
 	groups []group
 	base   []float64
 	k      int
@@ -33,7 +33,7 @@ type searcher struct {
 
 func (p *problem) searcher(k int, budgetMiB float64) *searcher {
 	s := &searcher{x: p.x, price: p.price, groups: p.planned.groups, k: k, budget: budgetMiB}
-	base := []catalogue.Option{p.price.PredictedOption(p.x.NewSet()), p.price.ColdOption()}
+	base := []cost.Option{p.price.PredictedOption(p.x.NewSet()), p.price.ColdOption()}
 	s.base = make([]float64, len(s.groups))
 	for g := range s.groups {
 		_, s.base[g] = p.price.Best(base, s.groups[g].need)
@@ -283,7 +283,7 @@ func noMove(total float64) move {
 	return move{total: total - 1e-9*math.Abs(total), drop: noSet, drop2: noSet}
 }
 
-func holds(sets []cand, loaded catalogue.Set) bool {
+func holds(sets []cand, loaded cost.Set) bool {
 	for i := range sets {
 		if sets[i].loaded.Equal(loaded) {
 			return true
@@ -299,7 +299,7 @@ func holds(sets []cand, loaded catalogue.Set) bool {
 // or merge another set into it. Every move lowers the total and keeps the budget; the search
 // stops when no move does. Ties go to the move found first, in a fixed order, so the result is
 // deterministic.
-func (s *searcher) improve(sets []cand, pool []cand, units []int, newCand func(catalogue.Set) cand) []cand {
+func (s *searcher) improve(sets []cand, pool []cand, units []int, newCand func(cost.Set) cand) []cand {
 	sets = slices.Clone(sets)
 	for range maxRounds {
 		changed := false
@@ -409,7 +409,7 @@ type reshaping struct {
 }
 
 // reshape returns the best change of set f: grown, shrunk, split or merged.
-func (s *searcher) reshape(sets []cand, f int, units []int, newCand func(catalogue.Set) cand) move {
+func (s *searcher) reshape(sets []cand, f int, units []int, newCand func(cost.Set) cand) move {
 	a := s.assign(sets)
 	r := reshaper{s: s, sets: sets, f: f, old: sets[f].loaded, mib: mibOf(sets), newCand: newCand}
 	best := noMove(a.total)
@@ -432,10 +432,10 @@ type reshaper struct {
 	s        *searcher
 	sets     []cand
 	f        int
-	old      catalogue.Set
+	old      cost.Set
 	mib      float64
 	dropLoss []float64 // the totals after dropping each set (searcher.dropTotals)
-	newCand  func(catalogue.Set) cand
+	newCand  func(cost.Set) cand
 }
 
 // fit returns the move replacing f by c, dropping the set that costs least to lose when the
@@ -518,7 +518,7 @@ func (r *reshaper) merges() []reshaping {
 // h (or noSet) and adding c2 (or nil). Only the groups f or h serve, and those that need a
 // module of c or c2, can change cost; when c holds old, only those that need a module c adds
 // to it, or a module of c2.
-func (s *searcher) replaceTotal(a *assignment, c, c2 *cand, old catalogue.Set, f, h int) float64 {
+func (s *searcher) replaceTotal(a *assignment, c, c2 *cand, old cost.Set, f, h int) float64 {
 	relevant := c.loaded
 	if old.SubsetOf(c.loaded) {
 		relevant = c.loaded.Clone()

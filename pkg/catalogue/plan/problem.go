@@ -1,19 +1,19 @@
-package setplan
+package plan
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
-	"readie.dev/pipeline/internal/analysis"
-	"readie.dev/pipeline/internal/corpus"
 	"readie.dev/pipeline/pkg/catalogue"
+	"readie.dev/pipeline/pkg/catalogue/internal/cost"
 )
 
 // group is the requests of one part of the corpus that need the same modules (closures
 // included): they cost the same on every start, so the planner prices them once.
 type group struct {
-	need     catalogue.Set
+	need     cost.Set
 	weight   float64
 	requests int
 }
@@ -32,15 +32,54 @@ type part struct {
 
 // problem is a corpus resolved against an analysis and priced under a cost model.
 type problem struct {
-	x                *catalogue.Index
-	price            *catalogue.Pricer
+	x                *cost.Index
+	price            *cost.Pricer
 	planned, heldOut part
 	// unavailable counts, per module the image lacks, the requests that import it.
 	unavailable map[string]int
 }
 
-func newProblem(c *corpus.Corpus, a *analysis.File, model catalogue.CostModel) (*problem, error) {
-	x, err := a.Index(model)
+// Request is one request of a corpus.
+type Request struct {
+	// Imports are the names the request imports, as written in code (a module, or a name
+	// imported from one); each must be a key of Input.Names.
+	Imports []string
+	// Weight is how often the request occurs.
+	Weight float64
+	// Line is where the request is in its file, for errors.
+	Line int
+	// HeldOut requests are priced but never planned from.
+	HeldOut bool
+}
+
+// Input is what the planner plans from: a corpus resolved by an analysis.
+type Input struct {
+	Requests []Request
+	// Names maps every name a request imports to the analysed module it resolves to.
+	Names map[string]string
+	// Modules are the analysed modules, keyed by name.
+	Modules map[string]catalogue.Module
+}
+
+// index checks the modules and the cost model as the router does and compiles them for
+// pricing.
+func index(modules map[string]catalogue.Module, model catalogue.CostModel) (*cost.Index, error) {
+	if err := errors.Join(model.Validate(), catalogue.CheckModules(modules)); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInput, err)
+	}
+	in := make(map[string]cost.Module, len(modules))
+	for name, m := range modules {
+		in[name] = cost.Module{Available: m.Available, OwnMs: m.OwnMs, OwnMiB: m.OwnMiB, Closure: m.Closure}
+	}
+	x, err := cost.NewIndex(in, cost.Model{InterceptMs: model.InterceptMs, AlphaMsPerMiB: model.AlphaMsPerMiB, ColdStartMs: model.ColdStartMs, EmptyMiB: model.EmptyMiB})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInput, err)
+	}
+	return x, nil
+}
+
+func newProblem(in Input, model catalogue.CostModel) (*problem, error) {
+	x, err := index(in.Modules, model)
 	if err != nil {
 		return nil, err
 	}
@@ -49,14 +88,14 @@ func newProblem(c *corpus.Corpus, a *analysis.File, model catalogue.CostModel) (
 	var missing []string
 	seenMissing := map[string]bool{}
 	byKey := [2]map[string]int{{}, {}}
-	for i, r := range c.Requests {
+	for _, r := range in.Requests {
 		pt, side := &p.planned, 0
-		if corpus.HeldOut(i) {
+		if r.HeldOut {
 			pt, side = &p.heldOut, 1
 		}
 		pt.requests++
 		pt.weight += r.Weight
-		need, lacks, unanalysed := needOf(r.Imports, a, x)
+		need, lacks, unanalysed := needOf(r.Imports, in.Names, x)
 		for _, name := range unanalysed {
 			if !seenMissing[name] {
 				seenMissing[name] = true
@@ -97,18 +136,18 @@ func newProblem(c *corpus.Corpus, a *analysis.File, model catalogue.CostModel) (
 
 // needOf returns the closure union of the modules that imports resolve to; lacks are the modules
 // among them that the image lacks, unanalysed the imports the analysis has no entry for.
-func needOf(imports []string, a *analysis.File, x *catalogue.Index) (need catalogue.Set, lacks, unanalysed []string) {
+func needOf(imports []string, names map[string]string, x *cost.Index) (need cost.Set, lacks, unanalysed []string) {
 	need = x.NewSet()
 	for _, name := range imports {
-		e, ok := a.Names[name]
+		module, ok := names[name]
 		if !ok {
 			unanalysed = append(unanalysed, name)
 			continue
 		}
-		pos, ok := x.Position(e.Module)
+		pos, ok := x.Position(module)
 		if !ok {
-			if !slices.Contains(lacks, e.Module) {
-				lacks = append(lacks, e.Module)
+			if !slices.Contains(lacks, module) {
+				lacks = append(lacks, module)
 			}
 			continue
 		}
@@ -119,14 +158,14 @@ func needOf(imports []string, a *analysis.File, x *catalogue.Index) (need catalo
 
 // pack moves the groups' needs into one array, in group order: the planner's inner loops scan
 // them all, and contiguous sets scan several times faster than scattered ones.
-func (pt *part) pack(x *catalogue.Index) {
+func (pt *part) pack(x *cost.Index) {
 	words := len(x.NewSet())
 	flat := make([]uint64, 0, len(pt.groups)*words)
 	for _, g := range pt.groups {
 		flat = append(flat, g.need...)
 	}
 	for i := range pt.groups {
-		pt.groups[i].need = catalogue.Set(flat[i*words : (i+1)*words : (i+1)*words])
+		pt.groups[i].need = cost.Set(flat[i*words : (i+1)*words : (i+1)*words])
 	}
 }
 
@@ -144,7 +183,7 @@ type Stats struct {
 
 // evaluate prices every group of pt on its best option (options in the router's order, cold
 // last) and returns the statistics and, per option, the weight it serves.
-func (p *problem) evaluate(pt part, options []catalogue.Option) (Stats, []float64) {
+func (p *problem) evaluate(pt part, options []cost.Option) (Stats, []float64) {
 	type priced struct{ ms, weight float64 }
 	costs := make([]priced, 0, len(pt.groups))
 	served := make([]float64, len(options))

@@ -1,4 +1,4 @@
-package catalogue
+package cost
 
 import "math/bits"
 

@@ -1,4 +1,4 @@
-package setplan
+package plan
 
 import (
 	"runtime"
