@@ -15,7 +15,6 @@ import (
 
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/cpubaseline"
-	"readie.dev/pipeline/internal/outdir"
 	"readie.dev/pipeline/internal/parallel"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/pkg/manifest"
@@ -43,8 +42,9 @@ type carrier struct {
 	// unenforceable is the first capture's refusal that holds for every set on this host (the
 	// CPUID instruction shows features beyond the baseline): the sets not yet captured are not.
 	unenforceable atomic.Pointer[string] // the set whose capture showed it
-	// tally counts the meta.json writes (nil: not counted).
-	tally *tally
+	// writeJSON writes the output's meta.json and a failed set's kept one atomically
+	// (outdir.WriteJSON; a unit test counts the writes through it).
+	writeJSON func(path string, v any) error
 }
 
 // setWork is one set's way through the carry-out's phases.
@@ -287,7 +287,6 @@ func (c *carrier) finish(w *setWork) error {
 	dir := filepath.Join(c.staging, w.sp.ID)
 	if w.pending != nil {
 		w.meta.KeyParts, w.meta.RestoreMS, w.meta.MeasuredWith = w.sp.KeyParts, &w.c.RestoreMS, w.c.MeasuredWith
-		c.tally.wroteMeta(filepath.Join(w.pending.Dir, manifest.MetaFileName)) // by Commit
 		stored, err := w.pending.Commit(w.meta)
 		if err != nil {
 			return fmt.Errorf("%s: put the checkpoint into the store: %w", w.sp.ID, err)
@@ -301,8 +300,7 @@ func (c *carrier) finish(w *setWork) error {
 			return err
 		}
 	}
-	c.tally.wroteMeta(filepath.Join(dir, manifest.MetaFileName))
-	if err := writeMeta(dir, w.sp, w.meta); err != nil {
+	if err := writeMeta(c.writeJSON, dir, w.sp, w.meta); err != nil {
 		return err
 	}
 	if err := c.store.Use(w.sp.Key, w.sp.ID); err != nil {
@@ -313,13 +311,14 @@ func (c *carrier) finish(w *setWork) error {
 	return nil
 }
 
-// writeMeta writes the output's own meta.json for a set: the stored one, under the set's id.
-func writeMeta(dir string, sp SetPlan, stored *manifest.Meta) error {
+// writeMeta writes with write the output's own meta.json for a set: the stored one, under the
+// set's id.
+func writeMeta(write func(string, any) error, dir string, sp SetPlan, stored *manifest.Meta) error {
 	meta := *stored
 	meta.ID, meta.Imports = sp.ID, slices.Clone(sp.Imports)
 	meta.Key, meta.KeyParts = sp.Key, sp.KeyParts
 	meta.RestoreMS, meta.MeasuredWith = nil, nil
-	return outdir.WriteJSON(filepath.Join(dir, manifest.MetaFileName), &meta)
+	return write(filepath.Join(dir, manifest.MetaFileName), &meta)
 }
 
 // keepFailedSet puts what a failed set left into staging/ID, where the failed run's message

@@ -17,6 +17,7 @@ import (
 	"readie.dev/pipeline/internal/outdir"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/atomicfile"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/filedigest"
 	"readie.dev/pipeline/pkg/launch"
@@ -140,10 +141,11 @@ func stagesEnv(t *testing.T) *stagesFixture {
 		t.Fatal(err)
 	}
 	l := testenv.NewLease(t)
+	counts := &tally{}
 	e := &Env{
 		Config: cfg, Runtime: &launch.Runtime{Flags: sandbox.DefaultFlags()},
 		Runsc: manifest.Runsc{Version: "fake-runsc", SHA256: filedigest.OfBytes([]byte("runsc"))}, RestoreFlags: []string{"-direct"}, Log: testenv.DiscardLog(),
-		Store: &store.Store{Dir: cfg.CheckpointCache, Lease: l}, lease: l, tally: &tally{},
+		Store: &store.Store{Dir: cfg.CheckpointCache, Lease: l, WriteJSON: counts.writer(atomicfile.WriteJSON)}, lease: l, tally: counts,
 	}
 	return &stagesFixture{Env: e, Rootfs: &Rootfs{Rootfs: manifest.Rootfs{Path: t.TempDir(), Digest: filedigest.OfBytes([]byte("rootfs"))}}}
 }
@@ -172,8 +174,23 @@ func fakeCaptureWith(t *testing.T, e *stagesFixture, d *fakeDriver, out string, 
 	if between != nil {
 		between(plan)
 	}
-	res, err := carryOutPlan(context.Background(), e.Env, plan, b, e.Runsc, d, t.TempDir(), o, nil)
+	res, err := carryOutPlan(context.Background(), e.Env, plan, b, e.Runsc, leavesNoMeta{Driver: d, t: t}, t.TempDir(), o, nil)
 	return plan, res, err
+}
+
+// leavesNoMeta is a Driver whose captures must leave no meta.json: the carrier writes it,
+// once, into the store (Commit).
+type leavesNoMeta struct {
+	Driver
+	t *testing.T
+}
+
+func (d leavesNoMeta) Capture(ctx context.Context, set config.PackageSet, dir string) (*manifest.Meta, error) {
+	meta, err := d.Driver.Capture(ctx, set, dir)
+	if _, serr := os.Lstat(filepath.Join(dir, manifest.MetaFileName)); !errors.Is(serr, os.ErrNotExist) {
+		d.t.Errorf("the capture of %s wrote %s itself (%v): the carrier writes it, once", set.ID, manifest.MetaFileName, serr)
+	}
+	return meta, err
 }
 
 // actions are the plan's decisions, "id action from" each.
@@ -585,6 +602,8 @@ func TestStagesStaleCorruptVerdict(t *testing.T) {
 // TestStagesValuesMadeOncePerSet: a capture computes the spec fingerprint once for the run
 // (the basis; the driver is given it) and writes no meta.json twice: the capture returns it
 // unwritten, the store's entry gets it once (with the timings) and the output its own once.
+// The writes are counted where the bytes are written (the store's and the carrier's writers),
+// and every meta.json on disk afterwards must be a file one of them made.
 func TestStagesValuesMadeOncePerSet(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -615,14 +634,41 @@ func TestStagesValuesMadeOncePerSet(t *testing.T) {
 			}
 			e.tally.mu.Lock()
 			defer e.tally.mu.Unlock()
-			for path, n := range e.tally.metaWrites {
+			metaWrites := 0
+			for path, n := range e.tally.writes {
+				if filepath.Base(path) != manifest.MetaFileName {
+					continue
+				}
+				metaWrites++
 				if n != 1 {
 					t.Errorf("%s written %d times, want once", path, n)
 				}
 			}
 			// Each captured set's meta.json in its store entry and in the output, nothing else.
-			if n := len(e.tally.metaWrites); n != 2*captured {
-				t.Errorf("%d meta.json files written for %d captured sets, want 2 each (store, output): %v", n, captured, e.tally.metaWrites)
+			if metaWrites != 2*captured {
+				t.Errorf("%d meta.json files written for %d captured sets, want 2 each (store, output): %v", metaWrites, captured, e.tally.writes)
+			}
+			// Every meta.json there is now is a file one of those writes made: none was written
+			// another way, nor again after.
+			var found []string
+			for _, root := range []string{e.Store.Dir, out} {
+				paths, err := filepath.Glob(filepath.Join(root, "*", manifest.MetaFileName))
+				if err != nil {
+					t.Fatal(err)
+				}
+				found = append(found, paths...)
+			}
+			if len(found) != metaWrites {
+				t.Errorf("%d meta.json files in the store and the output, %d written through the counted writers: %q", len(found), metaWrites, found)
+			}
+			for _, path := range found {
+				id, err := fileIDOf(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, ok := e.tally.made[id]; !ok {
+					t.Errorf("%s is not a file the counted writes made", path)
+				}
 			}
 			if _, err := manifest.Verify(out, executorproto.Version); err != nil {
 				t.Errorf("the output does not verify: %v", err)
