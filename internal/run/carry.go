@@ -115,7 +115,7 @@ func (c *carrier) results(ctx context.Context, works []*setWork, m *manifest.Man
 		res.Sets = append(res.Sets, SetResult{Checkpoint: w.c, Status: w.status, Err: w.err, Timings: w.sp.Timings})
 		if w.err != nil {
 			failed, errs = append(failed, w.sp.ID), append(errs, w.err)
-			if err := keepFailedSet(w, c.staging, c.work); err != nil {
+			if err := keepFailedSet(w, c.staging, c.work, c.writeJSON); err != nil {
 				c.log.WithField("set", w.sp.ID).WithError(err).Warn("could not keep the failed set's files for inspection")
 			}
 			continue
@@ -324,8 +324,10 @@ func writeMeta(write func(string, any) error, dir string, sp SetPlan, stored *ma
 // keepFailedSet puts what a failed set left into staging/ID, where the failed run's message
 // points: the logs of its sandboxes (stdout, stderr and runsc's own words, from the scratch
 // directory that the run removes) under logs/, and the image files of a capture that failed
-// (taken out of its pending store entry) under capture/.
-func keepFailedSet(w *setWork, staging, work string) error {
+// (taken out of its pending store entry) under capture/, with the meta.json the capture
+// returned (written with write) when it returned one: only Commit writes it otherwise, and a
+// set that failed after its capture (its smoke test, its CPU check) never got there.
+func keepFailedSet(w *setWork, staging, work string, write func(string, any) error) error {
 	dir := filepath.Join(staging, w.sp.ID)
 	var errs []error
 	for _, step := range []string{"capture", "smoke", "measure"} {
@@ -350,8 +352,15 @@ func keepFailedSet(w *setWork, staging, work string) error {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return errors.Join(append(errs, err)...)
 		}
-		if err := os.Rename(w.pending.Dir, filepath.Join(dir, "capture")); err != nil {
+		capture := filepath.Join(dir, "capture")
+		if err := os.Rename(w.pending.Dir, capture); err != nil {
 			errs = append(errs, fmt.Errorf("keep the capture's files (%s): %w", w.pending.Dir, err))
+		} else if w.meta != nil {
+			meta := *w.meta
+			meta.Key, meta.KeyParts = w.sp.Key, w.sp.KeyParts
+			if err := write(filepath.Join(capture, manifest.MetaFileName), &meta); err != nil {
+				errs = append(errs, fmt.Errorf("keep the capture's meta.json: %w", err))
+			}
 		}
 	}
 	return errors.Join(errs...)

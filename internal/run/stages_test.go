@@ -352,7 +352,8 @@ func TestStagesChangedSetOnly(t *testing.T) {
 
 // A set that fails does not stop the others: they are captured and go into the store, while
 // the run fails naming the failed set, leaves the output as it was, and keeps the failed set's
-// capture in the staging directory it keeps for inspection.
+// capture in the staging directory it keeps for inspection, with its meta.json when the
+// capture returned one.
 func TestStagesFailedSetCarriesOn(t *testing.T) {
 	e := stagesEnv(t)
 	out := filepath.Join(t.TempDir(), "out")
@@ -382,6 +383,18 @@ func TestStagesFailedSetCarriesOn(t *testing.T) {
 	}
 	if data, err := os.ReadFile(filepath.Join(kept[0], "numpy", "capture", "checkpoint.img")); err != nil || string(data) != "half" {
 		t.Errorf("the failed capture's files: %q %v", data, err)
+	}
+	// pandas captured fine, then failed its smoke test: its capture is kept with its meta.json
+	// (the files' digests, the CPU check's evidence), which only the store's Commit would
+	// otherwise have written.
+	capture := filepath.Join(kept[0], "pandas", "capture")
+	if meta, err := manifest.LoadMeta(filepath.Join(capture, manifest.MetaFileName)); err != nil {
+		t.Errorf("the kept capture of pandas has no meta.json: %v", err)
+	} else if meta.ID != "pandas" || meta.Key != plan.Sets[2].Key || len(meta.Files) != len(manifest.ImageFiles()) || store.VerifyFiles(capture, meta) != nil {
+		t.Errorf("the kept capture's meta.json %+v does not match its files: %v", meta, store.VerifyFiles(capture, meta))
+	}
+	if _, err := os.Lstat(filepath.Join(kept[0], "numpy", "capture", manifest.MetaFileName)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a capture that failed has a meta.json (%v): it returned none", err)
 	}
 	if !strings.Contains(err.Error(), kept[0]) {
 		t.Errorf("the error does not name the kept staging directory %s: %v", kept[0], err)
