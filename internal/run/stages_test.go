@@ -3,6 +3,7 @@ package run
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -724,5 +725,58 @@ func TestSandboxesFingerprintOnce(t *testing.T) {
 	}
 	if n := e.tally.fingerprints.Load(); n != 3 {
 		t.Errorf("%d fingerprints computed, want 3 (one per shape)", n)
+	}
+}
+
+// TestVerifiedOutputFingerprintOnce: a run over an existing output (a measure through a
+// substitute driver) computes the restore spec's fingerprint once, to check it against the
+// manifest's; the Sandboxes it runs on answer later asks (SpecFingerprint, Offline: what an
+// analysis on them asks) from that one, and count into the run's tally, so that one computed
+// again would show.
+func TestVerifiedOutputFingerprintOnce(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir()) // the sweep's and the scratch directory's
+	e := stagesEnv(t)
+	info, err := json.Marshal(manifest.RootfsInfo{Digest: e.Rootfs.Digest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	record := filepath.Join(e.Rootfs.Path, manifest.RootfsInfoFile)
+	if err := os.MkdirAll(filepath.Dir(record), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(record, info, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	if _, _, err := fakeCapture(t, e, &fakeDriver{}, out, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	// What WithVerifiedOutput's sweep needs of runsc: a list of no sandboxes.
+	runsc, _ := testenv.FakeRunsc(t, "[]")
+	e.Runtime = &launch.Runtime{Path: runsc, Root: t.TempDir(), Flags: e.Runtime.Flags, Lease: e.lease}
+	e.sweep = sweeper{runtime: e.Runtime, lease: e.lease, store: e.Store, log: e.Log}
+	e.tally.fingerprints.Store(0) // the capture's are counted by TestStagesValuesMadeOncePerSet
+
+	d := &fakeDriver{}
+	m, err := e.WithVerifiedOutput(context.Background(), out, []string{"numpy"}, func(x *VerifiedOutput) error {
+		for _, sb := range []*Sandboxes{x.Sandboxes, x.Sandboxes.Offline()} {
+			fingerprint, err := sb.SpecFingerprint()
+			if err != nil || fingerprint != x.Manifest.SpecFingerprint {
+				t.Errorf("the sandboxes' fingerprint %s (%v), want the manifest's %s", fingerprint, err, x.Manifest.SpecFingerprint)
+			}
+		}
+		if x.Sandboxes.tally != e.tally {
+			t.Errorf("the sandboxes of the output count into no tally or another: a fingerprint computed again would not show")
+		}
+		return remeasure(context.Background(), d, x, e.Config.RestoreRuns, e.Log)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, measured, _ := d.calls(); !slices.Equal(measured, []string{"numpy"}) || len(m.Checkpoints[1].RestoreMS.Runs) != e.Config.RestoreRuns {
+		t.Errorf("measured %v; numpy's timings %v", measured, m.Checkpoints[1].RestoreMS.Runs)
+	}
+	if n := e.tally.fingerprints.Load(); n != 1 {
+		t.Errorf("%d spec fingerprints computed over an existing output, want 1 (the check against the manifest)", n)
 	}
 }
