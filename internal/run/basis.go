@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -147,25 +148,58 @@ func cpuNeeds(ctx context.Context, runscPath string, cfg *config.Config, control
 	return need, nil
 }
 
-// tally counts what a capture makes that it should make once: the writes of each meta.json
-// file and the spec fingerprints computed. A unit test injects one (Env.tally); nil counts
+// tally counts what a capture makes that it should make once: the files written through the
+// writers it wraps (writer), counted where the bytes are written, and the spec fingerprints
+// computed. A unit test injects one (Env.tally, and the store's WriteJSON); nil counts
 // nothing.
 type tally struct {
 	fingerprints atomic.Int64
 	mu           sync.Mutex
-	metaWrites   map[string]int // by path
+	writes       map[string]int // by path
+	// made is the file each write made, by identity: a file found later that is none of them
+	// was written some other way, or again.
+	made map[fileID]string
 }
 
-func (t *tally) wroteMeta(path string) {
+// fileID is a file's identity: an atomic write makes a new one, a rename keeps it.
+type fileID struct{ dev, ino uint64 }
+
+// fileIDOf returns the identity of the file at path.
+func fileIDOf(path string) (fileID, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileID{}, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fileID{}, fmt.Errorf("%s: no inode", path)
+	}
+	return fileID{dev: uint64(st.Dev), ino: st.Ino}, nil
+}
+
+// writer returns write, counting each file it writes once the bytes are there; write itself
+// when t is nil.
+func (t *tally) writer(write func(path string, v any) error) func(path string, v any) error {
 	if t == nil {
-		return
+		return write
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.metaWrites == nil {
-		t.metaWrites = map[string]int{}
+	return func(path string, v any) error {
+		if err := write(path, v); err != nil {
+			return err
+		}
+		id, err := fileIDOf(path)
+		if err != nil {
+			return err
+		}
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if t.writes == nil {
+			t.writes, t.made = map[string]int{}, map[fileID]string{}
+		}
+		t.writes[path]++
+		t.made[id] = path
+		return nil
 	}
-	t.metaWrites[path]++
 }
 
 func (t *tally) fingerprinted() {

@@ -15,7 +15,6 @@ import (
 
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/cpubaseline"
-	"readie.dev/pipeline/internal/outdir"
 	"readie.dev/pipeline/internal/parallel"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/pkg/manifest"
@@ -43,8 +42,9 @@ type carrier struct {
 	// unenforceable is the first capture's refusal that holds for every set on this host (the
 	// CPUID instruction shows features beyond the baseline): the sets not yet captured are not.
 	unenforceable atomic.Pointer[string] // the set whose capture showed it
-	// tally counts the meta.json writes (nil: not counted).
-	tally *tally
+	// writeJSON writes the output's meta.json and a failed set's kept one atomically
+	// (outdir.WriteJSON; a unit test counts the writes through it).
+	writeJSON func(path string, v any) error
 }
 
 // setWork is one set's way through the carry-out's phases.
@@ -115,7 +115,7 @@ func (c *carrier) results(ctx context.Context, works []*setWork, m *manifest.Man
 		res.Sets = append(res.Sets, SetResult{Checkpoint: w.c, Status: w.status, Err: w.err, Timings: w.sp.Timings})
 		if w.err != nil {
 			failed, errs = append(failed, w.sp.ID), append(errs, w.err)
-			if err := keepFailedSet(w, c.staging, c.work); err != nil {
+			if err := keepFailedSet(w, c.staging, c.work, c.writeJSON); err != nil {
 				c.log.WithField("set", w.sp.ID).WithError(err).Warn("could not keep the failed set's files for inspection")
 			}
 			continue
@@ -287,7 +287,6 @@ func (c *carrier) finish(w *setWork) error {
 	dir := filepath.Join(c.staging, w.sp.ID)
 	if w.pending != nil {
 		w.meta.KeyParts, w.meta.RestoreMS, w.meta.MeasuredWith = w.sp.KeyParts, &w.c.RestoreMS, w.c.MeasuredWith
-		c.tally.wroteMeta(filepath.Join(w.pending.Dir, manifest.MetaFileName)) // by Commit
 		stored, err := w.pending.Commit(w.meta)
 		if err != nil {
 			return fmt.Errorf("%s: put the checkpoint into the store: %w", w.sp.ID, err)
@@ -301,8 +300,7 @@ func (c *carrier) finish(w *setWork) error {
 			return err
 		}
 	}
-	c.tally.wroteMeta(filepath.Join(dir, manifest.MetaFileName))
-	if err := writeMeta(dir, w.sp, w.meta); err != nil {
+	if err := writeMeta(c.writeJSON, dir, w.sp, w.meta); err != nil {
 		return err
 	}
 	if err := c.store.Use(w.sp.Key, w.sp.ID); err != nil {
@@ -313,20 +311,23 @@ func (c *carrier) finish(w *setWork) error {
 	return nil
 }
 
-// writeMeta writes the output's own meta.json for a set: the stored one, under the set's id.
-func writeMeta(dir string, sp SetPlan, stored *manifest.Meta) error {
+// writeMeta writes with write the output's own meta.json for a set: the stored one, under the
+// set's id.
+func writeMeta(write func(string, any) error, dir string, sp SetPlan, stored *manifest.Meta) error {
 	meta := *stored
 	meta.ID, meta.Imports = sp.ID, slices.Clone(sp.Imports)
 	meta.Key, meta.KeyParts = sp.Key, sp.KeyParts
 	meta.RestoreMS, meta.MeasuredWith = nil, nil
-	return outdir.WriteJSON(filepath.Join(dir, manifest.MetaFileName), &meta)
+	return write(filepath.Join(dir, manifest.MetaFileName), &meta)
 }
 
 // keepFailedSet puts what a failed set left into staging/ID, where the failed run's message
 // points: the logs of its sandboxes (stdout, stderr and runsc's own words, from the scratch
 // directory that the run removes) under logs/, and the image files of a capture that failed
-// (taken out of its pending store entry) under capture/.
-func keepFailedSet(w *setWork, staging, work string) error {
+// (taken out of its pending store entry) under capture/, with the meta.json the capture
+// returned (written with write) when it returned one: only Commit writes it otherwise, and a
+// set that failed after its capture (its smoke test, its CPU check) never got there.
+func keepFailedSet(w *setWork, staging, work string, write func(string, any) error) error {
 	dir := filepath.Join(staging, w.sp.ID)
 	var errs []error
 	for _, step := range []string{"capture", "smoke", "measure"} {
@@ -351,8 +352,15 @@ func keepFailedSet(w *setWork, staging, work string) error {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return errors.Join(append(errs, err)...)
 		}
-		if err := os.Rename(w.pending.Dir, filepath.Join(dir, "capture")); err != nil {
+		capture := filepath.Join(dir, "capture")
+		if err := os.Rename(w.pending.Dir, capture); err != nil {
 			errs = append(errs, fmt.Errorf("keep the capture's files (%s): %w", w.pending.Dir, err))
+		} else if w.meta != nil {
+			meta := *w.meta
+			meta.Key, meta.KeyParts = w.sp.Key, w.sp.KeyParts
+			if err := write(filepath.Join(capture, manifest.MetaFileName), &meta); err != nil {
+				errs = append(errs, fmt.Errorf("keep the capture's meta.json: %w", err))
+			}
 		}
 	}
 	return errors.Join(errs...)

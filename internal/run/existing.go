@@ -112,18 +112,19 @@ func manifestSandboxes(e *Env, m *manifest.Manifest) (*Sandboxes, error) {
 			e.Log.Info("pass_env: not passed into the sandboxes of an existing output (--pass-env passes them)")
 		}
 	}
-	_, fingerprint, err := restoreShape(r.Path, r.Info.SandboxProcess(), flags, e.tally)
+	sb := &Sandboxes{
+		Config: e.Config, Log: e.Log, Runtime: runtimeWithFlags(e.Runtime, flags), Rootfs: r, RestoreFlags: slices.Clone(m.RestoreFlags),
+		extraEnv: extraEnvOf(passEnv, controls), tally: e.tally,
+	}
+	// Through the once-cache: what asks for the fingerprint later gets this one.
+	fingerprint, err := sb.SpecFingerprint()
 	if err != nil {
 		return nil, err
 	}
 	if fingerprint != m.SpecFingerprint {
 		return nil, mismatch("spec_fingerprint", fingerprint, m.SpecFingerprint)
 	}
-	rt := runtimeWithFlags(e.Runtime, flags)
-	return &Sandboxes{
-		Config: e.Config, Log: e.Log, Runtime: rt, Rootfs: r, RestoreFlags: slices.Clone(m.RestoreFlags),
-		extraEnv: extraEnvOf(passEnv, controls),
-	}, nil
+	return sb, nil
 }
 
 // driver is the Driver that restores x's checkpoints as its manifest records.

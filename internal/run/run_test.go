@@ -9,12 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/lease"
 	ocirootfs "readie.dev/pipeline/internal/oci/rootfs"
 	"readie.dev/pipeline/internal/outdir"
 	"readie.dev/pipeline/internal/scratch"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/manifest"
 )
 
 // TestRemoveDeadWorkDirs: scratch directories are judged by their run's lease: a run that is
@@ -120,5 +122,44 @@ func TestSweepRemovesWhatDeadRunsLeft(t *testing.T) {
 		if _, err := os.Stat(kept); err != nil {
 			t.Errorf("a live run's %s was removed: %v", kept, err)
 		}
+	}
+}
+
+// TestRunscDriverCaptureLeavesNoMeta: the runsc driver's capture (capture.Take, on the real
+// runsc and executor) returns the set's meta.json contents, stamped with the fingerprint it
+// was given and matching the files, and writes no meta.json itself: the carrier writes it,
+// once, into the store (TestStagesValuesMadeOncePerSet counts those writes).
+func TestRunscDriverCaptureLeavesNoMeta(t *testing.T) {
+	rt := testenv.Runtime(t)
+	r, err := OpenRootfs(testenv.Rootfs(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse(nil, "test.yaml", t.TempDir(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	version, err := rt.Version(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := &Sandboxes{Config: cfg, Log: testenv.DiscardLog(), Runtime: rt, Rootfs: r}
+	fingerprint, err := sb.SpecFingerprint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := leavesNoMeta{Driver: runscDriver{sandboxes: sb, work: testenv.WorkDir(t), runscVersion: version, fingerprint: fingerprint}, t: t}
+	dir := t.TempDir()
+	meta, err := d.Capture(ctx, config.PackageSet{ID: "empty"}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if meta.ID != "empty" || meta.SpecFingerprint != fingerprint || meta.RunscVersion != version {
+		t.Errorf("meta.json contents: id %q, spec fingerprint %s (want %s), runsc %q (want %q)", meta.ID, meta.SpecFingerprint, fingerprint, meta.RunscVersion, version)
+	}
+	if err := store.VerifyFiles(dir, meta); err != nil || len(meta.Files) != len(manifest.ImageFiles()) {
+		t.Errorf("the returned meta.json does not match the capture's files (%d of them): %v", len(meta.Files), err)
 	}
 }

@@ -3,6 +3,7 @@ package run
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"readie.dev/pipeline/internal/outdir"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/atomicfile"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/filedigest"
 	"readie.dev/pipeline/pkg/launch"
@@ -140,10 +142,11 @@ func stagesEnv(t *testing.T) *stagesFixture {
 		t.Fatal(err)
 	}
 	l := testenv.NewLease(t)
+	counts := &tally{}
 	e := &Env{
 		Config: cfg, Runtime: &launch.Runtime{Flags: sandbox.DefaultFlags()},
 		Runsc: manifest.Runsc{Version: "fake-runsc", SHA256: filedigest.OfBytes([]byte("runsc"))}, RestoreFlags: []string{"-direct"}, Log: testenv.DiscardLog(),
-		Store: &store.Store{Dir: cfg.CheckpointCache, Lease: l}, lease: l, tally: &tally{},
+		Store: &store.Store{Dir: cfg.CheckpointCache, Lease: l, WriteJSON: counts.writer(atomicfile.WriteJSON)}, lease: l, tally: counts,
 	}
 	return &stagesFixture{Env: e, Rootfs: &Rootfs{Rootfs: manifest.Rootfs{Path: t.TempDir(), Digest: filedigest.OfBytes([]byte("rootfs"))}}}
 }
@@ -172,8 +175,23 @@ func fakeCaptureWith(t *testing.T, e *stagesFixture, d *fakeDriver, out string, 
 	if between != nil {
 		between(plan)
 	}
-	res, err := carryOutPlan(context.Background(), e.Env, plan, b, e.Runsc, d, t.TempDir(), o, nil)
+	res, err := carryOutPlan(context.Background(), e.Env, plan, b, e.Runsc, leavesNoMeta{Driver: d, t: t}, t.TempDir(), o, nil)
 	return plan, res, err
+}
+
+// leavesNoMeta is a Driver whose captures must leave no meta.json: the carrier writes it,
+// once, into the store (Commit).
+type leavesNoMeta struct {
+	Driver
+	t *testing.T
+}
+
+func (d leavesNoMeta) Capture(ctx context.Context, set config.PackageSet, dir string) (*manifest.Meta, error) {
+	meta, err := d.Driver.Capture(ctx, set, dir)
+	if _, serr := os.Lstat(filepath.Join(dir, manifest.MetaFileName)); !errors.Is(serr, os.ErrNotExist) {
+		d.t.Errorf("the capture of %s wrote %s itself (%v): the carrier writes it, once", set.ID, manifest.MetaFileName, serr)
+	}
+	return meta, err
 }
 
 // actions are the plan's decisions, "id action from" each.
@@ -335,7 +353,8 @@ func TestStagesChangedSetOnly(t *testing.T) {
 
 // A set that fails does not stop the others: they are captured and go into the store, while
 // the run fails naming the failed set, leaves the output as it was, and keeps the failed set's
-// capture in the staging directory it keeps for inspection.
+// capture in the staging directory it keeps for inspection, with its meta.json when the
+// capture returned one.
 func TestStagesFailedSetCarriesOn(t *testing.T) {
 	e := stagesEnv(t)
 	out := filepath.Join(t.TempDir(), "out")
@@ -365,6 +384,18 @@ func TestStagesFailedSetCarriesOn(t *testing.T) {
 	}
 	if data, err := os.ReadFile(filepath.Join(kept[0], "numpy", "capture", "checkpoint.img")); err != nil || string(data) != "half" {
 		t.Errorf("the failed capture's files: %q %v", data, err)
+	}
+	// pandas captured fine, then failed its smoke test: its capture is kept with its meta.json
+	// (the files' digests, the CPU check's evidence), which only the store's Commit would
+	// otherwise have written.
+	capture := filepath.Join(kept[0], "pandas", "capture")
+	if meta, err := manifest.LoadMeta(filepath.Join(capture, manifest.MetaFileName)); err != nil {
+		t.Errorf("the kept capture of pandas has no meta.json: %v", err)
+	} else if meta.ID != "pandas" || meta.Key != plan.Sets[2].Key || len(meta.Files) != len(manifest.ImageFiles()) || store.VerifyFiles(capture, meta) != nil {
+		t.Errorf("the kept capture's meta.json %+v does not match its files: %v", meta, store.VerifyFiles(capture, meta))
+	}
+	if _, err := os.Lstat(filepath.Join(kept[0], "numpy", "capture", manifest.MetaFileName)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a capture that failed has a meta.json (%v): it returned none", err)
 	}
 	if !strings.Contains(err.Error(), kept[0]) {
 		t.Errorf("the error does not name the kept staging directory %s: %v", kept[0], err)
@@ -585,6 +616,8 @@ func TestStagesStaleCorruptVerdict(t *testing.T) {
 // TestStagesValuesMadeOncePerSet: a capture computes the spec fingerprint once for the run
 // (the basis; the driver is given it) and writes no meta.json twice: the capture returns it
 // unwritten, the store's entry gets it once (with the timings) and the output its own once.
+// The writes are counted where the bytes are written (the store's and the carrier's writers),
+// and every meta.json on disk afterwards must be a file one of them made.
 func TestStagesValuesMadeOncePerSet(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -615,14 +648,41 @@ func TestStagesValuesMadeOncePerSet(t *testing.T) {
 			}
 			e.tally.mu.Lock()
 			defer e.tally.mu.Unlock()
-			for path, n := range e.tally.metaWrites {
+			metaWrites := 0
+			for path, n := range e.tally.writes {
+				if filepath.Base(path) != manifest.MetaFileName {
+					continue
+				}
+				metaWrites++
 				if n != 1 {
 					t.Errorf("%s written %d times, want once", path, n)
 				}
 			}
 			// Each captured set's meta.json in its store entry and in the output, nothing else.
-			if n := len(e.tally.metaWrites); n != 2*captured {
-				t.Errorf("%d meta.json files written for %d captured sets, want 2 each (store, output): %v", n, captured, e.tally.metaWrites)
+			if metaWrites != 2*captured {
+				t.Errorf("%d meta.json files written for %d captured sets, want 2 each (store, output): %v", metaWrites, captured, e.tally.writes)
+			}
+			// Every meta.json there is now is a file one of those writes made: none was written
+			// another way, nor again after.
+			var found []string
+			for _, root := range []string{e.Store.Dir, out} {
+				paths, err := filepath.Glob(filepath.Join(root, "*", manifest.MetaFileName))
+				if err != nil {
+					t.Fatal(err)
+				}
+				found = append(found, paths...)
+			}
+			if len(found) != metaWrites {
+				t.Errorf("%d meta.json files in the store and the output, %d written through the counted writers: %q", len(found), metaWrites, found)
+			}
+			for _, path := range found {
+				id, err := fileIDOf(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, ok := e.tally.made[id]; !ok {
+					t.Errorf("%s is not a file the counted writes made", path)
+				}
 			}
 			if _, err := manifest.Verify(out, executorproto.Version); err != nil {
 				t.Errorf("the output does not verify: %v", err)
@@ -665,5 +725,58 @@ func TestSandboxesFingerprintOnce(t *testing.T) {
 	}
 	if n := e.tally.fingerprints.Load(); n != 3 {
 		t.Errorf("%d fingerprints computed, want 3 (one per shape)", n)
+	}
+}
+
+// TestVerifiedOutputFingerprintOnce: a run over an existing output (a measure through a
+// substitute driver) computes the restore spec's fingerprint once, to check it against the
+// manifest's; the Sandboxes it runs on answer later asks (SpecFingerprint, Offline: what an
+// analysis on them asks) from that one, and count into the run's tally, so that one computed
+// again would show.
+func TestVerifiedOutputFingerprintOnce(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir()) // the sweep's and the scratch directory's
+	e := stagesEnv(t)
+	info, err := json.Marshal(manifest.RootfsInfo{Digest: e.Rootfs.Digest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	record := filepath.Join(e.Rootfs.Path, manifest.RootfsInfoFile)
+	if err := os.MkdirAll(filepath.Dir(record), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(record, info, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	if _, _, err := fakeCapture(t, e, &fakeDriver{}, out, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	// What WithVerifiedOutput's sweep needs of runsc: a list of no sandboxes.
+	runsc, _ := testenv.FakeRunsc(t, "[]")
+	e.Runtime = &launch.Runtime{Path: runsc, Root: t.TempDir(), Flags: e.Runtime.Flags, Lease: e.lease}
+	e.sweep = sweeper{runtime: e.Runtime, lease: e.lease, store: e.Store, log: e.Log}
+	e.tally.fingerprints.Store(0) // the capture's are counted by TestStagesValuesMadeOncePerSet
+
+	d := &fakeDriver{}
+	m, err := e.WithVerifiedOutput(context.Background(), out, []string{"numpy"}, func(x *VerifiedOutput) error {
+		for _, sb := range []*Sandboxes{x.Sandboxes, x.Sandboxes.Offline()} {
+			fingerprint, err := sb.SpecFingerprint()
+			if err != nil || fingerprint != x.Manifest.SpecFingerprint {
+				t.Errorf("the sandboxes' fingerprint %s (%v), want the manifest's %s", fingerprint, err, x.Manifest.SpecFingerprint)
+			}
+		}
+		if x.Sandboxes.tally != e.tally {
+			t.Errorf("the sandboxes of the output count into no tally or another: a fingerprint computed again would not show")
+		}
+		return remeasure(context.Background(), d, x, e.Config.RestoreRuns, e.Log)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, measured, _ := d.calls(); !slices.Equal(measured, []string{"numpy"}) || len(m.Checkpoints[1].RestoreMS.Runs) != e.Config.RestoreRuns {
+		t.Errorf("measured %v; numpy's timings %v", measured, m.Checkpoints[1].RestoreMS.Runs)
+	}
+	if n := e.tally.fingerprints.Load(); n != 1 {
+		t.Errorf("%d spec fingerprints computed over an existing output, want 1 (the check against the manifest)", n)
 	}
 }

@@ -25,6 +25,9 @@ type Store struct {
 	// Lease is the run's: its pending entries are named after it (nil for a process that only
 	// reads, lists or prunes).
 	Lease *lease.Lease
+	// WriteJSON writes an entry's meta.json atomically; nil is atomicfile.WriteJSON. A test
+	// passes one that counts the writes where they happen.
+	WriteJSON func(path string, v any) error
 }
 
 // ErrCorrupt reports an entry whose files do not match its meta.json.
@@ -248,7 +251,11 @@ func (p *Pending) Abort() error { return os.RemoveAll(p.Dir) }
 // returns the entry's meta.json as it is in the store.
 func (p *Pending) Commit(meta *manifest.Meta) (*manifest.Meta, error) {
 	meta.Key = p.key
-	if err := atomicfile.WriteJSON(filepath.Join(p.Dir, manifest.MetaFileName), meta); err != nil {
+	write := atomicfile.WriteJSON
+	if p.store.WriteJSON != nil {
+		write = p.store.WriteJSON
+	}
+	if err := write(filepath.Join(p.Dir, manifest.MetaFileName), meta); err != nil {
 		return nil, err
 	}
 	for _, name := range append(manifest.ImageFiles(), manifest.MetaFileName) {
