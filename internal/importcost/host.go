@@ -1,6 +1,7 @@
 package importcost
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -111,7 +112,7 @@ func restoreLineSets(figures map[string]analysis.Entry) [][]string {
 	}
 	slices.SortFunc(modules, func(x, y string) int {
 		if figures[x].MiB != figures[y].MiB {
-			return cmpFloat(figures[y].MiB, figures[x].MiB)
+			return cmp.Compare(figures[y].MiB, figures[x].MiB)
 		}
 		return strings.Compare(x, y)
 	})
@@ -159,16 +160,6 @@ func (line pooledLine) fit(h *analysis.HostCosts) {
 	fit := measure.CostModel(sizes, line.MedianMs)
 	h.Pooled.InterceptMs, h.Pooled.AlphaMsPerMiB, h.PooledRSquared = round3(max(fit.Intercept, 0)), round3(max(fit.Slope, 0)), round3(fit.RSquared)
 	h.Pooled.ColdStartMs = round3(line.ColdStartMs)
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // measureLines captures each set into the scratch directory, then times round by round, one at

@@ -23,16 +23,6 @@ import (
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
-func newLease(t *testing.T) *lease.Lease {
-	t.Helper()
-	l, err := lease.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Release() })
-	return l
-}
-
 // TestRemoveOrphans (with a stand-in runsc): only the pipeline's sandboxes whose run is over
 // (its lease not held) are deleted, with the lock files such runs left; sandboxes of live runs
 // (another's, this one's) and of pipelines from before leases stay; a failed delete is
@@ -48,7 +38,7 @@ func TestRemoveOrphans(t *testing.T) {
 		}
 		return id
 	}
-	dead, live, own := newLease(t), newLease(t), newLease(t)
+	dead, live, own := testenv.NewLease(t), testenv.NewLease(t), testenv.NewLease(t)
 	orphan, stuck := id(dead, "numpy", "capture"), id(dead, "fail", "measure")
 	running, mine := id(live, "pandas", "capture"), id(own, "json", "smoke")
 	deadSoak, liveSoak, deadSoak2 := id(dead, "pandas", "soak"), id(live, "numpy", "soak"), id(dead, "json", "soak")
@@ -118,7 +108,7 @@ type otherNamespace struct {
 
 func startInOtherNamespace(t *testing.T, rt *launch.Runtime) *otherNamespace {
 	t.Helper()
-	run := newLease(t)
+	run := testenv.NewLease(t)
 	other := *rt
 	other.Lease = run
 	id, err := other.NewID("orphan", "ns")

@@ -89,17 +89,7 @@ func TestPassEnvValuesHideValues(t *testing.T) {
 // newStore is a store in a fresh directory with a run's lease.
 func newStore(t *testing.T) *Store {
 	t.Helper()
-	return &Store{Dir: filepath.Join(t.TempDir(), "store"), Lease: newLease(t)}
-}
-
-func newLease(t *testing.T) *lease.Lease {
-	t.Helper()
-	l, err := lease.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Release() })
-	return l
+	return &Store{Dir: filepath.Join(t.TempDir(), "store"), Lease: testenv.NewLease(t)}
 }
 
 // pendingWith makes a pending entry holding image files with the given contents.
@@ -225,7 +215,7 @@ func TestLinkListPrune(t *testing.T) {
 		t.Fatalf("List = %+v, %v", entries, err)
 	}
 	// A pending directory of a run that is over goes too.
-	dead := &Store{Dir: s.Dir, Lease: newLease(t)}
+	dead := &Store{Dir: s.Dir, Lease: testenv.NewLease(t)}
 	deadPending, _ := pendingWith(t, dead, old.Key(), "dead")
 	dead.Lease.Release()
 	cutoff := time.Now().Add(-24 * time.Hour)
@@ -297,9 +287,9 @@ func TestRemoveDeadPending(t *testing.T) {
 	s := newStore(t)
 	key := baseInputs().Key()
 	own, _ := pendingWith(t, s, key, "own")
-	live := &Store{Dir: s.Dir, Lease: newLease(t)}
+	live := &Store{Dir: s.Dir, Lease: testenv.NewLease(t)}
 	livePending, _ := pendingWith(t, live, key, "live")
-	dead := &Store{Dir: s.Dir, Lease: newLease(t)}
+	dead := &Store{Dir: s.Dir, Lease: testenv.NewLease(t)}
 	deadPending, _ := pendingWith(t, dead, key, "dead")
 	deadLock := filepath.Join(s.Dir, lease.RunsDir, dead.Lease.ID()+".lock")
 	// A killed run: its lock is dropped by the kernel, its file stays.
@@ -456,7 +446,7 @@ func TestRemoveCorruptLeavesAGoodEntry(t *testing.T) {
 	commit(s, "one ")
 	damage()
 	late := judged(s)
-	other := &Store{Dir: s.Dir, Lease: newLease(t)}
+	other := &Store{Dir: s.Dir, Lease: testenv.NewLease(t)}
 	if removed, err := other.RemoveCorrupt(judged(other)); !removed || err != nil {
 		t.Fatalf("the other run's RemoveCorrupt = %v, %v; want removed", removed, err)
 	}
@@ -503,7 +493,7 @@ func TestCommitAfterTheEntryInPlaceWent(t *testing.T) {
 	if _, err := first.Commit(meta); err != nil {
 		t.Fatal(err)
 	}
-	other := &Store{Dir: s.Dir, Lease: newLease(t)}
+	other := &Store{Dir: s.Dir, Lease: testenv.NewLease(t)}
 	p, meta := pendingWith(t, other, key, "two ")
 	p.found = func() {
 		if err := os.RemoveAll(dir); err != nil {

@@ -10,6 +10,7 @@
 package pyreq
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"regexp"
@@ -162,31 +163,31 @@ func (v Version) base() Version {
 // (1.0 and 1.0.0 are), +1 after. Within a release, .devN < aN < bN < rcN < the release <
 // .postN; a local label sorts after the same public version.
 func (v Version) Compare(w Version) int {
-	if c := cmpUint(v.Epoch, w.Epoch); c != 0 {
+	if c := cmp.Compare(v.Epoch, w.Epoch); c != 0 {
 		return c
 	}
 	if c := cmpRelease(v.Release, w.Release); c != 0 {
 		return c
 	}
 	// A dev release of a final release sorts before its pre-releases.
-	if c := cmpRank(v.preRank(), w.preRank()); c != 0 {
+	if c := cmp.Compare(v.preRank(), w.preRank()); c != 0 {
 		return c
 	}
 	if v.preKind != noPre {
-		if c := cmpUint(v.pre, w.pre); c != 0 {
+		if c := cmp.Compare(v.pre, w.pre); c != 0 {
 			return c
 		}
 	}
 	if v.hasPost != w.hasPost {
 		return cmpBool(v.hasPost, w.hasPost)
 	}
-	if c := cmpUint(v.post, w.post); c != 0 {
+	if c := cmp.Compare(v.post, w.post); c != 0 {
 		return c
 	}
 	if v.hasDev != w.hasDev {
 		return -cmpBool(v.hasDev, w.hasDev) // no dev sorts after any dev
 	}
-	if c := cmpUint(v.dev, w.dev); c != 0 {
+	if c := cmp.Compare(v.dev, w.dev); c != 0 {
 		return c
 	}
 	return cmpLocal(v.local, w.local)
@@ -202,18 +203,6 @@ func (v Version) preRank() int {
 		return 0
 	}
 	return 4
-}
-
-func cmpRank(a, b int) int { return cmpUint(uint64(a), uint64(b)) }
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func cmpBool(a, b bool) int {
@@ -236,7 +225,7 @@ func cmpRelease(a, b []uint64) int {
 		if i < len(b) {
 			y = b[i]
 		}
-		if c := cmpUint(x, y); c != 0 {
+		if c := cmp.Compare(x, y); c != 0 {
 			return c
 		}
 	}
@@ -253,7 +242,7 @@ func cmpLocal(a, b []string) int {
 		var c int
 		switch {
 		case xNum && yNum && xErr == nil && yErr == nil:
-			c = cmpUint(x, y)
+			c = cmp.Compare(x, y)
 		case xNum && yNum: // past uint64: compare the digits without leading zeros
 			c = cmpDigits(a[i], b[i])
 		case xNum != yNum:
@@ -265,7 +254,7 @@ func cmpLocal(a, b []string) int {
 			return c
 		}
 	}
-	return cmpUint(uint64(len(a)), uint64(len(b)))
+	return cmp.Compare(len(a), len(b))
 }
 
 func isDigits(s string) bool {
@@ -274,7 +263,7 @@ func isDigits(s string) bool {
 
 func cmpDigits(a, b string) int {
 	a, b = strings.TrimLeft(a, "0"), strings.TrimLeft(b, "0")
-	if c := cmpUint(uint64(len(a)), uint64(len(b))); c != 0 {
+	if c := cmp.Compare(len(a), len(b)); c != 0 {
 		return c
 	}
 	return strings.Compare(a, b)
