@@ -390,16 +390,7 @@ func TestRestoreBounded(t *testing.T) {
 	ctx := ctxFor(t)
 	o := f.options(t, 1)
 	o.RestoreTimeout = 100 * time.Millisecond
-	p, err := pool.New(ctx, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	sb, err := p.Get(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Delete(ctx)
+	_, sb := openAndGet(t, ctx, o)
 	f.fault(t, "hang-restore", true)
 	done := make(chan error, 1)
 	go func() { done <- sb.Restore(context.Background(), t.TempDir(), nil) }()
@@ -494,16 +485,7 @@ func TestImageUserOwnsHostDir(t *testing.T) {
 			Mounts: []specs.Mount{{Destination: "/run/readie", Type: "bind", Source: hostDir}}}, nil
 	}
 	ctx := ctxFor(t)
-	p, err := pool.New(ctx, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	sb, err := p.Get(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Delete(ctx)
+	_, sb := openAndGet(t, ctx, o)
 	fi, err := os.Stat(sb.HostDir)
 	if err != nil {
 		t.Fatal(err)
@@ -511,4 +493,21 @@ func TestImageUserOwnsHostDir(t *testing.T) {
 	if st := fi.Sys().(*syscall.Stat_t); st.Uid != 1234 || st.Gid != 2345 {
 		t.Errorf("host directory owned by %d:%d, want the image's user 1234:2345", st.Uid, st.Gid)
 	}
+}
+
+// openAndGet starts a pool of o and takes one sandbox from it; the test's end deletes the
+// sandbox, then closes the pool.
+func openAndGet(t *testing.T, ctx context.Context, o pool.Options) (*pool.Pool, *pool.Sandbox) {
+	t.Helper()
+	p, err := pool.New(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	sb, err := p.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Delete(ctx) })
+	return p, sb
 }
