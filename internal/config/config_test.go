@@ -401,6 +401,9 @@ func TestCPUBaseline(t *testing.T) {
 		{"not a bool", "cpu_baseline: {file: hosts.txt, enforce: maybe}\n", `cpu_baseline.enforce: "maybe" is not true or false`},
 		{"a scalar", "cpu_baseline: fpu\n", "cpu_baseline: want a list"},
 		{"a control in pass_env", "pass_env: [GLIBC_TUNABLES]\ncpu_baseline: [fpu]\n", "pass_env: GLIBC_TUNABLES is set by cpu_baseline's library controls"},
+		{"the pipeline's own variable in pass_env", "pass_env: [READIE_PRE_CHECKPOINT]\n", "pass_env: READIE_PRE_CHECKPOINT is the pipeline's own"},
+		{"the executor's mode in pass_env", "pass_env: [EXECUTOR_MODE]\n", "pass_env: EXECUTOR_MODE is the pipeline's own"},
+		{"the set in pass_env", "pass_env: [READIE_PREIMPORT]\n", "pass_env: READIE_PREIMPORT is the pipeline's own"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := parse(tt.yaml)

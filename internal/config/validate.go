@@ -12,6 +12,7 @@ import (
 
 	"readie.dev/pipeline/internal/cpubaseline"
 	"readie.dev/pipeline/internal/oci/ref"
+	"readie.dev/pipeline/pkg/capture"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
@@ -177,6 +178,9 @@ func (c *Config) validatePassEnv(p *problems) {
 	for _, name := range c.PassEnv {
 		if !envPattern.MatchString(name) {
 			p.add("pass_env: %q is not an environment variable name", name)
+		}
+		if slices.ContainsFunc(sandbox.Overrides(sandbox.ModeCapture), func(kv string) bool { return strings.HasPrefix(kv, name+"=") }) || name == sandbox.PreimportEnv || name == capture.CPUBaselineEnv {
+			p.add("pass_env: %s is the pipeline's own, set in every sandbox (the executor's settings); it cannot be passed in", name)
 		}
 		if c.CPUBaseline != nil && slices.Contains(cpubaseline.ControlNames(), name) {
 			p.add("pass_env: %s is set by cpu_baseline's library controls; it cannot be passed in as well", name)

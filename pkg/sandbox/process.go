@@ -69,6 +69,9 @@ func Overrides(mode Mode) []string {
 // set only in the capture of a bench variant's own image.
 const PreCheckpointEnv = "READIE_PRE_CHECKPOINT"
 
+// PreimportEnv names the modules a capture imports before its checkpoint.
+const PreimportEnv = "READIE_PREIMPORT"
+
 // env returns the environment of a sandbox in mode for p: p's Env with Defaults for what it
 // lacks, then Overrides and extra set over it (each replacing an entry of the same name in
 // place).

@@ -103,7 +103,7 @@ func Spec(o SpecOptions) (*specs.Spec, error) {
 	}
 	var extra []string
 	if o.Mode == ModeCapture {
-		extra = append(extra, "READIE_PREIMPORT="+strings.Join(o.Imports, ","))
+		extra = append(extra, PreimportEnv+"="+strings.Join(o.Imports, ","))
 	}
 	env := o.Process.env(o.Mode, append(extra, o.Env...))
 	args := ExecutorArgs()
