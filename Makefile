@@ -27,7 +27,7 @@ export READIE_RUNSC := $(RUNSC)
 export READIE_ROOTFS := $(abspath $(ROOTFS))
 export READIE_PIPELINE_IMAGE := $(abspath $(PIPELINE_IMAGE))
 
-.PHONY: all build runsc image pipeline-image check-pipeline-image deps test test-go test-python check-golden golden lint capture bench bench-sizes bench-knobs image-catalogue bench-catalogue bench-incremental bench-jobs bench-oci bench-go bench-proto soak clean
+.PHONY: all build runsc image pipeline-image check-pipeline-image deps test test-go test-python check-golden golden lint test-unit test-race capture bench bench-sizes bench-knobs image-catalogue bench-catalogue bench-incremental bench-jobs bench-oci bench-go bench-proto soak clean
 
 all: build
 
@@ -113,18 +113,20 @@ RACE_CMD_TESTS := ^(TestSignalInProcess|TestDispatchLeavesNoGoroutine|TestJobsWi
 # One pass, in a zone that is not UTC: the code that formats or parses times is tested under
 # several zones where it lives (TestExplainInAnyTimeZone, TestRunscRunsInUTC, ...), so a second
 # whole-suite pass in UTC adds nothing. -count=1: the test cache does not know TZ. The race
-# detector's packages run beside the rest rather than after it: cmd/pipeline, the long pole,
-# waits on sandboxes for much of its time and leaves a core idle. Both always run to the end;
-# the race detector's output follows the rest, and either failing fails the target.
+# detector's packages (test-race) run beside the rest (test-unit) rather than after it:
+# cmd/pipeline, the long pole, waits on sandboxes for much of its time and leaves a core idle.
+# make -j2 runs both to the end and stops both on Ctrl-C; -Otarget prints each one's output
+# whole once it ends.
 test-go: runsc image build pipeline-image $(BENCHSTAT)
-	export TZ=America/New_York; \
-	race_log=$$(mktemp); trap 'rm -f "$$race_log"' EXIT; \
-	{ go test $(GOTEST_FLAGS) -race -count=1 $(RACE_PACKAGES) && \
-	  go test $(GOTEST_FLAGS) -race -count=1 -run '$(RACE_CMD_TESTS)' ./cmd/pipeline; } > "$$race_log" 2>&1 & race=$$!; \
-	status=0; go test $(GOTEST_FLAGS) -count=1 $$(go list ./... | grep -vxF -e "$$(go list $(RACE_PACKAGES))") || status=$$?; \
-	race_status=0; wait $$race || race_status=$$?; \
-	echo "--- the race detector's packages:"; cat "$$race_log"; \
-	[ $$status = 0 ] && [ $$race_status = 0 ]
+	TZ=America/New_York $(MAKE) --no-print-directory -j2 -Otarget test-unit test-race
+
+# test-go's two halves; they build nothing (test-go has).
+test-unit:
+	go test $(GOTEST_FLAGS) -count=1 $$(go list ./... | grep -vxF -e "$$(go list $(RACE_PACKAGES))")
+
+test-race:
+	go test $(GOTEST_FLAGS) -race -count=1 $(RACE_PACKAGES)
+	go test $(GOTEST_FLAGS) -race -count=1 -run '$(RACE_CMD_TESTS)' ./cmd/pipeline
 
 test: deps lint check-golden check-pipeline-image test-python test-go
 
