@@ -149,17 +149,11 @@ func (req Request) fail(cause error) error {
 // newSandbox prepares the capture sandbox of req (not started) in a fresh image directory,
 // and the fingerprint of its spec (req's when given).
 func newSandbox(rt *launch.Runtime, req Request) (*launch.Sandbox, string, error) {
-	if err := freshDir(req.Dir); err != nil {
-		return nil, "", err
-	}
 	id, err := rt.NewID(req.ID, "capture")
 	if err != nil {
 		return nil, "", err
 	}
 	hostDir := launch.HostDir(req.WorkDir, id)
-	if err := os.MkdirAll(hostDir, 0o755); err != nil {
-		return nil, "", err
-	}
 	env := req.Env
 	if req.CPUBaseline != nil {
 		env = append(slices.Clone(env), CPUBaselineEnv+"="+strings.Join(req.CPUBaseline, ","))
@@ -177,6 +171,13 @@ func newSandbox(rt *launch.Runtime, req Request) (*launch.Sandbox, string, error
 	}
 	if req.SpecFingerprint != "" && req.SpecFingerprint != fingerprint {
 		return nil, "", fmt.Errorf("%w: the capture's spec has fingerprint %s, the run's restore spec %s: a checkpoint of this shape would not restore as the manifest says", ErrSpecMismatch, fingerprint, req.SpecFingerprint)
+	}
+	// Only a capture of the expected shape touches the disk.
+	if err := freshDir(req.Dir); err != nil {
+		return nil, "", err
+	}
+	if err := os.MkdirAll(hostDir, 0o755); err != nil {
+		return nil, "", err
 	}
 	sb, err := rt.NewSandbox(id, req.WorkDir, hostDir, spec)
 	return sb, fingerprint, err

@@ -2,6 +2,8 @@ package capture
 
 import (
 	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -35,5 +37,8 @@ func TestSpecFingerprintChecked(t *testing.T) {
 	_, got, err := newSandbox(rt, req)
 	if !errors.Is(err, ErrSpecMismatch) {
 		t.Fatalf("a capture whose spec differs from the expected shape: got %q, %v; want ErrSpecMismatch", got, err)
+	}
+	if _, err := os.Stat(req.Dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the refused capture made its directory %s: %v", req.Dir, err)
 	}
 }
