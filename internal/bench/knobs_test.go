@@ -121,9 +121,8 @@ func TestPagesLoadedAt(t *testing.T) {
 	}
 	lines += "I1203 15:22:01.234567  1 kernel_restore.go:354] All MemoryFile pages have been loaded.\n"
 	os.WriteFile(boot, []byte(lines), 0o644)
-	saved := time.Local
-	time.Local = time.FixedZone("far", 11*3600)
-	defer func() { time.Local = saved }()
+	// The zone is pagesLoadedAt's argument, never time.Local (which a test must not change:
+	// the runtime's timers read it).
 	at, err := pagesLoadedAt(dir, 2026, time.UTC)
 	if want := time.Date(2026, 12, 3, 15, 22, 1, 234567000, time.UTC); err != nil || !at.Equal(want) {
 		t.Fatalf("at %v (%v), want %v", at, err, want)
