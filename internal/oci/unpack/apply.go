@@ -42,7 +42,7 @@ func NewApplier(root *os.Root, budget *Budget) *Applier {
 
 // Apply applies one layer.
 func (a *Applier) Apply(tr *tar.Reader) error {
-	l := &layerState{Applier: a, inLayer: map[string]bool{}}
+	l := &layerState{Applier: a, inLayer: map[string]bool{}, dirs: map[string]bool{}}
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
@@ -71,11 +71,15 @@ type dirTime struct {
 }
 
 // layerState is what applying one layer keeps: the paths it holds (its entries and their
-// parents, which its opaque whiteouts keep) and its directories' times.
+// parents, which its opaque whiteouts keep), its directories' times, and the paths known to be
+// directories. That last spares walking every entry's parents again through the os.Root (a
+// lookup per component, for each of them): it was most of an unpack's time. Every removal
+// forgets it whole, so it only ever holds directories as they are now.
 type layerState struct {
 	*Applier
 	inLayer  map[string]bool
 	dirTimes []dirTime
+	dirs     map[string]bool
 }
 
 func (l *layerState) entry(hdr *tar.Header, r io.Reader) error {
@@ -97,21 +101,26 @@ func (l *layerState) entry(hdr *tar.Header, r io.Reader) error {
 		return l.whiteout(dir, hidden, hdr.Name)
 	}
 	l.inLayer[rel] = true
-	if dir != "." {
+	if dir != "." && !l.dirs[dir] {
 		if err := l.root.MkdirAll(dir, 0o755); err != nil {
 			return err
+		}
+		for p := dir; p != "."; p = path.Dir(p) {
+			l.dirs[p] = true
 		}
 	}
 	made, err := l.make(rel, hdr, r)
 	if err != nil || !made {
 		return err
 	}
-	if err := l.root.Lchown(rel, hdr.Uid, hdr.Gid); err != nil {
-		return err
-	}
-	// chmod after chown: chown clears the setuid and setgid bits.
-	if err := l.root.Chmod(rel, fileMode(hdr.Mode)); err != nil {
-		return err
+	if !isRegular(hdr) { // writeFile set a file's owner and mode through its descriptor
+		if err := l.root.Lchown(rel, hdr.Uid, hdr.Gid); err != nil {
+			return err
+		}
+		// chmod after chown: chown clears the setuid and setgid bits.
+		if err := l.root.Chmod(rel, fileMode(hdr.Mode)); err != nil {
+			return err
+		}
 	}
 	if hdr.Typeflag != tar.TypeDir {
 		l.root.Chtimes(rel, hdr.ModTime, hdr.ModTime)
@@ -127,7 +136,7 @@ func (l *layerState) whiteout(dir, name, entry string) error {
 	}
 	p := path.Join(dir, name)
 	if !l.inLayer[p] {
-		return l.root.RemoveAll(p)
+		return l.removeAll(p)
 	}
 	if fi, err := l.root.Lstat(p); err == nil && fi.IsDir() {
 		return l.hideLower(p)
@@ -142,13 +151,14 @@ func (l *layerState) make(rel string, hdr *tar.Header, r io.Reader) (bool, error
 	switch {
 	case hdr.Typeflag == tar.TypeDir:
 		if fi, err := l.root.Lstat(rel); err == nil && !fi.IsDir() {
-			if err := l.root.Remove(rel); err != nil {
+			if err := l.remove(rel); err != nil {
 				return false, err
 			}
 		}
 		if err := l.root.Mkdir(rel, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 			return false, err
 		}
+		l.dirs[rel] = true
 		l.dirTimes = append(l.dirTimes, dirTime{rel, hdr.ModTime})
 		return true, nil
 	case isRegular(hdr):
@@ -175,17 +185,25 @@ func (l *layerState) make(rel string, hdr *tar.Header, r io.Reader) (bool, error
 	return false, nil
 }
 
+// writeFile makes the file at rel with hdr's content, owner and mode (chmod after chown:
+// chown clears the setuid and setgid bits).
 func (l *layerState) writeFile(rel string, hdr *tar.Header, r io.Reader) error {
 	f, err := l.root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
 	n, err := io.Copy(f, r)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
 	if err == nil && n != hdr.Size {
 		err = io.ErrUnexpectedEOF
+	}
+	if err == nil {
+		err = f.Chown(hdr.Uid, hdr.Gid)
+	}
+	if err == nil {
+		err = f.Chmod(fileMode(hdr.Mode))
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", hdr.Name, err)
@@ -233,9 +251,20 @@ func (l *layerState) replace(rel string) error {
 		return err
 	}
 	if fi.IsDir() {
-		return l.root.RemoveAll(rel)
+		return l.removeAll(rel)
 	}
+	return l.remove(rel)
+}
+
+// remove and removeAll forget the directories known (some may be gone) and remove rel.
+func (l *layerState) remove(rel string) error {
+	clear(l.dirs)
 	return l.root.Remove(rel)
+}
+
+func (l *layerState) removeAll(rel string) error {
+	clear(l.dirs)
+	return l.root.RemoveAll(rel)
 }
 
 // hideLower removes from dir every entry that lower layers made (an opaque whiteout), nested
@@ -257,7 +286,7 @@ func (l *layerState) hideLower(dir string) error {
 		p := path.Join(dir, e.Name())
 		switch {
 		case !l.inLayer[p]:
-			if err := l.root.RemoveAll(p); err != nil {
+			if err := l.removeAll(p); err != nil {
 				return err
 			}
 		case e.IsDir():
@@ -280,6 +309,9 @@ func (l *layerState) noSymlinkIn(rel, name string) error {
 	p := ""
 	for _, part := range strings.Split(dir, "/") {
 		p = path.Join(p, part)
+		if l.dirs[p] {
+			continue
+		}
 		fi, err := l.root.Lstat(p)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil // made as a directory
@@ -293,6 +325,7 @@ func (l *layerState) noSymlinkIn(rel, name string) error {
 		if !fi.IsDir() {
 			return fmt.Errorf("%w %q: /%s is not a directory", ErrLayer, name, p)
 		}
+		l.dirs[p] = true
 	}
 	return nil
 }

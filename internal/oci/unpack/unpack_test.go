@@ -134,6 +134,15 @@ func TestUnpackRefusesHostileLayers(t *testing.T) {
 		{"deeper traversal", []entry{{name: "a/../../escaped", body: "x"}}, `"a/../../escaped"`},
 		{"absolute name", []entry{{name: "/escaped", body: "x"}}, `"/escaped"`},
 		{"write through a symlink", []entry{{name: "out", typ: tar.TypeSymlink, link: "OUTSIDE"}, {name: "out/escaped", body: "x"}}, `"out/escaped": it would be written through the symlink`},
+		// The directories the applier knows of must be forgotten when one is replaced.
+		{"write through a directory replaced by a symlink", []entry{{name: "d/", typ: tar.TypeDir}, {name: "d/a", body: "x"},
+			{name: "d", typ: tar.TypeSymlink, link: "OUTSIDE"}, {name: "d/escaped", body: "x"}}, `"d/escaped": it would be written through the symlink /d`},
+		{"write through a parent made implicitly, then replaced by a symlink", []entry{{name: "a/b/f", body: "x"},
+			{name: "a", typ: tar.TypeSymlink, link: "OUTSIDE"}, {name: "a/b/escaped", body: "x"}}, `"a/b/escaped": it would be written through the symlink /a`},
+		{"write through a directory whited out, then a symlink", []entry{{name: "w/x", body: "x"}, {name: ".wh.w"},
+			{name: "w", typ: tar.TypeSymlink, link: "OUTSIDE"}, {name: "w/escaped", body: "x"}}, `"w/escaped": it would be written through the symlink /w`},
+		{"write into a directory replaced by a file", []entry{{name: "f/", typ: tar.TypeDir}, {name: "f/a", body: "x"},
+			{name: "f", body: "x"}, {name: "f/b", body: "x"}}, `"f/b": /f is not a directory`},
 		{"whiteout of ..", []entry{{name: "etc/.wh..."}}, `a whiteout of ".."`},
 		{"hard link to outside", []entry{{name: "h", typ: tar.TypeLink, link: "../OUTSIDE/secret"}}, `"h"`},
 	} {
