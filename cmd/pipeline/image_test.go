@@ -3,7 +3,6 @@ package main
 import (
 	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"io"
@@ -22,6 +21,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/internal/testenv/debianimage"
 	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
@@ -30,9 +30,9 @@ import (
 )
 
 // userImage builds what a user's image build job would: the default rootfs without the
-// executor (and without numpy and pandas, to stay small) as a base layer, plus a layer that
-// deletes a file (.wh.) and replaces a directory opaquely (.wh..wh..opq).
-func userImage(t *testing.T, dir string) v1.Image {
+// executor (and without numpy and pandas, to stay small) as a base layer (made once, cached),
+// plus a layer that deletes a file (.wh.) and replaces a directory opaquely (.wh..wh..opq).
+func userImage(t *testing.T) v1.Image {
 	t.Helper()
 	rootfs := testenv.Rootfs(t)
 	var info struct {
@@ -40,17 +40,8 @@ func userImage(t *testing.T, dir string) v1.Image {
 	}
 	data, _ := os.ReadFile(filepath.Join(rootfs, manifest.RootfsInfoFile))
 	json.Unmarshal(data, &info)
-	base := filepath.Join(dir, "base.tar")
-	tarCmd := testenv.Command(t, 5*time.Minute, "tar", "-C", rootfs, "-cf", base,
-		"--exclude=./usr/lib/readie", "--exclude=."+info.SitePackages+"/readie_executor",
-		"--exclude=./usr/lib/python3/dist-packages/pandas", "--exclude=./usr/lib/python3/dist-packages/numpy", ".")
-	if out, err := tarCmd.CombinedOutput(); err != nil {
-		t.Fatalf("tar the base: %v\n%s", err, out)
-	}
-	baseLayer, err := tarball.LayerFromFile(base, tarball.WithCompressionLevel(gzip.BestSpeed))
-	if err != nil {
-		t.Fatal(err)
-	}
+	baseLayer := debianimage.RootfsLayer(t, rootfs, []string{"./usr/lib/readie", "." + info.SitePackages + "/readie_executor",
+		"./usr/lib/python3/dist-packages/pandas", "./usr/lib/python3/dist-packages/numpy"})
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, h := range []*tar.Header{
@@ -104,7 +95,7 @@ func TestCaptureFromUserImage(t *testing.T) {
 	// of the test's in their environment.
 	env := map[string]string{"XDG_CACHE_HOME": t.TempDir()}
 	dir := testenv.WorkDir(t)
-	img := userImage(t, dir)
+	img := userImage(t)
 	p, err := layout.Write(filepath.Join(dir, "layout"), empty.Index)
 	if err != nil {
 		t.Fatal(err)

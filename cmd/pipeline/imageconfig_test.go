@@ -116,7 +116,7 @@ func TestVenvImage(t *testing.T) {
 	// The unpacked images go with the test: its runs are processes of their own.
 	env := map[string]string{"XDG_CACHE_HOME": t.TempDir()}
 	dir := testenv.WorkDir(t)
-	base := userImage(t, dir)
+	base := userImage(t)
 	site := "opt/venv/lib/python3.11/site-packages/"
 	entries := []tar.Header{
 		dirEntry("opt/venv/"), dirEntry("opt/venv/bin/"), dirEntry("opt/venv/lib/"), dirEntry("opt/venv/lib/python3.11/"), dirEntry(site),
@@ -181,7 +181,7 @@ func TestImageUserAndWorkingDir(t *testing.T) {
 	// The unpacked images go with the test: its runs are processes of their own.
 	env := map[string]string{"XDG_CACHE_HOME": t.TempDir()}
 	dir := testenv.WorkDir(t)
-	base := userImage(t, dir)
+	base := userImage(t)
 	passwd, err := os.ReadFile(filepath.Join(testenv.Rootfs(t), "etc/passwd"))
 	if err != nil {
 		t.Fatal(err)
@@ -232,7 +232,7 @@ func TestImageIndexPlatforms(t *testing.T) {
 	// The unpacked images go with the test: its runs are processes of their own.
 	env := map[string]string{"XDG_CACHE_HOME": t.TempDir()}
 	dir := testenv.WorkDir(t)
-	base := userImage(t, dir)
+	base := userImage(t)
 	cf, err := base.ConfigFile()
 	if err != nil {
 		t.Fatal(err)

@@ -187,7 +187,7 @@ func TestHostileImageStaysInItsSandbox(t *testing.T) {
 	dir := testenv.WorkDir(t)
 	marker := filepath.Join(dir, "escaped", "on-the-host")
 	module := fmt.Sprintf(hostileModule, marker)
-	img, err := mutate.AppendLayers(userImage(t, dir), tarLayer(t,
+	img, err := mutate.AppendLayers(userImage(t), tarLayer(t,
 		file("usr/lib/python3/dist-packages/readie_hostile.py", module),
 		file("usr/lib/python3/dist-packages/zz-hostile.pth", "import readie_hostile\n"),
 		file("usr/lib/python3.11/sitecustomize.py", "import readie_hostile\n"),
@@ -304,7 +304,7 @@ func TestForgedImagesAreRefused(t *testing.T) {
 	})
 
 	// Image A, and image B whose config claims A's diff IDs over layers of its own.
-	a := userImage(t, dir)
+	a := userImage(t)
 	layers, _ := a.Layers()
 	b, _ := mutate.AppendLayers(empty.Image, layers[0], tarLayer(t, file("usr/share/readie-opaque/new", "forged\n")))
 	cfgA, _ := a.ConfigFile()

@@ -252,9 +252,9 @@ func TestAnalyzeOffline(t *testing.T) {
 // into the bytecode directory it is given and prints 100 MiB is refused, naming the limit,
 // and no output is written.
 func TestPrecompileBounded(t *testing.T) {
+	base := userImage(t) // before XDG_CACHE_HOME moves: its base layer is cached
 	t.Setenv("XDG_CACHE_HOME", t.TempDir())
 	dir := testenv.WorkDir(t)
-	base := userImage(t, dir)
 	script := "#!/bin/sh\ncase \"$2\" in *compileall*)\n" +
 		"  mkdir -p \"$PYTHONPYCACHEPREFIX\"; head -c 104857600 /dev/zero > \"$PYTHONPYCACHEPREFIX/flood\"\n" +
 		"  head -c 104857600 /dev/zero; exit 0;;\nesac\nexec /usr/bin/python3.11 \"$@\"\n"
