@@ -133,7 +133,8 @@ test: $(TEST_BUILT) $(BENCHSTAT)
 # rootfs's 11,000 files costs 5 s of system time against 0.7 s on tmpfs, and cmd/pipeline
 # unpacks images and writes checkpoints in most of its tests (docs/testing.md). Elsewhere the
 # directory is made where TMPDIR says, slower, and it says so. It goes at the end, however the
-# command ends.
+# command ends. Its name is short: the tests' executor sockets are under it, and a Unix socket
+# path holds 107 bytes.
 TEST_TMPFS ?= /dev/shm
 TEST_TMPFS_MIN_GIB := 4
 define in_test_tmpdir
@@ -144,7 +145,7 @@ if [ "$$(stat -f -c %T $(TEST_TMPFS) 2>/dev/null)" = tmpfs ] && \
 else \
 	echo "$(TEST_TMPFS) is not a tmpfs with $(TEST_TMPFS_MIN_GIB) GiB free: the tests' files go to $$parent (slower)"; \
 fi; \
-tmp=$$(mktemp -d "$$parent/readie-test-XXXXXX"); \
+tmp=$$(mktemp -d "$$parent/rt-XXXXXX"); \
 trap 'rm -rf "$$tmp"' EXIT; \
 echo "TMPDIR=$$tmp $(1)"; \
 TMPDIR=$$tmp $(1)

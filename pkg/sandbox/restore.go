@@ -22,6 +22,16 @@ var ErrRestoreSpec = errors.New("restore spec refused")
 // terminating NUL).
 const maxSocketPath = 107
 
+// checkSocketPath refuses a host directory whose executor socket path does not fit in a Unix
+// socket address: the executor would listen, but its socket would never appear on the host,
+// and a dial would only time out.
+func checkSocketPath(hostDir string) error {
+	if socket := filepath.Join(hostDir, SocketName); len(socket) > maxSocketPath {
+		return fmt.Errorf("host dir %q is too long: the socket path %s has %d bytes, a Unix socket address holds %d (a shorter TMPDIR shortens it)", hostDir, socket, len(socket), maxSocketPath)
+	}
+	return nil
+}
+
 // RestoreOptions are what a worker's restore spec holds of its own: the only three fields of
 // an output's restore-spec.json that a restore may change.
 type RestoreOptions struct {
@@ -159,8 +169,8 @@ func (o RestoreOptions) check() error {
 	}
 	if !filepath.IsAbs(o.HostDir) {
 		problems = append(problems, fmt.Sprintf("host dir %q is not an absolute path", o.HostDir))
-	} else if socket := filepath.Join(o.HostDir, SocketName); len(socket) > maxSocketPath {
-		problems = append(problems, fmt.Sprintf("host dir %q is too long: the socket path %s has %d bytes, a Unix socket address holds %d", o.HostDir, socket, len(socket), maxSocketPath))
+	} else if err := checkSocketPath(o.HostDir); err != nil {
+		problems = append(problems, err.Error())
 	}
 	for _, kv := range o.Env {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.ContainsRune(kv, 0) {

@@ -149,6 +149,11 @@ func (o SpecOptions) check() error {
 	if !filepath.IsAbs(o.Rootfs) || !filepath.IsAbs(o.HostDir) && (o.HostDir != "" || o.Args == nil) {
 		return fmt.Errorf("%w: rootfs %q and host dir %q must be absolute (no host dir only with args)", ErrSpec, o.Rootfs, o.HostDir)
 	}
+	if o.HostDir != "" {
+		if err := checkSocketPath(o.HostDir); err != nil {
+			return fmt.Errorf("%w: %w", ErrSpec, err)
+		}
+	}
 	for k := range o.CheckpointOptions {
 		if o.Mode != ModeCapture || k == "" || k == "enable" || k == "path" || strings.ContainsAny(k, "/= ") {
 			return fmt.Errorf("%w: checkpoint option %q (capture mode only; not enable or path)", ErrSpec, k)

@@ -108,6 +108,21 @@ func TestSpecRejectsBadOptions(t *testing.T) {
 	}
 }
 
+// TestSpecRefusesALongSocketPath: a host directory whose executor.sock does not fit in a Unix
+// socket address is refused up front, naming the path and its length: runsc would start the
+// executor, whose socket then never appears on the host (a dial only timed out, after a minute).
+func TestSpecRefusesALongSocketPath(t *testing.T) {
+	fits := "/" + strings.Repeat("d", maxSocketPath-len("/"+SocketName)-1)
+	if _, err := Spec(SpecOptions{Mode: ModeSandbox, Rootfs: "/r", HostDir: fits}); err != nil {
+		t.Fatalf("a socket path of %d bytes: %v", len(fits+"/"+SocketName), err)
+	}
+	long := fits + "d"
+	_, err := Spec(SpecOptions{Mode: ModeSandbox, Rootfs: "/r", HostDir: long})
+	if !errors.Is(err, ErrSpec) || !strings.Contains(err.Error(), long+"/"+SocketName+" has 108 bytes, a Unix socket address holds 107") {
+		t.Fatalf("Spec with a socket path of 108 bytes = %v, want ErrSpec naming the path and its length", err)
+	}
+}
+
 // TestSpecWithoutHostDir: a sandbox that runs something other than the executor may have no
 // host directory: it then has no bind mount at all, so runsc makes no mount point in its root.
 func TestSpecWithoutHostDir(t *testing.T) {
