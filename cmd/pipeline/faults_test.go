@@ -144,6 +144,25 @@ func (e *faultEnv) checkOutputVerifies(t *testing.T, cfg string) {
 	}
 }
 
+// TestLongTmpdirIsRefused: under a TMPDIR so long that an executor's socket path would not
+// fit in a Unix socket address, a capture fails naming the path and the limit. It once started
+// the sandbox, whose socket never appeared on the host, and timed out dialling (a minute in a
+// measure; the whole capture limit here, over the test's own limit below).
+func TestLongTmpdirIsRefused(t *testing.T) {
+	t.Parallel()
+	dir := testenv.WorkDir(t)
+	tmp := filepath.Join(dir, strings.Repeat("t", max(100-len(dir), 1)))
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig{runsc: testenv.RunscPath(t), root: runscRoot(t, dir), rootfs: testenv.Rootfs(t), output: filepath.Join(dir, "out"),
+		sets: "  - id: js\n    imports: [json]\n"}.write(t)
+	code, _, stderr := runProcess(t, map[string]string{"TMPDIR": tmp}, 2*time.Minute, "capture", "--config", cfg)
+	if code == exitOK || !strings.Contains(stderr, "executor.sock has ") || !strings.Contains(stderr, "a Unix socket address holds 107") {
+		t.Fatalf("capture under a TMPDIR of %d bytes: exit %d, want a failure naming the socket path and its limit\n%s", len(tmp), code, stderr)
+	}
+}
+
 func TestFaultImportFails(t *testing.T) {
 	t.Parallel()
 	e := newFaultEnv(t)
