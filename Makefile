@@ -115,47 +115,54 @@ RACE_CMD_TESTS := ^(TestSignalInProcess|TestDispatchLeavesNoGoroutine|TestJobsWi
 # whole-suite pass in UTC adds nothing. -count=1: the test cache does not know TZ. The race
 # detector's packages (test-race) run beside the rest (test-unit) rather than after it, and
 # `make test` runs its checks beside them too: cmd/pipeline, the long pole, waits on sandboxes
-# for much of its time and leaves room. make -j runs all to the end and stops all on Ctrl-C;
-# -Otarget prints each one's output whole once it ends.
+# for much of its time and leaves room. make -k runs every one to the end (one failing fails the
+# whole) and stops all on Ctrl-C; -Otarget prints each one's output whole once it ends.
 test-go: runsc image build pipeline-image $(BENCHSTAT)
-	$(call in_test_tmpdir,TZ=America/New_York $(MAKE) --no-print-directory -j2 -Otarget test-unit test-race)
+	$(call in_test_tmpdir,TZ=America/New_York $(MAKE) --no-print-directory -k -j2 -Otarget test-unit test-race)
 
 # Three at once: test-unit and test-race, and the checks one after another in the third. What
 # this make built is not built again below (-o).
 TEST_BUILT := deps runsc image build pipeline-image
 test: $(TEST_BUILT) $(BENCHSTAT)
-	$(call in_test_tmpdir,TZ=America/New_York $(MAKE) --no-print-directory -j3 -Otarget $(TEST_BUILT:%=-o %) \
+	$(call in_test_tmpdir,TZ=America/New_York $(MAKE) --no-print-directory -k -j3 -Otarget $(TEST_BUILT:%=-o %) \
 	  test-unit test-race lint check-golden check-pipeline-image test-python)
 
 # in_test_tmpdir runs its command with TMPDIR a directory of its own (the tests' outputs,
 # stores, caches of images unpacked, runsc roots) on a tmpfs when $(TEST_TMPFS) is one with
-# $(TEST_TMPFS_MIN_GIB) GiB free (their peak is about 1 GiB): on this machine's disk, making the
-# rootfs's 11,000 files costs 5 s of system time against 0.7 s on tmpfs, and cmd/pipeline
-# unpacks images and writes checkpoints in most of its tests (docs/testing.md). Elsewhere the
-# directory is made where TMPDIR says, slower, and it says so. It goes at the end, however the
-# command ends. Its name is short: the tests' executor sockets are under it, and a Unix socket
-# path holds 107 bytes.
+# $(TEST_TMPFS_MIN_GIB) GiB free and programs may run from it (their peak is about 1 GiB): on
+# this machine's disk, making the rootfs's 11,000 files costs 5 s of system time against 0.7 s
+# on tmpfs, and cmd/pipeline unpacks images and writes checkpoints in most of its tests
+# (docs/testing.md). Elsewhere the directory is made where TMPDIR says, slower, and it says so.
+# Its name is short: the tests' executor sockets are under it, and a Unix socket path holds 107
+# bytes. The command runs as a job of its own (set -m: its own process group), and a SIGINT,
+# SIGTERM or SIGHUP to this shell reaches all of it as a SIGINT, as Ctrl-C would: killing make
+# alone stops the tests too. The directory goes once the command has ended, however it ends.
 TEST_TMPFS ?= /dev/shm
 TEST_TMPFS_MIN_GIB := 4
 define in_test_tmpdir
 @parent=$${TMPDIR:-/tmp}; \
 if [ "$$(stat -f -c %T $(TEST_TMPFS) 2>/dev/null)" = tmpfs ] && \
-   [ $$(( $$(df -k --output=avail $(TEST_TMPFS) | tail -n1) / 1048576 )) -ge $(TEST_TMPFS_MIN_GIB) ]; then \
+   [ $$(( $$(df -k --output=avail $(TEST_TMPFS) | tail -n1) / 1048576 )) -ge $(TEST_TMPFS_MIN_GIB) ] && \
+   ! findmnt -no OPTIONS --target $(TEST_TMPFS) | tr , '\n' | grep -qx noexec; then \
 	parent=$(TEST_TMPFS); \
 else \
-	echo "$(TEST_TMPFS) is not a tmpfs with $(TEST_TMPFS_MIN_GIB) GiB free: the tests' files go to $$parent (slower)"; \
+	echo "$(TEST_TMPFS) is not a tmpfs with $(TEST_TMPFS_MIN_GIB) GiB free that allows exec: the tests' files go to $$parent (slower)"; \
 fi; \
 tmp=$$(mktemp -d "$$parent/rt-XXXXXX"); \
 trap 'rm -rf "$$tmp"' EXIT; \
 echo "TMPDIR=$$tmp $(1)"; \
-TMPDIR=$$tmp $(1)
+set -m; TMPDIR=$$tmp $(1) & job=$$!; set +m; \
+trap 'kill -INT -- -$$job 2>/dev/null || true' INT TERM HUP; \
+while :; do wait $$job && status=0 || status=$$?; kill -0 $$job 2>/dev/null || break; done; \
+exit $$status
 endef
 
-# test-go's two halves; they build nothing (test-go and test have). cmd/pipeline's integration
-# tests run four at a time (-parallel 4): they wait on sandboxes, and two at a time left a
-# core idle (cmd/pipeline alone: 297 s against 345 s).
+# test-go's two halves; they build nothing (test-go and test have). Integration tests run two
+# per CPU (-parallel; go test's default is one per CPU): they wait on sandboxes, and one per CPU
+# left a core idle here (cmd/pipeline alone: 297 s against 345 s).
+TEST_PARALLEL ?= $(shell echo $$(( $$(nproc) * 2 )))
 test-unit:
-	go test $(GOTEST_FLAGS) -count=1 -parallel 4 $$(go list ./... | grep -vxF -e "$$(go list $(RACE_PACKAGES))")
+	go test $(GOTEST_FLAGS) -count=1 -parallel $(TEST_PARALLEL) $$(go list ./... | grep -vxF -e "$$(go list $(RACE_PACKAGES))")
 
 test-race:
 	go test $(GOTEST_FLAGS) -race -count=1 $(RACE_PACKAGES)

@@ -27,7 +27,7 @@ const maxSocketPath = 107
 // and a dial would only time out.
 func checkSocketPath(hostDir string) error {
 	if socket := filepath.Join(hostDir, SocketName); len(socket) > maxSocketPath {
-		return fmt.Errorf("host dir %q is too long: the socket path %s has %d bytes, a Unix socket address holds %d (a shorter TMPDIR shortens it)", hostDir, socket, len(socket), maxSocketPath)
+		return fmt.Errorf("host dir %q is too long: the socket path %s has %d bytes, a Unix socket address holds %d: the directory must be shorter (the pipeline makes its own under TMPDIR)", hostDir, socket, len(socket), maxSocketPath)
 	}
 	return nil
 }

@@ -1,5 +1,6 @@
 // Package debianimage builds Debian images as a user's image build would, for the tests of images
-// the pipeline did not make (Debian 13: Python 3.13, numpy 2), cached like the default rootfs.
+// the pipeline did not make (Debian 13: Python 3.13, numpy 2), and the default rootfs as a
+// user's base layer; each made once and cached like the default rootfs.
 package debianimage
 
 import (
@@ -23,6 +24,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/oci/ocitest"
 	"readie.dev/pipeline/internal/oci/unpack"
 	"readie.dev/pipeline/pkg/manifest"
 )
@@ -43,21 +45,9 @@ func Layout(t testing.TB, suite string) string {
 	}
 	// The recipe names the directory: another package list or mirror builds another.
 	recipe := sha256.Sum256([]byte(strings.Join(append([]string{suite, mirror, "minbase", "gzip-1"}, Packages...), "\x00")))
-	name := "debian-" + suite + "-" + hex.EncodeToString(recipe[:8])
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	complete := func(dir string) (bool, error) {
-		_, err := os.Stat(filepath.Join(dir, "complete"))
-		return err == nil, nil
-	}
-	log := logrus.New()
-	log.SetOutput(testWriter{t})
-	dir, _, err := unpack.Once(ctx, filepath.Join(config.CacheDir(), "images"), name, complete, func(tmp string) error {
+	dir := cached(t, "debian-"+suite+"-"+hex.EncodeToString(recipe[:8]), func(ctx context.Context, tmp string) error {
 		return buildDebianLayout(ctx, t, suite, mirror, tmp)
-	}, log)
-	if err != nil {
-		t.Fatalf("the Debian %s image: %v", suite, err)
-	}
+	})
 	return filepath.Join(dir, "layout")
 }
 
@@ -71,7 +61,13 @@ func buildDebianLayout(ctx context.Context, t testing.TB, suite, mirror, tmp str
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("mmdebstrap %s: %w\n%s", suite, err, out)
 	}
-	layer, err := tarball.LayerFromFile(rootfsTar, tarball.WithCompressionLevel(gzip.BestSpeed))
+	return writeLayout(tmp, rootfsTar, v1.Config{Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}})
+}
+
+// writeLayout writes the tar plain as the one gzip layer of an image of config, tagged
+// "latest", in an OCI layout at tmp/layout; then removes plain and marks tmp complete.
+func writeLayout(tmp, plain string, config v1.Config) error {
+	layer, err := tarball.LayerFromFile(plain, tarball.WithCompressionLevel(gzip.BestSpeed))
 	if err != nil {
 		return err
 	}
@@ -79,7 +75,7 @@ func buildDebianLayout(ctx context.Context, t testing.TB, suite, mirror, tmp str
 	if err != nil {
 		return err
 	}
-	img, err = mutate.Config(img, v1.Config{Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}})
+	img, err = mutate.Config(img, config)
 	if err != nil {
 		return err
 	}
@@ -90,7 +86,7 @@ func buildDebianLayout(ctx context.Context, t testing.TB, suite, mirror, tmp str
 	if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{"org.opencontainers.image.ref.name": "latest"})); err != nil {
 		return err
 	}
-	if err := os.Remove(rootfsTar); err != nil {
+	if err := os.Remove(plain); err != nil {
 		return err
 	}
 	return os.WriteFile(filepath.Join(tmp, "complete"), nil, 0o644)
@@ -104,6 +100,10 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// rootfsLayerRecipe names how buildRootfsLayout makes a layer: tar, gzip at BestSpeed, a layout
+// by writeLayout.
+const rootfsLayerRecipe = "rootfs-layer-2 tar gzip-1"
+
 // RootfsLayer returns rootfs (a directory) less the paths in exclude ("./usr/lib/readie") as
 // one gzip layer, the base of a user's image in the tests. Made once per rootfs record digest
 // and exclude list, about 15 s, and cached under {cache}/images like Layout: seven tests build
@@ -116,9 +116,24 @@ func RootfsLayer(t testing.TB, rootfs string, exclude []string) v1.Layer {
 	if err != nil {
 		t.Fatalf("the rootfs's record: %v", err)
 	}
-	recipe := sha256.Sum256([]byte(strings.Join(append([]string{string(record), "gzip-1"}, exclude...), "\x00")))
-	name := "rootfs-layer-" + hex.EncodeToString(recipe[:8])
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	// The recipe names the directory: bump rootfsLayerRecipe when buildRootfsLayout changes.
+	recipe := sha256.Sum256([]byte(strings.Join(append([]string{rootfsLayerRecipe, string(record)}, exclude...), "\x00")))
+	dir := cached(t, "rootfs-layer-"+hex.EncodeToString(recipe[:8]), func(ctx context.Context, tmp string) error {
+		return buildRootfsLayout(ctx, t, rootfs, exclude, tmp)
+	})
+	img, _ := ocitest.FirstImage(t, filepath.Join(dir, "layout"))
+	layers, err := img.Layers()
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("the cached layout %s: %v (%d layers)", dir, err, len(layers))
+	}
+	return layers[0]
+}
+
+// cached returns the directory name under {cache}/images, made by build into a temporary
+// directory (which it ends by writing "complete") once for every run and test, and kept.
+func cached(t testing.TB, name string, build func(ctx context.Context, tmp string) error) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	complete := func(dir string) (bool, error) {
 		_, err := os.Stat(filepath.Join(dir, "complete"))
@@ -127,32 +142,12 @@ func RootfsLayer(t testing.TB, rootfs string, exclude []string) v1.Layer {
 	log := logrus.New()
 	log.SetOutput(testWriter{t})
 	dir, _, err := unpack.Once(ctx, filepath.Join(config.CacheDir(), "images"), name, complete, func(tmp string) error {
-		return buildRootfsLayout(ctx, t, rootfs, exclude, tmp)
+		return build(ctx, tmp)
 	}, log)
 	if err != nil {
-		t.Fatalf("the rootfs as a layer: %v", err)
+		t.Fatalf("%s: %v", name, err)
 	}
-	p, err := layout.FromPath(filepath.Join(dir, "layout"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	index, err := p.ImageIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	im, err := index.IndexManifest()
-	if err != nil || len(im.Manifests) != 1 {
-		t.Fatalf("the cached layout %s: %v (%d images)", dir, err, len(im.Manifests))
-	}
-	img, err := index.Image(im.Manifests[0].Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	layers, err := img.Layers()
-	if err != nil || len(layers) != 1 {
-		t.Fatalf("the cached layout %s: %v (%d layers)", dir, err, len(layers))
-	}
-	return layers[0]
+	return dir
 }
 
 // buildRootfsLayout tars rootfs less exclude and writes it as an OCI layout of one gzip
@@ -169,23 +164,5 @@ func buildRootfsLayout(ctx context.Context, t testing.TB, rootfs string, exclude
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("tar %s: %w\n%s", rootfs, err, out)
 	}
-	layer, err := tarball.LayerFromFile(plain, tarball.WithCompressionLevel(gzip.BestSpeed))
-	if err != nil {
-		return err
-	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		return err
-	}
-	p, err := layout.Write(filepath.Join(tmp, "layout"), empty.Index)
-	if err != nil {
-		return err
-	}
-	if err := p.AppendImage(img); err != nil {
-		return err
-	}
-	if err := os.Remove(plain); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(tmp, "complete"), nil, 0o644)
+	return writeLayout(tmp, plain, v1.Config{})
 }
