@@ -6,9 +6,11 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -41,7 +43,8 @@ func userImage(t *testing.T) v1.Image {
 	data, _ := os.ReadFile(filepath.Join(rootfs, manifest.RootfsInfoFile))
 	json.Unmarshal(data, &info)
 	baseLayer := debianimage.RootfsLayer(t, rootfs, []string{"./usr/lib/readie", "." + info.SitePackages + "/readie_executor",
-		"./usr/lib/python3/dist-packages/pandas", "./usr/lib/python3/dist-packages/numpy"})
+		"./usr/lib/python3/dist-packages/pandas", "./usr/lib/python3/dist-packages/numpy",
+		"./run/readie"}) // the executor's mount point, which the pipeline makes
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, h := range []*tar.Header{
@@ -68,6 +71,41 @@ func userImage(t *testing.T) v1.Image {
 		t.Fatal(err)
 	}
 	return img
+}
+
+// unchangedSince fails the test when anything under dir (an entry's content, metadata or the
+// entries of a directory) changed after marker was written: its status change time is later.
+func unchangedSince(t *testing.T, dir, marker string) {
+	t.Helper()
+	ctime := func(fi fs.FileInfo) time.Time {
+		st := fi.Sys().(*syscall.Stat_t)
+		return time.Unix(st.Ctim.Sec, st.Ctim.Nsec)
+	}
+	fi, err := os.Lstat(marker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	made := ctime(fi)
+	var changed []string
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if ctime(fi).After(made) {
+			changed = append(changed, strings.TrimPrefix(p, dir))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(changed) > 0 {
+		t.Errorf("%s changed after it was made (%s): %v", dir, marker, changed[:min(len(changed), 10)])
+	}
 }
 
 // planRootfs runs `pipeline plan --image REF` in a process of its own with env added and
@@ -136,6 +174,9 @@ func TestCaptureFromUserImage(t *testing.T) {
 	if len(seen) != 4 || seen[0] != false || seen[1] != true || seen[2] != false || seen[3] != true {
 		t.Errorf("exists(/etc/debian_version, opaque/new, zoneinfo/UTC, /etc/os-release) = %v, want [false true false true]", seen)
 	}
+	// The captures, smoke tests, measures and this call left the rootfs as it was made: it is
+	// named by its digest and shared (runsc once made the executor's mount point in it).
+	unchangedSince(t, m.Rootfs.Path, filepath.Join(filepath.Dir(m.Rootfs.Path), "complete"))
 
 	// Again: nothing is unpacked, every set is reused.
 	code, stdout, stderr = runProcess(t, env, 5*time.Minute, "capture", "--config", cfg, "--image", ref)

@@ -148,6 +148,11 @@ func build(ctx context.Context, o Options, info *Info, tmp string) error {
 	if err := applier.Apply(tar.NewReader(bytes.NewReader(layer))); err != nil {
 		return fmt.Errorf("image %s: the executor layer: %w", o.what(), err)
 	}
+	// The executor's mount point, made here or runsc makes it in the first sandbox: the rootfs
+	// is named by its digest and shared, and must not change once made.
+	if err := root.MkdirAll(strings.TrimPrefix(sandbox.ExecutorDir, "/"), 0o755); err != nil {
+		return fmt.Errorf("image %s: the executor's mount point %s: %w", o.what(), sandbox.ExecutorDir, err)
+	}
 	bytecode, err := code.precompile(ctx, rootfs, site, scratch)
 	if err != nil {
 		return err
@@ -170,8 +175,8 @@ func build(ctx context.Context, o Options, info *Info, tmp string) error {
 }
 
 // recipeDigest returns "sha256:" over the executor layer (for a placeholder site: the site is
-// the base's, which its digest covers), the probe and the precompile: what decides, with the
-// base, every byte Assemble adds.
+// the base's, which its digest covers), the probe, the precompile and the mount point: what
+// decides, with the base, every byte Assemble adds.
 func recipeDigest() (string, error) {
 	layer, err := ExecutorLayer("{purelib}")
 	if err != nil {
@@ -179,6 +184,6 @@ func recipeDigest() (string, error) {
 	}
 	h := sha256.New()
 	h.Write(layer)
-	fmt.Fprintf(h, "\x00%s\x00%q\x00%s", probeScript, compileArgs("{purelib}"), pycachePrefix)
+	fmt.Fprintf(h, "\x00%s\x00%q\x00%s\x00%s", probeScript, compileArgs("{purelib}"), pycachePrefix, sandbox.ExecutorDir)
 	return filedigest.Format(h.Sum(nil)), nil
 }
