@@ -135,8 +135,9 @@ test: $(TEST_BUILT) $(BENCHSTAT)
 # (docs/testing.md). Elsewhere the directory is made where TMPDIR says, slower, and it says so.
 # Its name is short: the tests' executor sockets are under it, and a Unix socket path holds 107
 # bytes. The command runs as a job of its own (set -m: its own process group), and a SIGINT,
-# SIGTERM or SIGHUP to this shell reaches all of it as a SIGINT, as Ctrl-C would: killing make
-# alone stops the tests too. The directory goes once the command has ended, however it ends.
+# SIGTERM or SIGHUP to this shell reaches its make and go test processes as a SIGINT, as Ctrl-C
+# would (killing make alone once left them running). The directory goes once the command has
+# ended, however it ends.
 TEST_TMPFS ?= /dev/shm
 TEST_TMPFS_MIN_GIB := 4
 define in_test_tmpdir
@@ -153,8 +154,8 @@ trap 'rm -rf "$$tmp"' EXIT; \
 echo "TMPDIR=$$tmp $(1)"; \
 set -m; TMPDIR=$$tmp $(1) & job=$$!; set +m; \
 trap 'kill -INT -- -$$job 2>/dev/null || true' INT TERM HUP; \
-while :; do wait $$job && status=0 || status=$$?; kill -0 $$job 2>/dev/null || break; done; \
-exit $$status
+while kill -0 $$job 2>/dev/null; do wait $$job || :; done; \
+wait $$job
 endef
 
 # test-go's two halves; they build nothing (test-go and test have). Integration tests run two

@@ -75,6 +75,8 @@ func userImage(t *testing.T) v1.Image {
 
 // unchangedSince fails the test when anything under dir (an entry's content, metadata or the
 // entries of a directory) changed after marker was written: its status change time is later.
+// A rootfs's files are hard links to its base's: call it before another rootfs is linked from
+// the same base (a link count changes the status of every file it shares).
 func unchangedSince(t *testing.T, dir, marker string) {
 	t.Helper()
 	ctime := func(fi fs.FileInfo) time.Time {

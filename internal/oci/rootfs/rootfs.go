@@ -151,7 +151,7 @@ func build(ctx context.Context, o Options, info *Info, tmp string) error {
 	// The executor's mount point, made here or runsc makes it in the first sandbox: the rootfs
 	// is named by its digest and shared, and must not change once made.
 	if err := root.MkdirAll(strings.TrimPrefix(sandbox.ExecutorDir, "/"), 0o755); err != nil {
-		return fmt.Errorf("image %s: the executor's mount point %s: %w", o.what(), sandbox.ExecutorDir, err)
+		return fmt.Errorf("image %s: the executor's mount point %s cannot be made (its parent must be a directory of the image, or absent; not a file, nor a symlink that leaves the image): %w", o.what(), sandbox.ExecutorDir, err)
 	}
 	bytecode, err := code.precompile(ctx, rootfs, site, scratch)
 	if err != nil {
