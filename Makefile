@@ -144,7 +144,7 @@ define in_test_tmpdir
 @parent=$${TMPDIR:-/tmp}; \
 if [ "$$(stat -f -c %T $(TEST_TMPFS) 2>/dev/null)" = tmpfs ] && \
    [ $$(( $$(df -k --output=avail $(TEST_TMPFS) | tail -n1) / 1048576 )) -ge $(TEST_TMPFS_MIN_GIB) ] && \
-   ! findmnt -no OPTIONS --target $(TEST_TMPFS) | tr , '\n' | grep -qx noexec; then \
+   opts=$$(findmnt -no OPTIONS --target $(TEST_TMPFS)) && ! echo ",$$opts," | grep -q ',noexec,'; then \
 	parent=$(TEST_TMPFS); \
 else \
 	echo "$(TEST_TMPFS) is not a tmpfs with $(TEST_TMPFS_MIN_GIB) GiB free that allows exec: the tests' files go to $$parent (slower)"; \

@@ -19,8 +19,9 @@ const RootfsInfoFile = "usr/lib/readie/image.json"
 type RootfsInfo struct {
 	Digest     string `json:"digest"`
 	BaseDigest string `json:"base_digest"`
-	// ExecutorDigest covers the executor layer (for any site), the probe that finds its site
-	// and the precompile: with the base's digest, everything the rootfs is made from.
+	// ExecutorDigest covers the executor layer (for any site), the probe that finds its site,
+	// the precompile and the executor's mount point: with the base's digest, everything the
+	// rootfs is made from.
 	ExecutorDigest string `json:"executor_digest"`
 	// SitePackages is the directory of the image's python3 where the executor is installed.
 	SitePackages string `json:"site_packages"`
