@@ -3,6 +3,8 @@ package cpubaseline
 import (
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -194,6 +196,91 @@ func TestJudge(t *testing.T) {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("%q does not say %q", err, w)
 				}
+			}
+		})
+	}
+}
+
+// recordedHost reads a host recorded in testdata/hosts: runsc's features, and the CPU check's
+// answers in a host process before and after libcrypto was loaded.
+func recordedHost(t *testing.T, name string) (features []string, checks map[bool]*manifest.CPUCheck) {
+	t.Helper()
+	dir := filepath.Join("..", "..", "testdata", "hosts", name)
+	text, err := os.ReadFile(filepath.Join(dir, "runsc-cpu-features.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks = map[bool]*manifest.CPUCheck{}
+	for libcrypto, file := range map[bool]string{false: "cpucheck.json", true: "cpucheck-with-libcrypto.json"} {
+		data, err := os.ReadFile(filepath.Join(dir, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seen map[string]json.RawMessage
+		if err := json.Unmarshal(data, &seen); err != nil {
+			t.Fatal(err)
+		}
+		var check manifest.CPUCheck
+		if err := json.Unmarshal(seen["check(runsc cpu-features as baseline)"], &check); err != nil {
+			t.Fatal(err)
+		}
+		checks[libcrypto] = &check
+	}
+	return strings.Split(strings.TrimSpace(string(text)), ","), checks
+}
+
+// TestRecordedHosts: the judgement of what the check saw on each CPU this kind of machine
+// comes with (the verdicts and why: images/executor/tests/test_cpucheck.py RecordedHostsTest),
+// and the controls of a baseline of all their features. The bits gVisor cannot name
+// (avx512ifma, avx512_bf16, avx_vnni) are on both: a library that chose them (OpenSSL's
+// avx512ifma once libcrypto is loaded) is refused even with enforce: false, since a restore
+// host with every named feature but not that bit would pass restore's check and then fault;
+// CPUID alone showing them is refused only when enforcement is asked, saying it cannot be had.
+// The controls always turn off what needs them, whatever the baseline.
+func TestRecordedHosts(t *testing.T) {
+	for _, tt := range []struct {
+		host     string
+		faulting bool
+		bare     string // the verdict before libcrypto was loaded
+	}{
+		// The host kernel's /proc/cpuinfo lists x2apic, tsc_deadline_timer and topoext, which
+		// CPUID does not show (a sandbox's cpuinfo is gVisor's).
+		{"amd-epyc-no-cpuid-faulting", false, manifest.CPUViolated},
+		{"intel-xeon-cpuid-faulting", true, manifest.CPULibraries},
+	} {
+		t.Run(tt.host, func(t *testing.T) {
+			features, checks := recordedHost(t, tt.host)
+			h := BuildHost{CPUIDFaulting: tt.faulting}
+			withSSL := checks[true]
+			for _, enforce := range []bool{true, false} {
+				err := Judge(withSSL, enforce, h)
+				if !errors.Is(err, ErrBaseline) || errors.Is(err, ErrUnenforceable) || !strings.Contains(err.Error(), "openssl: avx512ifma") {
+					t.Errorf("libcrypto loaded, enforce %v: %v", enforce, err)
+				}
+			}
+			if bare := checks[false]; bare.Verdict != tt.bare {
+				t.Errorf("before libcrypto: verdict %s, want %s", bare.Verdict, tt.bare)
+			} else if bare.Verdict == manifest.CPULibraries {
+				if err := Judge(bare, false, h); err != nil {
+					t.Errorf("CPUID alone, enforce false: %v", err)
+				}
+				err := Judge(bare, true, h)
+				if !errors.Is(err, ErrUnenforceable) || !strings.Contains(err.Error(), "avx512_bf16, avx512ifma, avx_vnni, which gVisor has no names for") {
+					t.Errorf("CPUID alone, enforced: %v", err)
+				}
+			}
+			controls := Controls(features)
+			if !slices.Contains(strings.Fields(controls[EnvNumpy]), "AVX512_ICL") || slices.Contains(strings.Fields(controls[EnvNumpy]), "AVX512_SKX") {
+				t.Errorf("numpy's targets turned off under the host's own features: %q", controls[EnvNumpy])
+			}
+			// OpenSSL's word 1 is CPUID.7.0 EBX | ECX<<32: avx512ifma is EBX bit 21.
+			words := strings.Split(controls[EnvOpenSSL], ":")
+			if len(words) != 2 || words[1] == "" {
+				t.Fatalf("OPENSSL_ia32cap %q", controls[EnvOpenSSL])
+			}
+			mask, err := strconv.ParseUint(strings.TrimPrefix(words[1], "~0x"), 16, 64)
+			if err != nil || mask&(1<<21) == 0 {
+				t.Errorf("OPENSSL_ia32cap %q does not turn off avx512ifma: %v", controls[EnvOpenSSL], err)
 			}
 		})
 	}

@@ -227,3 +227,39 @@ func TestReadHostTimeout(t *testing.T) {
 		t.Errorf("a failing runsc: %v", err)
 	}
 }
+
+// TestRecordedHosts: on each CPU this kind of machine comes with (testdata/hosts, recorded by
+// images/executor/tests/record_host.py), whichever one runs the tests: CPUID faulting as the
+// directory's name says, the cache line, and runsc's features as a features file whose every
+// name this package knows (the Intel one adds avx512_fp16, amx_*, arch_capabilities, ...).
+func TestRecordedHosts(t *testing.T) {
+	dirs, err := filepath.Glob(filepath.Join("..", "..", "testdata", "hosts", "*", "runsc-cpu-features.txt"))
+	if err != nil || len(dirs) < 2 {
+		t.Fatalf("recorded hosts: %v %v", dirs, err)
+	}
+	for _, features := range dirs {
+		dir := filepath.Dir(features)
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			cpuinfo := filepath.Join(dir, "proc-cpuinfo.txt")
+			faulting, err := cpu.CPUIDFaulting(cpuinfo)
+			if err != nil || faulting != !strings.Contains(filepath.Base(dir), "no-cpuid-faulting") {
+				t.Errorf("CPUID faulting %v %v", faulting, err)
+			}
+			line, err := cpu.ReadCacheLine(cpuinfo)
+			if err != nil || line != 64 {
+				t.Errorf("cache line %d %v", line, err)
+			}
+			text, err := os.ReadFile(features)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hosts, err := cpu.ParseHosts(strings.NewReader(string(text)+"clflush size\t: 64\n"), features)
+			if err != nil || len(hosts) != 1 || hosts[0].CacheLine != 64 || len(hosts[0].Features) < 80 {
+				t.Fatalf("%v %v", hosts, err)
+			}
+			if unknown := cpu.Unknown(hosts[0].Features); len(unknown) > 0 {
+				t.Errorf("names runsc printed that this package does not know: %v", unknown)
+			}
+		})
+	}
+}

@@ -277,9 +277,14 @@ def openssl_features():
     return features, lib.OpenSSL_version(0).decode()
 
 
-def check(baseline):
+def check(baseline, places=None):
     """Every place this process's code learns the CPU from, against baseline (gVisor names):
-    {"verdict", "outside", "checked"} (module docstring)."""
+    {"verdict", "outside", "checked"} (module docstring). places stands in for this process:
+    an object with this module's readers (read_cpuid, cpuinfo_flags, numpy_targets,
+    glibc_active, glibc_preferred, openblas_core, openssl_features), such as a host recorded
+    by tests/record_host.py; by default this module's own, which read the live process."""
+    if places is None:
+        places = sys.modules[__name__]
     outside, checked = {}, {}
     libraries = []  # the places whose choice stays in the checkpoint
 
@@ -297,7 +302,7 @@ def check(baseline):
             outside[name] = sorted(seen)
 
     def cpuid():
-        features, unnamed, cache_line = cpuid_features(read_cpuid())
+        features, unnamed, cache_line = cpuid_features(places.read_cpuid())
         checked["cpuid"] = f"CPUID run directly; cache line {cache_line}"
         # Bits gVisor cannot name are unusable without avx512f (software checks it first), so
         # they count only next to it.
@@ -309,17 +314,17 @@ def check(baseline):
         checked["cpuinfo"] = "/proc/cpuinfo flags"
         # Only names gVisor knows (the sandbox's cpuinfo lists no others; the bits it cannot
         # name are counted under cpuid_unnamed): a host's also lists Linux-only flags.
-        return (cpuinfo_flags() & GVISOR_NAMES) - baseline
+        return (places.cpuinfo_flags() & GVISOR_NAMES) - baseline
 
     def numpy():
-        targets, version = numpy_targets()
+        targets, version = places.numpy_targets()
         if targets is None:
             return None
         checked["numpy"] = version
         return {t for t in targets if not set(NUMPY_TARGETS.get(t, [t])) <= baseline}
 
     def glibc():
-        active, version = glibc_active()
+        active, version = places.glibc_active()
         if active is None:
             return None
         checked["glibc"] = version
@@ -327,12 +332,12 @@ def check(baseline):
         if beyond - set(GLIBC_HWCAPS):
             outside["glibc_active_not_dispatching"] = sorted(beyond - set(GLIBC_HWCAPS))
         seen = beyond & set(GLIBC_HWCAPS)
-        if "avx" not in baseline and GLIBC_AVX_PREFERRED in glibc_preferred():
+        if "avx" not in baseline and GLIBC_AVX_PREFERRED in places.glibc_preferred():
             seen.add(GLIBC_AVX_PREFERRED)
         return seen
 
     def openblas():
-        core = openblas_core()
+        core = places.openblas_core()
         if core is None:
             return None
         checked["openblas"] = core
@@ -340,7 +345,7 @@ def check(baseline):
         return {f"unknown core {core}"} if needs is None else set(needs) - baseline
 
     def openssl():
-        features, version = openssl_features()
+        features, version = places.openssl_features()
         if features is None:
             return None
         checked["openssl"] = version

@@ -12,6 +12,7 @@ import unittest
 import warnings
 
 from readie_executor import checkpoint, cpucheck, packages, server
+from tests import hostdata
 from tests.test_executor import run_executor
 
 # This machine's CPUID words (AMD EPYC, family 0x19 model 0x11), as the sandbox read them.
@@ -96,13 +97,48 @@ class MachineCodeTest(unittest.TestCase):
         self.assertEqual(exec_pages(), before)
 
 
+def library_places(result):
+    """The places of a check result whose choice a checkpoint keeps, with what they saw beyond."""
+    return {k: v for k, v in result["outside"].items()
+            if k not in ("cpuid", "cpuid_unnamed", "cpuinfo", "glibc_active_not_dispatching")}
+
+
+def verdict_by_rule(result):
+    """The verdict docs/cpu.md gives for what a check saw, and why: violated when a place
+    whose choice the checkpoint keeps (a library, /proc/cpuinfo) saw anything beyond the
+    baseline, libraries when only CPUID run directly did, enforced when nothing did."""
+    outside = result["outside"]
+    kept = dict(library_places(result), **({"cpuinfo": outside["cpuinfo"]} if outside.get("cpuinfo") else {}))
+    if kept:
+        return "violated", f"beyond the baseline: {kept}"
+    if outside.get("cpuid") or outside.get("cpuid_unnamed"):
+        return "libraries", f"CPUID run directly shows {outside.get('cpuid', []) + outside.get('cpuid_unnamed', [])}"
+    return "enforced", "nothing beyond the baseline"
+
+
+UNNAMED = frozenset(n for bits in cpucheck.UNNAMED_BITS.values() for n in bits.values())
+
+
 class CheckTest(unittest.TestCase):
     def test_host_features_as_baseline(self):
+        """On the live host, with runsc's view of it as the baseline, only what holds on any
+        host of this kind: CPUID names nothing beyond it, and what a library or CPUID shows
+        beyond it can only be a bit gVisor has no name for (which bits, and whether a library
+        such as OpenSSL dispatches on them, is the CPU's: RecordedHostsTest pins each kind).
+        The host's own /proc/cpuinfo may list flags Linux sets itself that CPUID does not show
+        (x2apic, tsc_deadline_timer, topoext on the AMD EPYC here); a sandbox's /proc/cpuinfo is
+        gVisor's, made from the baseline."""
         host = frozenset(runsc_features())
         result = cpucheck.check(host)
-        # Nothing gVisor names is beyond the host's own features; bits it cannot name can be.
-        self.assertIn(result["verdict"], ("enforced", "libraries"), result)
-        self.assertNotIn("cpuid", result["outside"])
+        outside = result["outside"]
+        self.assertNotIn("cpuid", outside, result)
+        for place, seen in outside.items():
+            if place != "cpuinfo":
+                self.assertLessEqual(set(seen), UNNAMED, (place, result))
+        self.assertFalse(set(outside.get("cpuinfo", [])) & set(cpucheck.cpuid_features(cpucheck.read_cpuid())[0]))
+        branch, why = verdict_by_rule(result)
+        print(f"\n  host branch: {branch} ({why})", file=sys.stderr)
+        self.assertEqual(result["verdict"], branch, result)
         self.assertIn("glibc", result["checked"])
         self.assertTrue(result["checked"]["cpuid"].startswith("CPUID run directly"))
 
@@ -172,6 +208,80 @@ class CheckTest(unittest.TestCase):
         self.assertIn("ZeroDivisionError", result["checked"]["error"])
 
 
+class RecordedHostsTest(unittest.TestCase):
+    """The check's logic on every CPU this kind of machine comes with, from hosts recorded by
+    record_host.py (testdata/hosts/), whichever one runs the tests. Each verdict is for the
+    host's own process with runsc's features as the baseline and no library controls."""
+
+    # (host, libcrypto loaded) -> the verdict, the places beyond the baseline, and why.
+    VERDICTS = {
+        ("amd-epyc-no-cpuid-faulting", False): (
+            "violated", {"cpuid_unnamed", "cpuinfo", "glibc_active_not_dispatching"},
+            "the host kernel's /proc/cpuinfo lists x2apic, tsc_deadline_timer and topoext, which "
+            "CPUID (and so runsc) does not show: code that reads the host's cpuinfo would choose "
+            "them (in a sandbox, cpuinfo is gVisor's and holds the baseline only)"),
+        ("amd-epyc-no-cpuid-faulting", True): (
+            "violated", {"cpuid_unnamed", "cpuinfo", "glibc_active_not_dispatching", "openssl"},
+            "as above, and OpenSSL's vector holds avx512ifma: its IFMA code would run after any "
+            "restore, and restore cannot check a bit gVisor has no name for"),
+        ("intel-xeon-cpuid-faulting", False): (
+            "libraries", {"cpuid_unnamed", "glibc_active_not_dispatching"},
+            "CPUID run directly shows avx512ifma, avx512_bf16 and avx_vnni beside avx512f, bits "
+            "no baseline can name or hide; glibc marks them active but none of its routines "
+            "dispatches on them; no library chose anything beyond"),
+        ("intel-xeon-cpuid-faulting", True): (
+            "violated", {"cpuid_unnamed", "glibc_active_not_dispatching", "openssl"},
+            "OpenSSL's vector holds avx512ifma: a restore host with every named feature but not "
+            "that bit passes restore's check and then faults in OpenSSL (docs/cpu.md)"),
+    }
+
+    def test_every_recorded_host_has_a_verdict(self):
+        self.assertEqual(sorted({h for h, _ in self.VERDICTS}), hostdata.names())
+
+    def test_verdicts(self):
+        for (name, libcrypto), (verdict, places, why) in self.VERDICTS.items():
+            with self.subTest(host=name, libcrypto=libcrypto):
+                host = hostdata.RecordedHost(name, libcrypto)
+                result = cpucheck.check(host.runsc_features, host)
+                self.assertEqual(result["verdict"], verdict, f"{why}: {result}")
+                self.assertEqual(set(result["outside"]), places, why)
+                self.assertEqual(verdict_by_rule(result)[0], verdict)
+                # The same logic on the same inputs answers what the host itself answered.
+                self.assertEqual(result, host.recorded_check)
+
+    def test_decoding_matches_runsc(self):
+        """CPUID's words decode to exactly what runsc named on each CPU, with the bits it cannot
+        name and the cache line /proc/cpuinfo gives."""
+        for name in hostdata.names():
+            with self.subTest(host=name):
+                host = hostdata.RecordedHost(name)
+                features, unnamed, cache_line = cpucheck.cpuid_features(host.read_cpuid())
+                self.assertEqual(set(features), host.runsc_features)
+                self.assertEqual(unnamed, ["avx512_bf16", "avx512ifma", "avx_vnni"])
+                with open(os.path.join(host.dir, "proc-cpuinfo.txt")) as f:
+                    line = next(r for r in f if r.startswith("clflush size"))
+                self.assertEqual(cache_line, int(line.partition(":")[2]))
+
+    def test_faulting(self):
+        self.assertEqual({n: hostdata.RecordedHost(n).cpuid_faulting() for n in hostdata.names()},
+                         {"amd-epyc-no-cpuid-faulting": False, "intel-xeon-cpuid-faulting": True})
+
+    def test_below_the_host_without_controls(self):
+        """A baseline without AVX-512 in a process without the library controls (a host process
+        never has CPUID faulting): glibc picks AVX-512 code on both CPUs, so violated, and
+        CPUID shows what was left out."""
+        for name in hostdata.names():
+            with self.subTest(host=name):
+                host = hostdata.RecordedHost(name)
+                removed = {f for f in host.runsc_features if f.startswith("avx512")}
+                result = cpucheck.check(host.runsc_features - removed, host)
+                self.assertEqual(result["verdict"], "violated", result)
+                self.assertLessEqual(removed, set(result["outside"]["cpuid"]))
+                self.assertIn("avx512f", result["outside"]["glibc"])
+                # Untrapped CPUID shows avx512f, so the bits gVisor cannot name count too.
+                self.assertEqual(result["outside"]["cpuid_unnamed"], ["avx512_bf16", "avx512ifma", "avx_vnni"])
+
+
 class ExecutorTest(unittest.TestCase):
     def test_capture_reports_before_the_checkpoint(self):
         baseline = ",".join(runsc_features())
@@ -184,7 +294,12 @@ class ExecutorTest(unittest.TestCase):
         self.assertTrue(lines[0].startswith(cpucheck.REPORT_PREFIX), lines)
         self.assertTrue(lines[1].startswith(packages.REPORT_PREFIX), lines)
         self.assertTrue(lines[2].startswith(checkpoint.MARKER), lines)
-        self.assertIn(json.loads(lines[0][len(cpucheck.REPORT_PREFIX):])["verdict"], ("enforced", "libraries"))
+        report = json.loads(lines[0][len(cpucheck.REPORT_PREFIX):])
+        # What the executor saw depends on the host's CPU (CheckTest.test_host_features_as_baseline).
+        self.assertNotIn("cpuid", report["outside"], report)
+        branch, why = verdict_by_rule(report)
+        print(f"\n  executor branch: {branch} ({why})", file=sys.stderr)
+        self.assertEqual(report["verdict"], branch, report)
 
     def test_no_report_without_a_baseline(self):
         with tempfile.TemporaryDirectory() as d:
