@@ -127,20 +127,29 @@ class CheckTest(unittest.TestCase):
         such as OpenSSL dispatches on them, is the CPU's: RecordedHostsTest pins each kind).
         The host's own /proc/cpuinfo may list flags Linux sets itself that CPUID does not show
         (x2apic, tsc_deadline_timer, topoext on the AMD EPYC here); a sandbox's /proc/cpuinfo is
-        gVisor's, made from the baseline."""
-        host = frozenset(runsc_features())
-        result = cpucheck.check(host)
-        outside = result["outside"]
-        self.assertNotIn("cpuid", outside, result)
-        for place, seen in outside.items():
-            if place != "cpuinfo":
-                self.assertLessEqual(set(seen), UNNAMED, (place, result))
-        self.assertFalse(set(outside.get("cpuinfo", [])) & set(cpucheck.cpuid_features(cpucheck.read_cpuid())[0]))
-        branch, why = verdict_by_rule(result)
-        print(f"\n  host branch: {branch} ({why})", file=sys.stderr)
-        self.assertEqual(result["verdict"], branch, result)
-        self.assertIn("glibc", result["checked"])
-        self.assertTrue(result["checked"]["cpuid"].startswith("CPUID run directly"))
+        gVisor's, made from the baseline. The same assertions hold on every recorded host,
+        with and without libcrypto, whichever CPU runs this."""
+        hosts = [("live host", frozenset(runsc_features()), cpucheck)]
+        for name in hostdata.names():
+            for libcrypto in (False, True):
+                recorded = hostdata.RecordedHost(name, libcrypto)
+                hosts.append((f"{name}, libcrypto {libcrypto}", recorded.runsc_features, recorded))
+        for label, features, places in hosts:
+            with self.subTest(host=label):
+                result = cpucheck.check(features, places)
+                outside = result["outside"]
+                self.assertNotIn("cpuid", outside, result)
+                for place, seen in outside.items():
+                    if place != "cpuinfo":
+                        self.assertLessEqual(set(seen), UNNAMED, (place, result))
+                named = set(cpucheck.cpuid_features(places.read_cpuid())[0])
+                self.assertEqual(named, set(features))
+                self.assertFalse(set(outside.get("cpuinfo", [])) & named)
+                branch, why = verdict_by_rule(result)
+                print(f"\n  {label}: {branch} ({why})", file=sys.stderr)
+                self.assertEqual(result["verdict"], branch, result)
+                self.assertIn("glibc", result["checked"])
+                self.assertTrue(result["checked"]["cpuid"].startswith("CPUID run directly"))
 
     def test_a_baseline_without_avx2_is_violated_on_the_host(self):
         host = frozenset(runsc_features())
