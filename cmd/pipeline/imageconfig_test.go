@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +21,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"readie.dev/pipeline/internal/bench"
+	"readie.dev/pipeline/internal/run"
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/internal/testenv/debianimage"
 	"readie.dev/pipeline/pkg/executorproto"
@@ -107,10 +112,89 @@ func kitCall(t *testing.T, out, id, expr string) any {
 	return value
 }
 
+// appUser adds a user app (1234:1235, home /home/app) to the default rootfs's /etc/passwd and
+// /etc/group: the entries of a layer over userImage.
+func appUser(t *testing.T) []tar.Header {
+	t.Helper()
+	passwd, err := os.ReadFile(filepath.Join(testenv.Rootfs(t), "etc/passwd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	group, _ := os.ReadFile(filepath.Join(testenv.Rootfs(t), "etc/group"))
+	return []tar.Header{
+		file("etc/passwd", string(passwd)+"app:x:1234:1235::/home/app:/bin/sh\n"),
+		file("etc/group", string(group)+"app:x:1235:\n"),
+		dirEntry("home/"), dirEntry("home/app/"),
+	}
+}
+
+// imageProcessExpr asks a restored executor for its process: uid, gid, cwd, the image's
+// VIRTUAL_ENV, the user's HOME, sys.prefix, and a module of the venv that no set imports
+// (imported by the call), in that order.
+const imageProcessExpr = `(lambda os, sys: [os.getuid(), os.getgid(), os.getcwd(), os.environ.get("VIRTUAL_ENV"), os.environ.get("HOME"), sys.prefix, __import__("venvlater").WHERE])(__import__("os"), __import__("sys"))`
+
+// checkImageProcess checks an answer to imageProcessExpr: the process of TestVenvImage's image.
+func checkImageProcess(t *testing.T, where string, got any) {
+	t.Helper()
+	want := []any{int64(1234), int64(1235), "/srv/work", "/opt/venv", "/home/app", "/opt/venv", "later"}
+	if l, _ := got.([]any); len(l) != len(want) || fmt.Sprint(l) != fmt.Sprint(want) {
+		t.Errorf("%s: uid, gid, cwd, VIRTUAL_ENV, HOME, sys.prefix, venvlater = %v; want %v", where, got, want)
+	}
+}
+
+// benchPoolEval restores checkpoint id of out into a sandbox of the pool the bench's pooled
+// series uses (bench.NewPool on the output's sandboxes, as `bench` makes it), and returns what
+// the executor answers to expr.
+func benchPoolEval(t *testing.T, cfg, out, id, expr string) any {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	env := testRunEnv(ctx, t, cfg)
+	var value any
+	_, err := env.WithVerifiedOutput(ctx, out, []string{id}, func(x *run.VerifiedOutput) (err error) {
+		r := x.Sandboxes.Restorer(x.Work, time.Minute)
+		p, err := bench.NewPool(ctx, &r.Launcher, 1)
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, p.Close()) }()
+		sb, err := p.Get(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, sb.Delete(ctx)) }()
+		if err := sb.Restore(ctx, x.Dir(x.Picked[0]), r.Flags); err != nil {
+			return err
+		}
+		conn, err := executorproto.Dial(ctx, sb.SocketPath())
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		request, err := pycall.EvalRequest(expr)
+		if err != nil {
+			return err
+		}
+		response, err := executorproto.Call(ctx, conn, request)
+		if err != nil {
+			return err
+		}
+		value, err = pycall.DecodeEnvelope(response)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("a call in the bench's pool: %v", err)
+	}
+	return value
+}
+
 // TestVenvImage: an image whose Python is a virtualenv named only by its config (PATH and
-// VIRTUAL_ENV), with a module only the venv has: plan, capture, smoke and verify pass, the
-// manifest's python_path is the venv's python3, and a restore through the kit finds the module
-// preloaded and the image's environment.
+// VIRTUAL_ENV), with a module only the venv has, run as a non-root User (by name) in a
+// WorkingDir: plan, capture, smoke and verify pass, the manifest's python_path is the venv's
+// python3, and a restore through the kit finds the module preloaded and the image's process.
+// Every other sandbox of the output runs that process too: the bench's, its pooled series
+// included (the pool is asked from inside), and the soak's (whose executor must bind its
+// socket as the image's user); `spec` on the image's rootfs prints the restore spec's shape.
 func TestVenvImage(t *testing.T) {
 	t.Parallel()
 	// The unpacked images go with the test: its runs are processes of their own.
@@ -118,13 +202,15 @@ func TestVenvImage(t *testing.T) {
 	dir := testenv.WorkDir(t)
 	base := userImage(t)
 	site := "opt/venv/lib/python3.11/site-packages/"
-	entries := []tar.Header{
+	entries := append(appUser(t),
+		dirEntry("srv/"), dirEntry("srv/work/"),
 		dirEntry("opt/venv/"), dirEntry("opt/venv/bin/"), dirEntry("opt/venv/lib/"), dirEntry("opt/venv/lib/python3.11/"), dirEntry(site),
 		file("opt/venv/pyvenv.cfg", "home = /usr/bin\ninclude-system-site-packages = false\nversion = 3.11.2\n"),
 		tar.Header{Name: "opt/venv/bin/python3", Typeflag: tar.TypeSymlink, Linkname: "/usr/bin/python3"},
 		tar.Header{Name: "opt/venv/bin/python", Typeflag: tar.TypeSymlink, Linkname: "python3"},
 		file(site+"venvonly.py", "WHERE = 'venv'\n"),
-	}
+		file(site+"venvlater.py", "WHERE = 'later'\n"),
+	)
 	// cloudpickle, in the venv only: the system's is not on a venv's path.
 	cp := filepath.Join(testenv.Rootfs(t), "usr/lib/python3/dist-packages/cloudpickle")
 	files, _ := os.ReadDir(cp)
@@ -134,12 +220,12 @@ func TestVenvImage(t *testing.T) {
 			entries = append(entries, file(site+"cloudpickle/"+f.Name(), string(data)))
 		}
 	}
-	img := withConfig(t, base, tarLayer(t, entries...), v1.Config{Env: []string{
+	img := withConfig(t, base, tarLayer(t, entries...), v1.Config{User: "app", WorkingDir: "/srv/work", Env: []string{
 		"PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "VIRTUAL_ENV=/opt/venv",
 	}})
 	ref := writeLayout(t, filepath.Join(dir, "layout"), img)
-	out := filepath.Join(dir, "out")
-	cfg := testConfig{runsc: testenv.RunscPath(t), root: runscRoot(t, dir), rootfs: testenv.Rootfs(t), output: out,
+	out, root := filepath.Join(dir, "out"), runscRoot(t, dir)
+	cfg := testConfig{runsc: testenv.RunscPath(t), root: root, rootfs: testenv.Rootfs(t), output: out,
 		sets: "  - id: venv\n    imports: [venvonly, json]\n"}.write(t)
 	if got := planRootfs(t, env, cfg, ref); !strings.HasPrefix(got, "sha256:") {
 		t.Fatalf("plan: rootfs %q", got)
@@ -155,8 +241,8 @@ func TestVenvImage(t *testing.T) {
 	if m.PythonPath != "/opt/venv/bin/python3" || m.Python == nil || !strings.HasPrefix(m.Python.Version, "3.11.") || m.Python.Cloudpickle == "" {
 		t.Errorf("manifest python_path %q, python %+v; want the venv's python3, 3.11", m.PythonPath, m.Python)
 	}
-	if m.Process == nil || !strings.Contains(strings.Join(m.Process.Env, " "), "VIRTUAL_ENV=/opt/venv") {
-		t.Errorf("manifest process %+v: want the image's Env", m.Process)
+	if m.Process == nil || !strings.Contains(strings.Join(m.Process.Env, " "), "VIRTUAL_ENV=/opt/venv") || m.Process.User.UID != 1234 || m.Process.Cwd != "/srv/work" {
+		t.Errorf("manifest process %+v: want the image's Env, user and working directory", m.Process)
 	}
 	c := m.Checkpoints[len(m.Checkpoints)-1]
 	if c.ID != "venv" || !c.Smoke.OK || c.KeyParts["image_config"] == "" {
@@ -165,9 +251,38 @@ func TestVenvImage(t *testing.T) {
 	if code, stdout, stderr := runProcess(t, env, 10*time.Minute, "verify", "--config", cfg); code != exitOK {
 		t.Fatalf("verify: exit %d\n%s%s", code, stdout, stderr)
 	}
-	got := kitCall(t, out, "venv", `[__import__("sys").modules["venvonly"].WHERE, __import__("sys").prefix, __import__("os").environ.get("VIRTUAL_ENV"), __import__("os").environ.get("KIT")]`)
-	if l, _ := got.([]any); len(l) != 4 || l[0] != "venv" || l[1] != "/opt/venv" || l[2] != "/opt/venv" || l[3] != "1" {
-		t.Errorf("restored through the kit: %v; want [venv /opt/venv /opt/venv 1] (venvonly preloaded, the image's VIRTUAL_ENV, the worker's KIT)", got)
+	got := kitCall(t, out, "venv", `[`+imageProcessExpr+`, __import__("sys").modules["venvonly"].WHERE, __import__("os").environ.get("KIT")]`)
+	l, _ := got.([]any)
+	if len(l) != 3 || l[1] != "venv" || l[2] != "1" {
+		t.Fatalf("restored through the kit: %v; want [process, venv, 1] (venvonly preloaded, the worker's KIT)", got)
+	}
+	checkImageProcess(t, "restored through the kit", l[0])
+
+	// The bench's pool: a sandbox created ahead for the pooled series runs the image's process.
+	checkImageProcess(t, "restored into the bench's pool", benchPoolEval(t, cfg, out, "venv", imageProcessExpr))
+	// The bench itself, every series of it, the pooled one included.
+	code, stdout, stderr = runProcess(t, env, 10*time.Minute, "bench", "--config", cfg, "--only", "venv", "--rounds", "1", "--variants=false", "--concurrency", "", "--pool", "1")
+	if code != exitOK || !strings.Contains(stdout, "pooled") {
+		t.Fatalf("bench (pooled series included) on the image: exit %d\n%s%s", code, stdout, stderr)
+	}
+	// The soak: every restore's executor binds its socket in a host directory as the image's
+	// user, and answers.
+	code, stdout, stderr = runProcess(t, env, 10*time.Minute, "bench", "--config", cfg, "--only", "venv", "--soak", "2", "--concurrency", "1")
+	if r := readSoak(t, out); code != exitOK || r.Restores != 2 || r.Failures != 0 {
+		t.Fatalf("bench --soak 2 on the image: exit %d, %d restores, errors %v\n%s%s", code, r.Restores, r.Errors, stdout, stderr)
+	}
+
+	// `spec` on the image's rootfs prints the spec of its process: the restore spec's shape.
+	specCfg := testConfig{runsc: testenv.RunscPath(t), root: root, rootfs: m.Rootfs.Path, output: out}.write(t)
+	code, stdout, stderr = runProcess(t, env, time.Minute, "spec", "--config", specCfg)
+	printed, fingerprint, _ := strings.Cut(stdout, "\nfingerprint: ")
+	var spec specs.Spec
+	if code != exitOK || json.Unmarshal([]byte(printed), &spec) != nil || spec.Process == nil {
+		t.Fatalf("spec: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if spec.Process.User.UID != 1234 || spec.Process.Cwd != "/srv/work" || !slices.Contains(spec.Process.Env, "VIRTUAL_ENV=/opt/venv") || strings.TrimSpace(fingerprint) != m.SpecFingerprint {
+		t.Errorf("spec on the image's rootfs: user %+v, cwd %q, env %q, fingerprint %s; want the image's process and the manifest's fingerprint %s",
+			spec.Process.User, spec.Process.Cwd, spec.Process.Env, strings.TrimSpace(fingerprint), m.SpecFingerprint)
 	}
 }
 
@@ -182,19 +297,11 @@ func TestImageUserAndWorkingDir(t *testing.T) {
 	env := map[string]string{"XDG_CACHE_HOME": t.TempDir()}
 	dir := testenv.WorkDir(t)
 	base := userImage(t)
-	passwd, err := os.ReadFile(filepath.Join(testenv.Rootfs(t), "etc/passwd"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	group, _ := os.ReadFile(filepath.Join(testenv.Rootfs(t), "etc/group"))
-	img := withConfig(t, base, tarLayer(t,
-		file("etc/passwd", string(passwd)+"app:x:1234:1235::/home/app:/bin/sh\n"),
-		file("etc/group", string(group)+"app:x:1235:\n"),
-		dirEntry("home/"), dirEntry("home/app/"),
+	img := withConfig(t, base, tarLayer(t, append(appUser(t),
 		dirEntry("srv/"), dirEntry("srv/work/"), dirEntry("srv/work/lib/"),
 		file("srv/work/lib/appmod.py", "NAME = 'app'\n"),
 		tar.Header{Name: "usr/local/bin/python3", Typeflag: tar.TypeSymlink, Linkname: "/usr/bin/python3.11"},
-	), v1.Config{User: "app", WorkingDir: "/srv/work", Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "PYTHONPATH=/srv/work/lib"}})
+	)...), v1.Config{User: "app", WorkingDir: "/srv/work", Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "PYTHONPATH=/srv/work/lib"}})
 	ref := writeLayout(t, filepath.Join(dir, "layout"), img)
 	out := filepath.Join(dir, "out")
 	cfg := testConfig{runsc: testenv.RunscPath(t), root: runscRoot(t, dir), rootfs: testenv.Rootfs(t), output: out,

@@ -19,6 +19,7 @@ import (
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/atomicfile"
+	"readie.dev/pipeline/pkg/checkpointid"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/filedigest"
 	"readie.dev/pipeline/pkg/launch"
@@ -144,7 +145,7 @@ func stagesEnv(t *testing.T) *stagesFixture {
 	l := testenv.NewLease(t)
 	counts := &tally{}
 	e := &Env{
-		Config: cfg, Runtime: &launch.Runtime{Flags: sandbox.DefaultFlags()},
+		Config: cfg, Runtime: &launch.Runtime{Flags: sandbox.DefaultFlags(), Lease: l},
 		Runsc: manifest.Runsc{Version: "fake-runsc", SHA256: filedigest.OfBytes([]byte("runsc"))}, RestoreFlags: []string{"-direct"}, Log: testenv.DiscardLog(),
 		Store: &store.Store{Dir: cfg.CheckpointCache, Lease: l, WriteJSON: counts.writer(atomicfile.WriteJSON)}, lease: l, tally: counts,
 	}
@@ -402,6 +403,41 @@ func TestStagesFailedSetCarriesOn(t *testing.T) {
 	}
 	if pending, _ := filepath.Glob(filepath.Join(e.Store.Dir, ".pending-*")); len(pending) != 0 {
 		t.Errorf("the failed capture left store entries pending: %v", pending)
+	}
+}
+
+// keepFailedSet keeps the logs of a failed set's own sandboxes whatever the length of its id
+// (a sandbox ID carries a long one shortened), and none of another set's whose id begins like
+// its own and a step's name.
+func TestKeepFailedSetLogs(t *testing.T) {
+	rt := &launch.Runtime{Root: t.TempDir(), Lease: testenv.NewLease(t)}
+	work, staging := t.TempDir(), t.TempDir()
+	long := strings.Repeat("x", checkpointid.MaxLen)
+	for _, b := range []struct{ set, step string }{{long, "capture"}, {"a", "smoke"}, {"a-smoke", "capture"}} {
+		id, err := rt.NewID(b.set, b.step)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(filepath.Join(work, id), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(work, id, "stderr.log"), []byte(b.set+" "+b.step), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for set, want := range map[string]string{long: long + " capture", "a": "a smoke", "a-smoke": "a-smoke capture"} {
+		if err := keepFailedSet(&setWork{sp: SetPlan{ID: set}}, staging, work, rt.IDPrefix, nil); err != nil {
+			t.Errorf("keepFailedSet(%s): %v", set, err)
+		}
+		var kept []string
+		logs, _ := filepath.Glob(filepath.Join(staging, set, "logs", "*"))
+		for _, log := range logs {
+			data, _ := os.ReadFile(log)
+			kept = append(kept, string(data))
+		}
+		if len(kept) != 1 || kept[0] != want {
+			t.Errorf("the kept logs of %s hold %q, want [%q]", set, kept, want)
+		}
 	}
 }
 
