@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +24,7 @@ import (
 
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/internal/testenv/debianimage"
+	"readie.dev/pipeline/pkg/catalogue"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/pycall"
@@ -110,7 +113,12 @@ func kitCall(t *testing.T, out, id, expr string) any {
 // TestVenvImage: an image whose Python is a virtualenv named only by its config (PATH and
 // VIRTUAL_ENV), with a module only the venv has: plan, capture, smoke and verify pass, the
 // manifest's python_path is the venv's python3, and a restore through the kit finds the module
-// preloaded and the image's environment.
+// preloaded and the image's environment. The set's modules are installed as pip leaves them:
+// venvonly with a .dist-info that has RECORD and no top_level.txt (a meson-python or
+// scikit-build wheel's), editmod as an editable install (hatchling's: a .pth names the
+// project's src, direct_url.json says editable), orphanmod with no metadata: the checkpoint
+// records the first two with their versions and names orphanmod as unmapped, with a warning;
+// the venv's cloudpickle, without metadata, is the executor's own and not named.
 func TestVenvImage(t *testing.T) {
 	t.Parallel()
 	// The unpacked images go with the test: its runs are processes of their own.
@@ -124,6 +132,18 @@ func TestVenvImage(t *testing.T) {
 		tar.Header{Name: "opt/venv/bin/python3", Typeflag: tar.TypeSymlink, Linkname: "/usr/bin/python3"},
 		tar.Header{Name: "opt/venv/bin/python", Typeflag: tar.TypeSymlink, Linkname: "python3"},
 		file(site+"venvonly.py", "WHERE = 'venv'\n"),
+		dirEntry(site + "venv_only_dist-1.0.dist-info/"),
+		file(site+"venv_only_dist-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: venv-only-dist\nVersion: 1.0\n"),
+		file(site+"venv_only_dist-1.0.dist-info/INSTALLER", "pip\n"),
+		file(site+"venv_only_dist-1.0.dist-info/RECORD", "venvonly.py,sha256=x,15\nvenv_only_dist-1.0.dist-info/METADATA,,\nvenv_only_dist-1.0.dist-info/RECORD,,\n"),
+		dirEntry("srv/"), dirEntry("srv/proj/"), dirEntry("srv/proj/src/"), dirEntry("srv/proj/src/editmod/"),
+		file("srv/proj/src/editmod/__init__.py", ""),
+		file(site+"_editmod_proj.pth", "/srv/proj/src\n"),
+		dirEntry(site + "editmod_proj-0.1.dev0.dist-info/"),
+		file(site+"editmod_proj-0.1.dev0.dist-info/METADATA", "Metadata-Version: 2.1\nName: Editmod.Proj\nVersion: 0.1.dev0\n"),
+		file(site+"editmod_proj-0.1.dev0.dist-info/RECORD", "_editmod_proj.pth,sha256=x,14\neditmod_proj-0.1.dev0.dist-info/RECORD,,\n"),
+		file(site+"editmod_proj-0.1.dev0.dist-info/direct_url.json", `{"url": "file:///srv/proj", "dir_info": {"editable": true}}`),
+		file(site+"orphanmod.py", ""),
 	}
 	// cloudpickle, in the venv only: the system's is not on a venv's path.
 	cp := filepath.Join(testenv.Rootfs(t), "usr/lib/python3/dist-packages/cloudpickle")
@@ -140,7 +160,7 @@ func TestVenvImage(t *testing.T) {
 	ref := writeLayout(t, filepath.Join(dir, "layout"), img)
 	out := filepath.Join(dir, "out")
 	cfg := testConfig{runsc: testenv.RunscPath(t), root: runscRoot(t, dir), rootfs: testenv.Rootfs(t), output: out,
-		sets: "  - id: venv\n    imports: [venvonly, json]\n"}.write(t)
+		sets: "  - id: venv\n    imports: [venvonly, editmod, orphanmod, json]\n"}.write(t)
 	if got := planRootfs(t, env, cfg, ref); !strings.HasPrefix(got, "sha256:") {
 		t.Fatalf("plan: rootfs %q", got)
 	}
@@ -161,6 +181,15 @@ func TestVenvImage(t *testing.T) {
 	c := m.Checkpoints[len(m.Checkpoints)-1]
 	if c.ID != "venv" || !c.Smoke.OK || c.KeyParts["image_config"] == "" {
 		t.Errorf("checkpoint %+v: want venv, smoke ok, an image_config key part", c)
+	}
+	if want := map[string]string{"venv-only-dist": "1.0", "editmod-proj": "0.1.dev0"}; !maps.Equal(c.Packages, want) || !slices.Equal(c.UnmappedModules, []string{"orphanmod"}) {
+		t.Errorf("checkpoint packages %v, unmapped %v; want %v, [orphanmod]", c.Packages, c.UnmappedModules, want)
+	}
+	if !strings.Contains(stderr, "module orphanmod: no distribution's metadata names it; its version is unknown") || strings.Contains(stderr, "module cloudpickle:") {
+		t.Errorf("the capture's log does not warn of orphanmod alone:\n%s", stderr)
+	}
+	if cat, err := catalogue.Load(filepath.Join(out, catalogue.FileName)); err != nil || !slices.Equal(cat.Checkpoints[len(cat.Checkpoints)-1].UnmappedModules, []string{"orphanmod"}) {
+		t.Errorf("catalogue %+v, %v; want the venv checkpoint's unmapped_modules [orphanmod]", cat, err)
 	}
 	if code, stdout, stderr := runProcess(t, env, 10*time.Minute, "verify", "--config", cfg); code != exitOK {
 		t.Fatalf("verify: exit %d\n%s%s", code, stdout, stderr)
