@@ -316,7 +316,11 @@ func TestImageIndexPlatforms(t *testing.T) {
 
 // TestDebian13Image: a Debian 13 image (Python 3.13, numpy 2) made by mmdebstrap as a user's
 // build would is captured and restored; the manifest says python 3.13 and the kit's check
-// refuses a client of another minor version.
+// refuses a client of another minor version. Debian 13's metadata has no RECORD, and numpy's,
+// cloudpickle's and attrs's no top_level.txt either: each checkpoint still records every
+// distribution it holds loaded, with the version the image's metadata gives (numpy 2 in the
+// pandas checkpoint too, attrs for the module attr), and leaves nothing unmapped; so a request
+// that needs numpy<2 is never sent to either, and one that needs numpy>=2 may be.
 func TestDebian13Image(t *testing.T) {
 	t.Parallel()
 	layoutDir := debianimage.Layout(t, "trixie") // built once, then cached
@@ -325,7 +329,7 @@ func TestDebian13Image(t *testing.T) {
 	dir := testenv.WorkDir(t)
 	out := filepath.Join(dir, "out")
 	cfg := testConfig{runsc: testenv.RunscPath(t), root: runscRoot(t, dir), rootfs: testenv.Rootfs(t), output: out,
-		sets: "  - id: numpy\n    imports: [numpy]\n"}.write(t)
+		sets: "  - id: numpy\n    imports: [numpy]\n  - id: pandas\n    imports: [pandas, attr]\n"}.write(t)
 	code, stdout, stderr := runProcess(t, env, 10*time.Minute, "capture", "--config", cfg, "--image", "oci-layout:"+layoutDir+":latest")
 	if code != exitOK {
 		t.Fatalf("capture --image (Debian 13): exit %d\n%s%s", code, stdout, stderr)
@@ -342,6 +346,39 @@ func TestDebian13Image(t *testing.T) {
 	}
 	if err := m.CheckPython(manifest.Python{Version: "3.11.2"}); !errors.Is(err, manifest.ErrPython) || !strings.Contains(err.Error(), "3.11.2") {
 		t.Errorf("CheckPython(3.11.2) = %v", err)
+	}
+	installed := testenv.Distributions(t, filepath.Join(m.Rootfs.Path, "usr/lib/python3/dist-packages"))
+	if !strings.HasPrefix(installed["numpy"], "2.") || installed["attrs"] == "" {
+		t.Fatalf("the image's distributions %v: want numpy 2 and attrs", installed)
+	}
+	for _, c := range m.Checkpoints {
+		want := map[string]string{"cloudpickle": installed["cloudpickle"]}
+		switch c.ID {
+		case "numpy":
+			want["numpy"] = installed["numpy"]
+		case "pandas":
+			want = installed // its closure loads every distribution of the image
+		}
+		if !maps.Equal(c.Packages, want) || c.UnmappedModules != nil {
+			t.Errorf("checkpoint %s: packages %v, unmapped %v; want %v, none", c.ID, c.Packages, c.UnmappedModules, want)
+		}
+	}
+	selectJSON := func(requires string) catalogue.Choice {
+		t.Helper()
+		code, stdout, stderr := runProcess(t, env, time.Minute, "select", "--config", cfg, "--log-format", "json", "pandas", "--requires", requires)
+		var ch catalogue.Choice
+		if err := json.Unmarshal([]byte(stdout), &ch); code != exitOK || err != nil {
+			t.Fatalf("select pandas --requires %s: exit %d, %v\n%s%s", requires, code, err, stdout, stderr)
+		}
+		return ch
+	}
+	if ch := selectJSON("numpy<2"); !ch.Cold && ch.Checkpoint != "empty" || len(ch.PassedOver) != 2 ||
+		!strings.Contains(ch.Why, "passed over numpy: holds numpy "+installed["numpy"]+" loaded, not numpy<2") ||
+		!strings.Contains(ch.Why, "passed over pandas: holds numpy "+installed["numpy"]+" loaded, not numpy<2") {
+		t.Errorf("select pandas --requires numpy<2: %+v; want numpy and pandas passed over", ch)
+	}
+	if ch := selectJSON("numpy>=2"); ch.PassedOver != nil {
+		t.Errorf("select pandas --requires numpy>=2: %+v; want nothing passed over", ch)
 	}
 	got := kitCall(t, out, "numpy", `["%d.%d" % __import__("sys").version_info[:2], __import__("sys").modules["numpy"].__version__.split(".")[0]]`)
 	if l, _ := got.([]any); len(l) != 2 || l[0] != "3.13" || l[1] != "2" {

@@ -203,12 +203,7 @@ func TestCPUCheck(t *testing.T) {
 // _sysconfigdata), not the executor's.
 func TestPackages(t *testing.T) {
 	rootfs := testenv.Rootfs(t)
-	installed := map[string]string{}
-	dirs, _ := filepath.Glob(filepath.Join(rootfs, "usr/lib/python3/dist-packages/*.egg-info"))
-	for _, d := range dirs {
-		name, version, _ := strings.Cut(strings.TrimSuffix(filepath.Base(d), ".egg-info"), "-")
-		installed[strings.ReplaceAll(strings.ToLower(name), "_", "-")] = version
-	}
+	installed := testenv.Distributions(t, filepath.Join(rootfs, "usr/lib/python3/dist-packages"))
 	rt := testenv.Runtime(t)
 	work := testenv.WorkDir(t)
 	for id, want := range map[string][]string{
