@@ -11,10 +11,11 @@ distributions that provide it and their versions, by the first of these rules th
    RECORD or SOURCES.txt lists);
 2. a distribution whose files list (RECORD) holds the module's file, or an editable install
    (direct_url.json "dir_info": {"editable": true}) whose project directory holds it;
-3. on a Debian image, the dpkg package whose file list (/var/lib/dpkg/info/*.list, read as
-   data) holds the module's path: the .dist-info and .egg-info directories of that package
+3. a distribution of the module's own name (normalized) in the directory it was loaded from
    (Debian removes RECORD, and meson-built metadata has no top_level.txt: numpy 2);
-4. a distribution of the module's own name (normalized) in the directory it was loaded from.
+4. on a Debian image, the dpkg package whose file list (/var/lib/dpkg/info/*.list, read as
+   data) holds the module's path: the .dist-info and .egg-info directories of that package
+   (attr, of attrs).
 
 A module none of them maps is "unmapped": its version is unknown. Modules that were not loaded
 from a file (made at run time, such as Cython's "_cython_3_0_11") and those of the
@@ -117,7 +118,16 @@ if left:
             record(top, dist)
     left -= set(found)
 
-# 3. dpkg's file lists: the package holding the module, and its metadata directories.
+# 3. A distribution of the module's name in the directory the module was loaded from (before
+# dpkg's lists, which cost a read of every one).
+for top in sorted(left):
+    for dist in md.distributions(name=top):
+        if forms(dist.locate_file("")) & sites[top]:
+            record(top, dist)
+            break
+left -= set(found)
+
+# 4. dpkg's file lists: the package holding the module, and its metadata directories.
 if left and os.path.isdir(dpkg_info):
     wanted = {p: top for top in left for p in paths[top]}
     for entry in sorted(os.scandir(dpkg_info), key=lambda e: e.name):
@@ -133,15 +143,11 @@ if left and os.path.isdir(dpkg_info):
             for info in infos:
                 if os.path.isdir(info):
                     record(top, md.Distribution.at(info))
-    left -= set(found)
-
-# 4. A distribution of the module's name, where the module was loaded from.
-for top in sorted(left):
-    for dist in md.distributions(name=top):
-        if forms(dist.locate_file("")) & sites[top]:
-            record(top, dist)
+        # A package of no metadata may list the module's directory too (a -dev package's).
+        wanted = {p: top for p, top in wanted.items() if top not in found}
+        if not wanted:
             break
-left -= set(found)
+    left -= set(found)
 
 sys.stdout.write("\n" + json.dumps({"packages": packages, "errors": errors, "unmapped": sorted(left)}, sort_keys=True) + "\n")
 """

@@ -63,6 +63,8 @@ class Layouts(unittest.TestCase):
         write(os.path.join(cls.dpkg, "python3-debattr.list"), "\n".join([
             "/.", os.path.dirname(site), site, os.path.join(site, "debattr"), os.path.join(site, "debattr/__init__.py"),
             os.path.join(site, "debattrs-23.2.0.dist-info"), os.path.join(site, "debattrs-23.2.0.dist-info/METADATA")]) + "\n")
+        # A package without metadata that lists the module's directory too, read first.
+        write(os.path.join(cls.dpkg, "python3-debattr-dev.list"), "\n".join(["/.", site, os.path.join(site, "debattr")]) + "\n")
         write(os.path.join(cls.dpkg, "python3-debattr.md5sums"), "0 " + os.path.join(site, "debnumpy/__init__.py") + "\n")
         write(os.path.join(cls.dpkg, "libc6.list"), "/.\n/usr\n/usr/lib\n")
         mods["debattr"] = [os.path.join(site, "debattr")]
