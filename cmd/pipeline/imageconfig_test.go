@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -27,6 +28,7 @@ import (
 	"readie.dev/pipeline/internal/run"
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/internal/testenv/debianimage"
+	"readie.dev/pipeline/pkg/catalogue"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/pycall"
@@ -195,6 +197,12 @@ func benchPoolEval(t *testing.T, cfg, out, id, expr string) any {
 // Every other sandbox of the output runs that process too: the bench's, its pooled series
 // included (the pool is asked from inside), and the soak's (whose executor must bind its
 // socket as the image's user); `spec` on the image's rootfs prints the restore spec's shape.
+// The set's modules are installed as pip leaves them: venvonly with a .dist-info that has
+// RECORD and no top_level.txt (a meson-python or scikit-build wheel's), editmod as an editable
+// install (hatchling's: a .pth names the project's src, direct_url.json says editable),
+// orphanmod with no metadata: the checkpoint records the first two with their versions and
+// names orphanmod as unmapped, with a warning; the venv's cloudpickle, without metadata, is the
+// executor's own and not named.
 func TestVenvImage(t *testing.T) {
 	t.Parallel()
 	// The unpacked images go with the test: its runs are processes of their own.
@@ -210,6 +218,18 @@ func TestVenvImage(t *testing.T) {
 		tar.Header{Name: "opt/venv/bin/python", Typeflag: tar.TypeSymlink, Linkname: "python3"},
 		file(site+"venvonly.py", "WHERE = 'venv'\n"),
 		file(site+"venvlater.py", "WHERE = 'later'\n"),
+		dirEntry(site + "venv_only_dist-1.0.dist-info/"),
+		file(site+"venv_only_dist-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: venv-only-dist\nVersion: 1.0\n"),
+		file(site+"venv_only_dist-1.0.dist-info/INSTALLER", "pip\n"),
+		file(site+"venv_only_dist-1.0.dist-info/RECORD", "venvonly.py,sha256=x,15\nvenv_only_dist-1.0.dist-info/METADATA,,\nvenv_only_dist-1.0.dist-info/RECORD,,\n"),
+		dirEntry("srv/proj/"), dirEntry("srv/proj/src/"), dirEntry("srv/proj/src/editmod/"),
+		file("srv/proj/src/editmod/__init__.py", ""),
+		file(site+"_editmod_proj.pth", "/srv/proj/src\n"),
+		dirEntry(site + "editmod_proj-0.1.dev0.dist-info/"),
+		file(site+"editmod_proj-0.1.dev0.dist-info/METADATA", "Metadata-Version: 2.1\nName: Editmod.Proj\nVersion: 0.1.dev0\n"),
+		file(site+"editmod_proj-0.1.dev0.dist-info/RECORD", "_editmod_proj.pth,sha256=x,14\neditmod_proj-0.1.dev0.dist-info/RECORD,,\n"),
+		file(site+"editmod_proj-0.1.dev0.dist-info/direct_url.json", `{"url": "file:///srv/proj", "dir_info": {"editable": true}}`),
+		file(site+"orphanmod.py", ""),
 	)
 	// cloudpickle, in the venv only: the system's is not on a venv's path.
 	cp := filepath.Join(testenv.Rootfs(t), "usr/lib/python3/dist-packages/cloudpickle")
@@ -226,7 +246,7 @@ func TestVenvImage(t *testing.T) {
 	ref := writeLayout(t, filepath.Join(dir, "layout"), img)
 	out, root := filepath.Join(dir, "out"), runscRoot(t, dir)
 	cfg := testConfig{runsc: testenv.RunscPath(t), root: root, rootfs: testenv.Rootfs(t), output: out,
-		sets: "  - id: venv\n    imports: [venvonly, json]\n"}.write(t)
+		sets: "  - id: venv\n    imports: [venvonly, editmod, orphanmod, json]\n"}.write(t)
 	if got := planRootfs(t, env, cfg, ref); !strings.HasPrefix(got, "sha256:") {
 		t.Fatalf("plan: rootfs %q", got)
 	}
@@ -247,6 +267,15 @@ func TestVenvImage(t *testing.T) {
 	c := m.Checkpoints[len(m.Checkpoints)-1]
 	if c.ID != "venv" || !c.Smoke.OK || c.KeyParts["image_config"] == "" {
 		t.Errorf("checkpoint %+v: want venv, smoke ok, an image_config key part", c)
+	}
+	if want := map[string]string{"venv-only-dist": "1.0", "editmod-proj": "0.1.dev0"}; !maps.Equal(c.Packages, want) || !slices.Equal(c.UnmappedModules, []string{"orphanmod"}) {
+		t.Errorf("checkpoint packages %v, unmapped %v; want %v, [orphanmod]", c.Packages, c.UnmappedModules, want)
+	}
+	if !strings.Contains(stderr, "module orphanmod: no distribution's metadata names it; its version is unknown") || strings.Contains(stderr, "module cloudpickle:") {
+		t.Errorf("the capture's log does not warn of orphanmod alone:\n%s", stderr)
+	}
+	if cat, err := catalogue.Load(filepath.Join(out, catalogue.FileName)); err != nil || !slices.Equal(cat.Checkpoints[len(cat.Checkpoints)-1].UnmappedModules, []string{"orphanmod"}) {
+		t.Errorf("catalogue %+v, %v; want the venv checkpoint's unmapped_modules [orphanmod]", cat, err)
 	}
 	if code, stdout, stderr := runProcess(t, env, 10*time.Minute, "verify", "--config", cfg); code != exitOK {
 		t.Fatalf("verify: exit %d\n%s%s", code, stdout, stderr)
@@ -394,7 +423,11 @@ func TestImageIndexPlatforms(t *testing.T) {
 
 // TestDebian13Image: a Debian 13 image (Python 3.13, numpy 2) made by mmdebstrap as a user's
 // build would is captured and restored; the manifest says python 3.13 and the kit's check
-// refuses a client of another minor version.
+// refuses a client of another minor version. Debian 13's metadata has no RECORD, and numpy's,
+// cloudpickle's and attrs's no top_level.txt either: each checkpoint still records every
+// distribution it holds loaded, with the version the image's metadata gives (numpy 2 in the
+// pandas checkpoint too, attrs for the module attr), and leaves nothing unmapped; so a request
+// that needs numpy<2 is never sent to either, and one that needs numpy>=2 may be.
 func TestDebian13Image(t *testing.T) {
 	t.Parallel()
 	layoutDir := debianimage.Layout(t, "trixie") // built once, then cached
@@ -403,7 +436,7 @@ func TestDebian13Image(t *testing.T) {
 	dir := testenv.WorkDir(t)
 	out := filepath.Join(dir, "out")
 	cfg := testConfig{runsc: testenv.RunscPath(t), root: runscRoot(t, dir), rootfs: testenv.Rootfs(t), output: out,
-		sets: "  - id: numpy\n    imports: [numpy]\n"}.write(t)
+		sets: "  - id: numpy\n    imports: [numpy]\n  - id: pandas\n    imports: [pandas, attr]\n"}.write(t)
 	code, stdout, stderr := runProcess(t, env, 10*time.Minute, "capture", "--config", cfg, "--image", "oci-layout:"+layoutDir+":latest")
 	if code != exitOK {
 		t.Fatalf("capture --image (Debian 13): exit %d\n%s%s", code, stdout, stderr)
@@ -420,6 +453,39 @@ func TestDebian13Image(t *testing.T) {
 	}
 	if err := m.CheckPython(manifest.Python{Version: "3.11.2"}); !errors.Is(err, manifest.ErrPython) || !strings.Contains(err.Error(), "3.11.2") {
 		t.Errorf("CheckPython(3.11.2) = %v", err)
+	}
+	installed := testenv.Distributions(t, filepath.Join(m.Rootfs.Path, "usr/lib/python3/dist-packages"))
+	if !strings.HasPrefix(installed["numpy"], "2.") || installed["attrs"] == "" {
+		t.Fatalf("the image's distributions %v: want numpy 2 and attrs", installed)
+	}
+	for _, c := range m.Checkpoints {
+		want := map[string]string{"cloudpickle": installed["cloudpickle"]}
+		switch c.ID {
+		case "numpy":
+			want["numpy"] = installed["numpy"]
+		case "pandas":
+			want = installed // its closure loads every distribution of the image
+		}
+		if !maps.Equal(c.Packages, want) || c.UnmappedModules != nil {
+			t.Errorf("checkpoint %s: packages %v, unmapped %v; want %v, none", c.ID, c.Packages, c.UnmappedModules, want)
+		}
+	}
+	selectJSON := func(requires string) catalogue.Choice {
+		t.Helper()
+		code, stdout, stderr := runProcess(t, env, time.Minute, "select", "--config", cfg, "--log-format", "json", "pandas", "--requires", requires)
+		var ch catalogue.Choice
+		if err := json.Unmarshal([]byte(stdout), &ch); code != exitOK || err != nil {
+			t.Fatalf("select pandas --requires %s: exit %d, %v\n%s%s", requires, code, err, stdout, stderr)
+		}
+		return ch
+	}
+	if ch := selectJSON("numpy<2"); !ch.Cold && ch.Checkpoint != "empty" || len(ch.PassedOver) != 2 ||
+		!strings.Contains(ch.Why, "passed over numpy: holds numpy "+installed["numpy"]+" loaded, not numpy<2") ||
+		!strings.Contains(ch.Why, "passed over pandas: holds numpy "+installed["numpy"]+" loaded, not numpy<2") {
+		t.Errorf("select pandas --requires numpy<2: %+v; want numpy and pandas passed over", ch)
+	}
+	if ch := selectJSON("numpy>=2"); ch.PassedOver != nil {
+		t.Errorf("select pandas --requires numpy>=2: %+v; want nothing passed over", ch)
 	}
 	got := kitCall(t, out, "numpy", `["%d.%d" % __import__("sys").version_info[:2], __import__("sys").modules["numpy"].__version__.split(".")[0]]`)
 	if l, _ := got.([]any); len(l) != 2 || l[0] != "3.13" || l[1] != "2" {

@@ -180,6 +180,9 @@ func (c *carrier) capture(ctx context.Context, w *setWork) error {
 		return err
 	}
 	log.WithFields(logrus.Fields{"bytes": w.meta.Bytes(), "took": time.Since(start).Round(time.Millisecond)}).Info("capture: done")
+	for _, module := range w.meta.UnmappedModules {
+		log.WithField("module", module).Warnf("module %s: no distribution's metadata names it; its version is unknown", module)
+	}
 	if err := c.judgeCPU(w); err != nil {
 		return err
 	}
@@ -309,6 +312,7 @@ func (c *carrier) finish(w *setWork) error {
 		c.log.WithField("set", w.sp.ID).WithError(err).Warn("could not record the store entry's use")
 	}
 	w.c.Bytes, w.c.CapturedAt, w.c.CPUCheck, w.c.Packages = w.meta.Bytes(), w.meta.CapturedAt, w.meta.CPUCheck, w.meta.Packages
+	w.c.UnmappedModules = w.meta.UnmappedModules
 	w.done = true
 	return nil
 }

@@ -14,11 +14,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
+
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/outdir"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/atomicfile"
+	"readie.dev/pipeline/pkg/catalogue"
 	"readie.dev/pipeline/pkg/checkpointid"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/filedigest"
@@ -42,6 +46,8 @@ type fakeDriver struct {
 	// alter changes a set's pages.img after its meta.json recorded it (a capture whose files
 	// do not match what it says of them).
 	alter map[string]bool
+	// unmapped are the modules a set's capture says no distribution's metadata names.
+	unmapped map[string][]string
 
 	mu                         sync.Mutex
 	captured, measured, smoked []string
@@ -68,7 +74,7 @@ func (d *fakeDriver) Capture(ctx context.Context, set config.PackageSet, dir str
 	}
 	meta := &manifest.Meta{
 		ID: set.ID, Imports: slices.Clone(set.Imports), RunscVersion: "fake-runsc", SpecFingerprint: d.fingerprint,
-		CapturedAt: time.Now().UTC(), Files: map[string]manifest.File{},
+		CapturedAt: time.Now().UTC(), Files: map[string]manifest.File{}, UnmappedModules: d.unmapped[set.ID],
 	}
 	for _, name := range manifest.ImageFiles() {
 		path := filepath.Join(dir, name)
@@ -299,6 +305,59 @@ func TestStagesCaptureThenReuse(t *testing.T) {
 		t.Errorf("captured %v with every set in the store", captured)
 	}
 	equal(t, "checkpoints from the store", checkpointIDs(testenv.Manifest(t, out)), all)
+}
+
+// A capture's unmapped modules are logged as a warning, once, when it is captured, and recorded
+// in the set's meta.json, the manifest and the catalogue; a reuse (from the output, from the
+// store) keeps them without warning again.
+func TestStagesUnmappedModules(t *testing.T) {
+	e := stagesEnv(t)
+	log, hook := logtest.NewNullLogger()
+	e.Log = log
+	out := filepath.Join(t.TempDir(), "out")
+	check := func(when string) {
+		t.Helper()
+		m := testenv.Manifest(t, out)
+		for _, c := range m.Checkpoints {
+			want := map[string][]string{"pandas": {"appmod"}}[c.ID]
+			meta, err := manifest.LoadMeta(filepath.Join(out, c.Dir, manifest.MetaFileName))
+			if err != nil || !slices.Equal(c.UnmappedModules, want) || !slices.Equal(meta.UnmappedModules, want) {
+				t.Errorf("%s: %s: manifest %v, meta.json %v (%v); want %v", when, c.ID, c.UnmappedModules, meta.UnmappedModules, err, want)
+			}
+		}
+		cat, err := catalogue.Load(filepath.Join(out, catalogue.FileName))
+		if err != nil || cat.Version != 4 || !slices.Equal(cat.Checkpoints[2].UnmappedModules, []string{"appmod"}) {
+			t.Errorf("%s: catalogue %+v, %v; want version 4, pandas's appmod", when, cat, err)
+		}
+	}
+	if _, _, err := fakeCapture(t, e, &fakeDriver{unmapped: map[string][]string{"pandas": {"appmod"}}}, out, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	check("captured")
+	var warned []string
+	for _, entry := range hook.AllEntries() {
+		if entry.Level == logrus.WarnLevel {
+			warned = append(warned, fmt.Sprintf("%v: %s", entry.Data["set"], entry.Message))
+		}
+	}
+	equal(t, "warnings", warned, []string{"pandas: module appmod: no distribution's metadata names it; its version is unknown"})
+	hook.Reset()
+	if _, _, err := fakeCapture(t, e, &fakeDriver{}, out, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	check("reused from the output")
+	if err := os.RemoveAll(out); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := fakeCapture(t, e, &fakeDriver{}, out, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	check("reused from the store")
+	for _, entry := range hook.AllEntries() {
+		if entry.Level <= logrus.WarnLevel {
+			t.Errorf("a reuse logged %s: %s", entry.Level, entry.Message)
+		}
+	}
 }
 
 // An output's checkpoints are reused into the next output, but never put into the store: an

@@ -32,16 +32,21 @@ const FileName = "catalogue.json"
 
 // Version is the version of catalogue.json this package writes. Version 2 added packages (the
 // image's, each checkpoint's and each module's distributions), version 3 the cost model's
-// pooled line (cost_model.pooled): an older reader refuses the new keys, so it is told the
-// version instead. Versions 1 and 2 are read too.
-const Version = 3
+// pooled line (cost_model.pooled), version 4 the checkpoints' unmapped_modules: an older reader
+// refuses the new keys, so it is told the version instead. Versions 1 to 3 are read too.
+const Version = 4
 
-// VersionFor returns the lowest version that holds a catalogue with cost model m: 3 with a
-// pooled line, else 2, so that a catalogue without one stays readable by a kit that reads
-// version 2 (it refuses any higher version).
-func VersionFor(m CostModel) int {
-	if m.Pooled.Measured() {
-		return Version
+// VersionFor returns the lowest version that holds c: 4 with a checkpoint's unmapped modules,
+// 3 with a pooled line, else 2, so that a catalogue without them stays readable by a kit that
+// reads an older version (it refuses any higher version).
+func VersionFor(c *Catalogue) int {
+	for _, cp := range c.Checkpoints {
+		if len(cp.UnmappedModules) > 0 {
+			return 4
+		}
+	}
+	if c.CostModel.Pooled.Measured() {
+		return 3
 	}
 	return 2
 }
@@ -90,6 +95,9 @@ type Checkpoint struct {
 	// (2.2.3+dfsg), as the executor found them after its imports. A request that needs
 	// another version of one of them is never sent to it: a loaded module cannot be replaced.
 	Packages map[string]string `json:"packages,omitempty"`
+	// UnmappedModules are the top-level modules it holds loaded that no distribution's
+	// metadata names: their versions are unknown, and no requirement rules it out for them.
+	UnmappedModules []string `json:"unmapped_modules,omitempty"`
 }
 
 // RestoreMs returns the price of restoring c: its measured median when there is one, otherwise the
@@ -241,6 +249,9 @@ func NewRouter(c *Catalogue) (*Router, error) {
 		if err := CheckPackages(cp.Packages); err != nil {
 			problems = append(problems, fmt.Errorf("%s: packages: %w", where, err))
 		}
+		if err := CheckUnmapped(cp.UnmappedModules); err != nil {
+			problems = append(problems, fmt.Errorf("%s: unmapped_modules: %w", where, err))
+		}
 		var errs []error
 		loaded[i], errs = cp.loaded(x, where)
 		problems = append(problems, errs...)
@@ -304,11 +315,35 @@ func CheckPackages(packages map[string]string) error {
 		if !pyreq.IsName(name) || pyreq.NormalizeName(name) != name {
 			problems = append(problems, fmt.Errorf("%q is not a normalized distribution name (%s)", name, pyreq.NormalizeName(name)))
 		}
-		if v == "" || len(v) > 256 || !utf8.ValidString(v) || strings.ContainsFunc(v, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsGraphic(r) }) {
+		if !printable(v) {
 			problems = append(problems, fmt.Errorf("%s: version %q: want a non-empty string of printable characters without white space", name, v))
 		}
 	}
 	return errors.Join(problems...)
+}
+
+// CheckUnmapped checks a checkpoint's unmapped modules: top-level module names as the image's
+// Python has them (printable, without white space or dots, at most 256 bytes), each once.
+func CheckUnmapped(modules []string) error {
+	var problems []error
+	seen := map[string]bool{}
+	for _, m := range modules {
+		switch {
+		case !printable(m) || strings.Contains(m, "."):
+			problems = append(problems, fmt.Errorf("%.100q: want a top-level module name: printable characters without white space or dots", m))
+		case seen[m]:
+			problems = append(problems, fmt.Errorf("%q is named twice", m))
+		}
+		seen[m] = true
+	}
+	return errors.Join(problems...)
+}
+
+// printable says whether s is a non-empty string of at most 256 bytes of printable characters
+// other than white space: what the image's metadata or Python may give that select prints to
+// a terminal.
+func printable(s string) bool {
+	return s != "" && len(s) <= 256 && utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsGraphic(r) })
 }
 
 // loaded returns what the checkpoint holds loaded, of the index's modules: the closures of its

@@ -447,6 +447,10 @@ func TestInvalidCatalogues(t *testing.T) {
 		// An image's metadata reaches select's terminal output: no control characters.
 		{"package version with an escape", bad(func(c *Catalogue) { c.Checkpoints[0].Packages = map[string]string{"pandas": "2.2\x1b[2J"} }), `pandas: version "2.2\x1b[2J"`},
 		{"package version with a bidi override", bad(func(c *Catalogue) { c.Packages = map[string]string{"pandas": "2.2\u202e1"} }), `pandas: version "2.2\u202e1"`},
+		{"unmapped module with a space", bad(func(c *Catalogue) { c.Checkpoints[1].UnmappedModules = []string{"app mod"} }), `unmapped_modules: "app mod"`},
+		{"unmapped submodule", bad(func(c *Catalogue) { c.Checkpoints[1].UnmappedModules = []string{"app.mod"} }), `unmapped_modules: "app.mod": want a top-level module name`},
+		{"unmapped module with an escape", bad(func(c *Catalogue) { c.Checkpoints[1].UnmappedModules = []string{"app\x1b[2J"} }), `unmapped_modules: "app\x1b[2J"`},
+		{"unmapped module twice", bad(func(c *Catalogue) { c.Checkpoints[1].UnmappedModules = []string{"appmod", "appmod"} }), `"appmod" is named twice`},
 		{"module package", bad(func(c *Catalogue) { c.Modules["re"] = Module{Available: true, Packages: map[string]string{"a b": "1"}} }), `module re: packages: "a b"`},
 		{"bad id", bad(func(c *Catalogue) { c.Checkpoints[1].ID = "pan das" }), `"pan das": id`},
 		{"duplicate id", bad(func(c *Catalogue) { c.Checkpoints[1].ID = "empty" }), "duplicate id"},
@@ -500,6 +504,17 @@ func TestParseRoundTrip(t *testing.T) {
 	r, _ := NewRouter(back)
 	if ch := r.Select([]string{"seaborn"}); ch.Checkpoint != "seaborn" {
 		t.Errorf("after a round trip: %+v", ch)
+	}
+	// A checkpoint's unmapped modules (version 4) are read back; a version 3 catalogue has none.
+	c.Checkpoints[1].UnmappedModules = []string{"appmod", "écrit"}
+	if data, err = json.Marshal(c); err != nil {
+		t.Fatal(err)
+	}
+	if back, err = Parse(data); err != nil || !slices.Equal(back.Checkpoints[1].UnmappedModules, []string{"appmod", "écrit"}) {
+		t.Errorf("unmapped modules after a round trip: %+v, %v", back, err)
+	}
+	if _, err := Parse([]byte(`{"version":3,"cost_model":{},"checkpoints":[{"id":"a","imports":[],"closure":[],"image_mib":1,"restore_median_ms":1,"packages":{"numpy":"2.2.4"}}],"modules":{}}`)); err != nil {
+		t.Errorf("a version 3 catalogue: %v", err)
 	}
 	for _, tc := range []struct{ data, want string }{
 		{`{"version":1,"cost_model":{},"checkpoints":[],"modules":{},"extra":1}`, "unknown field"},
