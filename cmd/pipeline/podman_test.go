@@ -42,11 +42,12 @@ type podmanRun struct {
 // restartPolicy is Never.
 type podmanPod []*podmanRun
 
-// run runs the pod's containers in order, bounded by ctx; it stops at the first that fails.
+// run runs the pod's containers in order, bounded by ctx; it stops at the first that fails
+// (output says what they wrote).
 func (p podmanPod) run(ctx context.Context) error {
 	for _, c := range p {
 		if err := podman(ctx, &c.out, c.args...); err != nil {
-			return fmt.Errorf("container %s: podman %s: %w\n%s", c.name, strings.Join(c.args, " "), err, &c.out)
+			return fmt.Errorf("container %s: podman %s: %w", c.name, strings.Join(c.args, " "), err)
 		}
 	}
 	return nil
@@ -139,7 +140,7 @@ func securityArgs(t *testing.T, file string, c corev1.Container) []string {
 
 // podmanArgs turns one container of a pod into `podman run` arguments as Kubernetes would run
 // it: command as the entrypoint, args after the image, each $(VAR) expanded from the
-// container's environment (env, the pod's, is not changed), its securityContext, its memory
+// container's environment (the pod's, env, is left as it is), its securityContext, its memory
 // limit (requests only place the pod), each volume mounted where the container mounts it.
 // volumeDir gives a volume's host directory. Anything of the container the test does not model
 // fails it.
@@ -358,14 +359,14 @@ checkpoints:
 
 	merge := pod("../../deploy/kubernetes/merge-job.yaml", "merge", map[string]string{})
 	if err := merge.run(ctx); err != nil {
-		t.Fatalf("merge pod: %v", err)
+		t.Fatalf("merge pod: %v\n%s", err, merge.output())
 	}
 
 	// A capture pod again, on fresh volumes (its store empty, as the pod's own): its pull
 	// brings the shard's previous output, and the capture reuses every set of it.
 	again := pod(captureFile, "capture-0-again", shardEnv(0))
 	if err := again.run(ctx); err != nil {
-		t.Fatalf("capture pod 0 again: %v", err)
+		t.Fatalf("capture pod 0 again: %v\n%s", err, again.output())
 	}
 	if out := again.output(); !strings.Contains(out, `"status": "reused"`) || strings.Contains(out, `"status": "captured"`) {
 		t.Errorf("capture pod 0 again did not reuse its previous output's sets:\n%s", out)
