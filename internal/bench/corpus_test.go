@@ -153,7 +153,7 @@ func TestDrawRequestsPooledPrediction(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		trials, _, _, err := drawRequests(CorpusOptions{Corpus: cor, Sample: 3, Part: PartAll}, r, x)
+		trials, _, _, err := drawRequests(CorpusOptions{Corpus: cor, Sample: 4, Part: PartAll}, r, x)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -288,7 +288,7 @@ func TestDrawRequestsPackages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	trials, _, _, err := drawRequests(CorpusOptions{Corpus: cor, Sample: 3, Part: PartAll}, r, x)
+	trials, _, _, err := drawRequests(CorpusOptions{Corpus: cor, Sample: 4, Part: PartAll}, r, x)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,17 +325,19 @@ func TestCorpusByImageSize(t *testing.T) {
 	cor, err := corpus.Parse(strings.NewReader(`{"imports": ["pandas.DataFrame"]}
 {"imports": ["re"]}
 {"imports": []}
+{"imports": ["re", "numpy"]}
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
 	x := &run.VerifiedOutput{Out: "/out", Manifest: &manifest.Manifest{Checkpoints: []manifest.Checkpoint{{ID: "empty", Dir: "empty"}, {ID: "pandas", Dir: "pandas"}}}}
-	trials, _, _, err := drawRequests(CorpusOptions{Corpus: cor, Sample: 3, Part: PartAll}, r, x)
+	trials, _, _, err := drawRequests(CorpusOptions{Corpus: cor, Sample: 4, Part: PartAll}, r, x)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// pandas: the pandas checkpoint holds it; re: none holds it, cold; nothing: empty.
-	want := map[int]string{1: "pandas", 2: Cold, 3: "empty"}
+	// pandas: the pandas checkpoint holds it; re: none holds it, cold; nothing: empty; re and
+	// numpy: the pandas checkpoint holds numpy, and re is imported after either start.
+	want := map[int]string{1: "pandas", 2: Cold, 3: "empty", 4: "pandas"}
 	report := &CorpusReport{Rounds: 1, Corpus: "c.jsonl", Part: PartAll, Basis: r.Basis()}
 	for _, tr := range trials {
 		if tr.req.Choice != want[tr.req.Line] || tr.req.PredictedMs != 0 || tr.req.PredictedColdMs != 0 || tr.predictedPooled != 0 {
@@ -346,7 +348,7 @@ func TestCorpusByImageSize(t *testing.T) {
 		req.ColdMs, req.ChosenMs = 600, 200
 		report.Requests = append(report.Requests, req)
 	}
-	if len(trials) != 3 || report.Predicted() {
+	if len(trials) != 4 || report.Predicted() {
 		t.Fatalf("%d trials, predicted %v", len(trials), report.Predicted())
 	}
 	report.Summary = summarize(report.Requests)
