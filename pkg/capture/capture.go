@@ -274,7 +274,8 @@ func loadedPackages(stdout []byte) (map[string]string, []string, error) {
 		return nil, nil, fmt.Errorf("the executor could not read the versions of %d loaded distributions, %.100q first: %.300q", len(names), names[0], r.Errors[names[0]])
 	}
 	if err := catalogue.CheckPackages(r.Packages); err != nil {
-		return nil, nil, fmt.Errorf("the executor's packages report: %w", err)
+		// Cut short: the image's metadata gave the names.
+		return nil, nil, fmt.Errorf("the executor's packages report: %.600v", err)
 	}
 	if err := catalogue.CheckUnmapped(r.Unmapped); err != nil {
 		// Cut short: the image's python gave the names.
