@@ -102,10 +102,18 @@ func shortSetID(setID string) string {
 
 // HostDir returns the host directory under workDir of the sandbox named id: named by the
 // ID's random suffix, not its set, so the executor's socket path stays short (108 bytes)
-// whatever the set's id. An id CheckID refuses is refused.
+// whatever the set's id. An id CheckID refuses is refused, and so is one of hostDirLen bytes
+// or fewer: its host directory would be its bundle (workDir/id), whose config and logs the
+// sandbox could then write.
 func HostDir(workDir, id string) (string, error) {
 	if err := CheckID(id); err != nil {
 		return "", err
 	}
-	return filepath.Join(workDir, id[max(0, len(id)-8):]), nil
+	if len(id) <= hostDirLen {
+		return "", fmt.Errorf("%w %q: a sandbox with a host directory needs an id longer than %d bytes (its random suffix names the directory)", ErrID, id, hostDirLen)
+	}
+	return filepath.Join(workDir, id[len(id)-hostDirLen:]), nil
 }
+
+// hostDirLen is how many of an ID's last bytes (NewID's random part) name its host directory.
+const hostDirLen = 8

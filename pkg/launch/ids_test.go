@@ -43,6 +43,15 @@ func TestCheckID(t *testing.T) {
 			t.Errorf("HostDir(/work, %q) = %v, want ErrID", id, err)
 		}
 	}
+	// An id no longer than its host directory's name would make the bundle its host directory.
+	for _, id := range []string{"a", "abcdefgh"} {
+		if host, err := HostDir("/work", id); !errors.Is(err, ErrID) {
+			t.Errorf("HostDir(/work, %q) = %q, %v, want ErrID", id, host, err)
+		}
+	}
+	if host, err := HostDir("/work", "abcdefghi"); err != nil || host != "/work/bcdefghi" {
+		t.Errorf("HostDir(/work, abcdefghi) = %q, %v", host, err)
+	}
 }
 
 // TestNewIDRefusesParts: a set id that is no checkpoint id, or a step or a lease ID that is no
