@@ -17,6 +17,7 @@ import (
 	"readie.dev/pipeline/internal/bench"
 	"readie.dev/pipeline/internal/corpus"
 	"readie.dev/pipeline/internal/run"
+	"readie.dev/pipeline/pkg/catalogue"
 )
 
 type benchCmd struct {
@@ -306,7 +307,7 @@ func (c *benchCmd) replay(ctx context.Context, con *console, env *run.Env, out s
 	if report.Predicted() {
 		fmt.Fprintf(con.stdout, "; predicted %.0f ms: measured %+.1f%% (per request, mean |error| %.1f%%)\n", s.MeanPredictedMs, s.ModelErrorPct, s.MeanAbsErrorPct)
 	} else {
-		fmt.Fprintln(con.stdout, "; not predicted: the catalogue has no measured prices, so Select chose by image size (run pipeline analyze, then capture, to price starts)")
+		fmt.Fprintf(con.stdout, "; not predicted: the catalogue has no measured prices, so Select chose by image size (%s)\n", catalogue.MeasureHint)
 	}
 	switch {
 	case report.Pool > 0 && s.PredictedPooledMs > 0:

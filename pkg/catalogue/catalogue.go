@@ -405,8 +405,8 @@ const (
 	BasisImageSize Basis = "image size"
 )
 
-// measureHint says how to give a catalogue the prices it lacks.
-const measureHint = "to price starts, run `pipeline analyze --corpus FILE` on this output, then capture it again"
+// MeasureHint says how to give a catalogue the prices it lacks.
+const MeasureHint = "to price starts, run `pipeline analyze --corpus FILE` on this output, then capture it again"
 
 // Choice is where a request should start.
 type Choice struct {
@@ -456,6 +456,10 @@ type PassedOver struct {
 // Basis returns how the router chooses: BasisImageSize when its catalogue has no measured
 // prices, else BasisCostModel.
 func (r *Router) Basis() Basis { return r.basis }
+
+// Unpriced says what the catalogue lacks to price starts ("no cold start time", "no restore
+// time for X"), or "" when the router chooses by the cost model.
+func (r *Router) Unpriced() string { return r.unpriced }
 
 // Select chooses where to start a request that imports names (modules, or names imported from
 // modules, as written in code): the option of lowest Cost among the catalogue's checkpoints and a
@@ -620,7 +624,7 @@ func (r *Router) bySize(ch *Choice, names []string, ruledOut []bool, need cost.S
 		fmt.Fprintf(&why, "; next smallest %s (%.1f MiB)", r.ids[serving[1]], r.images[serving[1]])
 	}
 	r.notes(&why, ch, false)
-	fmt.Fprintf(&why, "; chosen by image size for want of measured prices (the catalogue has %s): %s", r.unpriced, measureHint)
+	fmt.Fprintf(&why, "; chosen by image size for want of measured prices (the catalogue has %s): %s", r.unpriced, MeasureHint)
 	ch.Why = why.String()
 }
 
