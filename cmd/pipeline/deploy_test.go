@@ -40,7 +40,7 @@ func checkCommandLine(t *testing.T, where string, args []string) {
 		t.Errorf("%s: `pipeline` without a command", where)
 		return
 	}
-	if _, err := commands().parse(args, &stderr); err != nil {
+	if _, err := commands().parse(args, io.Discard, &stderr); err != nil {
 		t.Errorf("%s: pipeline %s: %v\n%s", where, strings.Join(args, " "), err, stderr.String())
 	}
 }
@@ -246,7 +246,7 @@ func TestPipelineCommandsCatchErrors(t *testing.T) {
 		if len(lines) != 1 {
 			t.Fatalf("%q: %v", script, lines)
 		}
-		if _, err := commands().parse(lines[0], io.Discard); err == nil {
+		if _, err := commands().parse(lines[0], io.Discard, io.Discard); err == nil {
 			t.Errorf("%q parses", script)
 		}
 	}

@@ -52,7 +52,10 @@ func main() {
 // dispatch runs one command line. A signal on signals stops the command: its context is
 // cancelled, it deletes its sandboxes, and the exit code says which signal it was.
 func dispatch(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int {
-	p, err := commands().parse(args, stderr)
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
+		args = append([]string{"version"}, args[1:]...) // what people try first
+	}
+	p, err := commands().parse(args, stdout, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
