@@ -21,6 +21,7 @@ import (
 	"readie.dev/pipeline/internal/run"
 	"readie.dev/pipeline/pkg/atomicfile"
 	"readie.dev/pipeline/pkg/executorproto"
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
 	"readie.dev/pipeline/pkg/pycall"
@@ -309,7 +310,10 @@ func (s *soaker) one(ctx context.Context, c *manifest.Checkpoint, kill bool) (la
 	if err != nil {
 		return 0, err
 	}
-	hostDir := filepath.Join(s.x.Work, id[len(id)-8:])
+	hostDir, err := launch.HostDir(s.x.Work, id)
+	if err != nil {
+		return 0, err
+	}
 	bundle := hostDir + "-b"
 	defer os.RemoveAll(bundle)
 	defer os.RemoveAll(hostDir)
@@ -323,6 +327,10 @@ func (s *soaker) one(ctx context.Context, c *manifest.Checkpoint, kill bool) (la
 		Rootfs: s.x.Sandboxes.Rootfs.Path, HostDir: hostDir, Env: []string{pycall.SmokeTokenVar + "=" + token},
 	})
 	if err != nil {
+		return 0, err
+	}
+	// An image's non-root user must be able to bind the executor's socket there.
+	if err := sandbox.PrepareHostDir(hostDir, spec.Process.User); err != nil {
 		return 0, err
 	}
 	data, err := json.Marshal(spec)

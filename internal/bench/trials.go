@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -90,8 +89,9 @@ func TimeFloor(ctx context.Context, l *launch.Launcher) (_ float64, err error) {
 }
 
 // NewPool starts a pool of size sandboxes of the launcher's shape in sandbox mode (the spec a
-// restore of the output uses), named with the run's lease (Runtime.NewID) so that no other run
-// takes them for leftovers; the caller closes it.
+// restore of the output uses, the image's process included: launch.Launcher.Spec), named with
+// the run's lease (Runtime.NewID) so that no other run takes them for leftovers; the caller
+// closes it.
 func NewPool(ctx context.Context, l *launch.Launcher, size int) (*pool.Pool, error) {
 	dir, err := os.MkdirTemp(l.WorkDir, "pool-")
 	if err != nil {
@@ -100,7 +100,7 @@ func NewPool(ctx context.Context, l *launch.Launcher, size int) (*pool.Pool, err
 	return pool.New(ctx, pool.Options{
 		Runsc: l.Runtime.Driver(), Size: size, Dir: dir,
 		Spec: func(hostDir string) (*specs.Spec, error) {
-			return sandbox.Spec(sandbox.SpecOptions{Mode: sandbox.ModeSandbox, Rootfs: l.Rootfs, HostDir: hostDir, Env: slices.Clone(l.Env)})
+			return l.Spec(sandbox.ModeSandbox, hostDir, nil, nil)
 		},
 		NewID:      func() (string, error) { return l.Runtime.NewID("pool", Pooled) },
 		GetTimeout: l.Timeout,
