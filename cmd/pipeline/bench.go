@@ -130,6 +130,16 @@ func (c *benchCmd) soakOptions() (bench.SoakOptions, error) {
 }
 
 func (c *benchCmd) CheckArgs(args []string) error {
+	// These shape the capture that --capture runs first; alone they would change nothing.
+	var captureOnly []string
+	c.fs.Visit(func(f *flag.Flag) {
+		if f.Name == "runs" || f.Name == "clean-failed" {
+			captureOnly = append(captureOnly, "--"+f.Name)
+		}
+	})
+	if len(captureOnly) > 0 && !c.capture {
+		return fmt.Errorf("%s: only with --capture, whose capture it shapes (--runs: the timed restores of its measure step); the benchmark's own repetitions are --rounds", strings.Join(captureOnly, ", "))
+	}
 	if c.soak != "" {
 		o, err := c.soakOptions()
 		if err != nil {

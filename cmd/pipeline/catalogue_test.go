@@ -164,7 +164,13 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 		t.Errorf("plan-sets of a corpus with a bad requirement: exit %d\n%s", code, stderr)
 	}
 
-	code, stdout, stderr := runCLI(t, "plan-sets", "--config", cfg, "--corpus", corpusPath, "--max-sets", "2")
+	// Its JSON first (one document: the plan), then its text, whose plan.json the capture takes.
+	code, stdout, stderr := runCLI(t, "plan-sets", "--config", cfg, "--corpus", corpusPath, "--max-sets", "2", "--log-format", "json")
+	var planJSON plan.Result
+	if err := decodeOne(stdout, &planJSON); err != nil || code != exitOK || len(planJSON.Sets) == 0 || len(planJSON.Strategies) == 0 {
+		t.Fatalf("plan-sets as JSON: exit %d, %v\n%s%s", code, err, stdout, stderr)
+	}
+	code, stdout, stderr = runCLI(t, "plan-sets", "--config", cfg, "--corpus", corpusPath, "--max-sets", "2")
 	if code != exitOK {
 		t.Fatalf("plan-sets exit %d\n%s", code, stderr)
 	}
