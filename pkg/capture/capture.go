@@ -153,7 +153,10 @@ func newSandbox(rt *launch.Runtime, req Request) (*launch.Sandbox, string, error
 	if err != nil {
 		return nil, "", err
 	}
-	hostDir := launch.HostDir(req.WorkDir, id)
+	hostDir, err := launch.HostDir(req.WorkDir, id)
+	if err != nil {
+		return nil, "", err
+	}
 	env := req.Env
 	if req.CPUBaseline != nil {
 		env = append(slices.Clone(env), CPUBaselineEnv+"="+strings.Join(req.CPUBaseline, ","))

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+
+	"readie.dev/pipeline/pkg/checkpointid"
 )
 
 // Lease is what a runtime needs of its owner's lease (the pipeline's internal/lease.Lease is
@@ -20,21 +22,66 @@ type Lease interface {
 	Hold(dir string) error
 }
 
+// ErrID reports a sandbox ID, or a part of one, that cannot name a sandbox: an ID becomes the
+// names of its bundle, its host directory and its logs, and runsc's name for the container, so
+// it must be a plain name (checkpointid.Plain) of bounded length.
+var ErrID = errors.New("invalid sandbox id")
+
+const (
+	// MaxIDLen bounds a sandbox ID: the longest NewID makes (74 bytes) fits, and runsc's
+	// control socket for it (/var/run/runsc-ID.sock when ROOT/runsc-ID.sock is too long) still
+	// fits in a Unix socket address (107 bytes).
+	MaxIDLen = 80
+	// maxStepLen and maxLeaseIDLen bound the step's and the lease ID's parts of an ID.
+	maxStepLen    = 16
+	maxLeaseIDLen = 16
+)
+
+// CheckID refuses an ID that is not a plain name of 1 to MaxIDLen bytes, naming it.
+func CheckID(id string) error {
+	if len(id) > MaxIDLen || !checkpointid.Plain(id) {
+		return fmt.Errorf("%w %.100q: want 1 to %d ASCII letters, digits, - and _", ErrID, id, MaxIDLen)
+	}
+	return nil
+}
+
 // NewID returns a fresh sandbox ID that names the sandbox's package set, its step and the ID
 // of the runtime's lease, unique per call ("readie-SET-STEP-LEASE-RAND"), so `runsc list` says
 // what each sandbox is for and a later run can tell the leftovers of an owner that is gone
 // from the sandboxes of one still going, in any pid namespace (the pipeline's orphan sweep
-// reads the lease back from the ID). It holds the lease in the runsc root first.
+// reads the lease back from the ID). It holds the lease in the runsc root first, once the
+// parts are checked (IDPrefix).
 func (r *Runtime) NewID(setID, step string) (string, error) {
-	if r.Lease == nil {
-		return "", errors.New("sandbox: a runtime that creates sandboxes needs the run's lease")
+	prefix, err := r.IDPrefix(setID, step)
+	if err != nil {
+		return "", err
 	}
 	if err := r.Lease.Hold(r.Root); err != nil {
 		return "", err
 	}
 	var b [4]byte
 	rand.Read(b[:])
-	return fmt.Sprintf("readie-%s-%s-%s-%s", shortSetID(setID), step, r.Lease.ID(), hex.EncodeToString(b[:])), nil
+	return prefix + hex.EncodeToString(b[:]), nil
+}
+
+// IDPrefix returns how every ID NewID gives setID's step begins, before its random part: the
+// names of that step's bundles in a work directory start with it. setID must be a checkpoint
+// id, step and the lease's ID plain names of at most 16 bytes: the error names the part that
+// is not.
+func (r *Runtime) IDPrefix(setID, step string) (string, error) {
+	if r.Lease == nil {
+		return "", errors.New("sandbox: a runtime that creates sandboxes needs the run's lease")
+	}
+	if err := checkpointid.Check(setID); err != nil {
+		return "", fmt.Errorf("%w: set: %w", ErrID, err)
+	}
+	if len(step) > maxStepLen || !checkpointid.Plain(step) {
+		return "", fmt.Errorf("%w: step %.100q: want 1 to %d ASCII letters, digits, - and _", ErrID, step, maxStepLen)
+	}
+	if lease := r.Lease.ID(); len(lease) > maxLeaseIDLen || !checkpointid.Plain(lease) {
+		return "", fmt.Errorf("%w: lease ID %.100q: want 1 to %d ASCII letters, digits, - and _", ErrID, lease, maxLeaseIDLen)
+	}
+	return fmt.Sprintf("readie-%s-%s-%s-", shortSetID(setID), step, r.Lease.ID()), nil
 }
 
 // maxSetIDInID bounds the set's part of a sandbox ID: runsc binds its control socket at
@@ -55,7 +102,10 @@ func shortSetID(setID string) string {
 
 // HostDir returns the host directory under workDir of the sandbox named id: named by the
 // ID's random suffix, not its set, so the executor's socket path stays short (108 bytes)
-// whatever the set's id.
-func HostDir(workDir, id string) string {
-	return filepath.Join(workDir, id[max(0, len(id)-8):])
+// whatever the set's id. An id CheckID refuses is refused.
+func HostDir(workDir, id string) (string, error) {
+	if err := CheckID(id); err != nil {
+		return "", err
+	}
+	return filepath.Join(workDir, id[max(0, len(id)-8):]), nil
 }

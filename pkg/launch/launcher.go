@@ -8,6 +8,8 @@ import (
 	"slices"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/sandbox"
 )
@@ -35,15 +37,26 @@ func (l *Launcher) NewSandbox(setID, step string, mode sandbox.Mode, env, args [
 	if err != nil {
 		return nil, err
 	}
-	hostDir := HostDir(l.WorkDir, id)
-	if err := os.MkdirAll(hostDir, 0o755); err != nil {
-		return nil, err
-	}
-	spec, err := sandbox.Spec(sandbox.SpecOptions{Mode: mode, Rootfs: l.Rootfs, HostDir: hostDir, Process: l.Process, Env: append(slices.Clone(l.Env), env...), Args: args})
+	hostDir, err := HostDir(l.WorkDir, id)
 	if err != nil {
 		return nil, err
 	}
+	spec, err := l.Spec(mode, hostDir, env, args)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(hostDir, 0o755); err != nil {
+		return nil, err
+	}
 	return l.Runtime.NewSandbox(id, l.WorkDir, hostDir, spec)
+}
+
+// Spec returns the spec of a sandbox of the launcher's shape in mode whose executor mount's
+// source is hostDir: the image's process (Process), the launcher's Env and then env over its
+// base environment, args (when set) for the executor's argv. Every sandbox of the launcher,
+// and a pool of its shape, is made from it.
+func (l *Launcher) Spec(mode sandbox.Mode, hostDir string, env, args []string) (*specs.Spec, error) {
+	return sandbox.Spec(sandbox.SpecOptions{Mode: mode, Rootfs: l.Rootfs, HostDir: hostDir, Process: l.Process, Env: append(slices.Clone(l.Env), env...), Args: args})
 }
 
 // MS returns d in milliseconds, to the microsecond.

@@ -131,8 +131,12 @@ func (s *Sandbox) SocketPath() string { return filepath.Join(s.HostDir, sandbox.
 
 // NewSandbox writes spec into a fresh bundle under workDir/id; the process's stdout and
 // stderr will be logged there. The spec's bind mount source must already be hostDir, which is
-// given to the spec's user (sandbox.PrepareHostDir).
+// given to the spec's user (sandbox.PrepareHostDir). An id CheckID refuses changes nothing on
+// disk.
 func (r *Runtime) NewSandbox(id, workDir, hostDir string, spec *specs.Spec) (*Sandbox, error) {
+	if err := CheckID(id); err != nil {
+		return nil, err
+	}
 	if hostDir != "" && spec.Process != nil {
 		if err := sandbox.PrepareHostDir(hostDir, spec.Process.User); err != nil {
 			return nil, err
