@@ -111,21 +111,13 @@ func startInOtherNamespace(t *testing.T, rt *launch.Runtime) *otherNamespace {
 	run := testenv.NewLease(t)
 	other := *rt
 	other.Lease = run
-	id, err := other.NewID("orphan", "ns")
+	// Only its bundle is made here: it is created and started in the other namespace.
+	l := &launch.Launcher{Runtime: &other, Rootfs: testenv.Rootfs(t), WorkDir: testenv.WorkDir(t)}
+	sb, err := l.NewSandbox("orphan", "ns", sandbox.ModeSandbox, nil, []string{"/bin/sleep", "3600"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	work := testenv.WorkDir(t)
-	host := filepath.Join(work, "host")
-	os.MkdirAll(host, 0o755)
-	spec, err := sandbox.Spec(sandbox.SpecOptions{Mode: sandbox.ModeSandbox, Rootfs: testenv.Rootfs(t), HostDir: host, Args: []string{"/bin/sleep", "3600"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb, err := rt.NewSandbox(id, work, host, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := sb.ID
 	runsc := strings.Join(append([]string{rt.Path, "--root=" + rt.Root}, rt.Flags.Args()...), " ")
 	script := fmt.Sprintf("%s create --bundle %s %s && %s start %s && echo started && exec sleep 3600", runsc, sb.Bundle, id, runsc, id)
 	ns := &otherNamespace{id: id, cmd: exec.Command("unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "sh", "-c", script)}
