@@ -23,19 +23,19 @@ import (
 // (a create killed half-way left a sandbox that `runsc delete --force` cannot find); Create
 // then returns the context's cause, and Delete deletes what the create made.
 func TestCreateNotKilledHalfWay(t *testing.T) {
-	f := newFake(t)
-	sb, err := launch.NewSandbox(f.options(t, specs.User{}), "set", "create")
+	f := testenv.NewFakeSandboxRunsc(t)
+	sb, err := launch.NewSandbox(f.Options(t, specs.User{}), "set", "create")
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.fault(t, "hold-create", true)
+	f.Fault(t, "hold-create", true)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- sb.Create(ctx) }()
-	waitFor(t, "the create to begin", func() bool { return len(f.calls("create")) > 0 })
+	testenv.WaitFor(t, "the create to begin", func() bool { return len(f.Calls("create")) > 0 })
 	stopped := errors.New("stopped by the test")
 	cancel(stopped)
-	f.fault(t, "hold-create", false) // the create may end now, if it was not killed
+	f.Fault(t, "hold-create", false) // the create may end now, if it was not killed
 	select {
 	case err = <-done:
 	case <-time.After(time.Minute):
@@ -44,13 +44,13 @@ func TestCreateNotKilledHalfWay(t *testing.T) {
 	if !errors.Is(err, stopped) {
 		t.Errorf("Create cancelled half-way = %v, want the context's cause", err)
 	}
-	if created := f.calls("created"); len(created) != 1 || !strings.HasSuffix(created[0], sb.ID) {
-		t.Fatalf("the create was killed half-way: log %q", f.calls("create"))
+	if created := f.Calls("created"); len(created) != 1 || !strings.HasSuffix(created[0], sb.ID) {
+		t.Fatalf("the create was killed half-way: log %q", f.Calls("create"))
 	}
 	if err := sb.Delete(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if live := f.live(); len(live) != 0 {
+	if live := f.Live(); len(live) != 0 {
 		t.Errorf("after Delete: %v live", live)
 	}
 }
@@ -60,9 +60,9 @@ func TestCreateNotKilledHalfWay(t *testing.T) {
 // uid 1000's, and its parent, the work directory, is root's and 0700, so that whatever uid a
 // stranger's restore spec names reaches nothing else on the host. Delete removes both.
 func TestNewSandboxWritesOneBundle(t *testing.T) {
-	f := newFake(t)
+	f := testenv.NewFakeSandboxRunsc(t)
 	for _, user := range []specs.User{{}, {UID: 1000, GID: 1000}} {
-		o := f.options(t, user)
+		o := f.Options(t, user)
 		sb, err := launch.NewSandbox(o, "set", "bundle")
 		if err != nil {
 			t.Fatal(err)
@@ -111,12 +111,12 @@ func TestNewSandboxWritesOneBundle(t *testing.T) {
 // TestWorkDirOthersCanEnterIsRefused: a work directory that others can enter (0755) or that is
 // another user's is refused, naming it, and nothing of the sandbox is made in it.
 func TestWorkDirOthersCanEnterIsRefused(t *testing.T) {
-	f := newFake(t)
+	f := testenv.NewFakeSandboxRunsc(t)
 	for name, prepare := range map[string]func(dir string) error{
 		"mode 0755": func(dir string) error { return os.Chmod(dir, 0o755) },
 		"uid 1000":  func(dir string) error { return os.Chown(dir, 1000, 1000) },
 	} {
-		o := f.options(t, specs.User{})
+		o := f.Options(t, specs.User{})
 		if err := prepare(o.WorkDir); err != nil {
 			t.Fatal(err)
 		}
@@ -134,9 +134,9 @@ func TestWorkDirOthersCanEnterIsRefused(t *testing.T) {
 // ran a runsc command is not deleted from runsc at all. KeepLogs leaves the bundle, never the
 // host directory.
 func TestDeleteExactlyOnce(t *testing.T) {
-	f := newFake(t)
+	f := testenv.NewFakeSandboxRunsc(t)
 	ctx := context.Background()
-	o := f.options(t, specs.User{})
+	o := f.Options(t, specs.User{})
 	sb, err := launch.NewSandbox(o, "set", "once")
 	if err != nil {
 		t.Fatal(err)
@@ -153,15 +153,15 @@ func TestDeleteExactlyOnce(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if n := len(f.calls("delete")); n != 1 {
+	if n := len(f.Calls("delete")); n != 1 {
 		t.Errorf("%d deletes for one sandbox, want 1", n)
 	}
 	unused, err := launch.NewSandbox(o, "set", "unused")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := unused.Delete(ctx); err != nil || len(f.calls("delete")) != 1 {
-		t.Errorf("Delete of a sandbox never created = %v, with %d runsc deletes, want none", err, len(f.calls("delete"))-1)
+	if err := unused.Delete(ctx); err != nil || len(f.Calls("delete")) != 1 {
+		t.Errorf("Delete of a sandbox never created = %v, with %d runsc deletes, want none", err, len(f.Calls("delete"))-1)
 	}
 
 	// A runsc whose delete fails: reported, and again on the second call.
@@ -195,10 +195,10 @@ func TestDeleteExactlyOnce(t *testing.T) {
 // IDs policy that repeats itself) fails saying so, and Delete leaves that sandbox alone:
 // `runsc delete --force` would kill a stranger's sandbox.
 func TestTakenIDLeftAlone(t *testing.T) {
-	f := newFake(t)
+	f := testenv.NewFakeSandboxRunsc(t)
 	ctx := context.Background()
-	o := f.options(t, specs.User{})
-	o.IDs = sameID("taken-0a1b2c3d")
+	o := f.Options(t, specs.User{})
+	o.IDs = testenv.SameID("taken-0a1b2c3d")
 	theirs, err := launch.NewSandbox(o, "set", "theirs")
 	if err != nil {
 		t.Fatal(err)
@@ -218,17 +218,17 @@ func TestTakenIDLeftAlone(t *testing.T) {
 	if err := ours.Delete(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if len(f.calls("delete")) != 0 || len(f.live()) != 1 {
-		t.Errorf("the other sandbox was deleted: deletes %q, live %v", f.calls("delete"), f.live())
+	if len(f.Calls("delete")) != 0 || len(f.Live()) != 1 {
+		t.Errorf("the other sandbox was deleted: deletes %q, live %v", f.Calls("delete"), f.Live())
 	}
 }
 
 // TestStartOnce: a sandbox's process starts once: a second start of any kind fails with
 // launch.ErrUsed, as does one after Delete, and a Create after a start.
 func TestStartOnce(t *testing.T) {
-	f := newFake(t)
+	f := testenv.NewFakeSandboxRunsc(t)
 	ctx := context.Background()
-	sb, err := launch.NewSandbox(f.options(t, specs.User{}), "set", "once")
+	sb, err := launch.NewSandbox(f.Options(t, specs.User{}), "set", "once")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,8 +236,8 @@ func TestStartOnce(t *testing.T) {
 	if err := sb.Start(ctx, launch.Image{}); err != nil { // cold: create, then start
 		t.Fatal(err)
 	}
-	if len(f.calls("created")) != 1 || len(f.calls("start")) != 1 {
-		t.Errorf("a cold start ran %q", f.calls("begin"))
+	if len(f.Calls("created")) != 1 || len(f.Calls("start")) != 1 {
+		t.Errorf("a cold start ran %q", f.Calls("begin"))
 	}
 	for name, again := range map[string]func() error{
 		"Start":       func() error { return sb.Start(ctx, launch.Image{Dir: "/images/set"}) },
@@ -254,9 +254,9 @@ func TestStartOnce(t *testing.T) {
 // TestRestoreBounded: a detached restore that never returns is ended by the runtime's
 // RestoreTimeout even under a context without a deadline, with an error that says so.
 func TestRestoreBounded(t *testing.T) {
-	f := newFake(t)
+	f := testenv.NewFakeSandboxRunsc(t)
 	ctx := context.Background()
-	o := f.options(t, specs.User{})
+	o := f.Options(t, specs.User{})
 	o.Runtime.RestoreTimeout = 100 * time.Millisecond
 	sb, err := launch.NewSandbox(o, "set", "hang")
 	if err != nil {
@@ -266,7 +266,7 @@ func TestRestoreBounded(t *testing.T) {
 	if err := sb.Create(ctx); err != nil {
 		t.Fatal(err)
 	}
-	f.fault(t, "hang-restore", true)
+	f.Fault(t, "hang-restore", true)
 	done := make(chan error, 1)
 	go func() { done <- sb.Start(ctx, launch.Image{Dir: t.TempDir()}) }()
 	select {
@@ -281,9 +281,9 @@ func TestRestoreBounded(t *testing.T) {
 
 // TestAlive: a created sandbox is alive while its process runs, and not once it was killed.
 func TestAlive(t *testing.T) {
-	f := newFake(t)
+	f := testenv.NewFakeSandboxRunsc(t)
 	ctx := context.Background()
-	sb, err := launch.NewSandbox(f.options(t, specs.User{}), "set", "alive")
+	sb, err := launch.NewSandbox(f.Options(t, specs.User{}), "set", "alive")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,9 +297,9 @@ func TestAlive(t *testing.T) {
 	if !sb.Alive() {
 		t.Fatal("not alive after its create")
 	}
-	pid := f.pid(sb.ID)
+	pid := f.Pid(sb.ID)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the killed process to be seen dead", func() bool { return !sb.Alive() })
+	testenv.WaitFor(t, "the killed process to be seen dead", func() bool { return !sb.Alive() })
 }

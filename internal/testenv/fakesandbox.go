@@ -1,4 +1,4 @@
-package launch_test
+package testenv
 
 import (
 	"os"
@@ -12,13 +12,12 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
-// fakeRunsc is a substitute runsc for the life cycle's own logic (the real one is tested in
-// real_test.go): `create` starts a stand-in sandbox process (a sleep holding the executor's
+// FakeSandboxRunsc is a stand-in for runsc with sandboxes that live, for unit tests of the logic
+// around a sandbox's life cycle (pkg/launch's, a pool's; never the only test of a behaviour): `create` starts a stand-in sandbox process (a sleep holding the executor's
 // stdout, as a sandbox does), writes its pid to --pid-file and records it, with its bundle,
 // under state/; `state` prints it; `restore` and `start` fail for a sandbox that is not there;
 // `delete` kills the process and forgets it. Every command is logged as it begins ("begin
@@ -26,12 +25,13 @@ import (
 // faults: hold-create makes a create wait until the file is removed (at most a minute),
 // hang-restore makes every restore block until it is killed, fail-create makes every create
 // fail.
-type fakeRunsc struct{ dir, path string }
+type FakeSandboxRunsc struct{ dir, Path string }
 
-func newFake(t *testing.T) *fakeRunsc {
+// NewFakeSandboxRunsc writes the stand-in; the test fails if a sandbox is left when it ends.
+func NewFakeSandboxRunsc(t testing.TB) *FakeSandboxRunsc {
 	t.Helper()
-	f := &fakeRunsc{dir: t.TempDir()}
-	f.path = filepath.Join(f.dir, "runsc")
+	f := &FakeSandboxRunsc{dir: t.TempDir()}
+	f.Path = filepath.Join(f.dir, "runsc")
 	script := `#!/bin/sh
 dir="` + f.dir + `"
 echo "begin $*" >> "$dir/calls.log"
@@ -72,14 +72,14 @@ case "$cmd" in
 esac
 exit 0
 `
-	if err := os.WriteFile(f.path, []byte(script), 0o755); err != nil {
+	if err := os.WriteFile(f.Path, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		// A sandbox left behind is a failure; its stand-in is killed either way.
-		for _, id := range f.live() {
+		for _, id := range f.Live() {
 			t.Errorf("sandbox %s left behind", id)
-			if pid := f.pid(id); pid > 0 {
+			if pid := f.Pid(id); pid > 0 {
 				syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
@@ -87,8 +87,8 @@ exit 0
 	return f
 }
 
-// live lists the sandboxes created and not deleted.
-func (f *fakeRunsc) live() []string {
+// Live lists the sandboxes created and not deleted.
+func (f *FakeSandboxRunsc) Live() []string {
 	entries, _ := os.ReadDir(filepath.Join(f.dir, "state"))
 	var ids []string
 	for _, e := range entries {
@@ -97,14 +97,15 @@ func (f *fakeRunsc) live() []string {
 	return ids
 }
 
-func (f *fakeRunsc) pid(id string) int {
+// Pid returns the pid of the stand-in process of sandbox id (0 when there is none).
+func (f *FakeSandboxRunsc) Pid(id string) int {
 	data, _ := os.ReadFile(filepath.Join(f.dir, "state", id))
 	pid, _ := strconv.Atoi(strings.Fields(string(data) + " 0")[0])
 	return pid
 }
 
-// fault turns an induced fault on or off.
-func (f *fakeRunsc) fault(t *testing.T, name string, on bool) {
+// Fault turns an induced fault on or off.
+func (f *FakeSandboxRunsc) Fault(t testing.TB, name string, on bool) {
 	t.Helper()
 	path := filepath.Join(f.dir, name)
 	if on {
@@ -116,8 +117,8 @@ func (f *fakeRunsc) fault(t *testing.T, name string, on bool) {
 	}
 }
 
-// calls returns the lines of the fake's log that hold word as a field.
-func (f *fakeRunsc) calls(word string) []string {
+// Calls returns the lines of the stand-in's log that hold word as a field.
+func (f *FakeSandboxRunsc) Calls(word string) []string {
 	data, _ := os.ReadFile(filepath.Join(f.dir, "calls.log"))
 	var out []string
 	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
@@ -128,16 +129,16 @@ func (f *fakeRunsc) calls(word string) []string {
 	return out
 }
 
-// runtime is a runtime of the fake, with a lease of the test's.
-func (f *fakeRunsc) runtime(t *testing.T) *launch.Runtime {
-	return &launch.Runtime{Path: f.path, Root: filepath.Join(f.dir, "root"), Flags: sandbox.DefaultFlags(), Lease: testenv.Lease(t)}
+// Runtime is a runtime of the stand-in, with a lease of the test's.
+func (f *FakeSandboxRunsc) Runtime(t testing.TB) *launch.Runtime {
+	return &launch.Runtime{Path: f.Path, Root: filepath.Join(f.dir, "root"), Flags: sandbox.DefaultFlags(), Lease: Lease(t)}
 }
 
-// options are SandboxOptions on the fake, in a private work directory, whose spec runs as
-// user.
-func (f *fakeRunsc) options(t *testing.T, user specs.User) launch.SandboxOptions {
+// Options are launch.SandboxOptions on the stand-in, in a private work directory, whose spec
+// runs as user.
+func (f *FakeSandboxRunsc) Options(t testing.TB, user specs.User) launch.SandboxOptions {
 	return launch.SandboxOptions{
-		Runtime: f.runtime(t), WorkDir: testenv.WorkDir(t),
+		Runtime: f.Runtime(t), WorkDir: WorkDir(t),
 		Spec: func(hostDir string) (*specs.Spec, error) {
 			return &specs.Spec{Process: &specs.Process{User: user},
 				Mounts: []specs.Mount{{Destination: sandbox.ExecutorDir, Type: "bind", Source: hostDir}}}, nil
@@ -145,8 +146,9 @@ func (f *fakeRunsc) options(t *testing.T, user specs.User) launch.SandboxOptions
 	}
 }
 
-// waitFor waits until cond holds, at most a minute.
-func waitFor(t *testing.T, what string, cond func() bool) {
+// WaitFor waits until cond holds, at most a minute, polling: for a state outside the test's
+// process that it cannot be told of.
+func WaitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -155,7 +157,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// sameID is an IDs policy that gives one name, whatever it is asked: one that repeats itself.
-type sameID string
+// SameID is an IDs policy that gives one name, whatever it is asked: one that repeats itself.
+type SameID string
 
-func (f sameID) NewID(string, string) (string, error) { return string(f), nil }
+// NewID returns the one name.
+func (f SameID) NewID(string, string) (string, error) { return string(f), nil }
