@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -10,12 +9,10 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"readie.dev/pipeline/internal/bench"
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/atomicfile"
-	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/sandbox"
 )
@@ -194,12 +191,7 @@ func TestCaptureVerify(t *testing.T) {
 			t.Errorf("checkpoint %+v", c)
 		}
 	}
-	rt := &launch.Runtime{Path: testenv.RunscPath(t), Root: root, Flags: sandbox.DefaultFlags()}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if ids, err := rt.List(ctx); err != nil || len(ids) != 0 {
-		t.Fatalf("sandboxes left: %v %v", ids, err)
-	}
+	testenv.CheckNoRunsc(t, testenv.RunscPath(t), root, "")
 	for _, pattern := range []string{".staging-*", ".old-*"} {
 		if matches, _ := filepath.Glob(out + pattern); len(matches) != 0 {
 			t.Errorf("staging or old output left: %v", matches)

@@ -83,6 +83,10 @@ func TestSoakShort(t *testing.T) {
 		}
 	}
 	checkNothingLeft(t, r)
+	// And by the tests' own look: no sandbox, no runsc process of the root, nothing in TMPDIR
+	// but the test's own temporary directories.
+	testenv.CheckNoRunsc(t, testenv.RunscPath(t), root, "")
+	testenv.CheckEmptyDir(t, tmp, t.Name()+"*")
 }
 
 // checkNothingLeft checks the soak's last sample against its first: with a private runsc root

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io/fs"
@@ -16,7 +15,6 @@ import (
 
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/exitcode"
-	"readie.dev/pipeline/pkg/runsc"
 )
 
 // build compiles a main package of this module into dir.
@@ -31,15 +29,13 @@ func build(t *testing.T, dir, pkg string) string {
 	return bin
 }
 
-// privateRoot is a runsc root that must hold no sandbox when the test ends.
+// privateRoot is a runsc root that must hold no sandbox when the test ends: none in runsc
+// list, no runsc process naming it.
 func privateRoot(t *testing.T, runscPath, dir string) string {
 	t.Helper()
 	root := filepath.Join(dir, "root")
 	t.Cleanup(func() {
-		cs, err := (&runsc.Runsc{Path: runscPath, Root: root}).List(context.Background())
-		if err != nil || len(cs) != 0 {
-			t.Errorf("sandboxes left under %s: %v, %v", root, cs, err)
-		}
+		testenv.CheckNoRunsc(t, runscPath, root, "")
 		if err := testenv.RemoveRunscRoot(root); err != nil {
 			t.Error(err)
 		}
@@ -207,10 +203,7 @@ checkpoints:
 		if code, _ := exitcode.Of(err); code != exitcode.ForSignal(syscall.SIGTERM) || !strings.Contains(blockedErr.String(), "was deleted") {
 			t.Fatalf("worker -pool %s stopped by SIGTERM = %v\n%s", pool, err, &blockedErr)
 		}
-		cs, err := (&runsc.Runsc{Path: runscPath, Root: root}).List(context.Background())
-		if err != nil || len(cs) != 0 {
-			t.Fatalf("worker -pool %s left sandboxes after SIGTERM: %v, %v", pool, cs, err)
-		}
+		testenv.CheckNoRunsc(t, runscPath, root, "")
 	}
 }
 

@@ -161,19 +161,6 @@ func (ns *otherNamespace) kill(t *testing.T) {
 	}
 }
 
-// sandboxProcesses lists the runsc processes here whose command line names the sandbox.
-func sandboxProcesses(id string) []string {
-	var found []string
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		data, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if strings.HasPrefix(string(data), "runsc") && strings.Contains(string(data), id) {
-			found = append(found, e.Name()+": "+strings.ReplaceAll(string(data), "\x00", " "))
-		}
-	}
-	return found
-}
-
 // TestRemoveOrphanFromAnotherPidNamespace (real runsc): runsc records the pids of a sandbox as
 // the namespace that made it saw them (small numbers, which here are strangers such as kernel
 // threads); orphans.Remove signals none of them, removes the sandbox's processes that are still
@@ -212,8 +199,8 @@ func TestRemoveOrphanFromAnotherPidNamespace(t *testing.T) {
 			if left, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", ns.id)); len(left) != 0 {
 				t.Errorf("cgroups left: %v", left)
 			}
-			if left := sandboxProcesses(ns.id); len(left) != 0 {
-				t.Errorf("processes of the sandbox left: %v", left)
+			if left, err := testenv.RunscProcesses(rt.Root, ns.id); err != nil || len(left) != 0 {
+				t.Errorf("processes of the sandbox left: %v %v", left, err)
 			}
 		})
 	}
