@@ -158,6 +158,7 @@ func restoreAndCall(ctx context.Context, o options, stdout, stderr io.Writer) (e
 	var from launch.RestoreOptions
 	if o.pool > 0 {
 		how = fmt.Sprintf("from a pool of %d", o.pool)
+		fmt.Fprintf(stderr, "worker: filling a pool of %d\n", o.pool)
 		p, err := pool.New(ctx, pool.Options{New: r.NewSandbox, Size: o.pool})
 		if err != nil {
 			return err
