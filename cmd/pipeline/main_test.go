@@ -66,11 +66,16 @@ checkpoints:
 	return path
 }
 
-// runscRoot is a private runsc root inside dir, removed (with runsc's mount in it) after the test.
+// runscRoot is a private runsc root inside dir; after the test, nothing may be left of its
+// sandboxes (testenv.CheckNoRunsc: runsc list and processes), and it is removed (with runsc's
+// mount in it).
 func runscRoot(t *testing.T, dir string) string {
 	t.Helper()
 	root := filepath.Join(dir, "root")
 	t.Cleanup(func() {
+		if !testing.Short() { // -short runs no sandbox, and has no runsc to list with
+			testenv.CheckNoRunsc(t, testenv.RunscPath(t), root, "")
+		}
 		if err := testenv.RemoveRunscRoot(root); err != nil {
 			t.Error(err)
 		}
