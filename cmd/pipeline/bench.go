@@ -295,18 +295,30 @@ func (c *benchCmd) replay(ctx context.Context, con *console, env *run.Env, out s
 		if r.Pooled != nil {
 			pooled = fmt.Sprintf("%.0f", r.PooledMs)
 		}
-		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t\n", r.Line, r.ColdMs, r.ChosenMs, r.PredictedMs, pooled, r.Choice, orDash(strings.Join(r.Imports, ",")))
+		predicted := "-"
+		if report.Predicted() {
+			predicted = fmt.Sprintf("%.0f", r.PredictedMs)
+		}
+		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t\n", r.Line, r.ColdMs, r.ChosenMs, predicted, pooled, r.Choice, orDash(strings.Join(r.Imports, ",")))
 	}
 	tw.Flush()
-	fmt.Fprintf(con.stdout, "\nmean start to the first answer: cold %.0f ms, chosen %.0f ms (%.2fx cold, %.0f ms saved); predicted %.0f ms: measured %+.1f%% (per request, mean |error| %.1f%%)\n",
-		s.MeanColdMs, s.MeanChosenMs, s.ChosenOverCold, s.SavedMs, s.MeanPredictedMs, s.ModelErrorPct, s.MeanAbsErrorPct)
+	fmt.Fprintf(con.stdout, "\nmean start to the first answer: cold %.0f ms, chosen %.0f ms (%.2fx cold, %.0f ms saved)", s.MeanColdMs, s.MeanChosenMs, s.ChosenOverCold, s.SavedMs)
+	if report.Predicted() {
+		fmt.Fprintf(con.stdout, "; predicted %.0f ms: measured %+.1f%% (per request, mean |error| %.1f%%)\n", s.MeanPredictedMs, s.ModelErrorPct, s.MeanAbsErrorPct)
+	} else {
+		fmt.Fprintln(con.stdout, "; not predicted: the catalogue has no measured prices, so Select chose by image size (run pipeline analyze, then capture, to price starts)")
+	}
 	switch {
 	case report.Pool > 0 && s.PredictedPooledMs > 0:
 		fmt.Fprintf(con.stdout, "from a pool of %d: pooled %.0f ms (%.2fx cold; runsc create %.0f ms off the clock); predicted %.0f ms by the pooled line: measured %+.1f%%\n",
 			report.Pool, s.MeanPooledMs, s.PooledOverCold, s.CreateMs, s.PredictedPooledMs, s.PooledModelErrorPct)
 	case report.Pool > 0:
-		fmt.Fprintf(con.stdout, "from a pool of %d: pooled %.0f ms (%.2fx cold; runsc create %.0f ms off the clock); not predicted: the catalogue has no pooled line\n",
-			report.Pool, s.MeanPooledMs, s.PooledOverCold, s.CreateMs)
+		why := "the catalogue has no pooled line"
+		if !report.Predicted() {
+			why = "no measured prices"
+		}
+		fmt.Fprintf(con.stdout, "from a pool of %d: pooled %.0f ms (%.2fx cold; runsc create %.0f ms off the clock); not predicted: %s\n",
+			report.Pool, s.MeanPooledMs, s.PooledOverCold, s.CreateMs, why)
 	}
 	fmt.Fprintf(con.stdout, "wrote corpus.json, bench.txt (for benchstat) and corpus.svg into %s\n", report.Dir)
 	return nil

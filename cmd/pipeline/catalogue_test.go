@@ -380,6 +380,72 @@ func checkPackages(t *testing.T, cfg string, cat *catalogue.Catalogue, a *analys
 	}
 }
 
+// checkSelectBySize runs select on the output out of empty and pandas (m its manifest), captured
+// without an analysis: its catalogue has no cold start time and no module, so select chooses by
+// image size and never prints a price: the pandas checkpoint for pandas when the version it
+// holds loaded meets the requirement (the issue: select answered "cold start: predicted 0 ms"),
+// a cold start when it does not, the empty checkpoint for no import, and a cold start for an
+// import no checkpoint holds.
+func checkSelectBySize(t *testing.T, cfg, out string, m *manifest.Manifest) {
+	t.Helper()
+	cat, err := catalogue.Load(filepath.Join(out, catalogue.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cat.CostModel.ColdStartMs != 0 || len(cat.Modules) != 0 {
+		t.Fatalf("a catalogue captured without an analysis has a cold start or modules: %+v", cat)
+	}
+	sizes := map[string]float64{}
+	for _, cp := range cat.Checkpoints {
+		sizes[cp.ID] = cp.ImageMiB
+	}
+	pandas := m.Checkpoints[1].Packages["pandas"]
+	if m.Checkpoints[1].ID != "pandas" || pandas == "" || sizes["pandas"] <= sizes["empty"] || sizes["empty"] <= 0 {
+		t.Fatalf("the pandas checkpoint %+v; sizes %v", m.Checkpoints[1], sizes)
+	}
+	const bySize = "; chosen by image size for want of measured prices (the catalogue has no cold start time): to price starts, run `pipeline analyze --corpus FILE` on this output, then capture it again"
+	for _, tc := range []struct {
+		args []string
+		want string // the checkpoint, "" for cold
+		text string // what select prints
+	}{
+		{[]string{"pandas", "--requires", "pandas==" + pandas}, "pandas",
+			fmt.Sprintf("restore pandas: chosen by image size, not priced (no measured prices)\nrestore pandas (%.1f MiB), the smallest checkpoint that holds pandas%s\n", sizes["pandas"], bySize)},
+		{[]string{"pandas", "--requires", "pandas!=" + pandas}, "",
+			"cold start: chosen by image size, not priced (no measured prices)\ncold start: every checkpoint that holds pandas is passed over; passed over pandas: holds pandas " + pandas + " loaded, not pandas!=" + pandas + bySize +
+				"\npassed over pandas: holds pandas " + pandas + " loaded, not pandas!=" + pandas + "\n"},
+		{[]string{""}, "empty",
+			fmt.Sprintf("restore empty: chosen by image size, not priced (no measured prices)\nrestore empty (%.1f MiB), the smallest checkpoint (the request imports nothing); next smallest pandas (%.1f MiB)%s\n", sizes["empty"], sizes["pandas"], bySize)},
+		{[]string{"json,pandas.DataFrame"}, "",
+			"cold start: chosen by image size, not priced (no measured prices)\ncold start: no checkpoint holds json" + bySize + "\n"},
+	} {
+		code, stdout, stderr := runCLI(t, append([]string{"select", "--config", cfg}, tc.args...)...)
+		if code != exitOK || stdout != tc.text {
+			t.Errorf("select %q: exit %d\n%s%s\nwant:\n%s", tc.args, code, stdout, stderr, tc.text)
+		}
+		code, stdout, stderr = runCLI(t, append([]string{"select", "--config", cfg, "--log-format", "json"}, tc.args...)...)
+		if code != exitOK {
+			t.Fatalf("select --log-format json %q: exit %d\n%s", tc.args, code, stderr)
+		}
+		var fields map[string]any
+		if err := json.Unmarshal([]byte(stdout), &fields); err != nil {
+			t.Fatalf("select %q: %v\n%s", tc.args, err, stdout)
+		}
+		for _, key := range []string{"predicted_ms", "fixed_ms", "import_ms", "cold_ms", "predicted_pooled_ms"} {
+			if _, ok := fields[key]; ok {
+				t.Errorf("select %q: the JSON has %s, a price nothing measured:\n%s", tc.args, key, stdout)
+			}
+		}
+		var ch catalogue.Choice
+		if err := json.Unmarshal([]byte(stdout), &ch); err != nil {
+			t.Fatal(err)
+		}
+		if ch.Basis != catalogue.BasisImageSize || ch.Checkpoint != tc.want || ch.Cold != (tc.want == "") || ch.ImageMiB != sizes[tc.want] || !strings.HasSuffix(ch.Why, bySize) {
+			t.Errorf("select %q: %+v, want %q by image size", tc.args, ch, tc.want)
+		}
+	}
+}
+
 // checkCatalogue checks catalogue.json against the manifest, the analysis and the plan.
 func checkCatalogue(t *testing.T, cat *catalogue.Catalogue, m *manifest.Manifest, a *analysis.File, pl *plan.Result) {
 	t.Helper()

@@ -30,6 +30,9 @@ type testConfig struct {
 	sets                        string
 	// store is the checkpoint store; default: "store" beside the output.
 	store string
+	// analysisCache, when set, is the analysis cache (default: the user's), so that a capture
+	// finds no analysis another run left there.
+	analysisCache string
 }
 
 func (c testConfig) write(t *testing.T) string {
@@ -40,6 +43,10 @@ func (c testConfig) write(t *testing.T) string {
 	}
 	if c.store == "" {
 		c.store = filepath.Join(filepath.Dir(c.output), "store")
+	}
+	analysis := ""
+	if c.analysisCache != "" {
+		analysis = fmt.Sprintf("analysis:\n  cache: %s\n", c.analysisCache)
 	}
 	text := fmt.Sprintf(`runsc:
   path: %s
@@ -57,8 +64,8 @@ timeouts:
   restore: 1m
   smoke: 1m
   runsc_command: 30s
-checkpoints:
-%s`, c.runsc, c.root, c.rootfs, c.output, c.store, sets)
+%scheckpoints:
+%s`, c.runsc, c.root, c.rootfs, c.output, c.store, analysis, sets)
 	path := filepath.Join(t.TempDir(), "pipeline.yaml")
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
@@ -163,13 +170,14 @@ func TestOutputIsAFileExit2(t *testing.T) {
 }
 
 // TestCaptureVerify runs the command end to end under real gVisor: capture pandas (and the
-// empty set), verify, then catch a changed byte in pages.img.
+// empty set) without an analysis, select on its catalogue (by image size), verify, then catch a
+// changed byte in pages.img.
 func TestCaptureVerify(t *testing.T) {
 	t.Parallel()
 	dir := testenv.WorkDir(t)
 	root := runscRoot(t, dir)
 	out := filepath.Join(dir, "out")
-	cfg := testConfig{runsc: testenv.RunscPath(t), root: root, rootfs: testenv.Rootfs(t), output: out}.write(t)
+	cfg := testConfig{runsc: testenv.RunscPath(t), root: root, rootfs: testenv.Rootfs(t), output: out, analysisCache: filepath.Join(dir, "analysis-cache")}.write(t)
 
 	code, stdout, stderr := runCLI(t, "capture", "--config", cfg, "--log-format", "json")
 	if code != exitOK {
@@ -206,6 +214,8 @@ func TestCaptureVerify(t *testing.T) {
 	if data, err := os.ReadFile(out + ".lock"); err != nil || len(data) != 0 {
 		t.Errorf("lock file after the run: %q, %v", data, err)
 	}
+
+	checkSelectBySize(t, cfg, out, m)
 
 	if code, stdout, stderr := runCLI(t, "verify", "--config", cfg); code != exitOK || !strings.Contains(stdout, "2 checkpoints verified") {
 		t.Fatalf("verify exit %d\n%s%s", code, stdout, stderr)

@@ -81,8 +81,9 @@ func TimeFloor(ctx context.Context, l *launch.Launcher) (_ float64, err error) {
 }
 
 // NewPool starts a pool of size sandboxes of the launcher's shape in sandbox mode (the spec a
-// restore of the output uses), named with the run's lease (Runtime.NewID) so that no other run
-// takes them for leftovers; the caller closes it.
+// restore of the output uses, the image's process included: launch.Launcher.Spec), named with
+// the run's lease (Runtime.NewID) so that no other run takes them for leftovers; the caller
+// closes it.
 func NewPool(ctx context.Context, l *launch.Launcher, size int) (*pool.Pool, error) {
 	so := l.SandboxOptions(sandbox.ModeSandbox, nil, nil)
 	so.KeepLogs = false // a trial's failure carries its stderr's end; a pool makes many

@@ -193,7 +193,7 @@ func (req Request) evidence(stdout []byte, fingerprint string) (*manifest.Meta, 
 		}
 	}
 	var err error
-	if meta.Packages, err = loadedPackages(stdout); err != nil {
+	if meta.Packages, meta.UnmappedModules, err = loadedPackages(stdout); err != nil {
 		return nil, err
 	}
 	for _, name := range manifest.ImageFiles() {
@@ -241,36 +241,46 @@ func cpuCheck(stdout []byte) (*manifest.CPUCheck, error) {
 }
 
 // loadedPackages reads the executor's packages report from its stdout: the distributions the
-// checkpoint holds loaded. One it could not read the version of is an error: a router would
-// take the checkpoint for one that holds no such distribution.
-func loadedPackages(stdout []byte) (map[string]string, error) {
+// checkpoint holds loaded, and the top-level modules it holds that no distribution's metadata
+// names (unmapped, sorted; nil for none). A distribution it could not read the version of is
+// an error: a router would take the checkpoint for one that holds no such distribution.
+func loadedPackages(stdout []byte) (map[string]string, []string, error) {
 	report, ok := executorLine(stdout, PackagesPrefix)
 	if !ok {
-		return nil, fmt.Errorf("the executor reported no packages (no %q on its stdout before %q): does the image's executor predate it?", strings.TrimSpace(PackagesPrefix), Marker)
+		return nil, nil, fmt.Errorf("the executor reported no packages (no %q on its stdout before %q): does the image's executor predate it?", strings.TrimSpace(PackagesPrefix), Marker)
 	}
 	var r struct {
 		Packages map[string]string `json:"packages"`
 		Errors   map[string]string `json:"errors"`
+		Unmapped []string          `json:"unmapped"`
 		Error    string            `json:"error"`
 	}
 	if err := json.Unmarshal([]byte(report), &r); err != nil {
-		return nil, fmt.Errorf("the executor's packages report is not readable: %.200q (%v)", report, err)
+		return nil, nil, fmt.Errorf("the executor's packages report is not readable: %.200q (%v)", report, err)
 	}
 	// The image's python wrote what follows: quoted and cut short.
 	if r.Error != "" {
-		return nil, fmt.Errorf("the executor could not read the loaded packages: %.300q", r.Error)
+		return nil, nil, fmt.Errorf("the executor could not read the loaded packages: %.300q", r.Error)
 	}
 	if len(r.Errors) > 0 {
 		names := slices.Sorted(maps.Keys(r.Errors))
-		return nil, fmt.Errorf("the executor could not read the versions of %d loaded distributions, %.100q first: %.300q", len(names), names[0], r.Errors[names[0]])
+		return nil, nil, fmt.Errorf("the executor could not read the versions of %d loaded distributions, %.100q first: %.300q", len(names), names[0], r.Errors[names[0]])
 	}
 	if err := catalogue.CheckPackages(r.Packages); err != nil {
-		return nil, fmt.Errorf("the executor's packages report: %w", err)
+		return nil, nil, fmt.Errorf("the executor's packages report: %w", err)
+	}
+	if err := catalogue.CheckUnmapped(r.Unmapped); err != nil {
+		// Cut short: the image's python gave the names.
+		return nil, nil, fmt.Errorf("the executor's packages report: unmapped modules: %.300v", err)
 	}
 	if r.Packages == nil {
 		r.Packages = map[string]string{}
 	}
-	return r.Packages, nil
+	var unmapped []string
+	if len(r.Unmapped) > 0 {
+		unmapped = slices.Sorted(slices.Values(r.Unmapped))
+	}
+	return r.Packages, unmapped, nil
 }
 
 // freshDir makes dir, which must be absent or empty: runsc refuses to save over image files.

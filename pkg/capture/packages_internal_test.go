@@ -2,6 +2,7 @@ package capture
 
 import (
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -14,15 +15,30 @@ func TestLoadedPackagesIsTheExecutorsLine(t *testing.T) {
 	stdout := "" +
 		PackagesPrefix + `{"packages":{"pandas":"2.2.0"}}` + "\n" + // printed by a preimported module
 		"readie-executor: cpu ok\n" +
-		PackagesPrefix + `{"packages":{"pandas":"1.5.3"}}` + "\n" + // the executor's
+		PackagesPrefix + `{"packages":{"pandas":"1.5.3"},"unmapped":["zmod","appmod"]}` + "\n" + // the executor's
 		Marker + " imports=pandas\n" +
 		PackagesPrefix + `{"packages":{"pandas":"9"}}` + "\n" // after the marker: not the report
-	got, err := loadedPackages([]byte(stdout))
+	got, unmapped, err := loadedPackages([]byte(stdout))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := map[string]string{"pandas": "1.5.3"}; !maps.Equal(got, want) {
-		t.Errorf("packages %v, want the executor's %v", got, want)
+	if want := map[string]string{"pandas": "1.5.3"}; !maps.Equal(got, want) || !slices.Equal(unmapped, []string{"appmod", "zmod"}) {
+		t.Errorf("packages %v, unmapped %v; want the executor's %v, [appmod zmod]", got, unmapped, want)
+	}
+}
+
+// TestLoadedPackagesUnmapped: a report without "unmapped" (an executor of before it) or with an
+// empty list means none; a name that is no top-level module name is refused, quoted.
+func TestLoadedPackagesUnmapped(t *testing.T) {
+	for _, report := range []string{`{"packages":{}}`, `{"packages":{},"unmapped":[]}`} {
+		got, unmapped, err := loadedPackages([]byte(PackagesPrefix + report + "\n" + Marker + "\n"))
+		if err != nil || got == nil || unmapped != nil {
+			t.Errorf("%s: %v, %#v, %v; want no packages, nil, no error", report, got, unmapped, err)
+		}
+	}
+	_, _, err := loadedPackages([]byte(PackagesPrefix + `{"packages":{},"unmapped":["ok","a\u001b[2Jb"]}` + "\n" + Marker + "\n"))
+	if err == nil || !strings.Contains(err.Error(), `unmapped modules: "a\x1b[2Jb"`) {
+		t.Errorf("a bad unmapped name: %v", err)
 	}
 }
 
@@ -34,7 +50,7 @@ func TestLoadedPackagesErrorsBounded(t *testing.T) {
 		`{"error":"\u001b[2J` + long + `"}`,
 		`{"packages":{},"errors":{"pandas":"\u001b[2J` + long + `"}}`,
 	} {
-		_, err := loadedPackages([]byte(PackagesPrefix + report + "\n" + Marker + "\n"))
+		_, _, err := loadedPackages([]byte(PackagesPrefix + report + "\n" + Marker + "\n"))
 		if err == nil || len(err.Error()) > 1000 || strings.ContainsRune(err.Error(), 0x1b) {
 			t.Errorf("%.40s...: error of %d bytes: %.200q", report, len(err.Error()), err)
 		}

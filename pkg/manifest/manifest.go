@@ -103,6 +103,10 @@ type Checkpoint struct {
 	// version ({"pandas": "2.2.3+dfsg"}), as the executor read them after its imports (absent
 	// in checkpoints captured before it did).
 	Packages map[string]string `json:"packages,omitempty"`
+	// UnmappedModules are the top-level modules it holds loaded that no distribution's
+	// metadata names, sorted: their versions are unknown (absent: none, or captured before
+	// the executor said).
+	UnmappedModules []string `json:"unmapped_modules,omitempty"`
 }
 
 // Manifest describes a whole output directory.
@@ -172,6 +176,10 @@ type Meta struct {
 	// version ({"pandas": "2.2.3+dfsg"}), as the executor read them after its imports (absent
 	// in checkpoints captured before it did).
 	Packages map[string]string `json:"packages,omitempty"`
+	// UnmappedModules are the top-level modules it holds loaded that no distribution's
+	// metadata names, sorted: their versions are unknown (absent: none, or captured before
+	// the executor said).
+	UnmappedModules []string `json:"unmapped_modules,omitempty"`
 }
 
 // Bytes returns the total size of the checkpoint's image files.
