@@ -384,8 +384,10 @@ func checkPackages(t *testing.T, cfg string, cat *catalogue.Catalogue, a *analys
 // without an analysis: its catalogue has no cold start time and no module, so select chooses by
 // image size and never prints a price: the pandas checkpoint for pandas when the version it
 // holds loaded meets the requirement (the issue: select answered "cold start: predicted 0 ms"),
-// a cold start when it does not, the empty checkpoint for no import, and a cold start for an
-// import no checkpoint holds.
+// a cold start when it does not, the empty checkpoint for no import, the pandas checkpoint for
+// numpy (its packages hold numpy loaded, though it imports only pandas) and for json beside
+// pandas (json, which no checkpoint holds, is imported after either start), and a cold start
+// for a request of only imports no checkpoint holds.
 func checkSelectBySize(t *testing.T, cfg, out string, m *manifest.Manifest) {
 	t.Helper()
 	cat, err := catalogue.Load(filepath.Join(out, catalogue.FileName))
@@ -400,7 +402,7 @@ func checkSelectBySize(t *testing.T, cfg, out string, m *manifest.Manifest) {
 		sizes[cp.ID] = cp.ImageMiB
 	}
 	pandas := m.Checkpoints[1].Packages["pandas"]
-	if m.Checkpoints[1].ID != "pandas" || pandas == "" || sizes["pandas"] <= sizes["empty"] || sizes["empty"] <= 0 {
+	if m.Checkpoints[1].ID != "pandas" || pandas == "" || m.Checkpoints[1].Packages["numpy"] == "" || sizes["pandas"] <= sizes["empty"] || sizes["empty"] <= 0 {
 		t.Fatalf("the pandas checkpoint %+v; sizes %v", m.Checkpoints[1], sizes)
 	}
 	const bySize = "; chosen by image size for want of measured prices (the catalogue has no cold start time): to price starts, run `pipeline analyze --corpus FILE` on this output, then capture it again"
@@ -416,7 +418,11 @@ func checkSelectBySize(t *testing.T, cfg, out string, m *manifest.Manifest) {
 				"\npassed over pandas: holds pandas " + pandas + " loaded, not pandas!=" + pandas + "\n"},
 		{[]string{""}, "empty",
 			fmt.Sprintf("restore empty: chosen by image size, not priced (no measured prices)\nrestore empty (%.1f MiB), the smallest checkpoint (the request imports nothing); next smallest pandas (%.1f MiB)%s\n", sizes["empty"], sizes["pandas"], bySize)},
-		{[]string{"json,pandas.DataFrame"}, "",
+		{[]string{"json,pandas.DataFrame"}, "pandas",
+			fmt.Sprintf("restore pandas: chosen by image size, not priced (no measured prices)\nrestore pandas (%.1f MiB), the smallest checkpoint that holds pandas; no checkpoint holds json, imported after the start either way%s\n", sizes["pandas"], bySize)},
+		{[]string{"numpy.linalg"}, "pandas",
+			fmt.Sprintf("restore pandas: chosen by image size, not priced (no measured prices)\nrestore pandas (%.1f MiB), the smallest checkpoint that holds numpy%s\n", sizes["pandas"], bySize)},
+		{[]string{"json"}, "",
 			"cold start: chosen by image size, not priced (no measured prices)\ncold start: no checkpoint holds json" + bySize + "\n"},
 	} {
 		code, stdout, stderr := runCLI(t, append([]string{"select", "--config", cfg}, tc.args...)...)

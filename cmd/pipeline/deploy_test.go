@@ -220,10 +220,46 @@ func TestKubernetesManifests(t *testing.T) {
 // registry credentials may run, so that no stranger's image runs where they are.
 var sandboxFree = map[string]bool{"pipeline pull": true, "pipeline push": true, "pipeline merge": true, "pipeline verify": true}
 
+// sandboxCommands returns the command lines of lines that may start a sandbox (capture, bench,
+// analyze, measure, smoke, rootfs...): every command but the sandboxFree ones, and a line that
+// does not parse, since what it runs is unknown.
+func sandboxCommands(lines [][]string) []string {
+	var found []string
+	for _, args := range lines {
+		p, err := commands().parse(args, io.Discard)
+		switch {
+		case err != nil:
+			found = append(found, "pipeline "+strings.Join(args, " ")+" (does not parse)")
+		case !sandboxFree[p.path]:
+			found = append(found, p.path)
+		}
+	}
+	return found
+}
+
+// volumeKind names the kind of v ("hostPath", "csi", "secret"), or "missing" when the pod
+// defines no such volume.
+func volumeKind(v corev1.Volume, defined bool) string {
+	if !defined {
+		return "missing"
+	}
+	data, _ := json.Marshal(v.VolumeSource)
+	var kinds map[string]json.RawMessage
+	_ = json.Unmarshal(data, &kinds)
+	if len(kinds) == 0 {
+		return "unknown"
+	}
+	return strings.Join(slices.Sorted(maps.Keys(kinds)), ", ")
+}
+
 // podProblems says what of pod a security reviewer would refuse. A capture runs a stranger's
 // image (in gVisor) in a privileged container, root on the node but for gVisor: that container
-// holds no credential (no registry secret, no service-account token), those that do start no
-// sandbox; every container has a memory limit, a read-only root and, unless privileged, no way
+// holds nothing that may be a credential, and those that do start no sandbox. What may hold one
+// is every volume but the pod's own scratch (emptyDir) and its config (configMap, read-only by
+// the rule below): a secret, a projected volume, a hostPath even read-only (/var/lib/kubelet
+// holds every pod's secrets), a csi volume (a secrets store), a claim; a raw device; and env
+// from a secret or a config map, or DOCKER_CONFIG. The pod gets no service-account token.
+// Every container has a memory limit, a read-only root and, unless privileged, no way
 // to gain privileges; and every volume a container may write is the pod's own (an emptyDir),
 // never one other pods can mount and write (a hostPath), since the store a capture reuses is
 // trusted by whoever reuses it.
@@ -250,34 +286,43 @@ func podProblems(pod corev1.PodSpec) []string {
 			sc = &corev1.SecurityContext{}
 		}
 		privileged := sc.Privileged != nil && *sc.Privileged
-		var holds []string // what of c holds a credential
+		var holds []string // what of c may hold a credential
 		for _, m := range c.VolumeMounts {
-			v := volumes[m.Name]
-			if v.Secret != nil || v.Projected != nil {
-				holds = append(holds, "volume "+m.Name)
+			v, defined := volumes[m.Name]
+			if !defined || (v.EmptyDir == nil && v.ConfigMap == nil) {
+				holds = append(holds, fmt.Sprintf("volume %s (%s)", m.Name, volumeKind(v, defined)))
 			}
 			if !m.ReadOnly && v.EmptyDir == nil {
 				add("container %s mounts volume %s writable and it is not the pod's own (an emptyDir): other pods can write what it reuses", c.Name, m.Name)
 			}
 		}
+		for _, d := range c.VolumeDevices {
+			holds = append(holds, "device "+d.Name)
+		}
 		for _, e := range c.Env {
-			if e.Name == "DOCKER_CONFIG" || (e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil) {
+			switch {
+			case e.Name == "DOCKER_CONFIG":
 				holds = append(holds, "env "+e.Name)
+			case e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil:
+				holds = append(holds, "env "+e.Name+" (secretKeyRef)")
+			case e.ValueFrom != nil && e.ValueFrom.ConfigMapKeyRef != nil:
+				holds = append(holds, "env "+e.Name+" (configMapKeyRef)")
 			}
 		}
 		for _, e := range c.EnvFrom {
 			if e.SecretRef != nil {
 				holds = append(holds, "env from secret "+e.SecretRef.Name)
 			}
+			if e.ConfigMapRef != nil {
+				holds = append(holds, "env from config map "+e.ConfigMapRef.Name)
+			}
 		}
 		if privileged && len(holds) > 0 {
-			add("container %s is privileged (it runs sandboxes of a stranger's image) and holds registry credentials: %s", c.Name, strings.Join(holds, ", "))
+			add("container %s is privileged (it runs sandboxes of a stranger's image) and holds what may be a credential: %s (it may mount only emptyDir and read-only configMap volumes)", c.Name, strings.Join(holds, ", "))
 		}
-		if len(holds) > 0 {
-			for _, args := range containerCommands(c) {
-				if p, err := commands().parse(args, io.Discard); err == nil && !sandboxFree[p.path] {
-					add("container %s holds registry credentials (%s) and runs %s, which starts sandboxes", c.Name, strings.Join(holds, ", "), p.path)
-				}
+		if len(holds) > 0 && !privileged {
+			for _, cmd := range sandboxCommands(containerCommands(c)) {
+				add("container %s holds what may be a credential (%s) and runs %s, which starts sandboxes", c.Name, strings.Join(holds, ", "), cmd)
 			}
 		}
 		if c.Resources.Limits.Memory().IsZero() {
@@ -358,6 +403,27 @@ func TestKubernetesSecurityCatchesProblems(t *testing.T) {
 			c := container(p, "capture")
 			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "docker-config", MountPath: "/etc/readie-registry", ReadOnly: true})
 		}},
+		{"kubelet's files in capture", "holds what may be a credential: volume kubelet (hostPath)", func(p *corev1.PodSpec) {
+			p.Volumes = append(p.Volumes, corev1.Volume{Name: "kubelet", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/lib/kubelet"}}})
+			c := container(p, "capture")
+			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "kubelet", MountPath: "/var/lib/kubelet", ReadOnly: true})
+		}},
+		{"secrets store in capture", "holds what may be a credential: volume secrets-store (csi)", func(p *corev1.PodSpec) {
+			readOnly := true
+			p.Volumes = append(p.Volumes, corev1.Volume{Name: "secrets-store", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{
+				Driver: "secrets-store.csi.k8s.io", ReadOnly: &readOnly, VolumeAttributes: map[string]string{"secretProviderClass": "registry"}}}})
+			c := container(p, "capture")
+			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "secrets-store", MountPath: "/mnt/secrets", ReadOnly: true})
+		}},
+		{"config map env in capture", "holds what may be a credential: env REGISTRY_PASSWORD (configMapKeyRef)", func(p *corev1.PodSpec) {
+			c := container(p, "capture")
+			c.Env = append(c.Env, corev1.EnvVar{Name: "REGISTRY_PASSWORD", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "registry"}, Key: "password"}}})
+		}},
+		{"secret env from in capture", "holds what may be a credential: env from secret registry", func(p *corev1.PodSpec) {
+			c := container(p, "capture")
+			c.EnvFrom = append(c.EnvFrom, corev1.EnvFromSource{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "registry"}}})
+		}},
 		{"capture beside the credentials", "which starts sandboxes", func(p *corev1.PodSpec) {
 			c := container(p, "push")
 			c.Args = []string{"pipeline capture --out /work/out && " + c.Args[0]}
@@ -433,6 +499,7 @@ type workflowJob struct {
 	Needs       string              `yaml:"needs"`
 	RunsOn      string              `yaml:"runs-on"`
 	Permissions workflowPermissions `yaml:"permissions"`
+	Env         map[string]string   `yaml:"env"`
 	Strategy    struct {
 		FailFast bool `yaml:"fail-fast"`
 		Matrix   struct {
@@ -515,13 +582,21 @@ var storeKeyParts = []struct{ part, what string }{
 // memoryFlag is docker run's memory limit.
 var memoryFlag = regexp.MustCompile(`--memory[ =][0-9]+[bkmg]? `)
 
-// workflowProblems says what of wf a security reviewer would refuse. A job that runs a
-// privileged container (a capture: a stranger's image in gVisor) runs on a machine where
-// gVisor alone stands between that image and everything the job holds: it holds no registry
-// credential (no login, no ~/.docker, no secret) and a token that writes nothing, and leaves
-// no token in .git/config. Packages are written only by a job that pushes to a registry. The
-// workflow's own permissions write nothing, so a job gets only what it says. The capture's
-// cache key names what the store depends on; every docker run has a memory limit.
+// sandboxFlag is what docker run is given to let runsc start sandboxes in its container.
+var sandboxFlag = regexp.MustCompile(`--privileged|--cap-add`)
+
+// workflowProblems says what of wf a security reviewer would refuse. A job that starts
+// sandboxes (a capture: a stranger's image in gVisor) runs on a machine where gVisor alone
+// stands between that image and everything the job holds. A job starts sandboxes when one of
+// its pipeline commands may (sandboxCommands: whether in a container or straight on the
+// runner) or it gives docker run --privileged or --cap-add. Such a job holds no registry
+// credential (no login, no ~/.docker, no secret, in no step's env, nor the job's, nor the
+// workflow's, which reaches every job) and a token that writes nothing, and leaves no token in
+// .git/config. (The runner's ACTIONS_RUNTIME_TOKEN, which writes caches and artifacts, is
+// not the job's to withhold: docs/fleet.md says what an escape can write with it.) Packages
+// are written only by a job that pushes to a registry. The workflow's own permissions write
+// nothing, so a job gets only what it says. The capture's cache key names what the store
+// depends on; every docker run has a memory limit.
 func workflowProblems(wf workflow) []string {
 	var problems []string
 	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
@@ -535,13 +610,21 @@ func workflowProblems(wf workflow) []string {
 		if !perms.set {
 			perms = wf.Permissions
 		}
-		var privileged, pushes bool
+		var sandboxes []string // why job starts sandboxes
+		var pushes bool
 		for _, step := range job.Steps {
 			script := strings.ReplaceAll(step.Run, "\\\n", " ")
-			privileged = privileged || strings.Contains(script, "--privileged")
 			for _, line := range strings.Split(script, "\n") {
 				if strings.Contains(line, "docker run") && !memoryFlag.MatchString(line) {
 					add("job %s: a docker run without a memory limit (--memory): %s", name, strings.TrimSpace(line))
+				}
+				if flag := sandboxFlag.FindString(line); flag != "" && !slices.Contains(sandboxes, "docker run "+flag) {
+					sandboxes = append(sandboxes, "docker run "+flag)
+				}
+			}
+			for _, cmd := range sandboxCommands(pipelineCommands(workflowExpand.Replace(step.Run))) {
+				if !slices.Contains(sandboxes, cmd) {
+					sandboxes = append(sandboxes, cmd)
 				}
 			}
 			for _, args := range pipelineCommands(workflowExpand.Replace(step.Run)) {
@@ -575,22 +658,36 @@ func workflowProblems(wf workflow) []string {
 		if slices.Contains(perms.writes(), "packages") && !pushes {
 			add("job %s may write packages but pushes nothing to a registry", name)
 		}
-		if !privileged {
+		if len(sandboxes) == 0 {
 			continue
 		}
+		why := fmt.Sprintf("job %s, which starts sandboxes (%s)", name, strings.Join(sandboxes, ", "))
 		if w := perms.writes(); len(w) > 0 {
-			add("job %s runs a privileged container and its token may write %s", name, strings.Join(w, ", "))
+			add("the token of %s, may write %s", why, strings.Join(w, ", "))
+		}
+		namesSecret := func(value string) bool {
+			return strings.Contains(value, "secrets.") || strings.Contains(value, "github.token")
+		}
+		for _, k := range slices.Sorted(maps.Keys(wf.Env)) {
+			if namesSecret(wf.Env[k]) {
+				add("the workflow's env %s names a secret or the job's token, and reaches the runner of %s", k, why)
+			}
+		}
+		for _, k := range slices.Sorted(maps.Keys(job.Env)) {
+			if namesSecret(job.Env[k]) {
+				add("the env %s of %s, names a secret or the job's token", k, why)
+			}
 		}
 		for i, step := range job.Steps {
-			where := fmt.Sprintf("job %s, step %d (%s%s)", name, i+1, step.Name, step.Uses)
+			where := fmt.Sprintf("step %d (%s%s) of %s", i+1, step.Name, step.Uses, why)
 			text := step.Run + fmt.Sprint(step.With) + fmt.Sprint(step.Env)
 			switch {
 			case strings.Contains(step.Uses, "login"), strings.Contains(step.Run, "docker login"):
-				add("%s logs in to a registry in a job that runs a privileged container", where)
-			case strings.Contains(text, "secrets."), strings.Contains(text, "github.token"):
-				add("%s names a secret or the job's token in a job that runs a privileged container", where)
+				add("%s, logs in to a registry", where)
+			case namesSecret(text):
+				add("%s, names a secret or the job's token", where)
 			case strings.Contains(step.Run, ".docker"), strings.Contains(step.Run, "DOCKER_CONFIG"):
-				add("%s hands registry credentials (~/.docker, DOCKER_CONFIG) to a container in a job that runs a privileged one", where)
+				add("%s, hands registry credentials (~/.docker, DOCKER_CONFIG) to a container", where)
 			case strings.HasPrefix(step.Uses, "actions/checkout@") && step.With["persist-credentials"] != "false":
 				add("%s leaves the job's token in .git/config (persist-credentials: false)", where)
 			}
@@ -640,7 +737,7 @@ func TestGitHubActionsSecurityCatchesProblems(t *testing.T) {
 			wf.Permissions = workflowPermissions{}
 			return wf
 		}},
-		{"capture token writes", "job capture runs a privileged container and its token may write packages", func(wf workflow) workflow {
+		{"capture token writes", "the token of job capture, which starts sandboxes (docker run --privileged, pipeline capture), may write packages", func(wf workflow) workflow {
 			setJob(wf, "capture", func(j *workflowJob) { j.Permissions.scopes["packages"] = "write" })
 			return wf
 		}},
@@ -652,6 +749,26 @@ func TestGitHubActionsSecurityCatchesProblems(t *testing.T) {
 		}},
 		{"token in a step", "names a secret or the job's token", func(wf workflow) workflow {
 			step(wf, "capture", "run").Env = map[string]string{"TOKEN": "${{ github.token }}"}
+			return wf
+		}},
+		{"secret in the workflow's env", "the workflow's env REGISTRY_PASSWORD names a secret or the job's token, and reaches the runner of job capture", func(wf workflow) workflow {
+			wf.Env["REGISTRY_PASSWORD"] = "${{ secrets.REGISTRY_PASSWORD }}"
+			return wf
+		}},
+		{"token in the job's env", "the env GH_TOKEN of job capture, which starts sandboxes (docker run --privileged, pipeline capture), names a secret or the job's token", func(wf workflow) workflow {
+			setJob(wf, "capture", func(j *workflowJob) { j.Env = map[string]string{"GH_TOKEN": "${{ github.token }}"} })
+			return wf
+		}},
+		{"capture straight on the runner", "of job capture, which starts sandboxes (pipeline capture), logs in to a registry", func(wf workflow) workflow {
+			step(wf, "capture", "run").Run = "bin/pipeline capture --config deploy/pipeline.yaml --out work/out --shard ${{ matrix.shard }}/3\n"
+			setJob(wf, "capture", func(j *workflowJob) {
+				j.Steps = append([]workflowStep{{Uses: "docker/login-action@v3", With: map[string]string{"password": "${{ secrets.GITHUB_TOKEN }}"}}}, j.Steps...)
+			})
+			return wf
+		}},
+		{"capabilities instead of --privileged", "the token of job capture, which starts sandboxes (docker run --cap-add), may write packages", func(wf workflow) workflow {
+			step(wf, "capture", "run").Run = `docker run --rm --cap-add ALL --read-only --memory 2g "$PIPELINE_IMAGE" capture --config /etc/readie/pipeline.yaml --out /work/out` + "\n"
+			setJob(wf, "capture", func(j *workflowJob) { j.Permissions.scopes["packages"] = "write" })
 			return wf
 		}},
 		{"credentials mounted", "hands registry credentials", func(wf workflow) workflow {

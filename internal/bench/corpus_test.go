@@ -126,20 +126,8 @@ func TestDrawRequests(t *testing.T) {
 // chosen checkpoint's image size (or its pooled cold start) plus the imports the choice lacks;
 // none without a pooled line.
 func TestDrawRequestsPooledPrediction(t *testing.T) {
-	c := &catalogue.Catalogue{
-		Version: catalogue.Version,
-		CostModel: catalogue.CostModel{InterceptMs: 130, AlphaMsPerMiB: 1.5, ColdStartMs: 400, EmptyMiB: 8,
-			Pooled: catalogue.PooledLine{InterceptMs: 50, AlphaMsPerMiB: 1, ColdStartMs: 300}},
-		Modules: map[string]catalogue.Module{
-			"numpy":  {Available: true, OwnMs: 200, OwnMiB: 9.5, ImportMs: 200, MiB: 9.5, Closure: []string{"numpy"}},
-			"pandas": {Available: true, OwnMs: 700, OwnMiB: 21, ImportMs: 900, MiB: 31, Closure: []string{"numpy", "pandas"}},
-			"re":     {Available: true, Closure: []string{"re"}},
-		},
-		Checkpoints: []catalogue.Checkpoint{
-			{ID: "empty", Imports: []string{}, Closure: []string{}, ImageMiB: 8, RestoreMedianMs: 150},
-			{ID: "pandas", Imports: []string{"pandas"}, Closure: []string{"numpy", "pandas"}, ImageMiB: 40, RestoreMedianMs: 190},
-		},
-	}
+	c := twoCheckpoints(catalogue.CostModel{InterceptMs: 130, AlphaMsPerMiB: 1.5, ColdStartMs: 400, EmptyMiB: 8,
+		Pooled: catalogue.PooledLine{InterceptMs: 50, AlphaMsPerMiB: 1, ColdStartMs: 300}})
 	cor, err := corpus.Parse(strings.NewReader(`{"imports": ["pandas.DataFrame"]}
 {"imports": ["numpy"]}
 {"imports": ["re"]}
@@ -153,7 +141,7 @@ func TestDrawRequestsPooledPrediction(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		trials, _, _, err := drawRequests(CorpusOptions{Corpus: cor, Sample: 3, Part: PartAll}, r, x)
+		trials, _, _, err := drawRequests(CorpusOptions{Corpus: cor, Sample: 4, Part: PartAll}, r, x)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -288,7 +276,7 @@ func TestDrawRequestsPackages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	trials, _, _, err := drawRequests(CorpusOptions{Corpus: cor, Sample: 3, Part: PartAll}, r, x)
+	trials, _, _, err := drawRequests(CorpusOptions{Corpus: cor, Sample: 4, Part: PartAll}, r, x)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,19 +293,7 @@ func TestDrawRequestsPackages(t *testing.T) {
 // carries no prediction, and the report, bench.txt and the chart give none either, never a
 // price of 0 ms.
 func TestCorpusByImageSize(t *testing.T) {
-	c := &catalogue.Catalogue{
-		Version:   catalogue.Version,
-		CostModel: catalogue.CostModel{InterceptMs: 130, AlphaMsPerMiB: 1.5, EmptyMiB: 8},
-		Modules: map[string]catalogue.Module{
-			"numpy":  {Available: true, OwnMs: 200, OwnMiB: 9.5, ImportMs: 200, MiB: 9.5, Closure: []string{"numpy"}},
-			"pandas": {Available: true, OwnMs: 700, OwnMiB: 21, ImportMs: 900, MiB: 31, Closure: []string{"numpy", "pandas"}},
-			"re":     {Available: true, Closure: []string{"re"}},
-		},
-		Checkpoints: []catalogue.Checkpoint{
-			{ID: "empty", Imports: []string{}, Closure: []string{}, ImageMiB: 8, RestoreMedianMs: 150},
-			{ID: "pandas", Imports: []string{"pandas"}, Closure: []string{"numpy", "pandas"}, ImageMiB: 40, RestoreMedianMs: 190},
-		},
-	}
+	c := twoCheckpoints(catalogue.CostModel{InterceptMs: 130, AlphaMsPerMiB: 1.5, EmptyMiB: 8}) // no cold start: no prices
 	r, err := catalogue.NewRouter(c)
 	if err != nil {
 		t.Fatal(err)
@@ -325,17 +301,19 @@ func TestCorpusByImageSize(t *testing.T) {
 	cor, err := corpus.Parse(strings.NewReader(`{"imports": ["pandas.DataFrame"]}
 {"imports": ["re"]}
 {"imports": []}
+{"imports": ["re", "numpy"]}
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
 	x := &run.VerifiedOutput{Out: "/out", Manifest: &manifest.Manifest{Checkpoints: []manifest.Checkpoint{{ID: "empty", Dir: "empty"}, {ID: "pandas", Dir: "pandas"}}}}
-	trials, _, _, err := drawRequests(CorpusOptions{Corpus: cor, Sample: 3, Part: PartAll}, r, x)
+	trials, _, _, err := drawRequests(CorpusOptions{Corpus: cor, Sample: 4, Part: PartAll}, r, x)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// pandas: the pandas checkpoint holds it; re: none holds it, cold; nothing: empty.
-	want := map[int]string{1: "pandas", 2: Cold, 3: "empty"}
+	// pandas: the pandas checkpoint holds it; re: none holds it, cold; nothing: empty; re and
+	// numpy: the pandas checkpoint holds numpy, and re is imported after either start.
+	want := map[int]string{1: "pandas", 2: Cold, 3: "empty", 4: "pandas"}
 	report := &CorpusReport{Rounds: 1, Corpus: "c.jsonl", Part: PartAll, Basis: r.Basis()}
 	for _, tr := range trials {
 		if tr.req.Choice != want[tr.req.Line] || tr.req.PredictedMs != 0 || tr.req.PredictedColdMs != 0 || tr.predictedPooled != 0 {
@@ -346,7 +324,7 @@ func TestCorpusByImageSize(t *testing.T) {
 		req.ColdMs, req.ChosenMs = 600, 200
 		report.Requests = append(report.Requests, req)
 	}
-	if len(trials) != 3 || report.Predicted() {
+	if len(trials) != 4 || report.Predicted() {
 		t.Fatalf("%d trials, predicted %v", len(trials), report.Predicted())
 	}
 	report.Summary = summarize(report.Requests)
@@ -372,5 +350,23 @@ func TestCorpusByImageSize(t *testing.T) {
 	var svg bytes.Buffer
 	if err := WriteCorpusChart(&svg, report); err != nil || strings.Contains(svg.String(), "predicted (choice)") || !strings.Contains(svg.String(), "chosen by image size, not predicted") {
 		t.Errorf("chart by image size: %v", err)
+	}
+}
+
+// twoCheckpoints is a catalogue of numpy, pandas and re, with the checkpoints empty and pandas,
+// under the cost model m.
+func twoCheckpoints(m catalogue.CostModel) *catalogue.Catalogue {
+	return &catalogue.Catalogue{
+		Version:   catalogue.Version,
+		CostModel: m,
+		Modules: map[string]catalogue.Module{
+			"numpy":  {Available: true, OwnMs: 200, OwnMiB: 9.5, ImportMs: 200, MiB: 9.5, Closure: []string{"numpy"}},
+			"pandas": {Available: true, OwnMs: 700, OwnMiB: 21, ImportMs: 900, MiB: 31, Closure: []string{"numpy", "pandas"}},
+			"re":     {Available: true, Closure: []string{"re"}},
+		},
+		Checkpoints: []catalogue.Checkpoint{
+			{ID: "empty", Imports: []string{}, Closure: []string{}, ImageMiB: 8, RestoreMedianMs: 150},
+			{ID: "pandas", Imports: []string{"pandas"}, Closure: []string{"numpy", "pandas"}, ImageMiB: 40, RestoreMedianMs: 190},
+		},
 	}
 }

@@ -4,8 +4,8 @@
 // checkpoint, or a cold start, with the lowest predicted start cost, never a checkpoint whose
 // loaded distributions do not satisfy the request's package requirements (SelectFor). A
 // catalogue without measured prices (an output captured without analyze: no cold start time)
-// is routed by image size instead: the smallest checkpoint that holds the request, else a cold
-// start. The planner (package catalogue/plan) prices with the same rule (package
+// is routed by image size instead: the smallest checkpoint that holds what some checkpoint
+// holds of the request, else a cold start. The planner (package catalogue/plan) prices with the same rule (package
 // catalogue/internal/cost), so a plan and a router agree on what a request costs.
 package catalogue
 
@@ -217,9 +217,11 @@ type Router struct {
 	basis    Basis
 	unpriced string
 	// holds are the modules each option holds by name, its imports and closure (none for the
-	// cold start), and held every module some checkpoint holds: a choice by image size.
-	holds []map[string]bool
-	held  map[string]bool
+	// cold start), held every module some checkpoint holds, and heldDists every distribution
+	// some checkpoint holds loaded: a choice by image size.
+	holds     []map[string]bool
+	held      map[string]bool
+	heldDists map[string]bool
 }
 
 // NewRouter validates c and compiles it for Select.
@@ -274,7 +276,7 @@ func NewRouter(c *Catalogue) (*Router, error) {
 		}
 		return strings.Compare(ca.ID, cb.ID)
 	})
-	r := &Router{index: x, pricer: x.Pricer(), image: c.Packages, basis: BasisCostModel, unpriced: c.unpriced(), held: map[string]bool{}}
+	r := &Router{index: x, pricer: x.Pricer(), image: c.Packages, basis: BasisCostModel, unpriced: c.unpriced(), held: map[string]bool{}, heldDists: map[string]bool{}}
 	if r.unpriced != "" {
 		r.basis = BasisImageSize
 	}
@@ -283,6 +285,9 @@ func NewRouter(c *Catalogue) (*Router, error) {
 		holds := map[string]bool{}
 		for _, m := range slices.Concat(cp.Imports, cp.Closure) {
 			holds[m], r.held[m] = true, true
+		}
+		for d := range cp.Packages {
+			r.heldDists[d] = true
 		}
 		r.holds = append(r.holds, holds)
 		r.options = append(r.options, cost.Option{FixedMs: cp.RestoreMs(c.CostModel), Loaded: loaded[i]})
@@ -375,8 +380,8 @@ const (
 	// BasisCostModel: the option of lowest predicted start cost.
 	BasisCostModel Basis = "cost model"
 	// BasisImageSize: the catalogue has no measured prices (Choice.Why says what it lacks), so
-	// the smallest checkpoint that holds every import of the request and meets its
-	// requirements, else a cold start.
+	// the smallest checkpoint that holds every import of the request that some checkpoint
+	// holds and meets its requirements, else a cold start (SelectFor).
 	BasisImageSize Basis = "image size"
 )
 
@@ -445,8 +450,11 @@ func (r *Router) Select(names []string) Choice { return r.SelectFor(names, nil) 
 // ruled out. A requirement the image itself does not satisfy is reported in ImageLacks.
 //
 // On a catalogue without measured prices (Router.Basis is BasisImageSize) it chooses the
-// smallest checkpoint not passed over that holds every name (its longest dotted prefix that a
-// checkpoint imports or holds in its closure), else a cold start, and prices nothing.
+// smallest checkpoint not passed over that holds every name some checkpoint holds (its longest
+// dotted prefix that a checkpoint imports or holds in its closure, or its top-level module when
+// a checkpoint holds loaded the distribution of that normalized name), else a cold start, and
+// prices nothing. Names no checkpoint holds are imported after the start either way and do not
+// decide; a request that names only such names starts cold.
 func (r *Router) SelectFor(names []string, packages []pyreq.Requirement) Choice {
 	ch, need := r.resolve(names)
 	ch.Basis = r.basis
@@ -537,13 +545,16 @@ func (r *Router) chose(ch *Choice, best int, need cost.Set) {
 }
 
 // bySize chooses for a catalogue without prices: the smallest option (options are in image size
-// order, the cold start last) not ruled out that holds every one of names, else the cold start.
-// need is what the request needs of the analysed modules.
+// order, the cold start last) not ruled out that holds every one of names that some checkpoint
+// holds, else the cold start. A name no checkpoint holds (json, re: what a request imports after
+// a restore and after a cold start alike) does not count against any checkpoint; it is said in
+// the why. A request all of whose names no checkpoint holds starts cold: nothing it imports
+// would be loaded by a restore. need is what the request needs of the analysed modules.
 func (r *Router) bySize(ch *Choice, names []string, ruledOut []bool, need cost.Set) {
 	// Each name as the module a checkpoint holds it by; names no checkpoint holds.
 	var wanted, nowhere []string
 	for _, name := range names {
-		switch m, ok := cost.LongestPrefix(name, func(p string) bool { return r.held[p] }); {
+		switch m, ok := r.heldAs(name); {
 		case !ok && !slices.Contains(nowhere, name):
 			nowhere = append(nowhere, name)
 		case ok && !slices.Contains(wanted, m):
@@ -551,10 +562,11 @@ func (r *Router) bySize(ch *Choice, names []string, ruledOut []bool, need cost.S
 		}
 	}
 	slices.Sort(wanted)
+	slices.Sort(nowhere)
 	cold := len(r.options) - 1
 	var serving []int // the checkpoints that may serve the request, smallest first
 	for i := range cold {
-		if len(nowhere) == 0 && !ruledOut[i] && r.holdsAll(i, wanted) {
+		if (len(wanted) > 0 || len(nowhere) == 0) && !ruledOut[i] && r.holdsAll(i, wanted) {
 			serving = append(serving, i)
 		}
 	}
@@ -572,7 +584,7 @@ func (r *Router) bySize(ch *Choice, names []string, ruledOut []bool, need cost.S
 	switch {
 	case !ch.Cold:
 		fmt.Fprintf(&why, "restore %s (%.1f MiB), the smallest checkpoint%s", ch.Checkpoint, ch.ImageMiB, holding)
-	case len(nowhere) > 0:
+	case len(wanted) == 0 && len(nowhere) > 0:
 		fmt.Fprintf(&why, "cold start: no checkpoint holds %s", strings.Join(nowhere, ", "))
 	case cold == 0:
 		why.WriteString("cold start: the catalogue has no checkpoint")
@@ -580,6 +592,9 @@ func (r *Router) bySize(ch *Choice, names []string, ruledOut []bool, need cost.S
 		fmt.Fprintf(&why, "cold start: every checkpoint%s is passed over", holding)
 	default:
 		fmt.Fprintf(&why, "cold start: no checkpoint holds all of %s", strings.Join(wanted, ", "))
+	}
+	if len(wanted) > 0 && len(nowhere) > 0 {
+		fmt.Fprintf(&why, "; no checkpoint holds %s, imported after the start either way", strings.Join(nowhere, ", "))
 	}
 	if len(serving) > 1 {
 		fmt.Fprintf(&why, "; next smallest %s (%.1f MiB)", r.ids[serving[1]], r.images[serving[1]])
@@ -589,9 +604,32 @@ func (r *Router) bySize(ch *Choice, names []string, ruledOut []bool, need cost.S
 	ch.Why = why.String()
 }
 
-// holdsAll reports whether option i holds every one of modules.
+// heldAs returns the module by which some checkpoint holds name: its longest dotted prefix that
+// a checkpoint imports or holds in its closure, else its top-level module when that module's
+// name, PEP 503 normalized, is a distribution some checkpoint holds loaded (numpy for
+// numpy.linalg, held by a checkpoint of pandas). ok is false when no checkpoint holds it.
+func (r *Router) heldAs(name string) (module string, ok bool) {
+	if m, ok := cost.LongestPrefix(name, func(p string) bool { return r.held[p] }); ok {
+		return m, true
+	}
+	top, _, _ := strings.Cut(name, ".")
+	if r.heldDists[pyreq.NormalizeName(top)] {
+		return top, true
+	}
+	return "", false
+}
+
+// holdsAll reports whether option i holds every one of modules: by its imports or closure, or
+// by a loaded distribution whose name is the module's top-level one, normalized.
 func (r *Router) holdsAll(i int, modules []string) bool {
-	return !slices.ContainsFunc(modules, func(m string) bool { return !r.holds[i][m] })
+	return !slices.ContainsFunc(modules, func(m string) bool {
+		if r.holds[i][m] {
+			return false
+		}
+		top, _, _ := strings.Cut(m, ".")
+		_, loaded := r.packages[i][pyreq.NormalizeName(top)]
+		return !loaded
+	})
 }
 
 // anyHolds reports whether some checkpoint (the cold start holds nothing) holds every one of

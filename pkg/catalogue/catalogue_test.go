@@ -107,8 +107,10 @@ func unpricedCatalogue(checkpoints ...Checkpoint) *Catalogue {
 }
 
 // TestSelectBySize: a catalogue without measured prices routes by image size: the smallest
-// checkpoint that holds every import and meets every requirement, else a cold start; no price
-// in the choice or its JSON, and the why says so and how to measure them.
+// checkpoint that holds (by its imports or its loaded distributions) every import some
+// checkpoint holds and meets every requirement, else a cold start; an import no checkpoint
+// holds is named in the why but does not decide, and a request of only such imports starts
+// cold; no price in the choice or its JSON, and the why says so and how to measure them.
 func TestSelectBySize(t *testing.T) {
 	old := map[string]string{"pandas": "1.5.3", "numpy": "1.24.2", "cloudpickle": "2.2.0"}
 	current := map[string]string{"pandas": "2.2.3+dfsg", "numpy": "1.26.4", "cloudpickle": "2.2.0"}
@@ -117,8 +119,11 @@ func TestSelectBySize(t *testing.T) {
 	// Listed before the smaller pandas checkpoint, restoring faster: size alone decides.
 	pandasNumpy := Checkpoint{ID: "numpy-pandas", Imports: []string{"numpy", "pandas"}, ImageMiB: 45.2, RestoreMedianMs: 100, Packages: current}
 	pandas := Checkpoint{ID: "pandas", Imports: []string{"pandas"}, ImageMiB: 39.8, RestoreMedianMs: 200, Packages: old}
-	svm := Checkpoint{ID: "sklearn_svm", Imports: []string{"sklearn.svm"}, ImageMiB: 60, RestoreMedianMs: 210}
+	svm := Checkpoint{ID: "sklearn_svm", Imports: []string{"sklearn.svm"}, ImageMiB: 60, RestoreMedianMs: 210,
+		Packages: map[string]string{"scikit-learn": "1.2.1", "typing-extensions": "4.12.2"}}
 	all := unpricedCatalogue(empty, numpy, pandasNumpy, pandas, svm)
+	// As captured without analyze: the pandas checkpoint holds numpy only by its packages.
+	emptyPandas := unpricedCatalogue(empty, pandas)
 	for _, tc := range []struct {
 		name     string
 		cat      *Catalogue
@@ -128,17 +133,35 @@ func TestSelectBySize(t *testing.T) {
 		why      string // how the why starts
 	}{
 		{"the smallest that holds it", all, []string{"pandas"}, nil, "pandas", "restore pandas (39.8 MiB), the smallest checkpoint that holds pandas; next smallest numpy-pandas (45.2 MiB); "},
-		{"a name imported from a module", all, []string{"pandas.DataFrame", "numpy"}, nil, "numpy-pandas", "restore numpy-pandas (45.2 MiB), the smallest checkpoint that holds numpy, pandas; "},
-		{"numpy", all, []string{"numpy"}, nil, "numpy", "restore numpy (17.6 MiB), the smallest checkpoint that holds numpy; next smallest numpy-pandas (45.2 MiB); "},
+		// The pandas checkpoint holds numpy loaded (its packages say so), though it does not import it.
+		{"a name imported from a module", all, []string{"pandas.DataFrame", "numpy"}, nil, "pandas", "restore pandas (39.8 MiB), the smallest checkpoint that holds numpy, pandas; next smallest numpy-pandas (45.2 MiB); "},
+		{"numpy", all, []string{"numpy"}, nil, "numpy", "restore numpy (17.6 MiB), the smallest checkpoint that holds numpy; next smallest pandas (39.8 MiB); "},
+		{"a loaded distribution", emptyPandas, []string{"numpy", "pandas"}, nil, "pandas", "restore pandas (39.8 MiB), the smallest checkpoint that holds numpy, pandas; "},
+		{"a submodule of a loaded distribution", emptyPandas, []string{"pandas", "numpy.linalg"}, nil, "pandas", "restore pandas (39.8 MiB), the smallest checkpoint that holds numpy, pandas; "},
+		{"a distribution name normalized", all, []string{"typing_extensions"}, nil, "sklearn_svm", "restore sklearn_svm (60.0 MiB), the smallest checkpoint that holds typing_extensions; "},
+		{"a requirement on what a checkpoint holds by its packages", all, []string{"numpy"}, []string{"numpy>=1.26"}, "numpy-pandas",
+			"restore numpy-pandas (45.2 MiB), the smallest checkpoint that holds numpy; passed over numpy: holds numpy 1.24.2 loaded, not numpy>=1.26; passed over pandas: "},
 		{"a submodule", all, []string{"sklearn.svm.SVC"}, nil, "sklearn_svm", "restore sklearn_svm (60.0 MiB), the smallest checkpoint that holds sklearn.svm; "},
 		{"no imports", all, nil, nil, "empty", "restore empty (8.4 MiB), the smallest checkpoint (the request imports nothing); next smallest numpy (17.6 MiB); "},
 		{"a requirement excludes one", all, []string{"pandas"}, []string{"pandas>=2.2,<3"}, "numpy-pandas", "restore numpy-pandas (45.2 MiB), the smallest checkpoint that holds pandas; "},
 		{"a requirement excludes every holder", all, []string{"pandas"}, []string{"pandas>=3"}, "", "cold start: every checkpoint that holds pandas is passed over; "},
 		{"a requirement on what a checkpoint does not load", all, []string{"numpy"}, []string{"requests>=2"}, "numpy", "restore numpy (17.6 MiB)"},
-		{"none holds it", all, []string{"json", "pandas"}, nil, "", "cold start: no checkpoint holds json; "},
-		// Holding sklearn.svm loads sklearn, but no checkpoint imports sklearn by that name.
+		// json is imported after a restore as after a cold start: it does not decide.
+		{"a name none holds", all, []string{"json", "pandas"}, nil, "pandas",
+			"restore pandas (39.8 MiB), the smallest checkpoint that holds pandas; no checkpoint holds json, imported after the start either way; next smallest numpy-pandas (45.2 MiB); "},
+		{"a name none holds, captured without analyze", emptyPandas, []string{"json", "pandas.DataFrame"}, nil, "pandas",
+			"restore pandas (39.8 MiB), the smallest checkpoint that holds pandas; no checkpoint holds json, imported after the start either way; "},
+		{"a name none holds, every holder passed over", all, []string{"re", "pandas", "json"}, []string{"pandas>=3"}, "",
+			"cold start: every checkpoint that holds pandas is passed over; no checkpoint holds json, re, imported after the start either way; "},
+		// Nothing the request imports is held: nothing shows that a restore gains anything.
+		{"only names none holds", emptyPandas, []string{"json"}, nil, "", "cold start: no checkpoint holds json; "},
+		{"only names none holds, several", all, []string{"re", "json"}, nil, "", "cold start: no checkpoint holds json, re; "},
+		// Holding sklearn.svm loads sklearn, but no checkpoint imports sklearn by that name, and
+		// its distribution is scikit-learn.
 		{"a parent package is not an import", all, []string{"sklearn"}, nil, "", "cold start: no checkpoint holds sklearn; "},
 		{"none holds them all", all, []string{"numpy", "sklearn.svm"}, nil, "", "cold start: no checkpoint holds all of numpy, sklearn.svm; "},
+		{"none holds them all, and a name none holds", all, []string{"json", "numpy", "sklearn.svm"}, nil, "",
+			"cold start: no checkpoint holds all of numpy, sklearn.svm; no checkpoint holds json, imported after the start either way; "},
 		{"no checkpoint", unpricedCatalogue(), nil, nil, "", "cold start: the catalogue has no checkpoint; "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -9,13 +9,16 @@ distributions that provide it and their versions, by the first of these rules th
 
 1. the metadata's own declarations: packages_distributions() (top_level.txt, or the files
    RECORD or SOURCES.txt lists);
-2. a distribution whose files list (RECORD) holds the module's file, or an editable install
-   (direct_url.json "dir_info": {"editable": true}) whose project directory holds it;
+2. a distribution whose files list (RECORD) holds the module's file; else an editable install
+   (direct_url.json "dir_info": {"editable": true}) whose project directory holds it, outside
+   any site-packages or dist-packages directory below the project (its .venv's), the deepest
+   such project when several do;
 3. a distribution of the module's own name (normalized) in the directory it was loaded from
    (Debian removes RECORD, and meson-built metadata has no top_level.txt: numpy 2);
 4. on a Debian image, the dpkg package whose file list (/var/lib/dpkg/info/*.list, read as
-   data) holds the module's path: the .dist-info and .egg-info directories of that package
-   (attr, of attrs).
+   data; a list that is not a regular file, or is larger than DPKG_LIST_MAX, is skipped) holds
+   the module's path: the .dist-info and .egg-info directories of that package (attr, of
+   attrs).
 
 A module none of them maps is "unmapped": its version is unknown. Modules that were not loaded
 from a file (made at run time, such as Cython's "_cython_3_0_11") and those of the
@@ -23,7 +26,9 @@ interpreter's own library directories (Debian's sitecustomize) are not distribut
 left out, and so are, from "unmapped", the modules the executor had loaded before the
 preimports (its own, and what the image's site loads into every process).
 
-The report is one JSON line on stdout after REPORT_PREFIX, read by the pipeline from the
+The child takes its input as JSON on stdin (a single argument is capped at 128 KiB), and its
+answer, of at most OUTPUT_MAX bytes, on stdout. The report is one JSON line on stdout after
+REPORT_PREFIX, read by the pipeline from the
 capture's stdout log: {"packages": {normalized name: version}, "errors": {...}, "unmapped":
 [module, ...]}, or {"error": "..."} when the child could not run.
 """
@@ -40,26 +45,58 @@ EXECUTOR_MODULES = frozenset({"__main__", __name__.partition(".")[0]})
 # Where dpkg keeps each installed package's file list, inside the sandbox.
 DPKG_INFO = "/var/lib/dpkg/info"
 
-# The child's code: argv[1] is the parent's sys.path, argv[2] the modules ({top-level name:
-# [the module's file, or a package's directories]}), argv[3] dpkg's info directory.
+# The largest dpkg file list the child reads (Debian's largest, of kernel modules, are a few MB).
+DPKG_LIST_MAX = 64 << 20
+
+# The most the parent reads of the child's stdout (its answer is a few KB).
+OUTPUT_MAX = 16 << 20
+
+# signal.SIGKILL on Linux, without importing signal into the process being checkpointed.
+SIGKILL = 9
+
+# The child's code: stdin is one JSON object: "path", the parent's sys.path; "modules",
+# {top-level name: [the module's file, or a package's directories]}; "dpkg_info", dpkg's info
+# directory; "dpkg_list_max", DPKG_LIST_MAX.
 CHILD = r"""
 import json, os, sys
-sys.path[:] = json.loads(sys.argv[1])
-import importlib.metadata as md, re
-modules, dpkg_info = json.loads(sys.argv[2]), sys.argv[3]
+given = json.loads(sys.stdin.buffer.read())
+sys.path[:] = given["path"]
+import importlib.metadata as md, re, stat
+modules, dpkg_info, dpkg_list_max = given["modules"], given["dpkg_info"], given["dpkg_list_max"]
 
 def norm(name):
     return re.sub(r"[-_.]+", "-", name).lower()
 
-def under(path, directory):
-    # path is directory or lies below it.
-    while True:
-        if path == directory:
-            return True
-        parent = os.path.dirname(path)
-        if parent == path:
-            return False
-        path = parent
+def in_project(path, project):
+    # path is the project directory or lies below it, not in a site directory below it (a
+    # venv's at project/.venv, or pip install --target's).
+    rel = os.path.relpath(path, project)
+    if rel == os.pardir or rel.startswith(os.pardir + os.sep):
+        return False
+    return not {"site-packages", "dist-packages"} & set(rel.split(os.sep))
+
+def read_list(path):
+    # A dpkg file list's text, or None when it is not a regular file (not followed through a
+    # link: a FIFO would block, /dev/zero never end), cannot be read, or is too large.
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > dpkg_list_max:
+            return None
+        chunks, size = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > dpkg_list_max:
+                return None
+        return b"".join(chunks).decode("utf-8", "surrogateescape")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 packages, errors, found = {}, {}, {}
 
@@ -98,9 +135,11 @@ for top in modules:
         record(top, None, name)
 left -= set(found)
 
-# 2. A distribution whose files (RECORD) hold the module's, or an editable install whose
-# project directory does. An unreadable distribution is skipped: it may be none of ours.
+# 2. A distribution whose files (RECORD) hold the module's; else an editable install whose
+# project directory does (the deepest project's). An unreadable distribution is skipped: it
+# may be none of ours.
 if left:
+    projects = []
     for dist in md.distributions():
         try:
             roots = forms(dist.locate_file(""))
@@ -110,12 +149,16 @@ if left:
             url = json.loads(dist.read_text("direct_url.json") or "{}")
             if url.get("dir_info", {}).get("editable") and url.get("url", "").startswith("file:"):
                 from urllib.parse import unquote, urlsplit
-                project = os.path.realpath(unquote(urlsplit(url["url"]).path))
-                mine |= {top for top in left if any(under(p, project) for p in paths[top])}
+                projects.append((os.path.realpath(unquote(urlsplit(url["url"]).path)), dist))
         except Exception:
             continue
         for top in mine:
             record(top, dist)
+    left -= set(found)
+    for top in sorted(left):
+        holders = [(project, dist) for project, dist in projects if any(in_project(p, project) for p in paths[top])]
+        if holders:
+            record(top, max(holders, key=lambda h: len(h[0]))[1])
     left -= set(found)
 
 # 3. A distribution of the module's name in the directory the module was loaded from (before
@@ -128,13 +171,17 @@ for top in sorted(left):
 left -= set(found)
 
 # 4. dpkg's file lists: the package holding the module, and its metadata directories.
-if left and os.path.isdir(dpkg_info):
+try:
+    lists = sorted(e.path for e in os.scandir(dpkg_info) if e.name.endswith(".list")) if left else []
+except OSError:
+    lists = []
+if lists:
     wanted = {p: top for top in left for p in paths[top]}
-    for entry in sorted(os.scandir(dpkg_info), key=lambda e: e.name):
-        if not entry.name.endswith(".list"):
+    for path in lists:
+        text = read_list(path)
+        if text is None:
             continue
-        with open(entry.path, encoding="utf-8", errors="surrogateescape") as f:
-            text = "\n" + f.read() + "\n"
+        text = "\n" + text + "\n"
         holds = {top for p, top in wanted.items() if "\n" + p + "\n" in text}
         if not holds:
             continue
@@ -194,21 +241,43 @@ def query(path, modules, dpkg_info=DPKG_INFO):
     """The child's answer, as a dict, for modules ({top-level name: its origins}) on sys.path
     path, with dpkg's file lists in dpkg_info."""
     exe = sys.executable or "/proc/self/exe"
-    r, w = os.pipe()
-    argv = [exe, "-c", CHILD, json.dumps(list(path)), json.dumps(modules), dpkg_info]
+    given = json.dumps({"path": list(path), "modules": modules, "dpkg_info": dpkg_info,
+                        "dpkg_list_max": DPKG_LIST_MAX}).encode()
+    # The input, however large, in a memory file the child reads as its stdin: nothing to
+    # write while the child runs, so no deadlock with what it prints.
     try:
-        pid = os.posix_spawn(exe, argv, os.environ, file_actions=[(os.POSIX_SPAWN_DUP2, w, 1), (os.POSIX_SPAWN_CLOSE, r)])
+        data = os.memfd_create("readie-packages")
+    except OSError as e:
+        return {"error": f"cannot pass the modules to the metadata reader: {e}"}
+    try:
+        view = memoryview(given)
+        while view:
+            view = view[os.write(data, view):]
+        os.lseek(data, 0, os.SEEK_SET)
+        r, w = os.pipe()
+    except OSError as e:
+        os.close(data)
+        return {"error": f"cannot pass the modules to the metadata reader: {e}"}
+    try:
+        pid = os.posix_spawn(exe, [exe, "-c", CHILD], os.environ,
+                             file_actions=[(os.POSIX_SPAWN_DUP2, data, 0), (os.POSIX_SPAWN_DUP2, w, 1), (os.POSIX_SPAWN_CLOSE, r)])
     except OSError as e:
         os.close(r)
-        os.close(w)
         return {"error": f"cannot start {exe}: {e}"}
-    os.close(w)
-    chunks = []
+    finally:
+        os.close(w)
+        os.close(data)
+    chunks, size = [], 0
     with os.fdopen(r, "rb") as f:
-        while chunk := f.read(65536):
+        while size <= OUTPUT_MAX and (chunk := f.read(65536)):
             chunks.append(chunk)
+            size += len(chunk)
+        if size > OUTPUT_MAX:
+            os.kill(pid, SIGKILL)
     _, status = os.waitpid(pid, 0)
     out = b"".join(chunks)
+    if size > OUTPUT_MAX:
+        return {"error": f"the metadata reader printed more than {OUTPUT_MAX} bytes: {out[:200]!r}"}
     if os.waitstatus_to_exitcode(status) != 0:
         return {"error": f"the metadata reader exited with status {os.waitstatus_to_exitcode(status)}"}
     try:

@@ -96,6 +96,29 @@ class Layouts(unittest.TestCase):
         write(os.path.join(site, "_edit_project.pth"), os.path.join(project, "src") + "\n")
         mods["editmod"] = [os.path.join(project, "src/editmod")]
 
+        # uv's or poetry's layout: the editable project at app, its venv at app/.venv. The
+        # project's module is the project's; a module of the venv's site-packages without
+        # metadata is not: unmapped.
+        app = os.path.join(root, "app")
+        venv_site = os.path.join(app, ".venv/lib/python3.11/site-packages")
+        write(os.path.join(app, "src/appmod/__init__.py"))
+        dist_info(venv_site, "app-1.0.dist-info", "app", "1.0", RECORD="_app.pth,sha256=x,0\n",
+                  direct_url_json=json.dumps({"url": "file://" + app, "dir_info": {"editable": True}}))
+        write(os.path.join(venv_site, "_app.pth"), os.path.join(app, "src") + "\n")
+        write(os.path.join(venv_site, "nometa.py"))
+        mods["appmod"] = [os.path.join(app, "src/appmod")]
+        mods["nometa"] = [os.path.join(venv_site, "nometa.py")]
+        # pip install --target into an editable project's directory: the extension module is
+        # the distribution's whose RECORD holds it, not the project's too.
+        tool = os.path.join(root, "tool")
+        vendor = os.path.join(tool, "vendor")
+        dist_info(site, "tool-0.5.dist-info", "tool", "0.5", RECORD="_tool.pth,sha256=x,0\n",
+                  direct_url_json=json.dumps({"url": "file://" + tool, "dir_info": {"editable": True}}))
+        vso = "vendext.cpython-311-x86_64-linux-gnu.so"
+        write(os.path.join(vendor, vso))
+        dist_info(vendor, "vend_ext-2.0.dist-info", "vend-ext", "2.0", RECORD=f"{vso},sha256=x,0\n")
+        mods["vendext"] = [os.path.join(vendor, vso)]
+
         # No metadata anywhere: unmapped. A distribution of its name elsewhere is not its.
         write(os.path.join(site, "orphan.py"))
         write(os.path.join(root, "elsewhere/lonely/__init__.py"))
@@ -106,7 +129,7 @@ class Layouts(unittest.TestCase):
         mods["_cython_3_0_11"] = []
         mods["_sysconfigdata_fake"] = [os.path.join(os.path.dirname(os.__file__), "_sysconfigdata_fake.py")]
 
-        cls.path = [other, site, *sys.path]
+        cls.path = [other, site, venv_site, vendor, *sys.path]
         cls.got = packages.query(cls.path, mods, cls.dpkg)
 
     @classmethod
@@ -116,9 +139,9 @@ class Layouts(unittest.TestCase):
     def test_every_layout(self):
         self.assertEqual(self.got["packages"], {
             "debnumpy": "2.2.4", "debattrs": "23.2.0", "egg-dist": "1.5.3", "wheel-dist": "3.0",
-            "fast-ext": "0.9", "edit-project": "0.1.dev0"}, self.got)
+            "fast-ext": "0.9", "edit-project": "0.1.dev0", "app": "1.0", "vend-ext": "2.0"}, self.got)
         self.assertEqual(self.got["errors"], {})
-        self.assertEqual(self.got["unmapped"], ["lonely", "orphan"])
+        self.assertEqual(self.got["unmapped"], ["lonely", "nometa", "orphan"])
 
     def test_without_dpkg(self):
         # On an image without dpkg, the module that only dpkg's list names is unmapped.
@@ -126,7 +149,62 @@ class Layouts(unittest.TestCase):
         self.assertEqual((got["packages"], got["unmapped"]), ({}, ["debattr"]))
 
 
+class DpkgLists(unittest.TestCase):
+    """dpkg's info directory is the image's: a "*.list" that is not a regular file is skipped,
+    and the lists that are still map the module."""
+
+    def test_lists_that_are_not_files(self):
+        with tempfile.TemporaryDirectory() as root:
+            site, dpkg = os.path.join(root, "site-packages"), os.path.join(root, "dpkg-info")
+            write(os.path.join(site, "debattr/__init__.py"))
+            dist_info(site, "debattrs-23.2.0.dist-info", "debattrs", "23.2.0")
+            os.makedirs(dpkg)
+            # Sorted before the real list: each would stop the child before it is read.
+            os.symlink(os.path.join(root, "missing"), os.path.join(dpkg, "a-dangling.list"))
+            os.mkdir(os.path.join(dpkg, "b-dir.list"))
+            os.mkfifo(os.path.join(dpkg, "c-fifo.list"))
+            os.symlink("c-loop.list", os.path.join(dpkg, "c-loop.list"))
+            os.symlink("/dev/zero", os.path.join(dpkg, "d-zero.list"))
+            write(os.path.join(dpkg, "python3-debattr.list"), "\n".join([
+                site, os.path.join(site, "debattr"), os.path.join(site, "debattrs-23.2.0.dist-info")]) + "\n")
+            got = packages.query([site, *sys.path], {"debattr": [os.path.join(site, "debattr")]}, dpkg)
+        self.assertEqual(got.get("packages"), {"debattrs": "23.2.0"}, got)
+        self.assertEqual(got["unmapped"], [])
+
+    def test_oversized_list_is_skipped(self):
+        with tempfile.TemporaryDirectory() as root:
+            site, dpkg = os.path.join(root, "site-packages"), os.path.join(root, "dpkg-info")
+            write(os.path.join(site, "debattr/__init__.py"))
+            dist_info(site, "debattrs-23.2.0.dist-info", "debattrs", "23.2.0")
+            write(os.path.join(dpkg, "python3-debattr.list"), "\n".join([
+                site, os.path.join(site, "debattr"), os.path.join(site, "debattrs-23.2.0.dist-info")]) + "\n")
+            with mock.patch.object(packages, "DPKG_LIST_MAX", 20):
+                got = packages.query([site, *sys.path], {"debattr": [os.path.join(site, "debattr")]}, dpkg)
+        self.assertEqual((got.get("packages"), got.get("unmapped")), ({}, ["debattr"]), got)
+
+
 class PackagesTest(unittest.TestCase):
+    def test_huge_closure(self):
+        # More than a single argument's 128 KiB limit: passed on stdin, not argv.
+        with tempfile.TemporaryDirectory() as d:
+            where = [os.path.join(d, f"dir{i:05}", "readie_ns_zz") for i in range(4000)]
+            modules = {f"readie_made_{i:05}_zz": [] for i in range(4000)}
+            modules["readie_ns_zz"] = where
+            self.assertGreater(len(json.dumps(modules)), 128 << 10)
+            got = packages.query(sys.path, modules, os.path.join(d, "none"))
+        self.assertEqual(got, {"packages": {}, "errors": {}, "unmapped": ["readie_ns_zz"]})
+
+    def test_output_is_bounded(self):
+        # A child that prints without end is cut off.
+        with tempfile.TemporaryDirectory() as d:
+            endless = f"{d}/python3"
+            with open(endless, "w") as f:
+                f.write("#!/bin/sh\nexec yes readie\n")
+            os.chmod(endless, 0o755)
+            with mock.patch.object(sys, "executable", endless):
+                got = packages.read(["cloudpickle"])
+        self.assertIn(f"printed more than {packages.OUTPUT_MAX} bytes", got.get("error", ""), got)
+
     def test_loaded_distributions(self):
         self.assertIn("cloudpickle", packages.loaded_top_levels())
         self.assertNotIn("json", packages.loaded_top_levels())
