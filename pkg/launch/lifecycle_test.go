@@ -55,6 +55,34 @@ func TestCreateNotKilledHalfWay(t *testing.T) {
 	}
 }
 
+// TestNoCreateOnceCancelled: a create, a cold start or a restore that would make its sandbox,
+// asked with a context already ended, runs no runsc command and says why.
+func TestNoCreateOnceCancelled(t *testing.T) {
+	f := testenv.NewFakeSandboxRunsc(t)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	stopped := errors.New("stopped by the test")
+	cancel(stopped)
+	for name, start := range map[string]func(*launch.Sandbox) error{
+		"Create":       func(sb *launch.Sandbox) error { return sb.Create(ctx) },
+		"a cold Start": func(sb *launch.Sandbox) error { return sb.Start(ctx, launch.Image{}) },
+		"a restore":    func(sb *launch.Sandbox) error { return sb.Start(ctx, launch.Image{Dir: "/images/set"}) },
+	} {
+		sb, err := launch.NewSandbox(f.Options(t, specs.User{}), "set", "late")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := start(sb); !errors.Is(err, stopped) {
+			t.Errorf("%s once cancelled = %v, want the cause", name, err)
+		}
+		if err := sb.Delete(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}
+	if calls := f.Calls("begin"); len(calls) != 0 {
+		t.Errorf("runsc ran: %q", calls)
+	}
+}
+
 // TestNewSandboxWritesOneBundle: the bundle is WorkDir/ID (0700) with a compact config.json
 // (0600) holding the spec; the host directory (0700) belongs to the spec's user, root's or
 // uid 1000's, and its parent, the work directory, is root's and 0700, so that whatever uid a

@@ -355,8 +355,12 @@ func (s *Sandbox) Create(ctx context.Context) error {
 	return s.create(ctx)
 }
 
-// create runs `runsc create` for Create, and for a cold Start of a sandbox not yet created.
+// create runs `runsc create` for Create, and for a cold Start of a sandbox not yet created;
+// none when ctx has already ended.
 func (s *Sandbox) create(ctx context.Context) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("sandbox %s: %w", s.ID, context.Cause(ctx))
+	}
 	if err := s.begin(); err != nil {
 		return err
 	}
@@ -431,6 +435,9 @@ func (s *Sandbox) Start(ctx context.Context, img Image) error {
 	}
 	restoreCtx := ctx
 	if !created {
+		if ctx.Err() != nil {
+			return fmt.Errorf("sandbox %s: %w", s.ID, context.Cause(ctx))
+		}
 		restoreCtx = context.WithoutCancel(ctx)
 	}
 	restoreCtx, cancel := context.WithTimeoutCause(restoreCtx, s.restoreTimeout,
