@@ -23,9 +23,7 @@ import (
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/catalogue"
 	"readie.dev/pipeline/pkg/catalogue/plan"
-	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
-	"readie.dev/pipeline/pkg/sandbox"
 )
 
 // A small corpus on the default image: numpy and pandas (and what pandas pulls in), modules the
@@ -549,10 +547,7 @@ func restoreAndCheck(t *testing.T, cfgPath, out string, m *manifest.Manifest, ch
 	if _, err := env.Sandboxes(r).Restorer(work, env.Config.Timeouts.Smoke).Smoke(ctx, ch.Checkpoint, dir, ch.Modules); err != nil {
 		t.Fatalf("restore of %s for %v: %v", ch.Checkpoint, ch.Modules, err)
 	}
-	rt := &launch.Runtime{Path: env.Config.Runsc.Path, Root: env.Config.Runsc.Root, Flags: sandbox.DefaultFlags()}
-	if ids, err := rt.List(ctx); err != nil || len(ids) != 0 {
-		t.Errorf("sandboxes left: %v %v", ids, err)
-	}
+	testenv.CheckNoRunsc(t, env.Config.Runsc.Path, env.Config.Runsc.Root, "")
 }
 
 func abs(v float64) float64 {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -10,12 +9,10 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"readie.dev/pipeline/internal/bench"
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/atomicfile"
-	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/sandbox"
 )
@@ -76,11 +73,16 @@ timeouts:
 	return path
 }
 
-// runscRoot is a private runsc root inside dir, removed (with runsc's mount in it) after the test.
+// runscRoot is a private runsc root inside dir; after the test, nothing may be left of its
+// sandboxes (testenv.CheckNoRunsc: runsc list and processes), and it is removed (with runsc's
+// mount in it).
 func runscRoot(t *testing.T, dir string) string {
 	t.Helper()
 	root := filepath.Join(dir, "root")
 	t.Cleanup(func() {
+		if !testing.Short() { // -short runs no sandbox, and has no runsc to list with
+			testenv.CheckNoRunsc(t, testenv.RunscPath(t), root, "")
+		}
 		if err := testenv.RemoveRunscRoot(root); err != nil {
 			t.Error(err)
 		}
@@ -204,12 +206,7 @@ func TestCaptureVerify(t *testing.T) {
 			t.Errorf("checkpoint %+v", c)
 		}
 	}
-	rt := &launch.Runtime{Path: testenv.RunscPath(t), Root: root, Flags: sandbox.DefaultFlags()}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if ids, err := rt.List(ctx); err != nil || len(ids) != 0 {
-		t.Fatalf("sandboxes left: %v %v", ids, err)
-	}
+	testenv.CheckNoRunsc(t, testenv.RunscPath(t), root, "")
 	for _, pattern := range []string{".staging-*", ".old-*"} {
 		if matches, _ := filepath.Glob(out + pattern); len(matches) != 0 {
 			t.Errorf("staging or old output left: %v", matches)
