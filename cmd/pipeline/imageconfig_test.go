@@ -167,7 +167,7 @@ func TestVenvImage(t *testing.T) {
 	}
 	got := kitCall(t, out, "venv", `[__import__("sys").modules["venvonly"].WHERE, __import__("sys").prefix, __import__("os").environ.get("VIRTUAL_ENV"), __import__("os").environ.get("KIT")]`)
 	if l, _ := got.([]any); len(l) != 4 || l[0] != "venv" || l[1] != "/opt/venv" || l[2] != "/opt/venv" || l[3] != "1" {
-		t.Errorf("restored through the kit: %v; want [venv /opt/venv /opt/venv 1] (venvonly preloaded, the image's VIRTUAL_ENV, the worker's KIT)", got)
+		t.Errorf("restored through the kit: %s; want ['venv', '/opt/venv', '/opt/venv', '1'] (venvonly preloaded, the image's VIRTUAL_ENV, the worker's KIT)", pycall.Format(got, pycall.ErrorBytes))
 	}
 }
 
@@ -212,7 +212,7 @@ func TestImageUserAndWorkingDir(t *testing.T) {
 	}
 	got := kitCall(t, out, "small", `[__import__("os").getcwd(), __import__("os").getuid(), __import__("os").getgid(), __import__("os").environ.get("HOME"), "appmod" in __import__("sys").modules]`)
 	if l, _ := got.([]any); len(l) != 5 || l[0] != "/srv/work" || l[1] != int64(1234) || l[2] != int64(1235) || l[3] != "/home/app" || l[4] != true {
-		t.Errorf("restored executor: cwd, uid, gid, HOME, appmod loaded = %v; want [/srv/work 1234 1235 /home/app true]", got)
+		t.Errorf("restored executor: cwd, uid, gid, HOME, appmod loaded = %s; want ['/srv/work', 1234, 1235, '/home/app', True]", pycall.Format(got, pycall.ErrorBytes))
 	}
 	// A user the image does not define is refused up front, naming it.
 	img = withConfig(t, base, tarLayer(t, dirEntry("srv/")), v1.Config{User: "nobody-here"})
@@ -316,6 +316,6 @@ func TestDebian13Image(t *testing.T) {
 	}
 	got := kitCall(t, out, "numpy", `["%d.%d" % __import__("sys").version_info[:2], __import__("sys").modules["numpy"].__version__.split(".")[0]]`)
 	if l, _ := got.([]any); len(l) != 2 || l[0] != "3.13" || l[1] != "2" {
-		t.Errorf("restored Debian 13 executor: python, numpy's major = %v; want [3.13 2]", got)
+		t.Errorf("restored Debian 13 executor: python, numpy's major = %s; want ['3.13', '2']", pycall.Format(got, pycall.ErrorBytes))
 	}
 }

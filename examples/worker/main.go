@@ -307,6 +307,9 @@ func writeBundle(work, id string, specFor pool.SpecFunc) (bundle, error) {
 	return b, os.WriteFile(filepath.Join(b.dir, "config.json"), data, 0o600)
 }
 
+// printBytes is the most of -eval's value the worker prints.
+const printBytes = 64 << 10
+
 // call dials the restored executor on socket, checks its answer to the smoke request, and
 // evaluates -eval; start is when the start began (before Get or create), which says how.
 func call(ctx context.Context, o options, c manifest.Checkpoint, socket, token string, start time.Time, which string, stdout io.Writer) error {
@@ -320,7 +323,8 @@ func call(ctx context.Context, o options, c manifest.Checkpoint, socket, token s
 	if err != nil {
 		return err
 	}
-	response, err := executorproto.Call(ctx, conn, request)
+	smoke := executorproto.Caller{MaxResponseSize: pycall.SmallResponse}
+	response, err := smoke.Call(ctx, conn, request)
 	if err != nil {
 		return err
 	}
@@ -344,7 +348,7 @@ func call(ctx context.Context, o options, c manifest.Checkpoint, socket, token s
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "worker: = %v\n", value)
+	fmt.Fprintf(stdout, "worker: = %s\n", pycall.Format(value, printBytes))
 	return nil
 }
 

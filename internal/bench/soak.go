@@ -383,7 +383,8 @@ func (s *soaker) one(ctx context.Context, c *manifest.Checkpoint, kill bool) (la
 			return 0, err
 		}
 	}
-	response, err := executorproto.Call(ctx, conn, request)
+	caller := executorproto.Caller{MaxResponseSize: pycall.SmallResponse}
+	response, err := caller.Call(ctx, conn, request)
 	if err != nil {
 		return 0, err
 	}

@@ -35,7 +35,7 @@ func checkImported(response []byte, imports []string) error {
 		return err
 	}
 	if n, ok := value.(int64); !ok || n != int64(len(imports)) {
-		return fmt.Errorf("import call returned %v, want %d", value, len(imports))
+		return fmt.Errorf("import call returned %s, want %d", pycall.Format(value, pycall.ErrorBytes), len(imports))
 	}
 	return nil
 }
@@ -52,7 +52,7 @@ func TimeColdCall(ctx context.Context, l *launch.Launcher, setID string, imports
 			return err
 		}
 		return sb.Start(ctx)
-	}, Request: request, Check: func(resp []byte) error { return checkImported(resp, imports) }})
+	}, Request: request, Check: func(resp []byte) error { return checkImported(resp, imports) }, MaxResponseSize: pycall.SmallResponse})
 	return marks.TotalMS(), err
 }
 
@@ -71,7 +71,7 @@ func TimeRestoreCall(ctx context.Context, r *measure.Restorer, setID, imageDir s
 		step = "prestarted"
 	}
 	return r.TimedCall(ctx, launch.Call{SetID: setID, Step: step, Prepare: prepare, Start: launch.RestoreStep(imageDir, r.Flags),
-		Request: request, Check: func(resp []byte) error { return checkImported(resp, imports) }})
+		Request: request, Check: func(resp []byte) error { return checkImported(resp, imports) }, MaxResponseSize: pycall.SmallResponse})
 }
 
 // TimeFloor runs a sandbox of the executor's shape whose process exits at once (/bin/true): the
@@ -155,7 +155,8 @@ func pooledCall(ctx context.Context, p *pool.Pool, imageDir string, flags []stri
 	}
 	defer conn.Close()
 	marks.Connected = time.Now()
-	response, err := executorproto.Call(ctx, conn, request)
+	caller := executorproto.Caller{MaxResponseSize: pycall.SmallResponse}
+	response, err := caller.Call(ctx, conn, request)
 	if err != nil {
 		return marks, err
 	}

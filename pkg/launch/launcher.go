@@ -87,6 +87,10 @@ type Call struct {
 	// Request is sent once the executor's socket accepts; Check judges the answer.
 	Request []byte
 	Check   func(response []byte) error
+	// MaxResponseSize is the most of the answer read (executorproto.Caller's; zero: its
+	// default): what the call's answer needs, so that an executor cannot make the caller
+	// hold and decode more.
+	MaxResponseSize int64
 }
 
 // TimedCall prepares a sandbox for c (off the clock), then times start, dial and one call
@@ -119,7 +123,8 @@ func (l *Launcher) TimedCall(ctx context.Context, c Call) (marks CallMarks, err 
 	}
 	defer conn.Close()
 	marks.Connected = time.Now()
-	response, err := executorproto.Call(ctx, conn, c.Request)
+	caller := executorproto.Caller{MaxResponseSize: c.MaxResponseSize}
+	response, err := caller.Call(ctx, conn, c.Request)
 	if err != nil {
 		return marks, withTail(err)
 	}

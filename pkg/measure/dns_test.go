@@ -42,7 +42,7 @@ func TestDNSInSandboxNetwork(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(answer) != 2 {
-		t.Fatalf("answer %v", answer)
+		t.Fatalf("answer %s", pycall.Format(answer, pycall.ErrorBytes))
 	}
 	if conf, _ := answer[0].(string); !strings.Contains(conf, "nameserver 1.1.1.1") {
 		t.Errorf("the call saw /etc/resolv.conf = %q, want the shipped resolver", conf)
