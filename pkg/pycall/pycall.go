@@ -21,8 +21,9 @@
 // allocated, and sharing costs a pointer, never a copy. What it returns contains no cycle
 // (ErrCycle), nests at most MaxDepth deep (ErrDepth) and expands, walked as a tree, to at most
 // ExpansionPerByte times the pickle's length (ErrTooLarge), so that code walking it naively
-// stays bounded too. FuzzDecodeEnvelope holds the bytes it allocates to AllocPerByte times the
-// pickle's length; callers bound that length with executorproto.Caller.MaxResponseSize
+// stays bounded too. Decoding allocates at most 320 bytes per byte of the pickle, plus 64 KiB
+// (FuzzDecodeEnvelope checks it on every input; a pickle of nothing but empty sets comes
+// nearest), so callers bound what they decode with executorproto.Caller.MaxResponseSize
 // (SmallResponse for the pipeline's own calls). Format prints a decoded value within a budget.
 package pycall
 
