@@ -165,6 +165,26 @@ func TestDecodeObjects(t *testing.T) {
 	}
 }
 
+// TestDecodeByValue: objects of classes pickled by value (cloudpickle's calls of its own
+// functions; a class whose method refers to it through super(), a cycle the pickle builds and
+// pops, never returns) decode to Objects that say how they would be built.
+func TestDecodeByValue(t *testing.T) {
+	v, err := pycall.DecodeEnvelope(fixture(t, "envelope-byvalue"))
+	d, _ := v.(map[any]any)
+	if err != nil || d == nil {
+		t.Fatalf("DecodeEnvelope = %s, %v", pycall.Format(v, 1<<10), err)
+	}
+	if got, want := pycall.Format(d["defaultdict"], 1<<10), "collections.defaultdict(builtins.list) + {'a': [1]}"; got != want {
+		t.Errorf("defaultdict = %s, want %s", got, want)
+	}
+	instance, _ := d["instance"].(pycall.Object)
+	class, _ := instance.Callable.(pycall.Object)
+	if !reflect.DeepEqual(instance.State, map[any]any{"x": int64(2)}) || len(instance.Args) != 0 ||
+		class.Callable != (ogorek.Class{Module: "cloudpickle.cloudpickle", Name: "_make_skeleton_class"}) || len(class.Args) < 2 || class.Args[1] != "Child" {
+		t.Errorf("instance = %s, want a Child built by cloudpickle's _make_skeleton_class with state {'x': 2}", pycall.Format(d["instance"], 1<<10))
+	}
+}
+
 // TestDecodeValues: scalars at the edges of their opcodes.
 func TestDecodeValues(t *testing.T) {
 	for _, tc := range []struct {

@@ -111,7 +111,9 @@ func (p *printer) value(v any, depth int) {
 		p.write(strconv.FormatInt(v, 10))
 	case *big.Int:
 		// Decimal conversion is superlinear: a huge integer is shown by its size.
-		if v.BitLen() > 1<<14 {
+		if v == nil {
+			p.write("None")
+		} else if v.BitLen() > 1<<14 {
 			p.write("<int of " + strconv.Itoa(v.BitLen()) + " bits>")
 		} else {
 			p.write(v.String())

@@ -25,6 +25,7 @@ func TestFormat(t *testing.T) {
 		{int64(-3), "-3"},
 		{big.NewInt(-1 << 40), "-1099511627776"},
 		{huge, "<int of 32769 bits>"},
+		{(*big.Int)(nil), "None"},
 		{1.0, "1.0"},
 		{1.5e300, "1.5e+300"},
 		{math.Inf(-1), "-inf"},

@@ -8,9 +8,29 @@ process can send to whoever calls it (issue 35).
 """
 
 import collections
+import dataclasses
 import datetime
 
 import cloudpickle
+
+
+class Point:
+    def __init__(self, x):
+        self.x = x
+
+    def norm(self):
+        return abs(self.x)
+
+
+class Child(Point):
+    def norm(self):
+        return super().norm() + 1  # a __class__ cell: the class refers to itself
+
+
+@dataclasses.dataclass
+class Pair:
+    a: int
+    b: list
 
 
 def ok(value, output=()):
@@ -44,6 +64,12 @@ def fixtures():
         "frozenset": frozenset(["f"]),
         "date": datetime.date(2024, 1, 2),
         "ordered": collections.OrderedDict(a=1),
+    })
+    # Classes of __main__, pickled by value: calls of cloudpickle's own functions.
+    yield "envelope-byvalue", ok({
+        "instance": Child(2),
+        "dataclass": Pair(1, [2]),
+        "defaultdict": collections.defaultdict(list, {"a": [1]}),
     })
 
     cyclic = {}
