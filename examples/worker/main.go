@@ -63,7 +63,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.set, "set", "empty", "the checkpoint to restore")
 	fs.StringVar(&o.rootfs, "rootfs", "", "this host's copy of the output's rootfs (default: the manifest's rootfs.path); the digest it records must be the manifest's")
 	fs.StringVar(&o.root, "root", "/run/readie-worker/runsc", "runsc's state root, private to the worker")
-	fs.StringVar(&o.eval, "eval", "", "a Python expression to evaluate in the restored executor after the check")
+	fs.StringVar(&o.eval, "eval", "", fmt.Sprintf("a Python expression to evaluate in the restored executor after the check (an answer of at most %d MiB; its first %d KiB printed)", evalResponseSize>>20, printBytes>>10))
 	fs.DurationVar(&o.timeout, "timeout", time.Minute, "the limit of the whole restore and calls")
 	fs.IntVar(&o.pool, "pool", 0, "keep this many sandboxes created ahead and restore each call into one (0: create a sandbox per call)")
 	fs.IntVar(&o.calls, "calls", 1, "how many calls to serve, each in a sandbox of its own")
@@ -307,8 +307,12 @@ func writeBundle(work, id string, specFor pool.SpecFunc) (bundle, error) {
 	return b, os.WriteFile(filepath.Join(b.dir, "config.json"), data, 0o600)
 }
 
-// printBytes is the most of -eval's value the worker prints.
-const printBytes = 64 << 10
+// printBytes is the most of -eval's value the worker prints; evalResponseSize the most of
+// its answer read: decoding may allocate some 320 bytes per byte of it (pycall.Decode).
+const (
+	printBytes       = 64 << 10
+	evalResponseSize = 4 << 20
+)
 
 // call dials the restored executor on socket, checks its answer to the smoke request, and
 // evaluates -eval; start is when the start began (before Get or create), which says how.
@@ -341,7 +345,8 @@ func call(ctx context.Context, o options, c manifest.Checkpoint, socket, token s
 		return err
 	}
 	fmt.Fprintf(stdout, "worker: eval %s\n", o.eval)
-	if response, err = executorproto.Call(ctx, conn, request); err != nil {
+	eval := executorproto.Caller{MaxResponseSize: evalResponseSize}
+	if response, err = eval.Call(ctx, conn, request); err != nil {
 		return err
 	}
 	value, err := pycall.DecodeEnvelope(response)
