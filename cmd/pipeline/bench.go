@@ -17,6 +17,7 @@ import (
 	"readie.dev/pipeline/internal/bench"
 	"readie.dev/pipeline/internal/corpus"
 	"readie.dev/pipeline/internal/run"
+	"readie.dev/pipeline/pkg/catalogue"
 )
 
 type benchCmd struct {
@@ -129,6 +130,16 @@ func (c *benchCmd) soakOptions() (bench.SoakOptions, error) {
 }
 
 func (c *benchCmd) CheckArgs(args []string) error {
+	// These shape the capture that --capture runs first; alone they would change nothing.
+	var captureOnly []string
+	c.fs.Visit(func(f *flag.Flag) {
+		if f.Name == "runs" || f.Name == "clean-failed" {
+			captureOnly = append(captureOnly, "--"+f.Name)
+		}
+	})
+	if len(captureOnly) > 0 && !c.capture {
+		return fmt.Errorf("%s: only with --capture, whose capture it shapes (--runs: the timed restores of its measure step); the benchmark's own repetitions are --rounds", strings.Join(captureOnly, ", "))
+	}
 	if c.soak != "" {
 		o, err := c.soakOptions()
 		if err != nil {
@@ -295,18 +306,30 @@ func (c *benchCmd) replay(ctx context.Context, con *console, env *run.Env, out s
 		if r.Pooled != nil {
 			pooled = fmt.Sprintf("%.0f", r.PooledMs)
 		}
-		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t\n", r.Line, r.ColdMs, r.ChosenMs, r.PredictedMs, pooled, r.Choice, orDash(strings.Join(r.Imports, ",")))
+		predicted := "-"
+		if report.Predicted() {
+			predicted = fmt.Sprintf("%.0f", r.PredictedMs)
+		}
+		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t\n", r.Line, r.ColdMs, r.ChosenMs, predicted, pooled, r.Choice, orDash(strings.Join(r.Imports, ",")))
 	}
 	tw.Flush()
-	fmt.Fprintf(con.stdout, "\nmean start to the first answer: cold %.0f ms, chosen %.0f ms (%.2fx cold, %.0f ms saved); predicted %.0f ms: measured %+.1f%% (per request, mean |error| %.1f%%)\n",
-		s.MeanColdMs, s.MeanChosenMs, s.ChosenOverCold, s.SavedMs, s.MeanPredictedMs, s.ModelErrorPct, s.MeanAbsErrorPct)
+	fmt.Fprintf(con.stdout, "\nmean start to the first answer: cold %.0f ms, chosen %.0f ms (%.2fx cold, %.0f ms saved)", s.MeanColdMs, s.MeanChosenMs, s.ChosenOverCold, s.SavedMs)
+	if report.Predicted() {
+		fmt.Fprintf(con.stdout, "; predicted %.0f ms: measured %+.1f%% (per request, mean |error| %.1f%%)\n", s.MeanPredictedMs, s.ModelErrorPct, s.MeanAbsErrorPct)
+	} else {
+		fmt.Fprintf(con.stdout, "; not predicted: the catalogue has no measured prices, so Select chose by image size (%s)\n", catalogue.MeasureHint)
+	}
 	switch {
 	case report.Pool > 0 && s.PredictedPooledMs > 0:
 		fmt.Fprintf(con.stdout, "from a pool of %d: pooled %.0f ms (%.2fx cold; runsc create %.0f ms off the clock); predicted %.0f ms by the pooled line: measured %+.1f%%\n",
 			report.Pool, s.MeanPooledMs, s.PooledOverCold, s.CreateMs, s.PredictedPooledMs, s.PooledModelErrorPct)
 	case report.Pool > 0:
-		fmt.Fprintf(con.stdout, "from a pool of %d: pooled %.0f ms (%.2fx cold; runsc create %.0f ms off the clock); not predicted: the catalogue has no pooled line\n",
-			report.Pool, s.MeanPooledMs, s.PooledOverCold, s.CreateMs)
+		why := "the catalogue has no pooled line"
+		if !report.Predicted() {
+			why = "no measured prices"
+		}
+		fmt.Fprintf(con.stdout, "from a pool of %d: pooled %.0f ms (%.2fx cold; runsc create %.0f ms off the clock); not predicted: %s\n",
+			report.Pool, s.MeanPooledMs, s.PooledOverCold, s.CreateMs, why)
 	}
 	fmt.Fprintf(con.stdout, "wrote corpus.json, bench.txt (for benchstat) and corpus.svg into %s\n", report.Dir)
 	return nil

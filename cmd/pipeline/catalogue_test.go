@@ -23,9 +23,7 @@ import (
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/catalogue"
 	"readie.dev/pipeline/pkg/catalogue/plan"
-	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
-	"readie.dev/pipeline/pkg/sandbox"
 )
 
 // A small corpus on the default image: numpy and pandas (and what pandas pulls in), modules the
@@ -41,7 +39,9 @@ const smallCorpus = `{"imports": ["pandas", "numpy"], "weight": 3}
 {"imports": ["numpy"]}
 `
 
-// catalogueConfig writes a config with one timed run per measurement, to keep the test short.
+// catalogueConfig writes a config with one timed run per measurement, to keep the test short,
+// and one checkpoint that holds pandas (and so numpy): which sets a plan chooses depends on the
+// times measured in the run, so what must hold pandas is captured from the config.
 func catalogueConfig(t *testing.T, dir string) string {
 	t.Helper()
 	text := fmt.Sprintf(`runsc:
@@ -61,8 +61,8 @@ analysis:
   timeout: 2m
   cache: %s
 checkpoints:
-  - id: numpy
-    imports: [numpy]
+  - id: pandas
+    imports: [pandas]
 `, testenv.RunscPath(t), runscRoot(t, dir), testenv.Rootfs(t), filepath.Join(dir, "out"), filepath.Join(dir, "store"), filepath.Join(dir, "analysis-cache"))
 	path := filepath.Join(dir, "pipeline.yaml")
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
@@ -72,8 +72,9 @@ checkpoints:
 }
 
 // TestAnalyzePlanCaptureSelect runs the stages for real on the default image: analyze (twice:
-// the second measures nothing), plan-sets, capture --plan, the catalogue, Select's choice
-// restored and answering with the request's modules loaded, and a short corpus replay.
+// the second measures nothing), capture of the config's set (packages and versions), plan-sets,
+// capture --plan, the catalogue, Select's choice restored and answering with the request's
+// modules loaded, and a short corpus replay.
 func TestAnalyzePlanCaptureSelect(t *testing.T) {
 	t.Parallel()
 	dir := testenv.WorkDir(t)
@@ -137,6 +138,16 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 		t.Errorf("second analyze of the same corpus: %+v, want no sandbox and nothing measured (first %+v)", second, first)
 	}
 
+	// The config's own set, captured on the analysis: its packages, and select by version.
+	if code, _, stderr := runCLI(t, "capture", "--config", cfg); code != exitOK {
+		t.Fatalf("capture exit %d\n%s", code, stderr)
+	}
+	cat, err := catalogue.Load(filepath.Join(out, catalogue.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkPackages(t, cfg, cat, a)
+
 	// A corpus the analysis has not seen: named, with its line, exit 2.
 	other := filepath.Join(dir, "other.jsonl")
 	os.WriteFile(other, []byte("{\"imports\": [\"numpy\"]}\n{\"imports\": [\"torch\"]}\n"), 0o644)
@@ -151,7 +162,13 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 		t.Errorf("plan-sets of a corpus with a bad requirement: exit %d\n%s", code, stderr)
 	}
 
-	code, stdout, stderr := runCLI(t, "plan-sets", "--config", cfg, "--corpus", corpusPath, "--max-sets", "2")
+	// Its JSON first (one document: the plan), then its text, whose plan.json the capture takes.
+	code, stdout, stderr := runCLI(t, "plan-sets", "--config", cfg, "--corpus", corpusPath, "--max-sets", "2", "--log-format", "json")
+	var planJSON plan.Result
+	if err := decodeOne(stdout, &planJSON); err != nil || code != exitOK || len(planJSON.Sets) == 0 || len(planJSON.Strategies) == 0 {
+		t.Fatalf("plan-sets as JSON: exit %d, %v\n%s%s", code, err, stdout, stderr)
+	}
+	code, stdout, stderr = runCLI(t, "plan-sets", "--config", cfg, "--corpus", corpusPath, "--max-sets", "2")
 	if code != exitOK {
 		t.Fatalf("plan-sets exit %d\n%s", code, stderr)
 	}
@@ -194,12 +211,10 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 			t.Errorf("the capture did not carry %s over: %v", name, err)
 		}
 	}
-	cat, err := catalogue.Load(filepath.Join(out, catalogue.FileName))
-	if err != nil {
+	if cat, err = catalogue.Load(filepath.Join(out, catalogue.FileName)); err != nil {
 		t.Fatal(err)
 	}
 	checkCatalogue(t, cat, m, a, pl)
-	checkPackages(t, cfg, cat, a)
 
 	// Select's choice for a request restores and answers with its modules already loaded.
 	want := pl.Sets[0].Imports
@@ -382,6 +397,78 @@ func checkPackages(t *testing.T, cfg string, cat *catalogue.Catalogue, a *analys
 	}
 }
 
+// checkSelectBySize runs select on the output out of empty and pandas (m its manifest), captured
+// without an analysis: its catalogue has no cold start time and no module, so select chooses by
+// image size and never prints a price: the pandas checkpoint for pandas when the version it
+// holds loaded meets the requirement (the issue: select answered "cold start: predicted 0 ms"),
+// a cold start when it does not, the empty checkpoint for no import, the pandas checkpoint for
+// numpy (its packages hold numpy loaded, though it imports only pandas) and for json beside
+// pandas (json, which no checkpoint holds, is imported after either start), and a cold start
+// for a request of only imports no checkpoint holds.
+func checkSelectBySize(t *testing.T, cfg, out string, m *manifest.Manifest) {
+	t.Helper()
+	cat, err := catalogue.Load(filepath.Join(out, catalogue.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cat.CostModel.ColdStartMs != 0 || len(cat.Modules) != 0 {
+		t.Fatalf("a catalogue captured without an analysis has a cold start or modules: %+v", cat)
+	}
+	sizes := map[string]float64{}
+	for _, cp := range cat.Checkpoints {
+		sizes[cp.ID] = cp.ImageMiB
+	}
+	pandas := m.Checkpoints[1].Packages["pandas"]
+	if m.Checkpoints[1].ID != "pandas" || pandas == "" || m.Checkpoints[1].Packages["numpy"] == "" || sizes["pandas"] <= sizes["empty"] || sizes["empty"] <= 0 {
+		t.Fatalf("the pandas checkpoint %+v; sizes %v", m.Checkpoints[1], sizes)
+	}
+	const bySize = "; chosen by image size for want of measured prices (the catalogue has no cold start time): to price starts, run `pipeline analyze --corpus FILE` on this output, then capture it again"
+	for _, tc := range []struct {
+		args []string
+		want string // the checkpoint, "" for cold
+		text string // what select prints
+	}{
+		{[]string{"pandas", "--requires", "pandas==" + pandas}, "pandas",
+			fmt.Sprintf("restore pandas: chosen by image size, not priced (no measured prices)\nrestore pandas (%.1f MiB), the smallest checkpoint that holds pandas%s\n", sizes["pandas"], bySize)},
+		{[]string{"pandas", "--requires", "pandas!=" + pandas}, "",
+			"cold start: chosen by image size, not priced (no measured prices)\ncold start: every checkpoint that holds pandas is passed over; passed over pandas: holds pandas " + pandas + " loaded, not pandas!=" + pandas + bySize +
+				"\npassed over pandas: holds pandas " + pandas + " loaded, not pandas!=" + pandas + "\n"},
+		{[]string{""}, "empty",
+			fmt.Sprintf("restore empty: chosen by image size, not priced (no measured prices)\nrestore empty (%.1f MiB), the smallest checkpoint (the request imports nothing); next smallest pandas (%.1f MiB)%s\n", sizes["empty"], sizes["pandas"], bySize)},
+		{[]string{"json,pandas.DataFrame"}, "pandas",
+			fmt.Sprintf("restore pandas: chosen by image size, not priced (no measured prices)\nrestore pandas (%.1f MiB), the smallest checkpoint that holds pandas; no checkpoint holds json, imported after the start either way%s\n", sizes["pandas"], bySize)},
+		{[]string{"numpy.linalg"}, "pandas",
+			fmt.Sprintf("restore pandas: chosen by image size, not priced (no measured prices)\nrestore pandas (%.1f MiB), the smallest checkpoint that holds numpy%s\n", sizes["pandas"], bySize)},
+		{[]string{"json"}, "",
+			"cold start: chosen by image size, not priced (no measured prices)\ncold start: no checkpoint holds json" + bySize + "\n"},
+	} {
+		code, stdout, stderr := runCLI(t, append([]string{"select", "--config", cfg}, tc.args...)...)
+		if code != exitOK || stdout != tc.text {
+			t.Errorf("select %q: exit %d\n%s%s\nwant:\n%s", tc.args, code, stdout, stderr, tc.text)
+		}
+		code, stdout, stderr = runCLI(t, append([]string{"select", "--config", cfg, "--log-format", "json"}, tc.args...)...)
+		if code != exitOK {
+			t.Fatalf("select --log-format json %q: exit %d\n%s", tc.args, code, stderr)
+		}
+		var fields map[string]any
+		if err := json.Unmarshal([]byte(stdout), &fields); err != nil {
+			t.Fatalf("select %q: %v\n%s", tc.args, err, stdout)
+		}
+		for _, key := range []string{"predicted_ms", "fixed_ms", "import_ms", "cold_ms", "predicted_pooled_ms"} {
+			if _, ok := fields[key]; ok {
+				t.Errorf("select %q: the JSON has %s, a price nothing measured:\n%s", tc.args, key, stdout)
+			}
+		}
+		var ch catalogue.Choice
+		if err := json.Unmarshal([]byte(stdout), &ch); err != nil {
+			t.Fatal(err)
+		}
+		if ch.Basis != catalogue.BasisImageSize || ch.Checkpoint != tc.want || ch.Cold != (tc.want == "") || ch.ImageMiB != sizes[tc.want] || !strings.HasSuffix(ch.Why, bySize) {
+			t.Errorf("select %q: %+v, want %q by image size", tc.args, ch, tc.want)
+		}
+	}
+}
+
 // checkCatalogue checks catalogue.json against the manifest, the analysis and the plan.
 func checkCatalogue(t *testing.T, cat *catalogue.Catalogue, m *manifest.Manifest, a *analysis.File, pl *plan.Result) {
 	t.Helper()
@@ -460,10 +547,7 @@ func restoreAndCheck(t *testing.T, cfgPath, out string, m *manifest.Manifest, ch
 	if _, err := env.Sandboxes(r).Restorer(work, env.Config.Timeouts.Smoke).Smoke(ctx, ch.Checkpoint, dir, ch.Modules); err != nil {
 		t.Fatalf("restore of %s for %v: %v", ch.Checkpoint, ch.Modules, err)
 	}
-	rt := &launch.Runtime{Path: env.Config.Runsc.Path, Root: env.Config.Runsc.Root, Flags: sandbox.DefaultFlags()}
-	if ids, err := rt.List(ctx); err != nil || len(ids) != 0 {
-		t.Errorf("sandboxes left: %v %v", ids, err)
-	}
+	testenv.CheckNoRunsc(t, env.Config.Runsc.Path, env.Config.Runsc.Root, "")
 }
 
 func abs(v float64) float64 {

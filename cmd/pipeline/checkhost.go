@@ -32,7 +32,7 @@ func (*checkHostCmd) Usage() string {
 	return "check-host [--out OUT | --image REF] [--cpu-features FILE] [--runsc PATH]"
 }
 func (*checkHostCmd) Synopsis() string {
-	return "say, checkpoint by checkpoint, whether an output restores on this host (or the host of a features file); exit 1 when some do not"
+	return "say, checkpoint by checkpoint, whether an output restores on this host (or the host of a features file); exit 3 when some do not, 1 when it could not check"
 }
 func (c *checkHostCmd) SetFlags(fs *flag.FlagSet) {
 	c.config.register(fs)
@@ -57,7 +57,8 @@ func (c *checkHostCmd) CheckArgs(args []string) error {
 	return nil
 }
 
-// errDoesNotRestore reports checkpoints that would not restore on the host (exit 1).
+// errDoesNotRestore reports checkpoints that would not restore on the host: a verdict, exit 3
+// (exitcode.DoesNotRestore), where an error while checking is 1 or 2.
 var errDoesNotRestore = errors.New("checkpoints do not restore")
 
 func (c *checkHostCmd) Execute(ctx context.Context, con *console, args []string) error {

@@ -20,6 +20,7 @@ import (
 
 	"readie.dev/pipeline/internal/orphans"
 	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/checkpointid"
 	"readie.dev/pipeline/pkg/exitcode"
 	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
@@ -120,11 +121,7 @@ func (e *faultEnv) waitForBlockedCapture(t *testing.T) string {
 
 func (e *faultEnv) checkNoSandboxes(t *testing.T) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if ids, err := e.runtime().List(ctx); err != nil || len(ids) != 0 {
-		t.Errorf("runsc list under %s: %v %v", e.root, ids, err)
-	}
+	testenv.CheckNoRunsc(t, e.runsc, e.root, "")
 }
 
 // goodOutput captures a small set so later runs have something to keep intact.
@@ -184,26 +181,30 @@ func TestFaultImportFails(t *testing.T) {
 }
 
 // TestFailedRunKeepsItsFiles: without --clean-failed, the directory the failed run names holds
-// the failed set's logs and files, and the next run leaves it alone.
+// the failed set's logs and files, and the next run leaves it alone. The set's id is as long
+// as the id rule allows: its sandboxes' IDs carry a shortened form of it, and its logs are
+// still found and kept.
 func TestFailedRunKeepsItsFiles(t *testing.T) {
 	t.Parallel()
 	e := newFaultEnv(t)
 	good := e.goodOutput(t)
-	cfg := e.config(t, "  - id: broken\n    imports: [json, not_a_module_readie]\n", "")
+	broken := "broken_" + strings.Repeat("x", checkpointid.MaxLen-len("broken_"))
+	cfg := e.config(t, "  - id: "+broken+"\n    imports: [json, not_a_module_readie]\n", "")
 	code, _, stderr := runCLI(t, "capture", "--config", cfg)
 	_, kept, found := strings.Cut(stderr, "staging directory kept for inspection: ")
 	kept, _, _ = strings.Cut(kept, ")")
-	if code != exitFailed || !found {
-		t.Fatalf("exit %d, no kept directory named\n%s", code, stderr)
+	if code != exitFailed || !found || !strings.Contains(stderr, broken) {
+		t.Fatalf("exit %d, no kept directory or failed set named\n%s", code, stderr)
 	}
-	logs, _ := filepath.Glob(filepath.Join(kept, "broken", "logs", "readie-broken-capture-*-stderr.log"))
+	logs, _ := filepath.Glob(filepath.Join(kept, broken, "logs", "readie-broken_*-capture-*-stderr.log"))
 	if len(logs) != 1 {
-		t.Fatalf("the kept directory %s holds no log of the failed capture: %v", kept, logs)
+		all, _ := filepath.Glob(filepath.Join(kept, "*", "*"))
+		t.Fatalf("the kept directory %s holds no log of the failed capture: %v (it holds %v)", kept, logs, all)
 	}
 	if data, _ := os.ReadFile(logs[0]); !strings.Contains(string(data), "not_a_module_readie") {
 		t.Errorf("the kept log does not say what failed:\n%s", data)
 	}
-	if _, err := os.Stat(filepath.Join(kept, "broken", "capture")); err != nil {
+	if _, err := os.Stat(filepath.Join(kept, broken, "capture")); err != nil {
 		t.Errorf("the failed capture's files are not kept: %v", err)
 	}
 	code, _, stderr = runCLI(t, "capture", "--config", good)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -10,12 +9,10 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"readie.dev/pipeline/internal/bench"
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/atomicfile"
-	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/sandbox"
 )
@@ -33,6 +30,9 @@ type testConfig struct {
 	sets                        string
 	// store is the checkpoint store; default: "store" beside the output.
 	store string
+	// analysisCache, when set, is the analysis cache (default: the user's), so that a capture
+	// finds no analysis another run left there.
+	analysisCache string
 }
 
 func (c testConfig) write(t *testing.T) string {
@@ -43,6 +43,10 @@ func (c testConfig) write(t *testing.T) string {
 	}
 	if c.store == "" {
 		c.store = filepath.Join(filepath.Dir(c.output), "store")
+	}
+	analysis := ""
+	if c.analysisCache != "" {
+		analysis = fmt.Sprintf("analysis:\n  cache: %s\n", c.analysisCache)
 	}
 	text := fmt.Sprintf(`runsc:
   path: %s
@@ -60,8 +64,8 @@ timeouts:
   restore: 1m
   smoke: 1m
   runsc_command: 30s
-checkpoints:
-%s`, c.runsc, c.root, c.rootfs, c.output, c.store, sets)
+%scheckpoints:
+%s`, c.runsc, c.root, c.rootfs, c.output, c.store, analysis, sets)
 	path := filepath.Join(t.TempDir(), "pipeline.yaml")
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
@@ -69,11 +73,16 @@ checkpoints:
 	return path
 }
 
-// runscRoot is a private runsc root inside dir, removed (with runsc's mount in it) after the test.
+// runscRoot is a private runsc root inside dir; after the test, nothing may be left of its
+// sandboxes (testenv.CheckNoRunsc: runsc list and processes), and it is removed (with runsc's
+// mount in it).
 func runscRoot(t *testing.T, dir string) string {
 	t.Helper()
 	root := filepath.Join(dir, "root")
 	t.Cleanup(func() {
+		if !testing.Short() { // -short runs no sandbox, and has no runsc to list with
+			testenv.CheckNoRunsc(t, testenv.RunscPath(t), root, "")
+		}
 		if err := testenv.RemoveRunscRoot(root); err != nil {
 			t.Error(err)
 		}
@@ -122,6 +131,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"--soak with two concurrencies", []string{"bench", "--soak", "30m", "--concurrency", "1,2"}, `--concurrency "1,2" (with --soak: one number, 1 to 256)`},
 		{"--soak neither count nor duration", []string{"bench", "--soak", "lots"}, `--soak "lots": want a number of restores (5000) or a duration (30m)`},
 		{"--soak-kill-every alone", []string{"bench", "--soak-kill-every", "100"}, "--soak-kill-every goes with --soak"},
+		{"bench --runs without --capture", []string{"bench", "--runs", "3"}, "--runs: only with --capture"},
+		{"bench --clean-failed without --capture", []string{"bench", "--clean-failed", "--soak", "5"}, "--clean-failed: only with --capture"},
 		{"verify missing output", []string{"verify", "--config", testConfig{runsc: "/x", root: "/r", rootfs: "/f", output: filepath.Join(dir, "none")}.write(t)}, "does not exist"},
 		{"spec bad mode", []string{"spec", "--mode", "party", "--config", testConfig{runsc: "/x", root: "/r", rootfs: "/f", output: dir}.write(t)}, `-mode "party": want capture, measure or sandbox`},
 	}
@@ -161,13 +172,14 @@ func TestOutputIsAFileExit2(t *testing.T) {
 }
 
 // TestCaptureVerify runs the command end to end under real gVisor: capture pandas (and the
-// empty set), verify, then catch a changed byte in pages.img.
+// empty set) without an analysis, select on its catalogue (by image size), verify, then catch a
+// changed byte in pages.img.
 func TestCaptureVerify(t *testing.T) {
 	t.Parallel()
 	dir := testenv.WorkDir(t)
 	root := runscRoot(t, dir)
 	out := filepath.Join(dir, "out")
-	cfg := testConfig{runsc: testenv.RunscPath(t), root: root, rootfs: testenv.Rootfs(t), output: out}.write(t)
+	cfg := testConfig{runsc: testenv.RunscPath(t), root: root, rootfs: testenv.Rootfs(t), output: out, analysisCache: filepath.Join(dir, "analysis-cache")}.write(t)
 
 	code, stdout, stderr := runCLI(t, "capture", "--config", cfg, "--log-format", "json")
 	if code != exitOK {
@@ -194,12 +206,7 @@ func TestCaptureVerify(t *testing.T) {
 			t.Errorf("checkpoint %+v", c)
 		}
 	}
-	rt := &launch.Runtime{Path: testenv.RunscPath(t), Root: root, Flags: sandbox.DefaultFlags()}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if ids, err := rt.List(ctx); err != nil || len(ids) != 0 {
-		t.Fatalf("sandboxes left: %v %v", ids, err)
-	}
+	testenv.CheckNoRunsc(t, testenv.RunscPath(t), root, "")
 	for _, pattern := range []string{".staging-*", ".old-*"} {
 		if matches, _ := filepath.Glob(out + pattern); len(matches) != 0 {
 			t.Errorf("staging or old output left: %v", matches)
@@ -209,6 +216,8 @@ func TestCaptureVerify(t *testing.T) {
 	if data, err := os.ReadFile(out + ".lock"); err != nil || len(data) != 0 {
 		t.Errorf("lock file after the run: %q, %v", data, err)
 	}
+
+	checkSelectBySize(t, cfg, out, m)
 
 	if code, stdout, stderr := runCLI(t, "verify", "--config", cfg); code != exitOK || !strings.Contains(stdout, "2 checkpoints verified") {
 		t.Fatalf("verify exit %d\n%s%s", code, stdout, stderr)
@@ -335,10 +344,16 @@ func TestBenchShort(t *testing.T) {
 	if err != nil || bytes.Count(txt, []byte("\nBenchmarkRestore/set=small/series=")) != 24*2 || bytes.Count(txt, []byte(":last-page/conc=1 ")) != 9*2 || bytes.Count(txt, []byte("\nBenchmarkRestore/set=small/series=pooled/conc=1 ")) != 2 || bytes.Count(txt, []byte("\nBenchmarkRestoreAtOnce/set=small/series=")) != 7*(2*1+2*2) {
 		t.Errorf("bench.txt: %v\n%s", err, txt)
 	}
-	// A second run keeps the first: history, not overwrite; latest follows the new one.
+	// A second run keeps the first: history, not overwrite; latest follows the new one. Its
+	// report on stdout is one JSON document with --log-format json.
 	first, _ := os.Readlink(latest)
-	if code, _, stderr := runCLI(t, "bench", "--config", cfg, "--only", "small", "--rounds", "1", "--variants=false", "--concurrency", ""); code != exitOK {
+	code, stdout, stderr = runCLI(t, "bench", "--config", cfg, "--only", "small", "--rounds", "1", "--variants=false", "--concurrency", "", "--log-format", "json")
+	if code != exitOK {
 		t.Fatalf("second bench: %s", stderr)
+	}
+	var again bench.Report
+	if err := decodeOne(stdout, &again); err != nil || len(again.Sets) != 1 || again.Sets[0].ID != "small" || again.Sets[0].Series["pooled"].Median <= 0 {
+		t.Errorf("second bench's JSON: %v\n%s", err, stdout)
 	}
 	runs, _ := filepath.Glob(filepath.Join(out, "bench", "2*"))
 	second, _ := os.Readlink(latest)

@@ -106,11 +106,15 @@ func (c *selectCmd) Execute(ctx context.Context, con *console, args []string) er
 	if !ch.Cold {
 		where = "restore " + ch.Checkpoint
 	}
-	pooled := ""
-	if ch.PredictedPooledMs > 0 {
-		pooled = fmt.Sprintf("; from a pool %.0f ms", ch.PredictedPooledMs)
+	switch {
+	case ch.Basis == catalogue.BasisImageSize:
+		// Nothing was measured to price it: say so rather than print a price of 0 ms.
+		fmt.Fprintf(con.stdout, "%s: chosen by image size, not priced (no measured prices)\n%s\n", where, ch.Why)
+	case ch.PredictedPooledMs > 0:
+		fmt.Fprintf(con.stdout, "%s: predicted %.0f ms (cold %.0f ms; from a pool %.0f ms)\n%s\n", where, ch.PredictedMs, ch.ColdMs, ch.PredictedPooledMs, ch.Why)
+	default:
+		fmt.Fprintf(con.stdout, "%s: predicted %.0f ms (cold %.0f ms)\n%s\n", where, ch.PredictedMs, ch.ColdMs, ch.Why)
 	}
-	fmt.Fprintf(con.stdout, "%s: predicted %.0f ms (cold %.0f ms%s)\n%s\n", where, ch.PredictedMs, ch.ColdMs, pooled, ch.Why)
 	for _, p := range ch.PassedOver {
 		fmt.Fprintf(con.stdout, "passed over %s: %s\n", p.Checkpoint, p.Why)
 	}

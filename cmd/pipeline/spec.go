@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"path/filepath"
 
 	"readie.dev/pipeline/internal/run"
 	"readie.dev/pipeline/pkg/sandbox"
@@ -37,12 +36,13 @@ func (c *specCmd) Execute(ctx context.Context, con *console, args []string) erro
 	if err != nil {
 		return err
 	}
-	// runsc refuses a root reached through a symlink (build/rootfs is one): print the real path.
-	rootfs, err := filepath.EvalSymlinks(cfg.Rootfs)
+	// The real path (runsc refuses a root reached through a symlink, and build/rootfs is one)
+	// and the process the rootfs records (an image's Env, WorkingDir and User).
+	rootfs, err := run.OpenRootfs(cfg.Rootfs)
 	if err != nil {
-		return usagef("rootfs %s: %v (run `make image`)", cfg.Rootfs, err)
+		return err
 	}
-	opts := sandbox.SpecOptions{Mode: sandbox.Mode(c.mode), Rootfs: rootfs, HostDir: run.RestoreSpecHostDir}
+	opts := sandbox.SpecOptions{Mode: sandbox.Mode(c.mode), Rootfs: rootfs.Path, HostDir: run.RestoreSpecHostDir, Process: rootfs.Info.SandboxProcess()}
 	if opts.Mode == sandbox.ModeCapture {
 		opts.ImageDir = "/path/to/checkpoint-dir"
 		opts.Imports = []string{"numpy"}
@@ -54,6 +54,9 @@ func (c *specCmd) Execute(ctx context.Context, con *console, args []string) erro
 	fingerprint, err := sandbox.Fingerprint(spec, cfg.Runsc.SandboxFlags())
 	if err != nil {
 		return err
+	}
+	if con.json {
+		return writeJSON(con.stdout, map[string]any{"spec": spec, "fingerprint": fingerprint})
 	}
 	data, err := json.MarshalIndent(spec, "", "  ")
 	if err != nil {

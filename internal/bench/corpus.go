@@ -61,12 +61,13 @@ type CorpusRequest struct {
 	// Modules are the modules the call imports: the imports resolved by the catalogue.
 	Modules []string `json:"modules"`
 	// Choice is the checkpoint Select chose, or "cold".
-	Choice      string  `json:"choice"`
-	ColdMs      float64 `json:"cold_ms"`
-	ChosenMs    float64 `json:"chosen_ms"`
-	PredictedMs float64 `json:"predicted_ms"`
-	// PredictedColdMs is what the cost model predicts for the cold start.
-	PredictedColdMs float64        `json:"predicted_cold_ms"`
+	Choice   string  `json:"choice"`
+	ColdMs   float64 `json:"cold_ms"`
+	ChosenMs float64 `json:"chosen_ms"`
+	// PredictedMs is what the cost model predicts for the chosen start, PredictedColdMs for
+	// the cold start; both absent when the catalogue has no prices (CorpusReport.Basis).
+	PredictedMs     float64        `json:"predicted_ms,omitempty"`
+	PredictedColdMs float64        `json:"predicted_cold_ms,omitempty"`
 	Cold            manifest.Stats `json:"cold"`
 	Chosen          manifest.Stats `json:"chosen"`
 	// Pooled is the same start as Chosen from a sandbox of a pool (--pool), PooledMs its
@@ -79,20 +80,22 @@ type CorpusRequest struct {
 
 // ReplaySummary holds a corpus replay's means over the sampled requests.
 type ReplaySummary struct {
-	Requests        int     `json:"requests"`
-	MeanColdMs      float64 `json:"mean_cold_ms"`
-	MeanChosenMs    float64 `json:"mean_chosen_ms"`
-	MeanPredictedMs float64 `json:"mean_predicted_ms"`
-	// MeanPredictedColdMs is the cost model's mean for the cold starts.
-	MeanPredictedColdMs float64 `json:"mean_predicted_cold_ms"`
+	Requests     int     `json:"requests"`
+	MeanColdMs   float64 `json:"mean_cold_ms"`
+	MeanChosenMs float64 `json:"mean_chosen_ms"`
+	// MeanPredictedMs and MeanPredictedColdMs are the cost model's means for the chosen and
+	// the cold starts. They, ModelErrorPct and MeanAbsErrorPct are absent when nothing was
+	// predicted (a catalogue without prices).
+	MeanPredictedMs     float64 `json:"mean_predicted_ms,omitempty"`
+	MeanPredictedColdMs float64 `json:"mean_predicted_cold_ms,omitempty"`
 	// SavedMs is the mean start time saved: MeanColdMs - MeanChosenMs; ChosenOverCold their
 	// ratio.
 	SavedMs        float64 `json:"saved_ms"`
 	ChosenOverCold float64 `json:"chosen_over_cold"`
 	// ModelErrorPct is the cost model's error on the mean: 100 x (measured / predicted - 1);
 	// MeanAbsErrorPct the mean of each request's |measured - predicted| / predicted.
-	ModelErrorPct   float64 `json:"model_error_pct"`
-	MeanAbsErrorPct float64 `json:"mean_abs_error_pct"`
+	ModelErrorPct   float64 `json:"model_error_pct,omitempty"`
+	MeanAbsErrorPct float64 `json:"mean_abs_error_pct,omitempty"`
 	// With a pool: MeanPooledMs, PooledOverCold (MeanPooledMs / MeanColdMs), the mean
 	// predicted pooled start and the model's error on it (absent without a pooled line), and
 	// CreateMs, the mean `runsc create` of the pool's sandboxes (measured off the clock in the
@@ -111,10 +114,13 @@ type CorpusReport struct {
 	Runsc        manifest.Runsc      `json:"runsc"`
 	RestoreFlags []string            `json:"restore_flags"`
 	CostModel    catalogue.CostModel `json:"cost_model"`
-	Corpus       string              `json:"corpus"`
-	Part         string              `json:"part"`
-	Rounds       int                 `json:"rounds"`
-	WarmupRounds int                 `json:"warmup_rounds"`
+	// Basis is how Select chose every start: by the cost model, or by image size when the
+	// catalogue has no measured prices (then nothing is predicted).
+	Basis        catalogue.Basis `json:"basis"`
+	Corpus       string          `json:"corpus"`
+	Part         string          `json:"part"`
+	Rounds       int             `json:"rounds"`
+	WarmupRounds int             `json:"warmup_rounds"`
 	// Pool is the size of the pool of the pooled series; 0: not measured.
 	Pool int `json:"pool"`
 	// Eligible is how many requests of the part the replay could draw from; Unservable how
@@ -125,6 +131,9 @@ type CorpusReport struct {
 	Summary    ReplaySummary   `json:"summary"`
 	Dir        string          `json:"-"`
 }
+
+// Predicted reports whether the replay's starts were priced: Select chose by the cost model.
+func (r *CorpusReport) Predicted() bool { return r.Basis == catalogue.BasisCostModel }
 
 // ErrCorpusBench reports a replay that cannot run: no catalogue, nothing to draw.
 var ErrCorpusBench = errors.New("corpus bench")
@@ -162,7 +171,9 @@ func runCorpusOn(ctx context.Context, x *run.VerifiedOutput, o CorpusOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	if o.Pool > 0 && !cat.CostModel.Pooled.Measured() {
+	if router.Basis() == catalogue.BasisImageSize {
+		x.Sandboxes.Log.Warnf("bench --corpus: the catalogue has no measured prices (%s): Select chooses by image size and nothing is predicted; %s", router.Unpriced(), catalogue.MeasureHint)
+	} else if o.Pool > 0 && !cat.CostModel.Pooled.Measured() {
 		x.Sandboxes.Log.Warn("bench --corpus: the catalogue's cost model has no pooled line (analysed before it was measured): the pooled series goes without a prediction; run pipeline analyze, then capture, to measure it")
 	}
 	trials, eligible, unservable, err := drawRequests(o, router, x)
@@ -175,7 +186,7 @@ func runCorpusOn(ctx context.Context, x *run.VerifiedOutput, o CorpusOptions) (*
 	}
 	report := &CorpusReport{
 		CreatedAt: time.Now().UTC(), Machine: ThisMachine(), Runsc: x.Manifest.Runsc,
-		RestoreFlags: slices.Clone(x.Manifest.RestoreFlags), CostModel: cat.CostModel,
+		RestoreFlags: slices.Clone(x.Manifest.RestoreFlags), CostModel: cat.CostModel, Basis: router.Basis(),
 		Corpus: o.Path, Part: o.Part, Rounds: o.Rounds, WarmupRounds: 1, Pool: o.Pool, Eligible: eligible, Unservable: unservable,
 	}
 	for _, t := range trials {
@@ -373,8 +384,8 @@ func summarize(reqs []CorpusRequest) ReplaySummary {
 	}
 	if s.MeanPredictedMs > 0 {
 		s.ModelErrorPct = 100 * (s.MeanChosenMs/s.MeanPredictedMs - 1)
+		s.MeanAbsErrorPct = 100 * absErr / n
 	}
-	s.MeanAbsErrorPct = 100 * absErr / n
 	if reqs[0].Pooled != nil {
 		for _, r := range reqs {
 			s.MeanPooledMs += r.PooledMs
@@ -407,23 +418,32 @@ func writeCorpusRun(out string, r *CorpusReport) (string, error) {
 }
 
 // WriteCorpusBenchfmt writes the replay in the Go benchmark format: every run of every request
-// (BenchmarkCorpus/req=00017/series=cold), the chosen start's lines carrying the predicted cost
-// as a second unit, and per round the mean over the requests (BenchmarkCorpusMean), so that
-// `benchstat -col /series bench.txt` compares cold and chosen with its own statistics.
+// (BenchmarkCorpus/req=00017/series=cold), each line carrying the predicted cost as a second
+// unit when the starts were priced, and per round the mean over the requests
+// (BenchmarkCorpusMean), so that `benchstat -col /series bench.txt` compares cold and chosen
+// with its own statistics.
 func WriteCorpusBenchfmt(w io.Writer, r *CorpusReport) error {
+	// predicted is the second unit: none without a price (no prices, or no pooled line),
+	// rather than a price of 0 ms.
+	predicted := func(ms float64) string {
+		if !r.Predicted() || !(ms > 0) {
+			return ""
+		}
+		return fmt.Sprintf(" %.1f predicted-ms", ms)
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "goos: linux\ngoarch: amd64\npkg: readie.dev/pipeline/bench\ncpu: %s\n", r.Machine.CPUModel)
 	fmt.Fprintf(&b, "runsc: %s\nrestore-flags: %s\ncorpus: %s\npart: %s\n", r.Runsc.Version, strings.Join(r.RestoreFlags, " "), r.Corpus, r.Part)
 	for _, q := range r.Requests {
 		for _, ms := range q.Cold.Runs {
-			fmt.Fprintf(&b, "BenchmarkCorpus/req=%05d/series=cold 1 %d ns/op %.1f predicted-ms\n", q.Index, int64(ms*1e6), q.PredictedColdMs)
+			fmt.Fprintf(&b, "BenchmarkCorpus/req=%05d/series=cold 1 %d ns/op%s\n", q.Index, int64(ms*1e6), predicted(q.PredictedColdMs))
 		}
 		for _, ms := range q.Chosen.Runs {
-			fmt.Fprintf(&b, "BenchmarkCorpus/req=%05d/series=chosen 1 %d ns/op %.1f predicted-ms\n", q.Index, int64(ms*1e6), q.PredictedMs)
+			fmt.Fprintf(&b, "BenchmarkCorpus/req=%05d/series=chosen 1 %d ns/op%s\n", q.Index, int64(ms*1e6), predicted(q.PredictedMs))
 		}
 		if q.Pooled != nil {
 			for _, ms := range q.Pooled.Runs {
-				fmt.Fprintf(&b, "BenchmarkCorpus/req=%05d/series=pooled 1 %d ns/op %.1f predicted-ms\n", q.Index, int64(ms*1e6), q.PredictedPooledMs)
+				fmt.Fprintf(&b, "BenchmarkCorpus/req=%05d/series=pooled 1 %d ns/op%s\n", q.Index, int64(ms*1e6), predicted(q.PredictedPooledMs))
 			}
 		}
 	}
@@ -434,14 +454,14 @@ func WriteCorpusBenchfmt(w io.Writer, r *CorpusReport) error {
 			chosen += q.Chosen.Runs[round]
 		}
 		n := float64(len(r.Requests))
-		fmt.Fprintf(&b, "BenchmarkCorpusMean/series=cold 1 %d ns/op %.1f predicted-ms\n", int64(cold/n*1e6), r.Summary.MeanPredictedColdMs)
-		fmt.Fprintf(&b, "BenchmarkCorpusMean/series=chosen 1 %d ns/op %.1f predicted-ms\n", int64(chosen/n*1e6), r.Summary.MeanPredictedMs)
+		fmt.Fprintf(&b, "BenchmarkCorpusMean/series=cold 1 %d ns/op%s\n", int64(cold/n*1e6), predicted(r.Summary.MeanPredictedColdMs))
+		fmt.Fprintf(&b, "BenchmarkCorpusMean/series=chosen 1 %d ns/op%s\n", int64(chosen/n*1e6), predicted(r.Summary.MeanPredictedMs))
 		if r.Pool > 0 {
 			var pooled float64
 			for _, q := range r.Requests {
 				pooled += q.Pooled.Runs[round]
 			}
-			fmt.Fprintf(&b, "BenchmarkCorpusMean/series=pooled 1 %d ns/op %.1f predicted-ms\n", int64(pooled/n*1e6), r.Summary.PredictedPooledMs)
+			fmt.Fprintf(&b, "BenchmarkCorpusMean/series=pooled 1 %d ns/op%s\n", int64(pooled/n*1e6), predicted(r.Summary.PredictedPooledMs))
 		}
 	}
 	_, err := io.WriteString(w, b.String())
@@ -454,8 +474,13 @@ func WriteCorpusChart(w io.Writer, r *CorpusReport) error {
 	reqs := slices.Clone(r.Requests)
 	slices.SortStableFunc(reqs, func(a, b CorpusRequest) int { return cmp.Compare(a.ColdMs, b.ColdMs) })
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("Start to first answer, %d requests of %s (%s part): mean cold %.0f ms, chosen %.0f ms (predicted %.0f ms)",
-		len(reqs), filepath.Base(r.Corpus), r.Part, r.Summary.MeanColdMs, r.Summary.MeanChosenMs, r.Summary.MeanPredictedMs)
+	p.Title.Text = fmt.Sprintf("Start to first answer, %d requests of %s (%s part): mean cold %.0f ms, chosen %.0f ms",
+		len(reqs), filepath.Base(r.Corpus), r.Part, r.Summary.MeanColdMs, r.Summary.MeanChosenMs)
+	if r.Predicted() {
+		p.Title.Text += fmt.Sprintf(" (predicted %.0f ms)", r.Summary.MeanPredictedMs)
+	} else {
+		p.Title.Text += " (chosen by image size, not predicted)"
+	}
 	p.X.Label.Text = "request, by cold start time"
 	p.Y.Label.Text = "ms (median, bars min-max)"
 	var cold, chosen, pooled spread
@@ -467,8 +492,10 @@ func WriteCorpusChart(w io.Writer, r *CorpusReport) error {
 		if q.Pooled != nil {
 			pooled.add(float64(i)+0.3, *q.Pooled)
 		}
-		predicted = append(predicted, plotter.XY{X: float64(i) + 0.12, Y: q.PredictedMs})
-		top = max(top, q.PredictedMs)
+		if r.Predicted() {
+			predicted = append(predicted, plotter.XY{X: float64(i) + 0.12, Y: q.PredictedMs})
+			top = max(top, q.PredictedMs)
+		}
 	}
 	if err := addSpread(p, &cold, 0, "cold start"); err != nil {
 		return err
@@ -476,20 +503,23 @@ func WriteCorpusChart(w io.Writer, r *CorpusReport) error {
 	if err := addSpread(p, &chosen, 1, "Select's choice"); err != nil {
 		return err
 	}
-	legend := 3
+	legend := 2
 	if len(pooled.XYs) > 0 {
 		if err := addSpread(p, &pooled, 3, fmt.Sprintf("the same from a pool of %d", r.Pool)); err != nil {
 			return err
 		}
 		legend++
 	}
-	pts, err := plotter.NewScatter(predicted)
-	if err != nil {
-		return err
+	if len(predicted) > 0 {
+		pts, err := plotter.NewScatter(predicted)
+		if err != nil {
+			return err
+		}
+		pts.Color, pts.Shape, pts.Radius = plotutil.Color(2), plotutil.Shape(4), vg.Points(4)
+		p.Add(pts)
+		p.Legend.Add("predicted (choice)", pts)
+		legend++
 	}
-	pts.Color, pts.Shape, pts.Radius = plotutil.Color(2), plotutil.Shape(4), vg.Points(4)
-	p.Add(pts)
-	p.Legend.Add("predicted (choice)", pts)
 	roomForLegend(p, legend, max(top, cold.top(), chosen.top(), pooled.top()))
 	p.Legend.Left = true
 	p.X.Min, p.X.Max = -1, float64(len(reqs))

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -125,20 +126,8 @@ func TestDrawRequests(t *testing.T) {
 // chosen checkpoint's image size (or its pooled cold start) plus the imports the choice lacks;
 // none without a pooled line.
 func TestDrawRequestsPooledPrediction(t *testing.T) {
-	c := &catalogue.Catalogue{
-		Version: catalogue.Version,
-		CostModel: catalogue.CostModel{InterceptMs: 130, AlphaMsPerMiB: 1.5, ColdStartMs: 400, EmptyMiB: 8,
-			Pooled: catalogue.PooledLine{InterceptMs: 50, AlphaMsPerMiB: 1, ColdStartMs: 300}},
-		Modules: map[string]catalogue.Module{
-			"numpy":  {Available: true, OwnMs: 200, OwnMiB: 9.5, ImportMs: 200, MiB: 9.5, Closure: []string{"numpy"}},
-			"pandas": {Available: true, OwnMs: 700, OwnMiB: 21, ImportMs: 900, MiB: 31, Closure: []string{"numpy", "pandas"}},
-			"re":     {Available: true, Closure: []string{"re"}},
-		},
-		Checkpoints: []catalogue.Checkpoint{
-			{ID: "empty", Imports: []string{}, Closure: []string{}, ImageMiB: 8, RestoreMedianMs: 150},
-			{ID: "pandas", Imports: []string{"pandas"}, Closure: []string{"numpy", "pandas"}, ImageMiB: 40, RestoreMedianMs: 190},
-		},
-	}
+	c := twoCheckpoints(catalogue.CostModel{InterceptMs: 130, AlphaMsPerMiB: 1.5, ColdStartMs: 400, EmptyMiB: 8,
+		Pooled: catalogue.PooledLine{InterceptMs: 50, AlphaMsPerMiB: 1, ColdStartMs: 300}})
 	cor, err := corpus.Parse(strings.NewReader(`{"imports": ["pandas.DataFrame"]}
 {"imports": ["numpy"]}
 {"imports": ["re"]}
@@ -152,7 +141,7 @@ func TestDrawRequestsPooledPrediction(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		trials, _, _, err := drawRequests(CorpusOptions{Corpus: cor, Sample: 3, Part: PartAll}, r, x)
+		trials, _, _, err := drawRequests(CorpusOptions{Corpus: cor, Sample: 4, Part: PartAll}, r, x)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -187,7 +176,7 @@ func TestDrawRequestsPooledPrediction(t *testing.T) {
 // With a pool: the pooled medians, their mean against cold, the prediction (the pooled line's)
 // and its error, and the pooled lines of bench.txt.
 func TestCorpusPooledSummaryAndBenchfmt(t *testing.T) {
-	r := &CorpusReport{Rounds: 2, Pool: 2, Corpus: "c.jsonl", Part: PartHeldOut, Requests: []CorpusRequest{
+	r := &CorpusReport{Rounds: 2, Pool: 2, Corpus: "c.jsonl", Part: PartHeldOut, Basis: catalogue.BasisCostModel, Requests: []CorpusRequest{
 		{Index: 3, ColdMs: 1000, ChosenMs: 200, PredictedMs: 250, PredictedColdMs: 1100, Cold: manifest.Stats{Runs: []float64{900, 1100}}, Chosen: manifest.Stats{Runs: []float64{190, 210}},
 			Pooled: &manifest.Stats{Runs: []float64{90, 110}}, PooledMs: 100, PredictedPooledMs: 150},
 		{Index: 12, ColdMs: 500, ChosenMs: 300, PredictedMs: 200, PredictedColdMs: 450, Cold: manifest.Stats{Runs: []float64{500, 500}}, Chosen: manifest.Stats{Runs: []float64{300, 300}},
@@ -222,7 +211,7 @@ func TestCorpusPooledSummaryAndBenchfmt(t *testing.T) {
 }
 
 func TestCorpusSummaryAndBenchfmt(t *testing.T) {
-	r := &CorpusReport{Rounds: 2, Corpus: "c.jsonl", Part: PartHeldOut, Requests: []CorpusRequest{
+	r := &CorpusReport{Rounds: 2, Corpus: "c.jsonl", Part: PartHeldOut, Basis: catalogue.BasisCostModel, Requests: []CorpusRequest{
 		{Index: 3, ColdMs: 1000, ChosenMs: 200, PredictedMs: 250, PredictedColdMs: 1100, Cold: manifest.Stats{Runs: []float64{900, 1100}}, Chosen: manifest.Stats{Runs: []float64{190, 210}}},
 		{Index: 12, ColdMs: 500, ChosenMs: 300, PredictedMs: 200, PredictedColdMs: 450, Cold: manifest.Stats{Runs: []float64{500, 500}}, Chosen: manifest.Stats{Runs: []float64{300, 300}}},
 	}}
@@ -253,7 +242,7 @@ func TestCorpusSummaryAndBenchfmt(t *testing.T) {
 		t.Errorf("%d run lines, want 8", n)
 	}
 	var svg bytes.Buffer
-	if err := WriteCorpusChart(&svg, r); err != nil || !strings.Contains(svg.String(), "<svg") {
+	if err := WriteCorpusChart(&svg, r); err != nil || !strings.Contains(svg.String(), "predicted (choice)") || !strings.Contains(svg.String(), "(predicted 225 ms)") {
 		t.Errorf("chart: %v", err)
 	}
 }
@@ -287,7 +276,7 @@ func TestDrawRequestsPackages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	trials, _, _, err := drawRequests(CorpusOptions{Corpus: cor, Sample: 3, Part: PartAll}, r, x)
+	trials, _, _, err := drawRequests(CorpusOptions{Corpus: cor, Sample: 4, Part: PartAll}, r, x)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,5 +286,87 @@ func TestDrawRequestsPackages(t *testing.T) {
 	}
 	if want := map[int]string{1: "empty", 2: "pandas", 3: "pandas"}; fmt.Sprint(choice) != fmt.Sprint(want) {
 		t.Errorf("choices by line %v, want %v", choice, want)
+	}
+}
+
+// A catalogue without measured prices (no cold start time): the draw routes by image size and
+// carries no prediction, and the report, bench.txt and the chart give none either, never a
+// price of 0 ms.
+func TestCorpusByImageSize(t *testing.T) {
+	c := twoCheckpoints(catalogue.CostModel{InterceptMs: 130, AlphaMsPerMiB: 1.5, EmptyMiB: 8}) // no cold start: no prices
+	r, err := catalogue.NewRouter(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cor, err := corpus.Parse(strings.NewReader(`{"imports": ["pandas.DataFrame"]}
+{"imports": ["re"]}
+{"imports": []}
+{"imports": ["re", "numpy"]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := &run.VerifiedOutput{Out: "/out", Manifest: &manifest.Manifest{Checkpoints: []manifest.Checkpoint{{ID: "empty", Dir: "empty"}, {ID: "pandas", Dir: "pandas"}}}}
+	trials, _, _, err := drawRequests(CorpusOptions{Corpus: cor, Sample: 4, Part: PartAll}, r, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// pandas: the pandas checkpoint holds it; re: none holds it, cold; nothing: empty; re and
+	// numpy: the pandas checkpoint holds numpy, and re is imported after either start.
+	want := map[int]string{1: "pandas", 2: Cold, 3: "empty", 4: "pandas"}
+	report := &CorpusReport{Rounds: 1, Corpus: "c.jsonl", Part: PartAll, Basis: r.Basis()}
+	for _, tr := range trials {
+		if tr.req.Choice != want[tr.req.Line] || tr.req.PredictedMs != 0 || tr.req.PredictedColdMs != 0 || tr.predictedPooled != 0 {
+			t.Errorf("line %d: %+v, pooled %v ms; want %s, no prediction", tr.req.Line, tr.req, tr.predictedPooled, want[tr.req.Line])
+		}
+		req := tr.req
+		req.Cold, req.Chosen = manifest.Stats{Runs: []float64{600}}, manifest.Stats{Runs: []float64{200}}
+		req.ColdMs, req.ChosenMs = 600, 200
+		report.Requests = append(report.Requests, req)
+	}
+	if len(trials) != 4 || report.Predicted() {
+		t.Fatalf("%d trials, predicted %v", len(trials), report.Predicted())
+	}
+	report.Summary = summarize(report.Requests)
+	data, err := json.Marshal(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"predicted_ms", "predicted_cold_ms", "mean_predicted_ms", "model_error_pct", "mean_abs_error_pct"} {
+		if strings.Contains(string(data), `"`+key+`"`) {
+			t.Errorf("corpus.json by image size has %s: %s", key, data)
+		}
+	}
+	if !strings.Contains(string(data), `"basis":"image size"`) {
+		t.Errorf("corpus.json without its basis: %s", data)
+	}
+	var buf bytes.Buffer
+	if err := WriteCorpusBenchfmt(&buf, report); err != nil {
+		t.Fatal(err)
+	}
+	if text := buf.String(); strings.Contains(text, "predicted-ms") || !strings.Contains(text, "BenchmarkCorpus/req=00000/series=chosen 1 200000000 ns/op\n") {
+		t.Errorf("bench.txt by image size:\n%s", text)
+	}
+	var svg bytes.Buffer
+	if err := WriteCorpusChart(&svg, report); err != nil || strings.Contains(svg.String(), "predicted (choice)") || !strings.Contains(svg.String(), "chosen by image size, not predicted") {
+		t.Errorf("chart by image size: %v", err)
+	}
+}
+
+// twoCheckpoints is a catalogue of numpy, pandas and re, with the checkpoints empty and pandas,
+// under the cost model m.
+func twoCheckpoints(m catalogue.CostModel) *catalogue.Catalogue {
+	return &catalogue.Catalogue{
+		Version:   catalogue.Version,
+		CostModel: m,
+		Modules: map[string]catalogue.Module{
+			"numpy":  {Available: true, OwnMs: 200, OwnMiB: 9.5, ImportMs: 200, MiB: 9.5, Closure: []string{"numpy"}},
+			"pandas": {Available: true, OwnMs: 700, OwnMiB: 21, ImportMs: 900, MiB: 31, Closure: []string{"numpy", "pandas"}},
+			"re":     {Available: true, Closure: []string{"re"}},
+		},
+		Checkpoints: []catalogue.Checkpoint{
+			{ID: "empty", Imports: []string{}, Closure: []string{}, ImageMiB: 8, RestoreMedianMs: 150},
+			{ID: "pandas", Imports: []string{"pandas"}, Closure: []string{"numpy", "pandas"}, ImageMiB: 40, RestoreMedianMs: 190},
+		},
 	}
 }

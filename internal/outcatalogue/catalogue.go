@@ -108,7 +108,6 @@ func Build(m *manifest.Manifest, in Inputs) (*catalogue.Catalogue, error) {
 	}
 	// A line fitted to noisy medians may slope down or cross zero: it prices nothing then.
 	c.CostModel.InterceptMs, c.CostModel.AlphaMsPerMiB = max(c.CostModel.InterceptMs, 0), max(c.CostModel.AlphaMsPerMiB, 0)
-	c.Version = catalogue.VersionFor(c.CostModel)
 	imports := make([][]string, len(m.Checkpoints))
 	for i, cp := range m.Checkpoints {
 		imports[i] = cp.Imports
@@ -122,7 +121,7 @@ func Build(m *manifest.Manifest, in Inputs) (*catalogue.Catalogue, error) {
 		entry := catalogue.Checkpoint{
 			ID: cp.ID, Imports: slices.Clone(cp.Imports), Closure: closures[i],
 			ImageMiB: round2(mib(cp.Bytes)), RestoreMedianMs: cp.RestoreMS.Median,
-			PredictedMiB: round2(in.Predicted[cp.ID]), Packages: cp.Packages,
+			PredictedMiB: round2(in.Predicted[cp.ID]), Packages: cp.Packages, UnmappedModules: cp.UnmappedModules,
 		}
 		if entry.Imports == nil {
 			entry.Imports = []string{}
@@ -136,6 +135,7 @@ func Build(m *manifest.Manifest, in Inputs) (*catalogue.Catalogue, error) {
 	if len(errsMiB) > 0 {
 		c.Prediction = &catalogue.Prediction{Sets: len(errsMiB), MeanAbsErrorMiB: round2(mean(errsMiB)), MeanAbsErrorPct: round2(mean(errsPct))}
 	}
+	c.Version = catalogue.VersionFor(c)
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}

@@ -113,6 +113,17 @@ func TestBuildCatalogue(t *testing.T) {
 	if c.Version != 2 {
 		t.Errorf("version %d without a pooled line, want 2", c.Version)
 	}
+
+	// A checkpoint's unmapped modules go into the catalogue, which is then version 4 (a kit
+	// of version 3 would refuse the key).
+	m.Checkpoints[1].UnmappedModules = []string{"appmod"}
+	c, err = Build(m, Inputs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Checkpoints[1].UnmappedModules; c.Version != 4 || !slices.Equal(got, []string{"appmod"}) || c.Checkpoints[0].UnmappedModules != nil {
+		t.Errorf("unmapped modules: version %d, pandas %v, empty %v", c.Version, got, c.Checkpoints[0].UnmappedModules)
+	}
 }
 
 func TestMatchesManifest(t *testing.T) {

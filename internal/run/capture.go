@@ -133,7 +133,7 @@ func (e *Env) cachedAnalysis(ctx context.Context, sb *Sandboxes, out string, sel
 func carryOutPlan(ctx context.Context, e *Env, plan *Plan, b *Basis, r manifest.Runsc, d Driver, work string, o CaptureOptions, cached *analysis.File) (*Result, error) {
 	m := newManifest(b, r, e.Config.Runsc.CheckpointOptions)
 	c := &carrier{
-		plan: plan, basis: b, driver: d, store: e.Store, work: work, jobs: e.Config.Jobs, restoreRuns: e.Config.RestoreRuns,
+		plan: plan, basis: b, driver: d, store: e.Store, work: work, bundlePrefix: e.Runtime.IDPrefix, jobs: e.Config.Jobs, restoreRuns: e.Config.RestoreRuns,
 		remeasure: o.Remeasure, baseline: e.Config.CPUBaseline, log: e.Log, writeJSON: e.tally.writer(outdir.WriteJSON),
 	}
 	return intoOutput(ctx, c, m, o, cached, e.CleanFailed)

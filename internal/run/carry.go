@@ -29,8 +29,10 @@ type carrier struct {
 	driver  Driver
 	store   *store.Store
 	staging string
-	// work is the run's scratch directory, where a failed set's sandbox logs are.
-	work string
+	// work is the run's scratch directory, where a failed set's sandbox logs are, in bundles
+	// whose names begin with bundlePrefix of the set and step (launch.Runtime.IDPrefix).
+	work         string
+	bundlePrefix func(setID, step string) (string, error)
 	// jobs is how many sets are captured and smoke-tested at a time (config jobs).
 	jobs int
 	// restoreRuns is how many restores a set's timing takes (config restore_runs).
@@ -115,7 +117,7 @@ func (c *carrier) results(ctx context.Context, works []*setWork, m *manifest.Man
 		res.Sets = append(res.Sets, SetResult{Checkpoint: w.c, Status: w.status, Err: w.err, Timings: w.sp.Timings})
 		if w.err != nil {
 			failed, errs = append(failed, w.sp.ID), append(errs, w.err)
-			if err := keepFailedSet(w, c.staging, c.work, c.writeJSON); err != nil {
+			if err := keepFailedSet(w, c.staging, c.work, c.bundlePrefix, c.writeJSON); err != nil {
 				c.log.WithField("set", w.sp.ID).WithError(err).Warn("could not keep the failed set's files for inspection")
 			}
 			continue
@@ -178,6 +180,9 @@ func (c *carrier) capture(ctx context.Context, w *setWork) error {
 		return err
 	}
 	log.WithFields(logrus.Fields{"bytes": w.meta.Bytes(), "took": time.Since(start).Round(time.Millisecond)}).Info("capture: done")
+	for _, module := range w.meta.UnmappedModules {
+		log.WithField("module", module).Warnf("module %s: no distribution's metadata names it; its version is unknown", module)
+	}
 	if err := c.judgeCPU(w); err != nil {
 		return err
 	}
@@ -307,6 +312,7 @@ func (c *carrier) finish(w *setWork) error {
 		c.log.WithField("set", w.sp.ID).WithError(err).Warn("could not record the store entry's use")
 	}
 	w.c.Bytes, w.c.CapturedAt, w.c.CPUCheck, w.c.Packages = w.meta.Bytes(), w.meta.CapturedAt, w.meta.CPUCheck, w.meta.Packages
+	w.c.UnmappedModules = w.meta.UnmappedModules
 	w.done = true
 	return nil
 }
@@ -323,15 +329,22 @@ func writeMeta(write func(string, any) error, dir string, sp SetPlan, stored *ma
 
 // keepFailedSet puts what a failed set left into staging/ID, where the failed run's message
 // points: the logs of its sandboxes (stdout, stderr and runsc's own words, from the scratch
-// directory that the run removes) under logs/, and the image files of a capture that failed
+// directory that the run removes; bundles named by the sandbox IDs that bundlePrefix begins,
+// a long set id's shortened in them) under logs/, and the image files of a capture that failed
 // (taken out of its pending store entry) under capture/, with the meta.json the capture
 // returned (written with write) when it returned one: only Commit writes it otherwise, and a
 // set that failed after its capture (its smoke test, its CPU check) never got there.
-func keepFailedSet(w *setWork, staging, work string, write func(string, any) error) error {
+func keepFailedSet(w *setWork, staging, work string, bundlePrefix func(setID, step string) (string, error), write func(string, any) error) error {
 	dir := filepath.Join(staging, w.sp.ID)
 	var errs []error
 	for _, step := range []string{"capture", "smoke", "measure"} {
-		bundles, _ := filepath.Glob(filepath.Join(work, fmt.Sprintf("readie-%s-%s-*", w.sp.ID, step)))
+		prefix, err := bundlePrefix(w.sp.ID, step)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		// The prefix is a plain name (letters, digits, - and _): no pattern of its own.
+		bundles, _ := filepath.Glob(filepath.Join(work, prefix+"*"))
 		for _, bundle := range bundles {
 			for _, name := range []string{"stdout.log", "stderr.log", "restore-stderr.log"} {
 				data, err := os.ReadFile(filepath.Join(bundle, name))

@@ -14,11 +14,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
+
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/outdir"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/atomicfile"
+	"readie.dev/pipeline/pkg/catalogue"
+	"readie.dev/pipeline/pkg/checkpointid"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/filedigest"
 	"readie.dev/pipeline/pkg/launch"
@@ -41,6 +46,8 @@ type fakeDriver struct {
 	// alter changes a set's pages.img after its meta.json recorded it (a capture whose files
 	// do not match what it says of them).
 	alter map[string]bool
+	// unmapped are the modules a set's capture says no distribution's metadata names.
+	unmapped map[string][]string
 
 	mu                         sync.Mutex
 	captured, measured, smoked []string
@@ -67,7 +74,7 @@ func (d *fakeDriver) Capture(ctx context.Context, set config.PackageSet, dir str
 	}
 	meta := &manifest.Meta{
 		ID: set.ID, Imports: slices.Clone(set.Imports), RunscVersion: "fake-runsc", SpecFingerprint: d.fingerprint,
-		CapturedAt: time.Now().UTC(), Files: map[string]manifest.File{},
+		CapturedAt: time.Now().UTC(), Files: map[string]manifest.File{}, UnmappedModules: d.unmapped[set.ID],
 	}
 	for _, name := range manifest.ImageFiles() {
 		path := filepath.Join(dir, name)
@@ -144,7 +151,7 @@ func stagesEnv(t *testing.T) *stagesFixture {
 	l := testenv.NewLease(t)
 	counts := &tally{}
 	e := &Env{
-		Config: cfg, Runtime: &launch.Runtime{Flags: sandbox.DefaultFlags()},
+		Config: cfg, Runtime: &launch.Runtime{Flags: sandbox.DefaultFlags(), Lease: l},
 		Runsc: manifest.Runsc{Version: "fake-runsc", SHA256: filedigest.OfBytes([]byte("runsc"))}, RestoreFlags: []string{"-direct"}, Log: testenv.DiscardLog(),
 		Store: &store.Store{Dir: cfg.CheckpointCache, Lease: l, WriteJSON: counts.writer(atomicfile.WriteJSON)}, lease: l, tally: counts,
 	}
@@ -300,6 +307,59 @@ func TestStagesCaptureThenReuse(t *testing.T) {
 	equal(t, "checkpoints from the store", checkpointIDs(testenv.Manifest(t, out)), all)
 }
 
+// A capture's unmapped modules are logged as a warning, once, when it is captured, and recorded
+// in the set's meta.json, the manifest and the catalogue; a reuse (from the output, from the
+// store) keeps them without warning again.
+func TestStagesUnmappedModules(t *testing.T) {
+	e := stagesEnv(t)
+	log, hook := logtest.NewNullLogger()
+	e.Log = log
+	out := filepath.Join(t.TempDir(), "out")
+	check := func(when string) {
+		t.Helper()
+		m := testenv.Manifest(t, out)
+		for _, c := range m.Checkpoints {
+			want := map[string][]string{"pandas": {"appmod"}}[c.ID]
+			meta, err := manifest.LoadMeta(filepath.Join(out, c.Dir, manifest.MetaFileName))
+			if err != nil || !slices.Equal(c.UnmappedModules, want) || !slices.Equal(meta.UnmappedModules, want) {
+				t.Errorf("%s: %s: manifest %v, meta.json %v (%v); want %v", when, c.ID, c.UnmappedModules, meta.UnmappedModules, err, want)
+			}
+		}
+		cat, err := catalogue.Load(filepath.Join(out, catalogue.FileName))
+		if err != nil || cat.Version != 4 || !slices.Equal(cat.Checkpoints[2].UnmappedModules, []string{"appmod"}) {
+			t.Errorf("%s: catalogue %+v, %v; want version 4, pandas's appmod", when, cat, err)
+		}
+	}
+	if _, _, err := fakeCapture(t, e, &fakeDriver{unmapped: map[string][]string{"pandas": {"appmod"}}}, out, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	check("captured")
+	var warned []string
+	for _, entry := range hook.AllEntries() {
+		if entry.Level == logrus.WarnLevel {
+			warned = append(warned, fmt.Sprintf("%v: %s", entry.Data["set"], entry.Message))
+		}
+	}
+	equal(t, "warnings", warned, []string{"pandas: module appmod: no distribution's metadata names it; its version is unknown"})
+	hook.Reset()
+	if _, _, err := fakeCapture(t, e, &fakeDriver{}, out, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	check("reused from the output")
+	if err := os.RemoveAll(out); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := fakeCapture(t, e, &fakeDriver{}, out, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	check("reused from the store")
+	for _, entry := range hook.AllEntries() {
+		if entry.Level <= logrus.WarnLevel {
+			t.Errorf("a reuse logged %s: %s", entry.Level, entry.Message)
+		}
+	}
+}
+
 // An output's checkpoints are reused into the next output, but never put into the store: an
 // output may have been pulled from whoever pushed it, and the store serves every run.
 func TestStagesOutputCheckpointsStayOutOfTheStore(t *testing.T) {
@@ -402,6 +462,41 @@ func TestStagesFailedSetCarriesOn(t *testing.T) {
 	}
 	if pending, _ := filepath.Glob(filepath.Join(e.Store.Dir, ".pending-*")); len(pending) != 0 {
 		t.Errorf("the failed capture left store entries pending: %v", pending)
+	}
+}
+
+// keepFailedSet keeps the logs of a failed set's own sandboxes whatever the length of its id
+// (a sandbox ID carries a long one shortened), and none of another set's whose id begins like
+// its own and a step's name.
+func TestKeepFailedSetLogs(t *testing.T) {
+	rt := &launch.Runtime{Root: t.TempDir(), Lease: testenv.NewLease(t)}
+	work, staging := t.TempDir(), t.TempDir()
+	long := strings.Repeat("x", checkpointid.MaxLen)
+	for _, b := range []struct{ set, step string }{{long, "capture"}, {"a", "smoke"}, {"a-smoke", "capture"}} {
+		id, err := rt.NewID(b.set, b.step)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(filepath.Join(work, id), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(work, id, "stderr.log"), []byte(b.set+" "+b.step), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for set, want := range map[string]string{long: long + " capture", "a": "a smoke", "a-smoke": "a-smoke capture"} {
+		if err := keepFailedSet(&setWork{sp: SetPlan{ID: set}}, staging, work, rt.IDPrefix, nil); err != nil {
+			t.Errorf("keepFailedSet(%s): %v", set, err)
+		}
+		var kept []string
+		logs, _ := filepath.Glob(filepath.Join(staging, set, "logs", "*"))
+		for _, log := range logs {
+			data, _ := os.ReadFile(log)
+			kept = append(kept, string(data))
+		}
+		if len(kept) != 1 || kept[0] != want {
+			t.Errorf("the kept logs of %s hold %q, want [%q]", set, kept, want)
+		}
 	}
 }
 

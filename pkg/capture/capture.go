@@ -19,6 +19,8 @@ import (
 	"strings"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"readie.dev/pipeline/pkg/atomicfile"
 	"readie.dev/pipeline/pkg/catalogue"
 	"readie.dev/pipeline/pkg/executorproto"
@@ -147,39 +149,33 @@ func (req Request) fail(cause error) error {
 }
 
 // newSandbox prepares the capture sandbox of req (not started) in a fresh image directory,
-// and the fingerprint of its spec (req's when given).
+// and the fingerprint of its spec (req's when given). Only a capture of the expected shape
+// touches the disk: the spec is checked before the sandbox's bundle or the image directory is
+// made.
 func newSandbox(rt *launch.Runtime, req Request) (*launch.Sandbox, string, error) {
-	id, err := rt.NewID(req.ID, "capture")
-	if err != nil {
-		return nil, "", err
-	}
-	hostDir := launch.HostDir(req.WorkDir, id)
 	env := req.Env
 	if req.CPUBaseline != nil {
 		env = append(slices.Clone(env), CPUBaselineEnv+"="+strings.Join(req.CPUBaseline, ","))
 	}
-	spec, err := sandbox.Spec(sandbox.SpecOptions{
-		Mode: sandbox.ModeCapture, Rootfs: req.Rootfs, HostDir: hostDir, ImageDir: req.Dir, Imports: req.Imports,
-		Process: req.Process, Env: env, CheckpointOptions: req.CheckpointOptions, CPUFeatures: req.CPUBaseline,
-	})
-	if err != nil {
-		return nil, "", err
+	var fingerprint string
+	specFor := func(hostDir string) (*specs.Spec, error) {
+		spec, err := sandbox.Spec(sandbox.SpecOptions{
+			Mode: sandbox.ModeCapture, Rootfs: req.Rootfs, HostDir: hostDir, ImageDir: req.Dir, Imports: req.Imports,
+			Process: req.Process, Env: env, CheckpointOptions: req.CheckpointOptions, CPUFeatures: req.CPUBaseline,
+		})
+		if err != nil {
+			return nil, err
+		}
+		if fingerprint, err = sandbox.Fingerprint(spec, rt.Flags); err != nil {
+			return nil, err
+		}
+		if req.SpecFingerprint != "" && req.SpecFingerprint != fingerprint {
+			return nil, fmt.Errorf("%w: the capture's spec has fingerprint %s, the run's restore spec %s: a checkpoint of this shape would not restore as the manifest says", ErrSpecMismatch, fingerprint, req.SpecFingerprint)
+		}
+		return spec, freshDir(req.Dir)
 	}
-	fingerprint, err := sandbox.Fingerprint(spec, rt.Flags)
-	if err != nil {
-		return nil, "", err
-	}
-	if req.SpecFingerprint != "" && req.SpecFingerprint != fingerprint {
-		return nil, "", fmt.Errorf("%w: the capture's spec has fingerprint %s, the run's restore spec %s: a checkpoint of this shape would not restore as the manifest says", ErrSpecMismatch, fingerprint, req.SpecFingerprint)
-	}
-	// Only a capture of the expected shape touches the disk.
-	if err := freshDir(req.Dir); err != nil {
-		return nil, "", err
-	}
-	if err := os.MkdirAll(hostDir, 0o755); err != nil {
-		return nil, "", err
-	}
-	sb, err := rt.NewSandbox(id, req.WorkDir, hostDir, spec)
+	// Its logs stay in the work directory: a failed set keeps them (the pipeline's run).
+	sb, err := launch.NewSandbox(launch.SandboxOptions{Runtime: rt, WorkDir: req.WorkDir, Spec: specFor, KeepLogs: true}, req.ID, "capture")
 	return sb, fingerprint, err
 }
 
@@ -197,7 +193,7 @@ func (req Request) evidence(stdout []byte, fingerprint string) (*manifest.Meta, 
 		}
 	}
 	var err error
-	if meta.Packages, err = loadedPackages(stdout); err != nil {
+	if meta.Packages, meta.UnmappedModules, err = loadedPackages(stdout); err != nil {
 		return nil, err
 	}
 	for _, name := range manifest.ImageFiles() {
@@ -245,36 +241,47 @@ func cpuCheck(stdout []byte) (*manifest.CPUCheck, error) {
 }
 
 // loadedPackages reads the executor's packages report from its stdout: the distributions the
-// checkpoint holds loaded. One it could not read the version of is an error: a router would
-// take the checkpoint for one that holds no such distribution.
-func loadedPackages(stdout []byte) (map[string]string, error) {
+// checkpoint holds loaded, and the top-level modules it holds that no distribution's metadata
+// names (unmapped, sorted; nil for none). A distribution it could not read the version of is
+// an error: a router would take the checkpoint for one that holds no such distribution.
+func loadedPackages(stdout []byte) (map[string]string, []string, error) {
 	report, ok := executorLine(stdout, PackagesPrefix)
 	if !ok {
-		return nil, fmt.Errorf("the executor reported no packages (no %q on its stdout before %q): does the image's executor predate it?", strings.TrimSpace(PackagesPrefix), Marker)
+		return nil, nil, fmt.Errorf("the executor reported no packages (no %q on its stdout before %q): does the image's executor predate it?", strings.TrimSpace(PackagesPrefix), Marker)
 	}
 	var r struct {
 		Packages map[string]string `json:"packages"`
 		Errors   map[string]string `json:"errors"`
+		Unmapped []string          `json:"unmapped"`
 		Error    string            `json:"error"`
 	}
 	if err := json.Unmarshal([]byte(report), &r); err != nil {
-		return nil, fmt.Errorf("the executor's packages report is not readable: %.200q (%v)", report, err)
+		return nil, nil, fmt.Errorf("the executor's packages report is not readable: %.200q (%v)", report, err)
 	}
 	// The image's python wrote what follows: quoted and cut short.
 	if r.Error != "" {
-		return nil, fmt.Errorf("the executor could not read the loaded packages: %.300q", r.Error)
+		return nil, nil, fmt.Errorf("the executor could not read the loaded packages: %.300q", r.Error)
 	}
 	if len(r.Errors) > 0 {
 		names := slices.Sorted(maps.Keys(r.Errors))
-		return nil, fmt.Errorf("the executor could not read the versions of %d loaded distributions, %.100q first: %.300q", len(names), names[0], r.Errors[names[0]])
+		return nil, nil, fmt.Errorf("the executor could not read the versions of %d loaded distributions, %.100q first: %.300q", len(names), names[0], r.Errors[names[0]])
 	}
 	if err := catalogue.CheckPackages(r.Packages); err != nil {
-		return nil, fmt.Errorf("the executor's packages report: %w", err)
+		// Cut short: the image's metadata gave the names.
+		return nil, nil, fmt.Errorf("the executor's packages report: %.600v", err)
+	}
+	if err := catalogue.CheckUnmapped(r.Unmapped); err != nil {
+		// Cut short: the image's python gave the names.
+		return nil, nil, fmt.Errorf("the executor's packages report: unmapped modules: %.300v", err)
 	}
 	if r.Packages == nil {
 		r.Packages = map[string]string{}
 	}
-	return r.Packages, nil
+	var unmapped []string
+	if len(r.Unmapped) > 0 {
+		unmapped = slices.Sorted(slices.Values(r.Unmapped))
+	}
+	return r.Packages, unmapped, nil
 }
 
 // freshDir makes dir, which must be absent or empty: runsc refuses to save over image files.

@@ -2,9 +2,11 @@
 // checkpoints (imports, closure, image size, measured restore time), the analysed modules
 // (import time, memory, closure) and the cost model; and Select, which picks for a request the
 // checkpoint, or a cold start, with the lowest predicted start cost, never a checkpoint whose
-// loaded distributions do not satisfy the request's package requirements (SelectFor). The
-// planner (package catalogue/plan) prices with the same rule (package catalogue/internal/cost),
-// so a plan and a router agree on what a request costs.
+// loaded distributions do not satisfy the request's package requirements (SelectFor). A
+// catalogue without measured prices (an output captured without analyze: no cold start time)
+// is routed by image size instead: the smallest checkpoint that holds what some checkpoint
+// holds of the request, else a cold start. The planner (package catalogue/plan) prices with the same rule (package
+// catalogue/internal/cost), so a plan and a router agree on what a request costs.
 package catalogue
 
 import (
@@ -30,16 +32,21 @@ const FileName = "catalogue.json"
 
 // Version is the version of catalogue.json this package writes. Version 2 added packages (the
 // image's, each checkpoint's and each module's distributions), version 3 the cost model's
-// pooled line (cost_model.pooled): an older reader refuses the new keys, so it is told the
-// version instead. Versions 1 and 2 are read too.
-const Version = 3
+// pooled line (cost_model.pooled), version 4 the checkpoints' unmapped_modules: an older reader
+// refuses the new keys, so it is told the version instead. Versions 1 to 3 are read too.
+const Version = 4
 
-// VersionFor returns the lowest version that holds a catalogue with cost model m: 3 with a
-// pooled line, else 2, so that a catalogue without one stays readable by a kit that reads
-// version 2 (it refuses any higher version).
-func VersionFor(m CostModel) int {
-	if m.Pooled.Measured() {
-		return Version
+// VersionFor returns the lowest version that holds c: 4 with a checkpoint's unmapped modules,
+// 3 with a pooled line, else 2, so that a catalogue without them stays readable by a kit that
+// reads an older version (it refuses any higher version).
+func VersionFor(c *Catalogue) int {
+	for _, cp := range c.Checkpoints {
+		if len(cp.UnmappedModules) > 0 {
+			return 4
+		}
+	}
+	if c.CostModel.Pooled.Measured() {
+		return 3
 	}
 	return 2
 }
@@ -78,8 +85,8 @@ type Checkpoint struct {
 	// Closure is every analysed module the checkpoint holds loaded. An import that is not an
 	// analysed module is held too, but not priced: no request resolves to it.
 	Closure []string `json:"closure"`
-	// ImageMiB is the measured size of its image (pages.img); PredictedMiB what the cost model
-	// predicted before the capture (0: not planned).
+	// ImageMiB is the measured size of its image (its files together, as meta.json records
+	// them); PredictedMiB what the cost model predicted before the capture (0: not planned).
 	ImageMiB     float64 `json:"image_mib"`
 	PredictedMiB float64 `json:"predicted_mib,omitempty"`
 	// RestoreMedianMs is the median of its timed restores (0: not measured).
@@ -88,6 +95,9 @@ type Checkpoint struct {
 	// (2.2.3+dfsg), as the executor found them after its imports. A request that needs
 	// another version of one of them is never sent to it: a loaded module cannot be replaced.
 	Packages map[string]string `json:"packages,omitempty"`
+	// UnmappedModules are the top-level modules it holds loaded that no distribution's
+	// metadata names: their versions are unknown, and no requirement rules it out for them.
+	UnmappedModules []string `json:"unmapped_modules,omitempty"`
 }
 
 // RestoreMs returns the price of restoring c: its measured median when there is one, otherwise the
@@ -97,6 +107,26 @@ func (c Checkpoint) RestoreMs(m CostModel) float64 {
 		return c.RestoreMedianMs
 	}
 	return m.RestoreMs(c.ImageMiB)
+}
+
+// unpriced says why c's cost model cannot price starts, or "" when it can: it needs a measured
+// cold start (a measured one is never 0 ms) and a restore time for every checkpoint (its
+// median, or the restore line on its size). Without them a cold start, or a checkpoint, would
+// look free and win every request.
+func (c *Catalogue) unpriced() string {
+	if c.CostModel.ColdStartMs <= 0 {
+		return "no cold start time"
+	}
+	var none []string
+	for _, cp := range c.Checkpoints {
+		if cp.RestoreMs(c.CostModel) <= 0 {
+			none = append(none, cp.ID)
+		}
+	}
+	if len(none) > 0 {
+		return "no restore time for " + strings.Join(none, ", ")
+	}
+	return ""
 }
 
 // Validate checks the catalogue as NewRouter does; write a catalogue only when it passes.
@@ -182,6 +212,16 @@ type Router struct {
 	packages []map[string]string
 	// image are the image's distributions (nil: unknown).
 	image map[string]string
+	// basis is how the router chooses; unpriced says why the catalogue has no prices (when
+	// basis is BasisImageSize).
+	basis    Basis
+	unpriced string
+	// holds are the modules each option holds by name, its imports and closure (none for the
+	// cold start), held every module some checkpoint holds, and heldDists every distribution
+	// some checkpoint holds loaded: a choice by image size.
+	holds     []map[string]bool
+	held      map[string]bool
+	heldDists map[string]bool
 }
 
 // NewRouter validates c and compiles it for Select.
@@ -211,6 +251,9 @@ func NewRouter(c *Catalogue) (*Router, error) {
 		if err := CheckPackages(cp.Packages); err != nil {
 			problems = append(problems, fmt.Errorf("%s: packages: %w", where, err))
 		}
+		if err := CheckUnmapped(cp.UnmappedModules); err != nil {
+			problems = append(problems, fmt.Errorf("%s: unmapped_modules: %w", where, err))
+		}
 		var errs []error
 		loaded[i], errs = cp.loaded(x, where)
 		problems = append(problems, errs...)
@@ -233,9 +276,20 @@ func NewRouter(c *Catalogue) (*Router, error) {
 		}
 		return strings.Compare(ca.ID, cb.ID)
 	})
-	r := &Router{index: x, pricer: x.Pricer(), image: c.Packages}
+	r := &Router{index: x, pricer: x.Pricer(), image: c.Packages, basis: BasisCostModel, unpriced: c.unpriced(), held: map[string]bool{}, heldDists: map[string]bool{}}
+	if r.unpriced != "" {
+		r.basis = BasisImageSize
+	}
 	for _, i := range order {
 		cp := c.Checkpoints[i]
+		holds := map[string]bool{}
+		for _, m := range slices.Concat(cp.Imports, cp.Closure) {
+			holds[m], r.held[m] = true, true
+		}
+		for d := range cp.Packages {
+			r.heldDists[d] = true
+		}
+		r.holds = append(r.holds, holds)
 		r.options = append(r.options, cost.Option{FixedMs: cp.RestoreMs(c.CostModel), Loaded: loaded[i]})
 		r.ids = append(r.ids, cp.ID)
 		r.images = append(r.images, cp.ImageMiB)
@@ -248,6 +302,7 @@ func NewRouter(c *Catalogue) (*Router, error) {
 	r.ids = append(r.ids, "")
 	r.images = append(r.images, 0)
 	r.packages = append(r.packages, nil)
+	r.holds = append(r.holds, nil)
 	if pl := c.CostModel.Pooled; pl.Measured() {
 		r.pooled = append(r.pooled, pl.ColdStartMs)
 	}
@@ -263,13 +318,57 @@ func CheckPackages(packages map[string]string) error {
 	for _, name := range slices.Sorted(maps.Keys(packages)) {
 		v := packages[name]
 		if !pyreq.IsName(name) || pyreq.NormalizeName(name) != name {
-			problems = append(problems, fmt.Errorf("%q is not a normalized distribution name (%s)", name, pyreq.NormalizeName(name)))
+			problems = append(problems, fmt.Errorf("%.100q is not a normalized distribution name (%.100q)", name, pyreq.NormalizeName(name)))
 		}
-		if v == "" || len(v) > 256 || !utf8.ValidString(v) || strings.ContainsFunc(v, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsGraphic(r) }) {
-			problems = append(problems, fmt.Errorf("%s: version %q: want a non-empty string of printable characters without white space", name, v))
+		if !printable(v) {
+			problems = append(problems, fmt.Errorf("%.100q: version %.100q: want a non-empty string of printable characters without white space", name, v))
 		}
 	}
-	return errors.Join(problems...)
+	return firstProblems(problems)
+}
+
+// MaxUnmapped bounds how many unmapped modules a checkpoint may name: each is warned of at
+// capture and carried into every catalogue a worker loads.
+const MaxUnmapped = 1024
+
+// maxProblems is how many problems of a list an error names; the image's metadata or Python
+// may give millions.
+const maxProblems = 10
+
+// firstProblems joins the first maxProblems of problems and counts the rest.
+func firstProblems(problems []error) error {
+	if len(problems) <= maxProblems {
+		return errors.Join(problems...)
+	}
+	return errors.Join(append(slices.Clip(problems[:maxProblems]), fmt.Errorf("and %d more", len(problems)-maxProblems))...)
+}
+
+// CheckUnmapped checks a checkpoint's unmapped modules: at most MaxUnmapped top-level module
+// names as the image's Python has them (printable, without white space or dots, at most 256
+// bytes), each once.
+func CheckUnmapped(modules []string) error {
+	if len(modules) > MaxUnmapped {
+		return fmt.Errorf("%d modules: at most %d", len(modules), MaxUnmapped)
+	}
+	var problems []error
+	seen := map[string]bool{}
+	for _, m := range modules {
+		switch {
+		case !printable(m) || strings.Contains(m, "."):
+			problems = append(problems, fmt.Errorf("%.100q: want a top-level module name: printable characters without white space or dots", m))
+		case seen[m]:
+			problems = append(problems, fmt.Errorf("%q is named twice", m))
+		}
+		seen[m] = true
+	}
+	return firstProblems(problems)
+}
+
+// printable says whether s is a non-empty string of at most 256 bytes of printable characters
+// other than white space: what the image's metadata or Python may give that select prints to
+// a terminal.
+func printable(s string) bool {
+	return s != "" && len(s) <= 256 && utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsGraphic(r) })
 }
 
 // loaded returns what the checkpoint holds loaded, of the index's modules: the closures of its
@@ -294,19 +393,40 @@ func (cp Checkpoint) loaded(x *cost.Index, where string) (cost.Set, []error) {
 	return s, problems
 }
 
+// Basis is how a choice was made.
+type Basis string
+
+const (
+	// BasisCostModel: the option of lowest predicted start cost.
+	BasisCostModel Basis = "cost model"
+	// BasisImageSize: the catalogue has no measured prices (Choice.Why says what it lacks), so
+	// the smallest checkpoint that holds every import of the request that some checkpoint
+	// holds and meets its requirements, else a cold start (SelectFor).
+	BasisImageSize Basis = "image size"
+)
+
+// MeasureHint says how to give a catalogue the prices it lacks.
+const MeasureHint = "to price starts, run `pipeline analyze --corpus FILE` on this output, then capture it again"
+
 // Choice is where a request should start.
 type Choice struct {
 	// Checkpoint is the id of the checkpoint to restore; empty for a cold start.
 	Checkpoint string `json:"checkpoint,omitempty"`
 	Cold       bool   `json:"cold"`
+	// Basis says how the choice was made: by the cost model's prices, or by image size when the
+	// catalogue has none. A choice by image size carries no price: PredictedMs, FixedMs,
+	// ImportMs, ColdMs and PredictedPooledMs are 0 and absent from its JSON.
+	Basis Basis `json:"basis"`
+	// ImageMiB is the chosen checkpoint's image size (0 for a cold start).
+	ImageMiB float64 `json:"image_mib,omitempty"`
 	// PredictedMs is the predicted start cost: FixedMs (the restore, or the cold start) plus
-	// ImportMs (the modules in Import, which the start lacks).
-	PredictedMs float64  `json:"predicted_ms"`
-	FixedMs     float64  `json:"fixed_ms"`
-	ImportMs    float64  `json:"import_ms"`
+	// ImportMs (the modules in Import, which the start lacks; absent when that is nothing).
+	PredictedMs float64  `json:"predicted_ms,omitempty"`
+	FixedMs     float64  `json:"fixed_ms,omitempty"`
+	ImportMs    float64  `json:"import_ms,omitempty"`
 	Import      []string `json:"import"`
 	// ColdMs is the predicted cost of a cold start, for comparison.
-	ColdMs float64 `json:"cold_ms"`
+	ColdMs float64 `json:"cold_ms,omitempty"`
 	// PredictedPooledMs is the same start in a sandbox created ahead (a pool's), priced by the
 	// cost model's pooled line: its restore (or cold start) plus the same ImportMs; 0 when the
 	// catalogue has no pooled line.
@@ -333,9 +453,18 @@ type PassedOver struct {
 	Why        string `json:"why"`
 }
 
+// Basis returns how the router chooses: BasisImageSize when its catalogue has no measured
+// prices, else BasisCostModel.
+func (r *Router) Basis() Basis { return r.basis }
+
+// Unpriced says what the catalogue lacks to price starts ("no cold start time", "no restore
+// time for X"), or "" when the router chooses by the cost model.
+func (r *Router) Unpriced() string { return r.unpriced }
+
 // Select chooses where to start a request that imports names (modules, or names imported from
 // modules, as written in code): the option of lowest Cost among the catalogue's checkpoints and a
-// cold start. Ties go to the smaller image, then the lower id; cold loses ties.
+// cold start. Ties go to the smaller image, then the lower id; cold loses ties. A catalogue
+// without measured prices chooses by image size instead (SelectFor).
 func (r *Router) Select(names []string) Choice { return r.SelectFor(names, nil) }
 
 // SelectFor selects as Select does, for a request that also needs packages: a checkpoint that
@@ -343,9 +472,63 @@ func (r *Router) Select(names []string) Choice { return r.SelectFor(names, nil) 
 // says why), since a loaded module cannot be replaced; one that does not load it is as good as
 // without the requirement (the worker installs it before the call). The cold start is never
 // ruled out. A requirement the image itself does not satisfy is reported in ImageLacks.
+//
+// On a catalogue without measured prices (Router.Basis is BasisImageSize) it chooses the
+// smallest checkpoint not passed over that holds every name some checkpoint holds (its longest
+// dotted prefix that a checkpoint imports or holds in its closure, or its top-level module when
+// a checkpoint holds loaded the distribution of that normalized name), else a cold start, and
+// prices nothing. Names no checkpoint holds are imported after the start either way and do not
+// decide; a request that names only such names starts cold.
 func (r *Router) SelectFor(names []string, packages []pyreq.Requirement) Choice {
-	x, p := r.index, r.pricer
 	ch, need := r.resolve(names)
+	ch.Basis = r.basis
+	ruledOut := r.passOver(&ch, packages)
+	if r.basis == BasisImageSize {
+		r.bySize(&ch, names, ruledOut, need)
+		return ch
+	}
+	p := r.pricer
+	// The cheapest option not ruled out; ties to the earliest, as Pricer.Best.
+	best, bestMs := -1, math.Inf(1)
+	for i, o := range r.options {
+		if ms := p.Cost(o, need); !ruledOut[i] && ms < bestMs {
+			best, bestMs = i, ms
+		}
+	}
+	if best < 0 {
+		// Every cost overflowed to +Inf (figures near the float64 limit): start cold.
+		best, bestMs = len(r.options)-1, p.Cost(r.options[len(r.options)-1], need)
+	}
+	o := r.options[best]
+	r.chose(&ch, best, need)
+	ch.PredictedMs = bestMs
+	ch.FixedMs = o.FixedMs
+	ch.ImportMs = bestMs - o.FixedMs
+	if r.pooled != nil {
+		ch.PredictedPooledMs = r.pooled[best] + ch.ImportMs
+	}
+	cold := r.options[len(r.options)-1]
+	ch.ColdMs = p.Cost(cold, need)
+
+	// The runner-up, to say by how much the choice won.
+	second, secondMs := -1, 0.0
+	for i, opt := range r.options {
+		if i == best || ruledOut[i] {
+			continue
+		}
+		if ms := p.Cost(opt, need); second < 0 || ms < secondMs {
+			second, secondMs = i, ms
+		}
+	}
+	ch.Why = r.why(&ch, second, secondMs)
+	return ch
+}
+
+// passOver rules out the options that hold loaded a distribution whose version does not
+// satisfy one of packages, recording each in ch.PassedOver with why, and records in
+// ch.ImageLacks the packages the image itself does not satisfy. It returns which options are
+// ruled out.
+func (r *Router) passOver(ch *Choice, packages []pyreq.Requirement) []bool {
 	ruledOut := make([]bool, len(r.options))
 	for i, held := range r.packages {
 		var why []string
@@ -369,46 +552,119 @@ func (r *Router) SelectFor(names []string, packages []pyreq.Requirement) Choice 
 			}
 		}
 	}
-	// The cheapest option not ruled out; ties to the earliest, as Pricer.Best.
-	best, bestMs := -1, math.Inf(1)
-	for i, o := range r.options {
-		if ms := p.Cost(o, need); !ruledOut[i] && ms < bestMs {
-			best, bestMs = i, ms
-		}
-	}
-	if best < 0 {
-		// Every cost overflowed to +Inf (figures near the float64 limit): start cold.
-		best, bestMs = len(r.options)-1, p.Cost(r.options[len(r.options)-1], need)
-	}
-	o := r.options[best]
+	return ruledOut
+}
+
+// chose records in ch the option best for a request that needs need: the checkpoint (or cold),
+// its image size and the analysed modules it lacks.
+func (r *Router) chose(ch *Choice, best int, need cost.Set) {
 	ch.Checkpoint = r.ids[best]
 	ch.Cold = ch.Checkpoint == ""
-	ch.PredictedMs = bestMs
-	ch.FixedMs = o.FixedMs
-	ch.ImportMs = bestMs - o.FixedMs
-	if r.pooled != nil {
-		ch.PredictedPooledMs = r.pooled[best] + ch.ImportMs
-	}
+	ch.ImageMiB = r.images[best]
 	missing := need.Clone()
 	for w := range missing {
-		missing[w] &^= o.Loaded[w]
+		missing[w] &^= r.options[best].Loaded[w]
 	}
-	ch.Import = x.Names(missing)
-	cold := r.options[len(r.options)-1]
-	ch.ColdMs = p.Cost(cold, need)
+	ch.Import = r.index.Names(missing)
+}
 
-	// The runner-up, to say by how much the choice won.
-	second, secondMs := -1, 0.0
-	for i, opt := range r.options {
-		if i == best || ruledOut[i] {
-			continue
-		}
-		if ms := p.Cost(opt, need); second < 0 || ms < secondMs {
-			second, secondMs = i, ms
+// bySize chooses for a catalogue without prices: the smallest option (options are in image size
+// order, the cold start last) not ruled out that holds every one of names that some checkpoint
+// holds, else the cold start. A name no checkpoint holds (json, re: what a request imports after
+// a restore and after a cold start alike) does not count against any checkpoint; it is said in
+// the why. A request all of whose names no checkpoint holds starts cold: nothing it imports
+// would be loaded by a restore. need is what the request needs of the analysed modules.
+func (r *Router) bySize(ch *Choice, names []string, ruledOut []bool, need cost.Set) {
+	// Each name as the module a checkpoint holds it by; names no checkpoint holds.
+	var wanted, nowhere []string
+	for _, name := range names {
+		switch m, ok := r.heldAs(name); {
+		case !ok && !slices.Contains(nowhere, name):
+			nowhere = append(nowhere, name)
+		case ok && !slices.Contains(wanted, m):
+			wanted = append(wanted, m)
 		}
 	}
-	ch.Why = r.why(&ch, best, second, secondMs)
-	return ch
+	slices.Sort(wanted)
+	slices.Sort(nowhere)
+	cold := len(r.options) - 1
+	var serving []int // the checkpoints that may serve the request, smallest first
+	for i := range cold {
+		if (len(wanted) > 0 || len(nowhere) == 0) && !ruledOut[i] && r.holdsAll(i, wanted) {
+			serving = append(serving, i)
+		}
+	}
+	best := cold
+	if len(serving) > 0 {
+		best = serving[0]
+	}
+	r.chose(ch, best, need)
+
+	var why strings.Builder
+	holding := " (the request imports nothing)"
+	if len(wanted) > 0 {
+		holding = " that holds " + strings.Join(wanted, ", ")
+	}
+	switch {
+	case !ch.Cold:
+		fmt.Fprintf(&why, "restore %s (%.1f MiB), the smallest checkpoint%s", ch.Checkpoint, ch.ImageMiB, holding)
+	case len(wanted) == 0 && len(nowhere) > 0:
+		fmt.Fprintf(&why, "cold start: no checkpoint holds %s", strings.Join(nowhere, ", "))
+	case cold == 0:
+		why.WriteString("cold start: the catalogue has no checkpoint")
+	case r.anyHolds(wanted):
+		fmt.Fprintf(&why, "cold start: every checkpoint%s is passed over", holding)
+	default:
+		fmt.Fprintf(&why, "cold start: no checkpoint holds all of %s", strings.Join(wanted, ", "))
+	}
+	if len(wanted) > 0 && len(nowhere) > 0 {
+		fmt.Fprintf(&why, "; no checkpoint holds %s, imported after the start either way", strings.Join(nowhere, ", "))
+	}
+	if len(serving) > 1 {
+		fmt.Fprintf(&why, "; next smallest %s (%.1f MiB)", r.ids[serving[1]], r.images[serving[1]])
+	}
+	r.notes(&why, ch, false)
+	fmt.Fprintf(&why, "; chosen by image size for want of measured prices (the catalogue has %s): %s", r.unpriced, MeasureHint)
+	ch.Why = why.String()
+}
+
+// heldAs returns the module by which some checkpoint holds name: its longest dotted prefix that
+// a checkpoint imports or holds in its closure, else its top-level module when that module's
+// name, PEP 503 normalized, is a distribution some checkpoint holds loaded (numpy for
+// numpy.linalg, held by a checkpoint of pandas). ok is false when no checkpoint holds it.
+func (r *Router) heldAs(name string) (module string, ok bool) {
+	if m, ok := cost.LongestPrefix(name, func(p string) bool { return r.held[p] }); ok {
+		return m, true
+	}
+	top, _, _ := strings.Cut(name, ".")
+	if r.heldDists[pyreq.NormalizeName(top)] {
+		return top, true
+	}
+	return "", false
+}
+
+// holdsAll reports whether option i holds every one of modules: by its imports or closure, or
+// by a loaded distribution whose name is the module's top-level one, normalized.
+func (r *Router) holdsAll(i int, modules []string) bool {
+	return !slices.ContainsFunc(modules, func(m string) bool {
+		if r.holds[i][m] {
+			return false
+		}
+		top, _, _ := strings.Cut(m, ".")
+		_, loaded := r.packages[i][pyreq.NormalizeName(top)]
+		return !loaded
+	})
+}
+
+// anyHolds reports whether some checkpoint (the cold start holds nothing) holds every one of
+// modules.
+func (r *Router) anyHolds(modules []string) bool {
+	for i := range len(r.options) - 1 {
+		if r.holdsAll(i, modules) {
+			return true
+		}
+	}
+	return false
 }
 
 // resolve resolves names to the index's modules: a Choice with Modules, Unknown and
@@ -444,14 +700,14 @@ func (r *Router) resolve(names []string) (Choice, cost.Set) {
 	return ch, need
 }
 
-// why returns in words why ch won: its option best and what it costs, the runner-up second (or
-// -1) at secondMs, and what the request names that is not priced.
-func (r *Router) why(ch *Choice, best, second int, secondMs float64) string {
+// why returns in words why ch won: its option and what it costs, the runner-up second (or -1)
+// at secondMs, and what the request names that is not priced.
+func (r *Router) why(ch *Choice, second int, secondMs float64) string {
 	var why strings.Builder
 	if ch.Cold {
 		fmt.Fprintf(&why, "cold start %.0f ms", ch.FixedMs)
 	} else {
-		fmt.Fprintf(&why, "restore %s (%.0f ms, %.1f MiB)", ch.Checkpoint, ch.FixedMs, r.images[best])
+		fmt.Fprintf(&why, "restore %s (%.0f ms, %.1f MiB)", ch.Checkpoint, ch.FixedMs, ch.ImageMiB)
 	}
 	if len(ch.Import) > 0 {
 		fmt.Fprintf(&why, " + import %s (%.0f ms)", strings.Join(ch.Import, ", "), ch.ImportMs)
@@ -466,17 +722,24 @@ func (r *Router) why(ch *Choice, best, second int, secondMs float64) string {
 		}
 		fmt.Fprintf(&why, "; next best %s %.0f ms", name, secondMs)
 	}
+	r.notes(&why, ch, true)
+	return why.String()
+}
+
+// notes adds to why what the request names that the image lacks, and with priced what the
+// analysis lacks (neither is priced), then the checkpoints passed over and the requirements
+// the image does not satisfy.
+func (r *Router) notes(why *strings.Builder, ch *Choice, priced bool) {
 	if len(ch.Unavailable) > 0 {
-		fmt.Fprintf(&why, "; %s not in the image (the request will fail to import it)", strings.Join(ch.Unavailable, ", "))
+		fmt.Fprintf(why, "; %s not in the image (the request will fail to import it)", strings.Join(ch.Unavailable, ", "))
 	}
-	if len(ch.Unknown) > 0 {
-		fmt.Fprintf(&why, "; %s not analysed (not priced)", strings.Join(ch.Unknown, ", "))
+	if priced && len(ch.Unknown) > 0 {
+		fmt.Fprintf(why, "; %s not analysed (not priced)", strings.Join(ch.Unknown, ", "))
 	}
 	for _, p := range ch.PassedOver {
-		fmt.Fprintf(&why, "; passed over %s: %s", p.Checkpoint, p.Why)
+		fmt.Fprintf(why, "; passed over %s: %s", p.Checkpoint, p.Why)
 	}
 	for _, lack := range ch.ImageLacks {
-		fmt.Fprintf(&why, "; %s (the worker must install it)", lack)
+		fmt.Fprintf(why, "; %s (the worker must install it)", lack)
 	}
-	return why.String()
 }

@@ -91,8 +91,187 @@ func TestSelect(t *testing.T) {
 			if ch.FixedMs+ch.ImportMs != ch.PredictedMs || ch.Why == "" {
 				t.Errorf("fixed %v + import %v != %v; why %q", ch.FixedMs, ch.ImportMs, ch.PredictedMs, ch.Why)
 			}
+			if ch.Basis != BasisCostModel || r.Basis() != BasisCostModel || ch.PredictedMs <= 0 || ch.ColdMs <= 0 || strings.Contains(ch.Why, "image size") {
+				t.Errorf("a catalogue with a cost model: basis %q, %v ms, cold %v ms, why %q", ch.Basis, ch.PredictedMs, ch.ColdMs, ch.Why)
+			}
 		})
 	}
+}
+
+// unpricedCatalogue is catalogue.json as capture writes it without analyze: no module, a cost
+// model without a cold start (the restore line comes from the manifest's medians), each
+// checkpoint's measured median, image size and loaded distributions.
+func unpricedCatalogue(checkpoints ...Checkpoint) *Catalogue {
+	return &Catalogue{Version: 2, CostModel: CostModel{InterceptMs: 120, AlphaMsPerMiB: 1.5, EmptyMiB: 8.4},
+		Modules: map[string]Module{}, Checkpoints: checkpoints}
+}
+
+// TestSelectBySize: a catalogue without measured prices routes by image size: the smallest
+// checkpoint that holds (by its imports or its loaded distributions) every import some
+// checkpoint holds and meets every requirement, else a cold start; an import no checkpoint
+// holds is named in the why but does not decide, and a request of only such imports starts
+// cold; no price in the choice or its JSON, and the why says so and how to measure them.
+func TestSelectBySize(t *testing.T) {
+	old := map[string]string{"pandas": "1.5.3", "numpy": "1.24.2", "cloudpickle": "2.2.0"}
+	current := map[string]string{"pandas": "2.2.3+dfsg", "numpy": "1.26.4", "cloudpickle": "2.2.0"}
+	empty := Checkpoint{ID: "empty", Imports: []string{}, ImageMiB: 8.4, RestoreMedianMs: 140, Packages: map[string]string{"cloudpickle": "2.2.0"}}
+	numpy := Checkpoint{ID: "numpy", Imports: []string{"numpy"}, ImageMiB: 17.6, RestoreMedianMs: 150, Packages: map[string]string{"numpy": "1.24.2", "cloudpickle": "2.2.0"}}
+	// Listed before the smaller pandas checkpoint, restoring faster: size alone decides.
+	pandasNumpy := Checkpoint{ID: "numpy-pandas", Imports: []string{"numpy", "pandas"}, ImageMiB: 45.2, RestoreMedianMs: 100, Packages: current}
+	pandas := Checkpoint{ID: "pandas", Imports: []string{"pandas"}, ImageMiB: 39.8, RestoreMedianMs: 200, Packages: old}
+	svm := Checkpoint{ID: "sklearn_svm", Imports: []string{"sklearn.svm"}, ImageMiB: 60, RestoreMedianMs: 210,
+		Packages: map[string]string{"scikit-learn": "1.2.1", "typing-extensions": "4.12.2"}}
+	all := unpricedCatalogue(empty, numpy, pandasNumpy, pandas, svm)
+	// As captured without analyze: the pandas checkpoint holds numpy only by its packages.
+	emptyPandas := unpricedCatalogue(empty, pandas)
+	for _, tc := range []struct {
+		name     string
+		cat      *Catalogue
+		imports  []string
+		requires []string
+		want     string // checkpoint id, "" for cold
+		why      string // how the why starts
+	}{
+		{"the smallest that holds it", all, []string{"pandas"}, nil, "pandas", "restore pandas (39.8 MiB), the smallest checkpoint that holds pandas; next smallest numpy-pandas (45.2 MiB); "},
+		// The pandas checkpoint holds numpy loaded (its packages say so), though it does not import it.
+		{"a name imported from a module", all, []string{"pandas.DataFrame", "numpy"}, nil, "pandas", "restore pandas (39.8 MiB), the smallest checkpoint that holds numpy, pandas; next smallest numpy-pandas (45.2 MiB); "},
+		{"numpy", all, []string{"numpy"}, nil, "numpy", "restore numpy (17.6 MiB), the smallest checkpoint that holds numpy; next smallest pandas (39.8 MiB); "},
+		{"a loaded distribution", emptyPandas, []string{"numpy", "pandas"}, nil, "pandas", "restore pandas (39.8 MiB), the smallest checkpoint that holds numpy, pandas; "},
+		{"a submodule of a loaded distribution", emptyPandas, []string{"pandas", "numpy.linalg"}, nil, "pandas", "restore pandas (39.8 MiB), the smallest checkpoint that holds numpy, pandas; "},
+		{"a distribution name normalized", all, []string{"typing_extensions"}, nil, "sklearn_svm", "restore sklearn_svm (60.0 MiB), the smallest checkpoint that holds typing_extensions; "},
+		{"a requirement on what a checkpoint holds by its packages", all, []string{"numpy"}, []string{"numpy>=1.26"}, "numpy-pandas",
+			"restore numpy-pandas (45.2 MiB), the smallest checkpoint that holds numpy; passed over numpy: holds numpy 1.24.2 loaded, not numpy>=1.26; passed over pandas: "},
+		{"a submodule", all, []string{"sklearn.svm.SVC"}, nil, "sklearn_svm", "restore sklearn_svm (60.0 MiB), the smallest checkpoint that holds sklearn.svm; "},
+		{"no imports", all, nil, nil, "empty", "restore empty (8.4 MiB), the smallest checkpoint (the request imports nothing); next smallest numpy (17.6 MiB); "},
+		{"a requirement excludes one", all, []string{"pandas"}, []string{"pandas>=2.2,<3"}, "numpy-pandas", "restore numpy-pandas (45.2 MiB), the smallest checkpoint that holds pandas; "},
+		{"a requirement excludes every holder", all, []string{"pandas"}, []string{"pandas>=3"}, "", "cold start: every checkpoint that holds pandas is passed over; "},
+		{"a requirement on what a checkpoint does not load", all, []string{"numpy"}, []string{"requests>=2"}, "numpy", "restore numpy (17.6 MiB)"},
+		// json is imported after a restore as after a cold start: it does not decide.
+		{"a name none holds", all, []string{"json", "pandas"}, nil, "pandas",
+			"restore pandas (39.8 MiB), the smallest checkpoint that holds pandas; no checkpoint holds json, imported after the start either way; next smallest numpy-pandas (45.2 MiB); "},
+		{"a name none holds, captured without analyze", emptyPandas, []string{"json", "pandas.DataFrame"}, nil, "pandas",
+			"restore pandas (39.8 MiB), the smallest checkpoint that holds pandas; no checkpoint holds json, imported after the start either way; "},
+		{"a name none holds, every holder passed over", all, []string{"re", "pandas", "json"}, []string{"pandas>=3"}, "",
+			"cold start: every checkpoint that holds pandas is passed over; no checkpoint holds json, re, imported after the start either way; "},
+		// Nothing the request imports is held: nothing shows that a restore gains anything.
+		{"only names none holds", emptyPandas, []string{"json"}, nil, "", "cold start: no checkpoint holds json; "},
+		{"only names none holds, several", all, []string{"re", "json"}, nil, "", "cold start: no checkpoint holds json, re; "},
+		// Holding sklearn.svm loads sklearn, but no checkpoint imports sklearn by that name, and
+		// its distribution is scikit-learn.
+		{"a parent package is not an import", all, []string{"sklearn"}, nil, "", "cold start: no checkpoint holds sklearn; "},
+		{"none holds them all", all, []string{"numpy", "sklearn.svm"}, nil, "", "cold start: no checkpoint holds all of numpy, sklearn.svm; "},
+		{"none holds them all, and a name none holds", all, []string{"json", "numpy", "sklearn.svm"}, nil, "",
+			"cold start: no checkpoint holds all of numpy, sklearn.svm; no checkpoint holds json, imported after the start either way; "},
+		{"no checkpoint", unpricedCatalogue(), nil, nil, "", "cold start: the catalogue has no checkpoint; "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := NewRouter(tc.cat)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var reqs []pyreq.Requirement
+			for _, spec := range tc.requires {
+				reqs = append(reqs, mustRequirement(t, spec))
+			}
+			ch := r.SelectFor(tc.imports, reqs)
+			if ch.Checkpoint != tc.want || ch.Cold != (tc.want == "") || ch.Basis != BasisImageSize || r.Basis() != BasisImageSize {
+				t.Fatalf("got %q cold=%v by %q (%s), want %q by image size", ch.Checkpoint, ch.Cold, ch.Basis, ch.Why, tc.want)
+			}
+			if ch.PredictedMs != 0 || ch.FixedMs != 0 || ch.ImportMs != 0 || ch.ColdMs != 0 || ch.PredictedPooledMs != 0 {
+				t.Errorf("a choice by image size carries a price: %+v", ch)
+			}
+			if !strings.HasPrefix(ch.Why, tc.why) || strings.Contains(ch.Why, " ms") ||
+				!strings.Contains(ch.Why, "; chosen by image size for want of measured prices (the catalogue has no cold start time): to price starts, run `pipeline analyze --corpus FILE` on this output, then capture it again") {
+				t.Errorf("why %q, want it to start %q and say it chose by size, and how to price", ch.Why, tc.why)
+			}
+			if tc.want != "" && ch.ImageMiB <= 0 || tc.want == "" && ch.ImageMiB != 0 {
+				t.Errorf("image %v MiB for %q", ch.ImageMiB, tc.want)
+			}
+			data, err := json.Marshal(ch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, key := range []string{"predicted_ms", "fixed_ms", "import_ms", "cold_ms", "predicted_pooled_ms"} {
+				if strings.Contains(string(data), `"`+key+`"`) {
+					t.Errorf("JSON of a choice by image size has %s: %s", key, data)
+				}
+			}
+			if !strings.Contains(string(data), `"basis":"image size"`) {
+				t.Errorf("JSON without the basis: %s", data)
+			}
+		})
+	}
+	ch := router(t, all).SelectFor([]string{"pandas"}, []pyreq.Requirement{mustRequirement(t, "pandas>=3")})
+	if len(ch.PassedOver) != 2 || !strings.Contains(ch.Why, "; passed over pandas: holds pandas 1.5.3 loaded, not pandas>=3") {
+		t.Errorf("passed over %+v, why %q", ch.PassedOver, ch.Why)
+	}
+}
+
+// TestSelectBySizeWithAnalysis: an analysis without a cold start (analysed before analyze
+// measured one) gives the checkpoints' closures, and the choice by size uses them: numpy is
+// held by the pandas checkpoint too, yet the numpy one is smaller; the import a cold start
+// lacks is named, unpriced.
+func TestSelectBySizeWithAnalysis(t *testing.T) {
+	c := catalogue(CostModel{InterceptMs: 100, AlphaMsPerMiB: 2}, emptyCP,
+		Checkpoint{ID: "pandas", Imports: []string{"pandas"}, Closure: []string{"numpy", "pandas"}, ImageMiB: 40},
+		Checkpoint{ID: "numpy", Imports: []string{"numpy"}, Closure: []string{"numpy"}, ImageMiB: 18})
+	r, err := NewRouter(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch := r.Select([]string{"numpy"}); ch.Checkpoint != "numpy" || ch.Basis != BasisImageSize || !strings.Contains(ch.Why, "next smallest pandas (40.0 MiB)") {
+		t.Errorf("numpy: %+v", ch)
+	}
+	ch := r.Select([]string{"seaborn", "transformers"})
+	if !ch.Cold || !slices.Equal(ch.Import, []string{"matplotlib", "matplotlib.pyplot", "numpy", "pandas", "seaborn"}) || ch.PredictedMs != 0 ||
+		!strings.HasPrefix(ch.Why, "cold start: no checkpoint holds seaborn, transformers; ") || !strings.Contains(ch.Why, "; transformers not in the image") {
+		t.Errorf("seaborn: %+v", ch)
+	}
+}
+
+// TestUnpriced: what a catalogue lacks to be priced, each said; a cold start measured and a
+// restore time for every checkpoint (its median, or the line on its size) price it.
+func TestUnpriced(t *testing.T) {
+	noTime := Checkpoint{ID: "pandas", Imports: []string{"pandas"}, ImageMiB: 40}
+	for _, tc := range []struct {
+		name  string
+		cat   *Catalogue
+		basis Basis
+		why   string
+	}{
+		{"priced", catalogue(model(), emptyCP, pandasCP), BasisCostModel, ""},
+		{"no cold start", catalogue(CostModel{InterceptMs: 100, AlphaMsPerMiB: 2}, emptyCP, pandasCP), BasisImageSize, "(the catalogue has no cold start time)"},
+		{"no restore line, a checkpoint without a median", catalogue(CostModel{ColdStartMs: 150}, Checkpoint{ID: "empty", Imports: []string{}, ImageMiB: 10, RestoreMedianMs: 90}, noTime),
+			BasisImageSize, "(the catalogue has no restore time for pandas)"},
+		{"no restore line, every median measured", catalogue(CostModel{ColdStartMs: 150}, Checkpoint{ID: "pandas", Imports: []string{"pandas"}, ImageMiB: 40, RestoreMedianMs: 190}),
+			BasisCostModel, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ch := router(t, tc.cat).Select([]string{"pandas"})
+			if ch.Basis != tc.basis || !strings.Contains(ch.Why, tc.why) || (tc.basis == BasisCostModel) != (ch.PredictedMs > 0) {
+				t.Errorf("%+v, want basis %q and a why with %q", ch, tc.basis, tc.why)
+			}
+		})
+	}
+}
+
+// router returns c's router.
+func router(t *testing.T, c *Catalogue) *Router {
+	t.Helper()
+	r, err := NewRouter(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func mustRequirement(t *testing.T, spec string) pyreq.Requirement {
+	t.Helper()
+	req, err := pyreq.ParseRequirement(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
 }
 
 // TestSelectPooled: with a pooled line, the choice (made on the restore line and the measured
@@ -286,11 +465,15 @@ func TestInvalidCatalogues(t *testing.T) {
 	}{
 		{"version", bad(func(c *Catalogue) { c.Version = Version + 1 }), fmt.Sprintf("version %d", Version+1)},
 		{"version 0", bad(func(c *Catalogue) { c.Version = 0 }), "version 0"},
-		{"package name not normalized", bad(func(c *Catalogue) { c.Checkpoints[1].Packages = map[string]string{"Scikit_Learn": "1.4"} }), `"Scikit_Learn" is not a normalized distribution name (scikit-learn)`},
-		{"package version empty", bad(func(c *Catalogue) { c.Packages = map[string]string{"pandas": ""} }), `pandas: version ""`},
+		{"package name not normalized", bad(func(c *Catalogue) { c.Checkpoints[1].Packages = map[string]string{"Scikit_Learn": "1.4"} }), `"Scikit_Learn" is not a normalized distribution name ("scikit-learn")`},
+		{"package version empty", bad(func(c *Catalogue) { c.Packages = map[string]string{"pandas": ""} }), `"pandas": version ""`},
 		// An image's metadata reaches select's terminal output: no control characters.
-		{"package version with an escape", bad(func(c *Catalogue) { c.Checkpoints[0].Packages = map[string]string{"pandas": "2.2\x1b[2J"} }), `pandas: version "2.2\x1b[2J"`},
-		{"package version with a bidi override", bad(func(c *Catalogue) { c.Packages = map[string]string{"pandas": "2.2\u202e1"} }), `pandas: version "2.2\u202e1"`},
+		{"package version with an escape", bad(func(c *Catalogue) { c.Checkpoints[0].Packages = map[string]string{"pandas": "2.2\x1b[2J"} }), `"pandas": version "2.2\x1b[2J"`},
+		{"package version with a bidi override", bad(func(c *Catalogue) { c.Packages = map[string]string{"pandas": "2.2\u202e1"} }), `"pandas": version "2.2\u202e1"`},
+		{"unmapped module with a space", bad(func(c *Catalogue) { c.Checkpoints[1].UnmappedModules = []string{"app mod"} }), `unmapped_modules: "app mod"`},
+		{"unmapped submodule", bad(func(c *Catalogue) { c.Checkpoints[1].UnmappedModules = []string{"app.mod"} }), `unmapped_modules: "app.mod": want a top-level module name`},
+		{"unmapped module with an escape", bad(func(c *Catalogue) { c.Checkpoints[1].UnmappedModules = []string{"app\x1b[2J"} }), `unmapped_modules: "app\x1b[2J"`},
+		{"unmapped module twice", bad(func(c *Catalogue) { c.Checkpoints[1].UnmappedModules = []string{"appmod", "appmod"} }), `"appmod" is named twice`},
 		{"module package", bad(func(c *Catalogue) { c.Modules["re"] = Module{Available: true, Packages: map[string]string{"a b": "1"}} }), `module re: packages: "a b"`},
 		{"bad id", bad(func(c *Catalogue) { c.Checkpoints[1].ID = "pan das" }), `"pan das": id`},
 		{"duplicate id", bad(func(c *Catalogue) { c.Checkpoints[1].ID = "empty" }), "duplicate id"},
@@ -345,6 +528,17 @@ func TestParseRoundTrip(t *testing.T) {
 	if ch := r.Select([]string{"seaborn"}); ch.Checkpoint != "seaborn" {
 		t.Errorf("after a round trip: %+v", ch)
 	}
+	// A checkpoint's unmapped modules (version 4) are read back; a version 3 catalogue has none.
+	c.Checkpoints[1].UnmappedModules = []string{"appmod", "écrit"}
+	if data, err = json.Marshal(c); err != nil {
+		t.Fatal(err)
+	}
+	if back, err = Parse(data); err != nil || !slices.Equal(back.Checkpoints[1].UnmappedModules, []string{"appmod", "écrit"}) {
+		t.Errorf("unmapped modules after a round trip: %+v, %v", back, err)
+	}
+	if _, err := Parse([]byte(`{"version":3,"cost_model":{},"checkpoints":[{"id":"a","imports":[],"closure":[],"image_mib":1,"restore_median_ms":1,"packages":{"numpy":"2.2.4"}}],"modules":{}}`)); err != nil {
+		t.Errorf("a version 3 catalogue: %v", err)
+	}
 	for _, tc := range []struct{ data, want string }{
 		{`{"version":1,"cost_model":{},"checkpoints":[],"modules":{},"extra":1}`, "unknown field"},
 		{`{"version":1,"cost_model":{},"checkpoints":[],"modules":{}} {}`, "data after"},
@@ -398,6 +592,20 @@ func FuzzParse(f *testing.F) {
 		ch := r.Select(names)
 		if math.IsNaN(ch.PredictedMs) || ch.PredictedMs > ch.ColdMs {
 			t.Fatalf("choice %+v", ch)
+		}
+		// Never a price of 0 ms: a choice is priced (a cold start measured, every restore
+		// timed), or by image size with no price at all.
+		switch ch.Basis {
+		case BasisCostModel:
+			if !(ch.PredictedMs > 0) || !(ch.ColdMs > 0) || !(ch.FixedMs > 0) {
+				t.Fatalf("a priced choice at 0 ms: %+v", ch)
+			}
+		case BasisImageSize:
+			if ch.PredictedMs != 0 || ch.ColdMs != 0 || ch.FixedMs != 0 || ch.ImportMs != 0 {
+				t.Fatalf("a choice by image size with a price: %+v", ch)
+			}
+		default:
+			t.Fatalf("basis %q", ch.Basis)
 		}
 	})
 }

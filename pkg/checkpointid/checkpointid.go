@@ -19,11 +19,18 @@ var ErrInvalid = errors.New("invalid checkpoint id")
 
 // Valid reports whether id is a checkpoint id: 1-64 ASCII letters, digits, - and _.
 func Valid(id string) bool {
-	if len(id) == 0 || len(id) > MaxLen {
+	return len(id) <= MaxLen && Plain(id)
+}
+
+// Plain reports whether s is one or more ASCII letters, digits, - and _: a single path element,
+// never "." or "..", with no separator or NUL. Valid is Plain within MaxLen; a name made of ids
+// (a sandbox's, pkg/launch) is Plain within a bound of its own.
+func Plain(s string) bool {
+	if len(s) == 0 {
 		return false
 	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
+	for i := 0; i < len(s); i++ {
+		c := s[i]
 		if !(c == '_' || c == '-' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
 			return false
 		}

@@ -23,6 +23,18 @@ func TestValid(t *testing.T) {
 	}
 }
 
+// TestPlain: Plain is Valid's alphabet without its bound.
+func TestPlain(t *testing.T) {
+	for s, want := range map[string]bool{
+		"numpy": true, strings.Repeat("x", 200): true,
+		"": false, ".": false, "..": false, "a/b": false, "a\x00": false, "a b": false, "é": false,
+	} {
+		if got := Plain(s); got != want {
+			t.Errorf("Plain(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
+
 // FuzzValid: an accepted id is a single local path element.
 func FuzzValid(f *testing.F) {
 	for _, s := range []string{"numpy", "..", "../../x", "a/b", ""} {

@@ -1,11 +1,12 @@
 // Package manifest holds the types of manifest.json (one per output directory) and meta.json
 // (one per checkpoint), and what a worker checks before it restores any of an output.
 //
-// A worker: Load (refuses paths outside the output), CheckProtocol with
-// executorproto.Version, Verify (the restore spec's fingerprint, every meta.json and image
-// file against the manifest; CheckFiles is the image files' part, which the pipeline's store
-// uses too), then sandbox.RestoreSpec with the manifest's SpecFingerprint and RunscFlags
-// (typed: Flags), and pkg/runsc with its RunscFlags and RestoreFlags. ReadImageHeader and
+// A worker takes it through launch.OpenOutput, which does it all once: Load (refuses paths
+// outside the output), CheckProtocol with executorproto.Version, Verify (the restore spec's
+// fingerprint, every meta.json and image file against the manifest; CheckFiles is the image
+// files' part, which the pipeline's store uses too), CheckRootfs, then sandbox.ReadSpec with
+// the manifest's SpecFingerprint and RunscFlags (typed: Flags); CheckHost with ReadHost is the
+// host's side (launch.Output.CheckHost). ReadImageHeader and
 // DecodeImageHeader read gVisor's checkpoint.img header without runsc; ReadRootfsInfo reads
 // what a rootfs records of itself (its digest: the manifest's rootfs.digest). It pulls in no
 // runsc driver: its only dependency outside the standard library is the OCI runtime-spec.
@@ -103,6 +104,10 @@ type Checkpoint struct {
 	// version ({"pandas": "2.2.3+dfsg"}), as the executor read them after its imports (absent
 	// in checkpoints captured before it did).
 	Packages map[string]string `json:"packages,omitempty"`
+	// UnmappedModules are the top-level modules it holds loaded that no distribution's
+	// metadata names, sorted: their versions are unknown (absent: none, or captured before
+	// the executor said).
+	UnmappedModules []string `json:"unmapped_modules,omitempty"`
 }
 
 // Manifest describes a whole output directory.
@@ -172,6 +177,10 @@ type Meta struct {
 	// version ({"pandas": "2.2.3+dfsg"}), as the executor read them after its imports (absent
 	// in checkpoints captured before it did).
 	Packages map[string]string `json:"packages,omitempty"`
+	// UnmappedModules are the top-level modules it holds loaded that no distribution's
+	// metadata names, sorted: their versions are unknown (absent: none, or captured before
+	// the executor said).
+	UnmappedModules []string `json:"unmapped_modules,omitempty"`
 }
 
 // Bytes returns the total size of the checkpoint's image files.

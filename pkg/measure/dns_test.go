@@ -24,13 +24,7 @@ func TestDNSInSandboxNetwork(t *testing.T) {
 		t.Fatal(err)
 	}
 	var answer []any
-	start := func(ctx context.Context, sb *launch.Sandbox) error {
-		if err := sb.Create(ctx); err != nil {
-			return err
-		}
-		return sb.Start(ctx)
-	}
-	_, err = l.TimedCall(context.Background(), launch.Call{SetID: "dns", Step: "cold", Start: start, Request: request, Check: func(resp []byte) error {
+	_, err = l.TimedCall(context.Background(), launch.Call{SetID: "dns", Step: "cold", Request: request, Check: func(resp []byte) error {
 		v, err := pycall.DecodeEnvelope(resp)
 		if err != nil {
 			return err
@@ -48,6 +42,6 @@ func TestDNSInSandboxNetwork(t *testing.T) {
 		t.Errorf("the call saw /etc/resolv.conf = %q, want the shipped resolver", conf)
 	}
 	if answer[1] != "127.0.0.1" {
-		t.Errorf("localhost resolved to %v", answer[1])
+		t.Errorf("localhost resolved to %s", pycall.Format(answer[1], pycall.ErrorBytes))
 	}
 }

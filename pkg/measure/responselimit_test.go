@@ -24,14 +24,9 @@ func TestTimedCallResponseLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := func(ctx context.Context, sb *launch.Sandbox) error {
-		if err := sb.Create(ctx); err != nil {
-			return err
-		}
-		return sb.Start(ctx)
-	}
 	checked := false
-	_, err = l.TimedCall(context.Background(), launch.Call{SetID: "limit", Step: "cold", Start: start, Request: request,
+	// The zero Image: a cold start.
+	_, err = l.TimedCall(context.Background(), launch.Call{SetID: "limit", Step: "cold", Request: request,
 		Check: func([]byte) error { checked = true; return nil }, MaxResponseSize: pycall.SmallResponse})
 	if !errors.Is(err, executorproto.ErrMessageTooLarge) || checked {
 		t.Fatalf("TimedCall of an answer over %d bytes = %v (checked: %v), want ErrMessageTooLarge before the check", pycall.SmallResponse, err, checked)

@@ -147,6 +147,9 @@ def main():
         return EXIT_SETTINGS
 
     if cfg.mode == "capture":
+        # The executor's own modules and what the image's site loads into every process: never
+        # "unmapped" in the packages report, which is about the set's.
+        own = packages.loaded_top_levels()
         if not preimport(cfg.preimport):
             return EXIT_IMPORT
         baseline = os.environ.get(cpucheck.BASELINE_ENV)
@@ -157,7 +160,7 @@ def main():
             log(f"cpu check in {(time.monotonic() - started) * 1000:.1f} ms")
         # The distributions the checkpoint will hold loaded, read in a child interpreter.
         started = time.monotonic()
-        print(packages.report(), flush=True)
+        print(packages.report(own=own), flush=True)
         log(f"packages read in {(time.monotonic() - started) * 1000:.1f} ms")
         # Last before the checkpoint, so nothing above allocates after them.
         try:

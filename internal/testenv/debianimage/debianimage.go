@@ -29,8 +29,10 @@ import (
 	"readie.dev/pipeline/pkg/manifest"
 )
 
-// Packages are what a Debian image of DebianLayout holds besides minbase.
-var Packages = []string{"python3", "python3-cloudpickle", "python3-numpy", "python3-pandas"}
+// Packages are what a Debian image of DebianLayout holds besides minbase. python3-attr's module
+// (attr) is not named as its distribution (attrs), whose metadata has neither RECORD nor
+// top_level.txt: only dpkg's file list ties them (the executor's packages report).
+var Packages = []string{"python3", "python3-cloudpickle", "python3-numpy", "python3-pandas", "python3-attr"}
 
 // Layout returns an OCI layout (one layer, tagged "latest") of Debian suite as
 // mmdebstrap makes it from Debian's own archive (minbase plus Packages), as a user's

@@ -133,8 +133,18 @@ func (x *Index) Unavailable(module string) bool { return x.unavailable[module] }
 // Resolve returns the longest prefix of name (as written in code: a module, or a name imported
 // from one) that is an analysed module, available or not; ok is false when none is.
 func (x *Index) Resolve(name string) (module string, ok bool) {
+	return LongestPrefix(name, func(prefix string) bool {
+		_, known := x.pos[prefix]
+		return known || x.unavailable[prefix]
+	})
+}
+
+// LongestPrefix returns the longest of name's dotted prefixes (name itself included) that
+// known holds: the module a name as written in code (pandas.DataFrame) comes from. ok is false
+// when none is known.
+func LongestPrefix(name string, known func(string) bool) (module string, ok bool) {
 	for prefix := name; ; {
-		if _, known := x.pos[prefix]; known || x.unavailable[prefix] {
+		if known(prefix) {
 			return prefix, true
 		}
 		dot := strings.LastIndexByte(prefix, '.')
