@@ -11,6 +11,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"readie.dev/pipeline/pkg/executorproto"
+	"readie.dev/pipeline/pkg/sandbox"
 )
 
 // Options are what the sandboxes of a Restorer share, made on demand or ahead by a pool
@@ -32,6 +33,9 @@ type Options struct {
 	// Output, when set, receives the executors' stdout and stderr, line by line after the
 	// sandbox's ID (SandboxOptions.Output); the restorer serializes its writes.
 	Output io.Writer
+	// Limits bound each sandbox's memory, pids and CPU (SandboxOptions.Limits), a pool's
+	// too: the worker's own, never the output's (whose restore spec holds no resources).
+	Limits sandbox.Limits
 }
 
 // Restorer restores the checkpoints of one output, each into a sandbox of its own, and hands
@@ -51,12 +55,15 @@ func (out *Output) Restorer(o Options) (*Restorer, error) {
 	if have, want := o.Runtime.Flags.Args(), out.Flags.Args(); !slices.Equal(have, want) {
 		return nil, fmt.Errorf("launch: the runtime's runsc flags %q are not the output's %q: a restore needs the capture's (Output.Flags)", have, want)
 	}
+	if err := o.Limits.Check(); err != nil {
+		return nil, fmt.Errorf("launch: %w", err)
+	}
 	env := slices.Clone(o.Env)
 	if _, err := out.Spec("/", env); err != nil { // a placeholder host directory: each sandbox has its own
 		return nil, err
 	}
 	r := &Restorer{out: out, sandboxes: SandboxOptions{
-		Runtime: o.Runtime, WorkDir: o.WorkDir, IDs: o.IDs,
+		Runtime: o.Runtime, WorkDir: o.WorkDir, IDs: o.IDs, Limits: o.Limits,
 		Spec: func(hostDir string) (*specs.Spec, error) { return out.Spec(hostDir, env) },
 	}}
 	if o.Output != nil {
@@ -142,9 +149,20 @@ func (r *Restorer) Restore(ctx context.Context, set string, o RestoreOptions) (*
 }
 
 // Call sends request to the restored executor and returns its answer (executorproto.Call),
-// bounded by ctx.
+// bounded by ctx. A call that went past one of the sandbox's limits says which: one that
+// failed, with ErrMemoryLimit or ErrPidsLimit (Sandbox.LimitError); one that answered although
+// the pids limit refused it forks or threads (its code saw ENOMEM), with the answer and an
+// error matching ErrPidsLimit.
 func (r *Restored) Call(ctx context.Context, request []byte) ([]byte, error) {
-	return executorproto.Call(ctx, r.Conn, request)
+	refused := r.Sandbox.pidsRefused()
+	response, err := executorproto.Call(ctx, r.Conn, request)
+	if err != nil {
+		return nil, r.Sandbox.LimitError(err)
+	}
+	if now := r.Sandbox.pidsRefused(); now > refused {
+		return response, r.Sandbox.pidsError(now - refused)
+	}
+	return response, nil
 }
 
 // Close closes the connection and deletes the sandbox (Sandbox.Delete: exactly once, even
