@@ -135,6 +135,15 @@ type Limits struct {
 	// SandboxOutput bounds each of a sandbox's stdout and stderr, on disk and in the pipeline's
 	// memory: the first and last halves are kept, what falls between is counted and said.
 	SandboxOutput Size `yaml:"sandbox_output"`
+	// SandboxMemory bounds the memory of each sandbox of the pipeline's (captures, analyze,
+	// measure, smoke, bench: sandbox.Limits.Memory): a set that needs more fails naming it,
+	// rather than taking the build host's memory.
+	SandboxMemory Size `yaml:"sandbox_memory"`
+}
+
+// SandboxLimits are the limits of each of the pipeline's sandboxes (limits.sandbox_memory).
+func (c *Config) SandboxLimits() sandbox.Limits {
+	return sandbox.Limits{Memory: bytesize.Size(c.Limits.SandboxMemory)}
 }
 
 // Size is a byte count, written as an integer or with a binary unit: 512MiB, 64GiB, 2TiB
