@@ -7,10 +7,12 @@ import (
 	"io"
 	"net"
 	"slices"
+	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"readie.dev/pipeline/pkg/executorproto"
+	"readie.dev/pipeline/pkg/pycall"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
@@ -99,6 +101,9 @@ const (
 	FromPool How = "pool"
 	// Created is a restore into a sandbox created for it.
 	Created How = "created"
+	// Cold is a cold start: the checkpoint could not be used (Restored.Cold says why), and
+	// the set's modules were imported in a fresh executor (Restorer.ColdStart).
+	Cold How = "cold"
 )
 
 // Restored is a checkpoint restored into a sandbox of its own, its executor connected. Call
@@ -108,9 +113,22 @@ type Restored struct {
 	Sandbox *Sandbox
 	Conn    net.Conn
 	// Marks: Began is the start of `runsc restore` (after the pool's Get or the create),
-	// Started its return, Connected the executor's accept.
+	// Started its return, Connected the executor's accept. For a cold start: Began is the
+	// start of `runsc create`, Answered the answer of the imports.
 	Marks CallMarks
 	How   How
+	// Cold, for a cold start (How Cold), says why the checkpoint was not used and what the
+	// cold start cost; nil for a restore.
+	Cold *ColdStart
+}
+
+// ColdStart is what a cold start of a set (Restorer.ColdStart) reports.
+type ColdStart struct {
+	// Why is why the checkpoint was not used: its files failed verification
+	// (Output.Unusable), its restore failed, or the caller's reason.
+	Why error
+	// Took is the cold start's cost: from `runsc create` to the answer of its imports.
+	Took time.Duration
 }
 
 // Restore restores set's checkpoint into a sandbox, from o.Pool or created for it (`runsc
@@ -118,12 +136,20 @@ type Restored struct {
 // flags, and dials the executor's socket (Sandbox.Open). On any failure the sandbox is deleted
 // and the error carries the end of the executor's stderr.
 //
+// With OpenOptions.ColdFallback, a set whose checkpoint failed verification, or whose restore
+// fails (not the pool's Get or the create, which are not the checkpoint's, nor a cancelled
+// ctx), is started cold instead (ColdStart): Restored.How is Cold and Restored.Cold says why
+// and what it cost. An error then carries the restore's failure and the cold start's.
+//
 // This is the kit's one restore path: the pipeline's soak takes it as a worker does, and the
 // example worker (examples/worker) is a runnable whole around it.
 func (r *Restorer) Restore(ctx context.Context, set string, o RestoreOptions) (*Restored, error) {
 	img, err := r.out.Image(set)
 	if err != nil {
 		return nil, err
+	}
+	if why := r.out.Unusable(set); why != nil {
+		return r.ColdStart(ctx, set, why)
 	}
 	how := Created
 	var sb *Sandbox
@@ -143,9 +169,55 @@ func (r *Restorer) Restore(ctx context.Context, set string, o RestoreOptions) (*
 	}
 	conn, marks, err := sb.Open(ctx, img)
 	if err != nil {
-		return nil, WithStderr(ctx, sb, fmt.Errorf("restore %s into %s: %w", set, sb.ID, err))
+		err = WithStderr(ctx, sb, fmt.Errorf("restore %s into %s: %w", set, sb.ID, err))
+		if !r.out.coldFallback || ctx.Err() != nil {
+			return nil, err
+		}
+		cold, coldErr := r.ColdStart(ctx, set, err)
+		if coldErr != nil {
+			return nil, fmt.Errorf("%w; then, starting it cold: %w", err, coldErr)
+		}
+		return cold, nil
 	}
 	return &Restored{Sandbox: sb, Conn: conn, Marks: marks, How: how}, nil
+}
+
+// ColdStart starts set cold, without its checkpoint: a sandbox of the restorer's shape created
+// for it (the output's restore spec, the restorer's environment and limits), the executor
+// started from nothing (`runsc create`, `runsc start`), dialled, and every module of the set
+// imported (pycall.ImportRequest) before it is handed back, as a restore would have it. why
+// is why the checkpoint is not used (Restored.Cold.Why): Restore's fallback, or a caller's
+// own (a host that cannot restore it, ErrHost). On any failure the sandbox is deleted and the
+// error carries the end of the executor's stderr.
+func (r *Restorer) ColdStart(ctx context.Context, set string, why error) (_ *Restored, err error) {
+	c, err := r.out.Checkpoint(set)
+	if err != nil {
+		return nil, err
+	}
+	request, err := pycall.ImportRequest(c.Imports)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := NewSandbox(r.sandboxes, set, "cold")
+	if err != nil {
+		return nil, err
+	}
+	conn, marks, err := sb.Open(ctx, Image{}) // the zero Image: create, then start cold
+	if err != nil {
+		return nil, WithStderr(ctx, sb, fmt.Errorf("start %s cold in %s: %w", set, sb.ID, err))
+	}
+	restored := &Restored{Sandbox: sb, Conn: conn, Marks: marks, How: Cold}
+	response, err := restored.Call(ctx, request)
+	if err == nil {
+		err = pycall.CheckImported(response, c.Imports)
+	}
+	if err != nil {
+		conn.Close()
+		return nil, WithStderr(ctx, sb, fmt.Errorf("import the modules of %s cold in %s: %w", set, sb.ID, err))
+	}
+	restored.Marks.Answered = time.Now()
+	restored.Cold = &ColdStart{Why: why, Took: restored.Marks.Answered.Sub(marks.Began)}
+	return restored, nil
 }
 
 // Call sends request to the restored executor and returns its answer (executorproto.Call),
