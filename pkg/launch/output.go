@@ -76,11 +76,13 @@ func OpenOutput(dir string, o OpenOptions) (*Output, error) {
 //     sandbox.CheckRestoreFlags: only the flags and values the pipeline writes, no
 //     --network=host, no --debug-log or other path on the host);
 //   - the rootfs (o.Rootfs, or the manifest's) records the manifest's digest (CheckRootfs);
-//   - with o.Verify, every byte against the manifest (manifest.Verify);
+//   - with o.Verify, every byte against the manifest (manifest.Verify's checks: each
+//     checkpoint by manifest.VerifyCheckpoint; with o.ColdFallback a checkpoint that fails is
+//     marked, Output.Unusable, and its set starts cold, rather than the output refused);
 //   - the restore spec, read once: its fingerprint recomputed with the manifest's runsc flags
 //     and equal to spec_fingerprint, no capture annotations, nothing but the pipeline's own
 //     sandbox spec (no OCI hooks, which runsc would run on the host as root; no other mounts,
-//     resources or annotations) but for root.path, the executor mount's source and process.env
+//     resources, which are the worker's (Options.Limits), or annotations) but for root.path, the executor mount's source and process.env
 //     (sandbox.ReadSpec);
 //   - the spec's process user is the one the output records for its image (the manifest's
 //     process; root for the default rootfs): a restore spec cannot choose whom the host
