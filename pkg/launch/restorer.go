@@ -189,7 +189,7 @@ func (r *Restorer) Restore(ctx context.Context, set string, o RestoreOptions) (*
 // is why the checkpoint is not used (Restored.Cold.Why): Restore's fallback, or a caller's
 // own (a host that cannot restore it, ErrHost). On any failure the sandbox is deleted and the
 // error carries the end of the executor's stderr.
-func (r *Restorer) ColdStart(ctx context.Context, set string, why error) (_ *Restored, err error) {
+func (r *Restorer) ColdStart(ctx context.Context, set string, why error) (*Restored, error) {
 	c, err := r.out.Checkpoint(set)
 	if err != nil {
 		return nil, err
