@@ -137,7 +137,7 @@ func TestMergeRefuses(t *testing.T) {
 		{"rootfs.digest", func(m *manifest.Manifest) { m.Rootfs.Digest = "sha256:other" }},
 	} {
 		copyDir := filepath.Join(dir, "copy-"+tt.field)
-		if err := copyTree(filepath.Join(dir, "a"), copyDir); err != nil {
+		if err := testenv.CopyTree(filepath.Join(dir, "a"), copyDir); err != nil {
 			t.Fatal(err)
 		}
 		m, _ := manifest.Load(filepath.Join(copyDir, manifest.FileName))
@@ -151,24 +151,6 @@ func TestMergeRefuses(t *testing.T) {
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Errorf("a refused merge wrote %s", out)
 	}
-}
-
-func copyTree(src, dst string) error {
-	return filepath.WalkDir(src, func(path string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, path)
-		target := filepath.Join(dst, rel)
-		if d.IsDir() {
-			return os.MkdirAll(target, 0o755)
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(target, data, 0o644)
-	})
 }
 
 // TestJobsWithAFailingSet: with --jobs 2, a set whose import fails among good ones fails the

@@ -5,9 +5,14 @@
 // checkpoint into a sandbox of its own (Restorer.Restore): one taken from a pool of sandboxes
 // created ahead (-pool N, pkg/pool: the restore does not pay for the sandbox's start-up), or
 // one created on demand; calls the executor, checks the answer, and deletes every sandbox on
-// every path, SIGINT and SIGTERM included.
+// every path, SIGINT and SIGTERM included. Each sandbox is bounded by the worker's limits
+// (-memory, -pids, -cpus: sandbox.Limits, never the output's): a call past one fails naming
+// it, and the next call is served. With -fallback cold, a checkpoint that fails its checks
+// (its files, this host) or its restore is served by a cold start of its set
+// (Restorer.ColdStart), and the worker says why and what it cost.
 //
 //	worker -out OUT -runsc PATH [-set ID] [-rootfs DIR] [-root DIR] [-eval EXPR] [-timeout D] [-pool N] [-calls K]
+//	       [-memory SIZE] [-pids N] [-cpus X] [-fallback none|cold]
 //
 // Exit codes: 0 the call answered as it should; 1 the host cannot restore the output, or the
 // restore or the call failed; 2 bad flags or an output that does not load or verify; 128+N
@@ -33,6 +38,7 @@ import (
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/pool"
 	"readie.dev/pipeline/pkg/pycall"
+	"readie.dev/pipeline/pkg/sandbox"
 )
 
 func main() {
@@ -41,9 +47,10 @@ func main() {
 
 // options are the worker's flags.
 type options struct {
-	out, runsc, set, rootfs, root, eval string
-	timeout                             time.Duration
-	pool, calls                         int
+	out, runsc, set, rootfs, root, eval, fallback string
+	timeout                                       time.Duration
+	pool, calls                                   int
+	limits                                        sandbox.Limits
 }
 
 // errBadInput marks bad flags or an output that cannot be used at all (exit 2).
@@ -62,7 +69,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.timeout, "timeout", time.Minute, "the limit of the whole restore and calls")
 	fs.IntVar(&o.pool, "pool", 0, "keep this many sandboxes created ahead and restore each call into one (0: create a sandbox per call)")
 	fs.IntVar(&o.calls, "calls", 1, "how many calls to serve, each in a sandbox of its own")
+	o.limits = sandbox.Limits{Memory: 1 << 30, Pids: 1024}
+	fs.Var(&o.limits.Memory, "memory", "each sandbox's memory limit, a size as the pipeline's config writes them (512MiB); 0: none")
+	fs.Int64Var(&o.limits.Pids, "pids", o.limits.Pids, "each sandbox's limit of host tasks (its threads and processes); 0: none")
+	fs.Float64Var(&o.limits.CPUs, "cpus", 0, "each sandbox's CPU time, in CPUs (1.5); 0: none")
+	fs.StringVar(&o.fallback, "fallback", "none", "cold: serve a set whose checkpoint fails its checks or its restore by a cold start; none: fail the call")
 	if err := fs.Parse(args); err != nil {
+		return exitcode.Usage
+	}
+	if o.fallback != "none" && o.fallback != "cold" {
+		fmt.Fprintf(stderr, "worker: -fallback %q: want none or cold\n", o.fallback)
+		return exitcode.Usage
+	}
+	if err := o.limits.Check(); err != nil {
+		fmt.Fprintf(stderr, "worker: %v\n", err)
 		return exitcode.Usage
 	}
 	if o.out == "" || o.runsc == "" || fs.NArg() > 0 {
@@ -116,7 +136,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 // restore path (launch.Restorer.Restore): taken from a pool of sandboxes created ahead (-pool
 // N), or created on demand.
 func restoreAndCall(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
-	out, err := launch.OpenOutput(o.out, launch.OpenOptions{Rootfs: o.rootfs, Verify: true})
+	cold := o.fallback == "cold"
+	out, err := launch.OpenOutput(o.out, launch.OpenOptions{Rootfs: o.rootfs, Verify: true, ColdFallback: cold})
 	if err != nil {
 		return fmt.Errorf("%w: %w", errBadInput, err)
 	}
@@ -124,12 +145,22 @@ func restoreAndCall(ctx context.Context, o options, stdout, stderr io.Writer) (e
 	if err != nil {
 		return fmt.Errorf("%w: %w", errBadInput, err)
 	}
+	if why := out.Unusable(o.set); why != nil {
+		fmt.Fprintf(stderr, "worker: %s will start cold: %v\n", c.ID, why)
+	}
 	rt := &launch.Runtime{Path: o.runsc, Root: o.root, Flags: out.Flags}
 	warnings, err := out.CheckHost(ctx, rt, o.set)
 	for _, w := range warnings { // an unenforced CPU baseline, say: it does not stop the worker
 		fmt.Fprintf(stderr, "worker: warning: %s\n", w)
 	}
-	if err != nil {
+	// A host that cannot restore the checkpoint (another runsc, missing CPU features) can
+	// still start its set cold.
+	var hostErr error
+	switch {
+	case err != nil && cold && errors.Is(err, launch.ErrHost):
+		fmt.Fprintf(stderr, "worker: %s will start cold: %v\n", c.ID, err)
+		hostErr = err
+	case err != nil:
 		return err
 	}
 
@@ -147,6 +178,7 @@ func restoreAndCall(ctx context.Context, o options, stdout, stderr io.Writer) (e
 	r, err := out.Restorer(launch.Options{
 		Runtime: rt, WorkDir: work, IDs: launch.RandomIDs{Prefix: "worker"},
 		Env: []string{pycall.SmokeTokenVar + "=" + token}, Output: &prefixed{w: stderr, prefix: "executor "},
+		Limits: o.limits,
 	})
 	if err != nil { // refused before any sandbox
 		return fmt.Errorf("%w: %w", errBadInput, err)
@@ -171,10 +203,20 @@ func restoreAndCall(ctx context.Context, o options, stdout, stderr io.Writer) (e
 		}
 		from.Pool = p
 	}
+	var failed []error
 	for i := range o.calls {
-		if err := serve(ctx, r, from, o, c, token, fmt.Sprintf("call %d of %d, %s", i+1, o.calls, how), stdout); err != nil {
+		err := serve(ctx, r, from, hostErr, o, c, token, fmt.Sprintf("call %d of %d, %s", i+1, o.calls, how), stdout)
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
 			return err
+		default: // a call past a limit, say: the next one is served all the same
+			fmt.Fprintf(stderr, "worker: call %d of %d failed: %v\n", i+1, o.calls, err)
+			failed = append(failed, err)
 		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%d of %d calls failed, the first: %w", len(failed), o.calls, failed[0])
 	}
 	return nil
 }
@@ -186,13 +228,20 @@ const (
 	evalResponseSize = 4 << 20
 )
 
-// serve restores c (Restorer.Restore), checks the executor's answer to the smoke request,
-// evaluates -eval, and deletes the sandbox on every path: a sandbox that ran a call is never
-// used again. It says how long the restore took from its start (before the pool's Get or the
-// create) and which path served it.
-func serve(ctx context.Context, r *launch.Restorer, from launch.RestoreOptions, o options, c *manifest.Checkpoint, token, which string, stdout io.Writer) (err error) {
+// serve restores c (Restorer.Restore; or starts it cold, Restorer.ColdStart, when hostErr says
+// this host cannot restore it), checks the executor's answer to the smoke request, evaluates
+// -eval, and deletes the sandbox on every path: a sandbox that ran a call is never used again.
+// It says how long the restore took from its start (before the pool's Get or the create) and
+// which path served it; for a cold start, why the checkpoint was not used and what the cold
+// start cost.
+func serve(ctx context.Context, r *launch.Restorer, from launch.RestoreOptions, hostErr error, o options, c *manifest.Checkpoint, token, which string, stdout io.Writer) (err error) {
 	start := time.Now()
-	restored, err := r.Restore(ctx, c.ID, from)
+	var restored *launch.Restored
+	if hostErr != nil {
+		restored, err = r.ColdStart(ctx, c.ID, hostErr)
+	} else {
+		restored, err = r.Restore(ctx, c.ID, from)
+	}
 	if err != nil {
 		return err
 	}
@@ -209,8 +258,13 @@ func serve(ctx context.Context, r *launch.Restorer, from launch.RestoreOptions, 
 	if err := pycall.CheckSmokeResponse(response, token); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "worker: %s restored in %.0f ms and answered in %.0f ms (%s): its modules were imported and it sees the restore-time environment\n",
-		c.ID, ms(ready), ms(time.Since(start)), which)
+	if restored.Cold != nil {
+		fmt.Fprintf(stdout, "worker: %s started cold in %.0f ms (the cold start itself %.0f ms) and answered in %.0f ms (%s, not its checkpoint: %v): its modules were imported and it sees the worker's environment\n",
+			c.ID, ms(ready), ms(restored.Cold.Took), ms(time.Since(start)), which, restored.Cold.Why)
+	} else {
+		fmt.Fprintf(stdout, "worker: %s restored in %.0f ms and answered in %.0f ms (%s): its modules were imported and it sees the restore-time environment\n",
+			c.ID, ms(ready), ms(time.Since(start)), which)
+	}
 	if o.eval == "" {
 		return nil
 	}

@@ -159,6 +159,10 @@ checkpoints:
 		{[]string{"-rootfs", "/"}, 2, "rootfs / is not one the pipeline built"},
 		{[]string{"-runsc", "/bin/true"}, 1, "/bin/true --version printed"},
 		{[]string{"-runsc", otherRunsc}, 1, `does not restore on this host: runsc version "other"`},
+		{[]string{"-memory", "1MiB"}, 2, "memory 1MiB: want 0 (none) or at least 32MiB"},
+		{[]string{"-memory", "512MB"}, 2, `"512MB" is not a size`},
+		{[]string{"-pids", "-1"}, 2, "pids -1"},
+		{[]string{"-fallback", "warm"}, 2, `-fallback "warm": want none or cold`},
 	} {
 		args := append([]string{"-out", out, "-runsc", runscPath, "-root", root}, tc.args...)
 		cmd := testenv.Command(t, 2*time.Minute, worker, args...)
@@ -167,6 +171,41 @@ checkpoints:
 			t.Errorf("worker %v = %v\n%s\nwant exit %d saying %q", tc.args, err, output, tc.code, tc.want)
 		}
 	}
+
+	// A call past the worker's memory limit fails naming it, and the next call is served (and
+	// fails the same way): two restores, two errors, nothing left.
+	limited := testenv.Command(t, 2*time.Minute, worker, "-out", out, "-runsc", runscPath, "-root", root, "-set", "small", "-memory", "100MiB", "-eval", `len(b"x" * (300 << 20))`, "-calls", "2")
+	output, err := limited.CombinedOutput()
+	if code, _ := exitcode.Of(err); code != exitcode.Failed || strings.Count(string(output), "worker: small restored in") != 2 ||
+		strings.Count(string(output), "went past its memory limit of 100MiB") < 2 || !strings.Contains(string(output), "call 2 of 2 failed") {
+		t.Errorf("worker -memory 100MiB filling 300 MB, twice = %v\n%s\nwant exit 1, both calls served and failed naming the limit", err, output)
+	}
+	testenv.CheckNoRunsc(t, runscPath, root, "")
+
+	// An output whose checkpoint's pages.img was cut short: refused as it is (its digest), and
+	// served by a cold start of its set with -fallback cold, which says why and what it cost.
+	damaged := filepath.Join(t.TempDir(), "out")
+	if err := testenv.CopyTree(out, damaged); err != nil {
+		t.Fatal(err)
+	}
+	pages, _ := filepath.Glob(filepath.Join(damaged, "small", "pages.img"))
+	if len(pages) != 1 {
+		t.Fatalf("the output's pages.img of small: %v", pages)
+	}
+	if err := os.Truncate(pages[0], 4096); err != nil {
+		t.Fatal(err)
+	}
+	output, err = testenv.Command(t, 2*time.Minute, worker, "-out", damaged, "-runsc", runscPath, "-root", root, "-set", "small").CombinedOutput()
+	if code, _ := exitcode.Of(err); code != exitcode.Usage || !strings.Contains(string(output), "pages.img") {
+		t.Errorf("worker on a checkpoint cut short = %v\n%s\nwant exit 2 naming pages.img", err, output)
+	}
+	output, err = testenv.Command(t, 2*time.Minute, worker, "-out", damaged, "-runsc", runscPath, "-root", root, "-set", "small", "-fallback", "cold", "-eval", "sum(range(10))").CombinedOutput()
+	if err != nil || !strings.Contains(string(output), "worker: small started cold in") || !strings.Contains(string(output), "not its checkpoint: checkpoint small: verify failed") ||
+		!strings.Contains(string(output), "pages.img") || !strings.Contains(string(output), "worker: = 45") {
+		t.Errorf("worker -fallback cold on a checkpoint cut short = %v\n%s\nwant a cold start naming the cause, answering", err, output)
+	}
+	t.Logf("worker -fallback cold:\n%s", output)
+	testenv.CheckNoRunsc(t, runscPath, root, "")
 
 	// SIGTERM while the executor runs a call that never returns, without a pool and with one
 	// (its other sandboxes wait, created): the worker deletes every sandbox (privateRoot

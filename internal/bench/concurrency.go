@@ -33,7 +33,7 @@ type Concurrent struct {
 // channel, each timed from its start to its answer. It returns the latencies, the batch's wall
 // time and the spread of the starts.
 func batch(ctx context.Context, r *measure.Restorer, set MeasuredSet, dir string, k int) ([]float64, time.Duration, time.Duration, error) {
-	request, err := ImportRequest(set.Imports)
+	request, err := pycall.ImportRequest(set.Imports)
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -57,7 +57,7 @@ func batch(ctx context.Context, r *measure.Restorer, set MeasuredSet, dir string
 				}
 			}
 			marks[i], errs[i] = r.TimedCall(ctx, launch.Call{SetID: set.ID, Step: fmt.Sprintf("conc%d", i), Prepare: wait, Image: launch.Image{Dir: dir, Flags: r.Flags},
-				Request: request, Check: func(resp []byte) error { return checkImported(resp, set.Imports) }, MaxResponseSize: pycall.SmallResponse})
+				Request: request, Check: func(resp []byte) error { return pycall.CheckImported(resp, set.Imports) }, MaxResponseSize: pycall.SmallResponse})
 			if !waited {
 				ready.Done()
 			}

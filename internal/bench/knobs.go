@@ -69,7 +69,7 @@ func (v Variant) restorer(r *measure.Restorer, logDir string) *measure.Restorer 
 	return &c
 }
 
-// variantRequest is ImportRequest's call that also returns the executor's count of frozen
+// variantRequest is pycall.ImportRequest's call that also returns the executor's count of frozen
 // objects, so that a variant's answer shows its pre-checkpoint steps took effect.
 func variantRequest(imports []string) ([]byte, error) {
 	list, err := pycall.PyList(imports)

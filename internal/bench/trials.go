@@ -13,37 +13,15 @@ import (
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
-// ImportRequest builds a request that imports every module of imports and returns how many
-// it imported: the first call of a cold executor, and the same call on a restored one.
-func ImportRequest(imports []string) ([]byte, error) {
-	list, err := pycall.PyList(imports)
-	if err != nil {
-		return nil, err
-	}
-	return pycall.EvalRequest(fmt.Sprintf(`len([__import__(m) for m in %s])`, list))
-}
-
-// checkImported checks the answer to ImportRequest.
-func checkImported(response []byte, imports []string) error {
-	value, err := pycall.DecodeEnvelope(response)
-	if err != nil {
-		return err
-	}
-	if n, ok := value.(int64); !ok || n != int64(len(imports)) {
-		return fmt.Errorf("import call returned %s, want %d", pycall.Format(value, pycall.ErrorBytes), len(imports))
-	}
-	return nil
-}
-
 // TimeColdCall starts the executor in sandbox mode without a checkpoint and makes the call that
 // imports the set's modules; the time runs from `runsc create` to the answer.
 func TimeColdCall(ctx context.Context, l *launch.Launcher, setID string, imports []string) (float64, error) {
-	request, err := ImportRequest(imports)
+	request, err := pycall.ImportRequest(imports)
 	if err != nil {
 		return 0, err
 	}
 	// The zero Image: `runsc create` and `runsc start`, both on the clock.
-	marks, err := l.TimedCall(ctx, launch.Call{SetID: setID, Step: "cold", Request: request, Check: func(resp []byte) error { return checkImported(resp, imports) }, MaxResponseSize: pycall.SmallResponse})
+	marks, err := l.TimedCall(ctx, launch.Call{SetID: setID, Step: "cold", Request: request, Check: func(resp []byte) error { return pycall.CheckImported(resp, imports) }, MaxResponseSize: pycall.SmallResponse})
 	return marks.TotalMS(), err
 }
 
@@ -51,7 +29,7 @@ func TimeColdCall(ctx context.Context, l *launch.Launcher, setID string, imports
 // runs from `runsc restore` to the answer. With prestarted, the sandbox is made by
 // `runsc create` first, off the clock, as a worker with a pool of created sandboxes would.
 func TimeRestoreCall(ctx context.Context, r *measure.Restorer, setID, imageDir string, imports []string, prestarted bool) (launch.CallMarks, error) {
-	request, err := ImportRequest(imports)
+	request, err := pycall.ImportRequest(imports)
 	if err != nil {
 		return launch.CallMarks{}, err
 	}
@@ -62,7 +40,7 @@ func TimeRestoreCall(ctx context.Context, r *measure.Restorer, setID, imageDir s
 		step = "prestarted"
 	}
 	return r.TimedCall(ctx, launch.Call{SetID: setID, Step: step, Prepare: prepare, Image: launch.Image{Dir: imageDir, Flags: r.Flags},
-		Request: request, Check: func(resp []byte) error { return checkImported(resp, imports) }, MaxResponseSize: pycall.SmallResponse})
+		Request: request, Check: func(resp []byte) error { return pycall.CheckImported(resp, imports) }, MaxResponseSize: pycall.SmallResponse})
 }
 
 // TimeFloor runs a sandbox of the executor's shape whose process exits at once (/bin/true): the
@@ -103,14 +81,14 @@ func NewPool(ctx context.Context, l *launch.Launcher, size int) (*pool.Pool, err
 // during this trial or any other. A worker's pool refills as Get returns: its start may share
 // the machine with a create.
 func TimePooledCall(ctx context.Context, p *pool.Pool, imageDir string, flags, imports []string, timeout time.Duration) (marks launch.CallMarks, err error) {
-	request, err := ImportRequest(imports)
+	request, err := pycall.ImportRequest(imports)
 	if err != nil {
 		return marks, err
 	}
 	if err := p.Wait(ctx); err != nil {
 		return marks, err
 	}
-	marks, err = pooledCall(ctx, p, imageDir, flags, timeout, request, func(resp []byte) error { return checkImported(resp, imports) })
+	marks, err = pooledCall(ctx, p, imageDir, flags, timeout, request, func(resp []byte) error { return pycall.CheckImported(resp, imports) })
 	if err != nil {
 		return marks, err
 	}

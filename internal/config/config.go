@@ -19,6 +19,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	pipeline "readie.dev/pipeline"
+	"readie.dev/pipeline/pkg/bytesize"
 	"readie.dev/pipeline/pkg/checkpointid"
 	"readie.dev/pipeline/pkg/cpu"
 	"readie.dev/pipeline/pkg/sandbox"
@@ -134,25 +135,31 @@ type Limits struct {
 	// SandboxOutput bounds each of a sandbox's stdout and stderr, on disk and in the pipeline's
 	// memory: the first and last halves are kept, what falls between is counted and said.
 	SandboxOutput Size `yaml:"sandbox_output"`
+	// SandboxMemory bounds the memory of each sandbox of the pipeline's (captures, analyze,
+	// measure, smoke, bench: sandbox.Limits.Memory): a set that needs more fails naming it,
+	// rather than taking the build host's memory.
+	SandboxMemory Size `yaml:"sandbox_memory"`
 }
 
-// Size is a byte count, written as an integer or with a binary unit: 512MiB, 64GiB, 2TiB.
-type Size int64
+// SandboxLimits are the limits of each of the pipeline's sandboxes (limits.sandbox_memory).
+func (c *Config) SandboxLimits() sandbox.Limits {
+	return sandbox.Limits{Memory: bytesize.Size(c.Limits.SandboxMemory)}
+}
 
-var sizePattern = regexp.MustCompile(`^([0-9]+)\s*(B|KiB|MiB|GiB|TiB)?$`)
+// Size is a byte count, written as an integer or with a binary unit: 512MiB, 64GiB, 2TiB
+// (bytesize.Parse, which a worker's flags read too).
+type Size int64
 
 // UnmarshalYAML reads a Size.
 func (s *Size) UnmarshalYAML(node *yaml.Node) error {
-	m := sizePattern.FindStringSubmatch(strings.TrimSpace(node.Value))
-	if node.Kind != yaml.ScalarNode || m == nil {
+	if node.Kind != yaml.ScalarNode {
 		return fmt.Errorf("line %d: %q is not a size (bytes, or a number with B, KiB, MiB, GiB or TiB)", node.Line, node.Value)
 	}
-	n, err := strconv.ParseInt(m[1], 10, 64)
-	shift := map[string]uint{"": 0, "B": 0, "KiB": 10, "MiB": 20, "GiB": 30, "TiB": 40}[m[2]]
-	if err != nil || n > (1<<62)>>shift {
-		return fmt.Errorf("line %d: size %q is too large", node.Line, node.Value)
+	n, err := bytesize.Parse(node.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", node.Line, err)
 	}
-	*s = Size(n << shift)
+	*s = Size(n)
 	return nil
 }
 

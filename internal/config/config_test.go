@@ -29,7 +29,7 @@ func TestDefaultConfig(t *testing.T) {
 	if c.Timeouts.Capture != 5*time.Minute || c.RestoreRuns != 5 || c.Timeouts.ImageProbe != 2*time.Minute {
 		t.Errorf("timeouts %+v runs %d", c.Timeouts, c.RestoreRuns)
 	}
-	if c.Limits != (Limits{ImageBytes: 64 << 30, ImageEntries: 1_000_000, ImageFileBytes: 16 << 30, SandboxOutput: 16 << 20}) {
+	if c.Limits != (Limits{ImageBytes: 64 << 30, ImageEntries: 1_000_000, ImageFileBytes: 16 << 30, SandboxOutput: 16 << 20, SandboxMemory: 4 << 30}) {
 		t.Errorf("limits %+v", c.Limits)
 	}
 	sel, err := c.Select(nil, nil)
@@ -158,6 +158,8 @@ func TestParseErrors(t *testing.T) {
 		{"size in decimal units", replace("image_bytes: 64GiB", "image_bytes: 64GB"), `"64GB" is not a size`},
 		{"size too large", replace("image_bytes: 64GiB", "image_bytes: 99999999TiB"), "too large"},
 		{"zero limit", replace("image_entries: 1000000", "image_entries: 0"), "limits.image_entries"},
+		{"sandbox memory below a sandbox's floor", replace("sandbox_memory: 4GiB", "sandbox_memory: 1MiB"), "limits.sandbox_memory 1MiB: want at least 32MiB"},
+		{"no sandbox memory limit", replace("sandbox_memory: 4GiB", "sandbox_memory: 0"), "limits.sandbox_memory 0: want at least 32MiB"},
 		{"zero probe timeout", replace("image_probe: 2m", "image_probe: 0s"), "timeouts.image_probe"},
 	}
 	for _, tt := range tests {

@@ -12,6 +12,7 @@ import (
 
 	"readie.dev/pipeline/internal/cpubaseline"
 	"readie.dev/pipeline/internal/oci/ref"
+	"readie.dev/pipeline/pkg/bytesize"
 	"readie.dev/pipeline/pkg/capture"
 	"readie.dev/pipeline/pkg/sandbox"
 )
@@ -171,6 +172,9 @@ func (c *Config) validateCounts(p *problems) {
 		if n <= 0 {
 			p.add("limits.%s must be positive", name)
 		}
+	}
+	if err := c.SandboxLimits().Check(); err != nil || c.Limits.SandboxMemory == 0 {
+		p.add("limits.sandbox_memory %s: want at least %s", bytesize.Size(c.Limits.SandboxMemory), sandbox.MinMemory)
 	}
 }
 

@@ -340,7 +340,7 @@ func (sb *Sandboxes) shape() (*specs.Spec, string, error) {
 // Launcher returns a launcher of sandboxes of this shape, each bounded by limit; workDir holds
 // their bundles.
 func (sb *Sandboxes) Launcher(workDir string, limit time.Duration) launch.Launcher {
-	return launch.Launcher{Runtime: sb.Runtime, Rootfs: sb.Rootfs.Path, Process: sb.Rootfs.Info.SandboxProcess(), WorkDir: workDir, Env: slices.Clone(sb.extraEnv), Timeout: limit}
+	return launch.Launcher{Runtime: sb.Runtime, Rootfs: sb.Rootfs.Path, Process: sb.Rootfs.Info.SandboxProcess(), WorkDir: workDir, Env: slices.Clone(sb.extraEnv), Timeout: limit, Limits: sb.Config.SandboxLimits()}
 }
 
 // Restorer returns a restorer of checkpoints of this shape with its restore flags, each
@@ -357,6 +357,6 @@ func (sb *Sandboxes) CaptureRequest(set config.PackageSet, dir, workDir, runscVe
 	return capture.Request{
 		ID: set.ID, Imports: set.Imports, Rootfs: sb.Rootfs.Path, Process: sb.Rootfs.Info.SandboxProcess(), Dir: dir, WorkDir: workDir,
 		Env: slices.Clone(sb.extraEnv), CheckpointOptions: options, CPUBaseline: baselineFeatures(sb.Config),
-		Timeout: sb.Config.Timeouts.Capture, RunscVersion: runscVersion,
+		Timeout: sb.Config.Timeouts.Capture, RunscVersion: runscVersion, Limits: sb.Config.SandboxLimits(),
 	}
 }

@@ -71,7 +71,9 @@ type Request struct {
 	// CPUBaseline, when not nil, are the only CPU features the sandbox is given, and the
 	// executor checks from inside it, after its imports, what its code can see of the CPU
 	// against them: the result is the meta's CPUCheck. Env should hold the library controls.
-	CPUBaseline  []string
+	CPUBaseline []string
+	// Limits bound the capture's sandbox (launch.SandboxOptions.Limits).
+	Limits       sandbox.Limits
 	Timeout      time.Duration
 	RunscVersion string
 	// SpecFingerprint, when not "", is the fingerprint the caller expects of the capture's
@@ -175,7 +177,7 @@ func newSandbox(rt *launch.Runtime, req Request) (*launch.Sandbox, string, error
 		return spec, freshDir(req.Dir)
 	}
 	// Its logs stay in the work directory: a failed set keeps them (the pipeline's run).
-	sb, err := launch.NewSandbox(launch.SandboxOptions{Runtime: rt, WorkDir: req.WorkDir, Spec: specFor, KeepLogs: true}, req.ID, "capture")
+	sb, err := launch.NewSandbox(launch.SandboxOptions{Runtime: rt, WorkDir: req.WorkDir, Spec: specFor, KeepLogs: true, Limits: req.Limits}, req.ID, "capture")
 	return sb, fingerprint, err
 }
 

@@ -236,3 +236,24 @@ func TestPackages(t *testing.T) {
 		}
 	}
 }
+
+// TestMemoryLimit: a capture whose imports need more memory than its sandbox's limit (pandas,
+// about 100 MiB, in 48 MiB) fails naming the limit (launch.ErrMemoryLimit), writes no
+// meta.json, and leaves no sandbox.
+func TestMemoryLimit(t *testing.T) {
+	rt := testenv.Runtime(t)
+	work := testenv.WorkDir(t)
+	dir := filepath.Join(work, "img")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, err := capture.Run(ctx, rt, capture.Request{
+		ID: "big", Imports: []string{"pandas"}, Rootfs: testenv.Rootfs(t),
+		Dir: dir, WorkDir: work, Timeout: time.Minute, Limits: sandbox.Limits{Memory: 48 << 20},
+	})
+	if !errors.Is(err, capture.ErrCapture) || !errors.Is(err, launch.ErrMemoryLimit) || !strings.Contains(err.Error(), "memory limit of 48MiB") {
+		t.Fatalf("a capture of pandas in 48 MiB = %v; want ErrMemoryLimit naming 48MiB", err)
+	}
+	if _, statErr := os.Stat(filepath.Join(dir, "meta.json")); !errors.Is(statErr, os.ErrNotExist) {
+		t.Errorf("meta.json written for a failed capture: %v", statErr)
+	}
+}

@@ -18,16 +18,20 @@
 //  2. Output.CheckHost(ctx, runtime, set) checks this host: the runsc version and binary, the
 //     protocol, the CPU features and cache line (manifest.CheckHost). Its errors match
 //     ErrHost.
-//  3. Output.Restorer(Options{Runtime, WorkDir, IDs, Env, Output}) fixes what every sandbox
-//     of the worker shares: a Runtime with the output's flags (Output.Flags) and a runsc root
-//     of the worker's own, a work directory only root can enter, an IDs policy (RandomIDs),
-//     the environment the restored executor sees.
+//  3. Output.Restorer(Options{Runtime, WorkDir, IDs, Env, Output, Limits}) fixes what every
+//     sandbox of the worker shares: a Runtime with the output's flags (Output.Flags) and a
+//     runsc root of the worker's own, a work directory only root can enter, an IDs policy
+//     (RandomIDs), the environment the restored executor sees, and the worker's limits of
+//     memory, pids and CPU (sandbox.Limits; a call past one fails with ErrMemoryLimit or
+//     ErrPidsLimit naming it).
 //  4. Optionally pool.New(ctx, pool.Options{New: restorer.NewSandbox, Size}): sandboxes
 //     created ahead, so that a restore skips the sandbox's boot.
 //  5. Restorer.Restore(ctx, set, RestoreOptions{Pool}) restores into a sandbox from the pool
 //     or created for it and dials the executor; Restored.Call calls it, reading at most
 //     what the call's answer needs (a stranger's data: decode it with pycall, print it with
-//     pycall.Format); Restored.Close deletes the sandbox, which is never used again.
+//     pycall.Format); Restored.Close deletes the sandbox, which is never used again. With
+//     OpenOptions.ColdFallback, a set whose checkpoint fails verification or its restore is
+//     started cold instead (Restorer.ColdStart; Restored.Cold says why and what it cost).
 //
 // # The life cycle
 //

@@ -53,7 +53,7 @@ var example struct {
 	err                     error
 }
 
-// exampleOutput captures an output of one set, "small" (json), as `pipeline capture` does
+// exampleOutput captures an output of one set, "small" (json, email.parser), as `pipeline capture` does
 // (internal/run, with the real runsc and rootfs of READIE_RUNSC and READIE_ROOTFS), into a
 // directory of its own, and gives a runsc root for the worker beside it; TestMain removes
 // them.
@@ -71,7 +71,7 @@ func exampleOutput() (out, rootfs, runscPath, root string, err error) {
 			return
 		}
 		example.out = filepath.Join(example.dir, "out")
-		yaml := fmt.Sprintf("runsc:\n  path: %s\n  root: %s\nrootfs: %s\noutput: %s\ncheckpoint_cache: %s\nrestore_runs: 1\ncheckpoints:\n  - id: small\n    imports: [json]\n",
+		yaml := fmt.Sprintf("runsc:\n  path: %s\n  root: %s\nrootfs: %s\noutput: %s\ncheckpoint_cache: %s\nrestore_runs: 1\ncheckpoints:\n  - id: small\n    imports: [json, email.parser]\n",
 			example.runsc, filepath.Join(example.dir, "root"), example.rootfs, example.out, filepath.Join(example.dir, "store"))
 		cfg, err := config.Parse([]byte(yaml), "example.yaml", example.dir, filepath.Join(example.dir, "cache"))
 		if err != nil {

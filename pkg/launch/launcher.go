@@ -28,6 +28,8 @@ type Launcher struct {
 	Env []string
 	// Timeout bounds one sandbox's work: a restore, or a start or restore plus the call.
 	Timeout time.Duration
+	// Limits bound each sandbox (SandboxOptions.Limits): limits.sandbox_memory.
+	Limits sandbox.Limits
 }
 
 // NewSandbox prepares a sandbox of the executor's shape in mode, named by the runtime's lease
@@ -41,7 +43,7 @@ func (l *Launcher) NewSandbox(setID, step string, mode sandbox.Mode, env, args [
 // caller that makes them elsewhere (a pool of the launcher's shape).
 func (l *Launcher) SandboxOptions(mode sandbox.Mode, env, args []string) SandboxOptions {
 	return SandboxOptions{
-		Runtime: l.Runtime, WorkDir: l.WorkDir, KeepLogs: true,
+		Runtime: l.Runtime, WorkDir: l.WorkDir, KeepLogs: true, Limits: l.Limits,
 		Spec: func(hostDir string) (*specs.Spec, error) { return l.Spec(mode, hostDir, env, args) },
 	}
 }
@@ -64,8 +66,10 @@ func DeleteInto(ctx context.Context, sb *Sandbox, err *error) {
 }
 
 // WithStderr deletes the sandbox, so that its log holds everything the executor wrote, and
-// adds the log's last lines (and a failed delete) to err.
+// adds the log's last lines (and a failed delete) to err, and first the limit the sandbox
+// went past, if any (Sandbox.LimitError).
 func WithStderr(ctx context.Context, sb *Sandbox, err error) error {
+	err = sb.LimitError(err)
 	deleteErr := sb.Delete(ctx)
 	if tail := sb.Tail(10); tail != "" {
 		err = fmt.Errorf("%w\nexecutor stderr:\n%s", err, tail)

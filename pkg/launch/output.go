@@ -32,6 +32,13 @@ type OpenOptions struct {
 	// Verify checks every byte of the output against its manifest (manifest.Verify) before
 	// anything of it runs: what a worker does with an output someone else pushed.
 	Verify bool
+	// ColdFallback asks that a set whose checkpoint cannot be used be started cold rather than
+	// refused (Restorer.ColdStart: a fresh sandbox, the executor started from nothing, the set's
+	// modules imported): a checkpoint whose files do not verify then leaves the output open,
+	// marked (Output.Unusable), and a failed restore of a checkpoint starts the set cold
+	// (Restorer.Restore). The output's own files (the manifest, the restore spec) must still
+	// pass every check: a cold start runs the restore spec.
+	ColdFallback bool
 }
 
 // Output is an output directory opened once for restores (OpenOutput): its manifest, checked;
@@ -45,6 +52,10 @@ type Output struct {
 	Flags  sandbox.Flags
 	Rootfs string
 	spec   *specs.Spec
+	// coldFallback is OpenOptions.ColdFallback; unusable holds, by set, why its checkpoint's
+	// files did not verify (with ColdFallback alone: otherwise the output is refused).
+	coldFallback bool
+	unusable     map[string]error
 }
 
 // OpenOutput loads the output in dir (its manifest.json) and opens it as NewOutput does.
@@ -65,11 +76,13 @@ func OpenOutput(dir string, o OpenOptions) (*Output, error) {
 //     sandbox.CheckRestoreFlags: only the flags and values the pipeline writes, no
 //     --network=host, no --debug-log or other path on the host);
 //   - the rootfs (o.Rootfs, or the manifest's) records the manifest's digest (CheckRootfs);
-//   - with o.Verify, every byte against the manifest (manifest.Verify);
+//   - with o.Verify, every byte against the manifest (manifest.Verify's checks: each
+//     checkpoint by manifest.VerifyCheckpoint; with o.ColdFallback a checkpoint that fails is
+//     marked, Output.Unusable, and its set starts cold, rather than the output refused);
 //   - the restore spec, read once: its fingerprint recomputed with the manifest's runsc flags
 //     and equal to spec_fingerprint, no capture annotations, nothing but the pipeline's own
 //     sandbox spec (no OCI hooks, which runsc would run on the host as root; no other mounts,
-//     resources or annotations) but for root.path, the executor mount's source and process.env
+//     resources, which are the worker's (Options.Limits), or annotations) but for root.path, the executor mount's source and process.env
 //     (sandbox.ReadSpec);
 //   - the spec's process user is the one the output records for its image (the manifest's
 //     process; root for the default rootfs): a restore spec cannot choose whom the host
@@ -95,9 +108,20 @@ func NewOutput(dir string, m *manifest.Manifest, o OpenOptions) (*Output, error)
 	if err := m.CheckRootfs(rootfs); err != nil {
 		return fail(err)
 	}
+	// Each checkpoint verified on its own (the manifest's protocol is checked above, the
+	// restore spec by ReadSpec below: together manifest.Verify), so that with ColdFallback
+	// one whose files fail leaves the others usable.
+	unusable := map[string]error{}
 	if o.Verify {
-		if _, err := manifest.Verify(dir, executorproto.Version); err != nil {
-			return fail(err)
+		var problems []error
+		for _, c := range m.Checkpoints {
+			if err := manifest.VerifyCheckpoint(dir, m, c); err != nil {
+				unusable[c.ID] = fmt.Errorf("checkpoint %s: %w", c.ID, err)
+				problems = append(problems, err)
+			}
+		}
+		if len(problems) > 0 && !o.ColdFallback {
+			return fail(errors.Join(problems...))
 		}
 	}
 	if m.Spec == "" {
@@ -114,8 +138,12 @@ func NewOutput(dir string, m *manifest.Manifest, o OpenOptions) (*Output, error)
 	if !sameUser(spec.Process.User, recorded) {
 		return fail(fmt.Errorf("%w: %s runs its process as %s, but the output records its image's user as %s", sandbox.ErrRestoreSpec, m.Spec, userString(spec.Process.User), userString(recorded)))
 	}
-	return &Output{Dir: dir, Manifest: m, Flags: flags, Rootfs: rootfs, spec: spec}, nil
+	return &Output{Dir: dir, Manifest: m, Flags: flags, Rootfs: rootfs, spec: spec, coldFallback: o.ColdFallback, unusable: unusable}, nil
 }
+
+// Unusable returns why set's checkpoint cannot be restored, its files having failed
+// verification (OpenOptions.ColdFallback); nil for one that verified, or was not verified.
+func (out *Output) Unusable(set string) error { return out.unusable[set] }
 
 // sameUser reports whether a and b are the same uid, gid and supplementary groups.
 func sameUser(a, b specs.User) bool {

@@ -7,10 +7,13 @@ import (
 	"io"
 	"net"
 	"slices"
+	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"readie.dev/pipeline/pkg/executorproto"
+	"readie.dev/pipeline/pkg/pycall"
+	"readie.dev/pipeline/pkg/sandbox"
 )
 
 // Options are what the sandboxes of a Restorer share, made on demand or ahead by a pool
@@ -32,6 +35,9 @@ type Options struct {
 	// Output, when set, receives the executors' stdout and stderr, line by line after the
 	// sandbox's ID (SandboxOptions.Output); the restorer serializes its writes.
 	Output io.Writer
+	// Limits bound each sandbox's memory, pids and CPU (SandboxOptions.Limits), a pool's
+	// too: the worker's own, never the output's (whose restore spec holds no resources).
+	Limits sandbox.Limits
 }
 
 // Restorer restores the checkpoints of one output, each into a sandbox of its own, and hands
@@ -51,12 +57,15 @@ func (out *Output) Restorer(o Options) (*Restorer, error) {
 	if have, want := o.Runtime.Flags.Args(), out.Flags.Args(); !slices.Equal(have, want) {
 		return nil, fmt.Errorf("launch: the runtime's runsc flags %q are not the output's %q: a restore needs the capture's (Output.Flags)", have, want)
 	}
+	if err := o.Limits.Check(); err != nil {
+		return nil, fmt.Errorf("launch: %w", err)
+	}
 	env := slices.Clone(o.Env)
 	if _, err := out.Spec("/", env); err != nil { // a placeholder host directory: each sandbox has its own
 		return nil, err
 	}
 	r := &Restorer{out: out, sandboxes: SandboxOptions{
-		Runtime: o.Runtime, WorkDir: o.WorkDir, IDs: o.IDs,
+		Runtime: o.Runtime, WorkDir: o.WorkDir, IDs: o.IDs, Limits: o.Limits,
 		Spec: func(hostDir string) (*specs.Spec, error) { return out.Spec(hostDir, env) },
 	}}
 	if o.Output != nil {
@@ -92,6 +101,9 @@ const (
 	FromPool How = "pool"
 	// Created is a restore into a sandbox created for it.
 	Created How = "created"
+	// Cold is a cold start: the checkpoint could not be used (Restored.Cold says why), and
+	// the set's modules were imported in a fresh executor (Restorer.ColdStart).
+	Cold How = "cold"
 )
 
 // Restored is a checkpoint restored into a sandbox of its own, its executor connected. Call
@@ -101,9 +113,22 @@ type Restored struct {
 	Sandbox *Sandbox
 	Conn    net.Conn
 	// Marks: Began is the start of `runsc restore` (after the pool's Get or the create),
-	// Started its return, Connected the executor's accept.
+	// Started its return, Connected the executor's accept. For a cold start: Began is the
+	// start of `runsc create`, Answered the answer of the imports.
 	Marks CallMarks
 	How   How
+	// Cold, for a cold start (How Cold), says why the checkpoint was not used and what the
+	// cold start cost; nil for a restore.
+	Cold *ColdStart
+}
+
+// ColdStart is what a cold start of a set (Restorer.ColdStart) reports.
+type ColdStart struct {
+	// Why is why the checkpoint was not used: its files failed verification
+	// (Output.Unusable), its restore failed, or the caller's reason.
+	Why error
+	// Took is the cold start's cost: from `runsc create` to the answer of its imports.
+	Took time.Duration
 }
 
 // Restore restores set's checkpoint into a sandbox, from o.Pool or created for it (`runsc
@@ -111,12 +136,20 @@ type Restored struct {
 // flags, and dials the executor's socket (Sandbox.Open). On any failure the sandbox is deleted
 // and the error carries the end of the executor's stderr.
 //
+// With OpenOptions.ColdFallback, a set whose checkpoint failed verification, or whose restore
+// fails (not the pool's Get or the create, which are not the checkpoint's, nor a cancelled
+// ctx), is started cold instead (ColdStart): Restored.How is Cold and Restored.Cold says why
+// and what it cost. An error then carries the restore's failure and the cold start's.
+//
 // This is the kit's one restore path: the pipeline's soak takes it as a worker does, and the
 // example worker (examples/worker) is a runnable whole around it.
 func (r *Restorer) Restore(ctx context.Context, set string, o RestoreOptions) (*Restored, error) {
 	img, err := r.out.Image(set)
 	if err != nil {
 		return nil, err
+	}
+	if why := r.out.Unusable(set); why != nil {
+		return r.ColdStart(ctx, set, why)
 	}
 	how := Created
 	var sb *Sandbox
@@ -136,19 +169,76 @@ func (r *Restorer) Restore(ctx context.Context, set string, o RestoreOptions) (*
 	}
 	conn, marks, err := sb.Open(ctx, img)
 	if err != nil {
-		return nil, WithStderr(ctx, sb, fmt.Errorf("restore %s into %s: %w", set, sb.ID, err))
+		err = WithStderr(ctx, sb, fmt.Errorf("restore %s into %s: %w", set, sb.ID, err))
+		if !r.out.coldFallback || ctx.Err() != nil {
+			return nil, err
+		}
+		cold, coldErr := r.ColdStart(ctx, set, err)
+		if coldErr != nil {
+			return nil, fmt.Errorf("%w; then, starting it cold: %w", err, coldErr)
+		}
+		return cold, nil
 	}
 	return &Restored{Sandbox: sb, Conn: conn, Marks: marks, How: how}, nil
+}
+
+// ColdStart starts set cold, without its checkpoint: a sandbox of the restorer's shape created
+// for it (the output's restore spec, the restorer's environment and limits), the executor
+// started from nothing (`runsc create`, `runsc start`), dialled, and every module of the set
+// imported (pycall.ImportRequest) before it is handed back, as a restore would have it. why
+// is why the checkpoint is not used (Restored.Cold.Why): Restore's fallback, or a caller's
+// own (a host that cannot restore it, ErrHost). On any failure the sandbox is deleted and the
+// error carries the end of the executor's stderr.
+func (r *Restorer) ColdStart(ctx context.Context, set string, why error) (*Restored, error) {
+	c, err := r.out.Checkpoint(set)
+	if err != nil {
+		return nil, err
+	}
+	request, err := pycall.ImportRequest(c.Imports)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := NewSandbox(r.sandboxes, set, "cold")
+	if err != nil {
+		return nil, err
+	}
+	conn, marks, err := sb.Open(ctx, Image{}) // the zero Image: create, then start cold
+	if err != nil {
+		return nil, WithStderr(ctx, sb, fmt.Errorf("start %s cold in %s: %w", set, sb.ID, err))
+	}
+	restored := &Restored{Sandbox: sb, Conn: conn, Marks: marks, How: Cold}
+	response, err := restored.Call(ctx, request, pycall.SmallResponse)
+	if err == nil {
+		err = pycall.CheckImported(response, c.Imports)
+	}
+	if err != nil {
+		conn.Close()
+		return nil, WithStderr(ctx, sb, fmt.Errorf("import the modules of %s cold in %s: %w", set, sb.ID, err))
+	}
+	restored.Marks.Answered = time.Now()
+	restored.Cold = &ColdStart{Why: why, Took: restored.Marks.Answered.Sub(marks.Began)}
+	return restored, nil
 }
 
 // Call sends request to the restored executor and returns its answer, bounded by ctx, of at
 // most maxResponseSize bytes (executorproto.Caller's MaxResponseSize; zero:
 // executorproto.DefaultReadLimit). An answer is a stranger's data: read no more of it than the
 // call needs (pycall.SmallResponse for a small value), since decoding may allocate some 320
-// bytes per byte (pycall.Decode).
+// bytes per byte (pycall.Decode). A call that went past one of the sandbox's limits says
+// which: one that failed, with ErrMemoryLimit or ErrPidsLimit (Sandbox.LimitError); one that
+// answered although the pids limit refused it forks or threads (its code saw ENOMEM), with the
+// answer and an error matching ErrPidsLimit.
 func (r *Restored) Call(ctx context.Context, request []byte, maxResponseSize int64) ([]byte, error) {
+	refused := r.Sandbox.pidsRefused()
 	caller := executorproto.Caller{MaxResponseSize: maxResponseSize}
-	return caller.Call(ctx, r.Conn, request)
+	response, err := caller.Call(ctx, r.Conn, request)
+	if err != nil {
+		return nil, r.Sandbox.LimitError(err)
+	}
+	if now := r.Sandbox.pidsRefused(); now > refused {
+		return response, r.Sandbox.pidsError(now - refused)
+	}
+	return response, nil
 }
 
 // Close closes the connection and deletes the sandbox (Sandbox.Delete: exactly once, even

@@ -148,6 +148,10 @@ type SandboxOptions struct {
 	// goroutines of their own: it must be safe for concurrent use (an *os.File is; a
 	// Restorer's is made so).
 	Output io.Writer
+	// Limits bound the sandbox's memory, pids and CPU on the host (sandbox.Limits.Apply to its
+	// spec, cgroups path "/" + ID): the caller's, whatever the spec. A call or restore that
+	// fails because the sandbox went past one says so (ErrMemoryLimit, ErrPidsLimit).
+	Limits sandbox.Limits
 	// KeepLogs leaves the bundle (config.json and the logs) in WorkDir when the sandbox is
 	// deleted, for a caller that reads them afterwards (the pipeline keeps a failed set's
 	// logs, and its scratch directory goes at the end of its run). Otherwise Delete removes
@@ -188,6 +192,8 @@ type Sandbox struct {
 	outputLimit int64
 	output      io.Writer
 	keepLogs    bool
+	limits      sandbox.Limits
+	cgroupsPath string
 
 	mu       sync.Mutex
 	stdio    *stdio
@@ -217,6 +223,9 @@ func NewSandbox(o SandboxOptions, set, step string) (*Sandbox, error) {
 	if !filepath.IsAbs(o.WorkDir) {
 		return nil, fmt.Errorf("launch: work dir %q is not an absolute path", o.WorkDir)
 	}
+	if err := o.Limits.Check(); err != nil {
+		return nil, fmt.Errorf("launch: %w", err)
+	}
 	var ids IDs = o.Runtime
 	if o.IDs != nil {
 		ids = o.IDs
@@ -241,6 +250,7 @@ func NewSandbox(o SandboxOptions, set, step string) (*Sandbox, error) {
 	if spec.Process == nil {
 		return nil, fmt.Errorf("the spec of sandbox %s has no process", id)
 	}
+	o.Limits.Apply(spec, cgroupsPath(id))
 	data, err := json.Marshal(spec)
 	if err != nil {
 		return nil, err
@@ -251,7 +261,7 @@ func NewSandbox(o SandboxOptions, set, step string) (*Sandbox, error) {
 	s := &Sandbox{
 		ID: id, Bundle: filepath.Join(o.WorkDir, id), HostDir: hostDir,
 		driver: o.Runtime.Driver(), restoreTimeout: o.Runtime.restoreTimeout(), outputLimit: o.Runtime.OutputLimitOrDefault(),
-		output: o.Output, keepLogs: o.KeepLogs,
+		output: o.Output, keepLogs: o.KeepLogs, limits: o.Limits, cgroupsPath: cgroupsPath(id),
 	}
 	s.Stdout, s.Stderr = filepath.Join(s.Bundle, "stdout.log"), filepath.Join(s.Bundle, "stderr.log")
 	if err := s.writeBundle(data, spec.Process.User); err != nil {
@@ -324,7 +334,8 @@ func (s *Sandbox) OnDelete(f func()) {
 }
 
 // Run runs the sandbox in the foreground (`runsc run`) and returns the process's exit status;
-// a status other than 0 comes with a *runsc.ExitError. runsc's sandbox is attached to the
+// a status other than 0 comes with a *runsc.ExitError (and ErrMemoryLimit for a sandbox with a
+// memory limit that SIGKILL ended, as the OOM killer does). runsc's sandbox is attached to the
 // command: a cancel that kills it ends the sandbox too.
 func (s *Sandbox) Run(ctx context.Context) (int, error) {
 	if err := s.use(); err != nil {
@@ -335,7 +346,7 @@ func (s *Sandbox) Run(ctx context.Context) (int, error) {
 	}
 	status, err := s.driver.Run(ctx, s.ID, s.Bundle, &runsc.CreateOpts{IO: s.stdio.childEnds()})
 	s.stdio.closeChildEnds()
-	return status, err
+	return status, s.runLimitError(status, err)
 }
 
 // Create creates the sandbox without starting its process (`runsc create`), so that a later

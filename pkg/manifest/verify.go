@@ -91,6 +91,17 @@ func checkSpec(path string, m *Manifest) error {
 	return err
 }
 
+// VerifyCheckpoint checks the checkpoint c of the output in outDir, whose manifest is m, as
+// Verify checks each: its meta.json, checkpoint.img's runsc version, every image file's size
+// and sha256, its smoke test. The error names every problem and wraps ErrVerify: for a caller
+// that uses the checkpoints that verify and starts the others cold (launch.OpenOptions).
+func VerifyCheckpoint(outDir string, m *Manifest, c Checkpoint) error {
+	if problems := verifyCheckpoint(filepath.Join(outDir, c.Dir), c, m); len(problems) > 0 {
+		return fmt.Errorf("%w: %w", ErrVerify, errors.Join(problems...))
+	}
+	return nil
+}
+
 func verifyCheckpoint(dir string, c Checkpoint, m *Manifest) []error {
 	meta, err := LoadMeta(filepath.Join(dir, MetaFileName))
 	if err != nil {

@@ -5,7 +5,8 @@
 // launch.Sandbox.Open). One spec serves every checkpoint of an output: at the pinned gVisor,
 // `runsc restore` onto a created sandbox uses the spec it was created with (its bundle is not
 // read again), so everything a restore needs is fixed at create time, the executor mount's
-// source and the environment included; only the image differs per restore.
+// source, the environment and the limits (launch.Options.Limits: memory, pids, CPU) included;
+// only the image differs per restore.
 //
 // A pool refills itself in the background, one `runsc create` at a time; every wait is
 // bounded; a sandbox is handed out once and never comes back (a sandbox that ran a call holds

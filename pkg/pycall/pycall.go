@@ -87,6 +87,29 @@ func CheckSmokeResponse(response []byte, token string) error {
 	return nil
 }
 
+// ImportRequest builds a request that imports every module of imports and returns how many
+// it imported: what a cold start of a set does (a benchmark's cold series, a worker's cold
+// fallback, launch.Restorer.ColdStart).
+func ImportRequest(imports []string) ([]byte, error) {
+	list, err := PyList(imports)
+	if err != nil {
+		return nil, err
+	}
+	return EvalRequest(fmt.Sprintf(`len([__import__(m) for m in %s])`, list))
+}
+
+// CheckImported checks the answer to ImportRequest: ok, and every module imported.
+func CheckImported(response []byte, imports []string) error {
+	value, err := DecodeEnvelope(response)
+	if err != nil {
+		return err
+	}
+	if n, ok := value.(int64); !ok || n != int64(len(imports)) {
+		return fmt.Errorf("import call returned %s, want %d", Format(value, ErrorBytes), len(imports))
+	}
+	return nil
+}
+
 // PyList returns module names as a Python list literal. They are validated dotted identifiers,
 // and JSON strings are Python string literals.
 func PyList(imports []string) ([]byte, error) {
