@@ -13,7 +13,8 @@ import (
 
 // TestSandboxCPUs: sandbox.cpus is part of every checkpoint's key. Captured with 1 CPU, the
 // manifest and every meta.json record 1; the same sets at 2 CPUs are a cache miss (plan names
-// cpus as what changed) and record 2; back at 1, the store's entries are reused. A count this
+// cpus as what changed) and record 2; back at 1, the store's entries are reused; outputs of the
+// two counts do not merge. A count this
 // host cannot give is refused before anything is captured, naming both counts, and leaves the
 // output as it was.
 func TestSandboxCPUs(t *testing.T) {
@@ -63,6 +64,16 @@ func TestSandboxCPUs(t *testing.T) {
 
 	wantStatuses(t, e.statuses("capture", "--config", one), map[string]string{"empty": "reused", "a": "reused"})
 	recorded(1)
+
+	// Outputs of two counts do not merge: one worker restores every checkpoint of the result.
+	atTwo := filepath.Join(e.dir, "out-at-2")
+	if code, _, stderr := e.run("capture", "--config", two, "--out", atTwo); code != exitOK {
+		t.Fatalf("capture at 2 CPUs into another output: exit %d\n%s", code, stderr)
+	}
+	code, _, stderr := e.run("merge", "--config", one, "--out", filepath.Join(e.dir, "merged"), e.out, atTwo)
+	if code != exitFailed || !strings.Contains(stderr, "disagree on cpus") {
+		t.Errorf("a merge of outputs at 1 and 2 CPUs: exit %d, want 1 naming cpus\n%s", code, stderr)
+	}
 
 	before, err := os.ReadFile(filepath.Join(e.out, manifest.FileName))
 	if err != nil {
