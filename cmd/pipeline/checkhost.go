@@ -24,12 +24,13 @@ type checkHostCmd struct {
 	out         outFlag
 	image       string
 	cpuFeatures string
+	cpus        int
 	runsc       string
 }
 
 func (*checkHostCmd) Name() string { return "check-host" }
 func (*checkHostCmd) Usage() string {
-	return "check-host [--out OUT | --image REF] [--cpu-features FILE] [--runsc PATH]"
+	return "check-host [--out OUT | --image REF] [--cpu-features FILE [--cpus N]] [--runsc PATH]"
 }
 func (*checkHostCmd) Synopsis() string {
 	return "say, checkpoint by checkpoint, whether an output restores on this host (or the host of a features file); exit 3 when some do not, 1 when it could not check"
@@ -39,12 +40,16 @@ func (c *checkHostCmd) SetFlags(fs *flag.FlagSet) {
 	c.out.register(fs)
 	fs.StringVar(&c.image, "image", "", "check the output held by the image `REF` of pipeline push (HOST/REPO[:TAG|@DIGEST] or oci-layout:DIR[:TAG]) instead of an output directory")
 	fs.StringVar(&c.cpuFeatures, "cpu-features", "", "the host's CPU from `FILE`: the line that runsc cpu-features prints there, optionally followed by its \"clflush size : N\" line of /proc/cpuinfo (default: this host's)")
+	fs.IntVar(&c.cpus, "cpus", 0, "with --cpu-features: the host's CPU count `N`, warned about when below the checkpoints' cpus (default: unknown, not checked; without --cpu-features, this host's)")
 	fs.StringVar(&c.runsc, "runsc", "", "the host's runsc binary at `PATH` (default: the config's runsc.path)")
 }
 
 func (c *checkHostCmd) CheckArgs(args []string) error {
 	if err := readsOutput(args); err != nil {
 		return err
+	}
+	if c.cpus != 0 && (c.cpuFeatures == "" || c.cpus < 0) {
+		return errors.New("--cpus N (1 or more) describes the host of --cpu-features: this host's count is its own")
 	}
 	if c.image != "" && (c.out.dir != "" || len(args) > 0) {
 		return errors.New("--image and an output directory: name one")
@@ -131,7 +136,7 @@ func (c *checkHostCmd) host(ctx context.Context, limit time.Duration) (manifest.
 	if err != nil {
 		return manifest.RestoreHost{}, "", err
 	}
-	h.CPU = hosts[0]
+	h.CPU, h.CPUs = hosts[0], c.cpus
 	return h, "the host of " + c.cpuFeatures, nil
 }
 
@@ -159,8 +164,12 @@ func printReport(con *console, h manifest.RestoreHost, where string, r manifest.
 	if h.CPU.CacheLine != 0 {
 		line = fmt.Sprintf("%d bytes", h.CPU.CacheLine)
 	}
-	fmt.Fprintf(con.stdout, "%s: runsc %s, executor protocol %d, %d CPU features, cache line %s\n",
-		where, h.RunscVersion, h.ExecutorProtocol, len(h.CPU.Features), line)
+	cpus := "unknown"
+	if h.CPUs != 0 {
+		cpus = fmt.Sprint(h.CPUs)
+	}
+	fmt.Fprintf(con.stdout, "%s: runsc %s, executor protocol %d, %s CPUs, %d CPU features, cache line %s\n",
+		where, h.RunscVersion, h.ExecutorProtocol, cpus, len(h.CPU.Features), line)
 	for _, v := range r.Checkpoints {
 		if v.Restores {
 			fmt.Fprintf(con.stdout, "%s: restores\n", v.ID)

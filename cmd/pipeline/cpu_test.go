@@ -223,6 +223,14 @@ func TestCheckHost(t *testing.T) {
 	if code != exitOK || !strings.Contains(stdout, "warning: cache line not checked") || !strings.Contains(stdout, "cache line unknown") {
 		t.Errorf("a host file without its cache line: exit %d\n%s", code, stdout)
 	}
+	// The default sandbox.cpus: every sandbox saw 2 CPUs, and a host of 1 restores with a warning.
+	if m.CPUs != 2 {
+		t.Errorf("manifest cpus = %d, want the default 2", m.CPUs)
+	}
+	code, stdout, _ = runCLI(t, "check-host", "--config", cfg, "--cpu-features", wider, "--cpus", "1")
+	if code != exitOK || strings.Count(stdout, "warning: 1 CPUs, the checkpoints' sandboxes see 2 (cpus)") != 2 || !strings.Contains(stdout, ", 1 CPUs, ") {
+		t.Errorf("a host of 1 CPU: exit %d\n%s", code, stdout)
+	}
 
 	layout := "oci-layout:" + filepath.Join(dir, "layout") + ":v1"
 	if code, _, stderr := runCLI(t, "push", "--config", cfg, layout); code != exitOK {
@@ -250,6 +258,7 @@ func TestCheckHost(t *testing.T) {
 		{"no output", []string{"--out", filepath.Join(dir, "none")}, "manifest.json"},
 		{"an image and an output", []string{"--image", layout, "--out", dir}, "--image and an output directory"},
 		{"no runsc", []string{"--runsc", filepath.Join(dir, "none")}, "--runsc"},
+		{"a CPU count of this host", []string{"--cpus", "1"}, "--cpus N (1 or more) describes the host of --cpu-features"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			code, stdout, stderr := runCLI(t, append([]string{"check-host", "--config", cfg}, tt.args...)...)

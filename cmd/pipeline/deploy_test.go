@@ -18,6 +18,9 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	k8syaml "sigs.k8s.io/yaml"
+
+	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/pkg/cpu"
 )
 
 // pipelineCommands finds every `pipeline` command line in a shell script: a command whose
@@ -821,6 +824,47 @@ func TestPipelineCommandsCatchErrors(t *testing.T) {
 		}
 		if _, err := commands().parse(lines[0], io.Discard, io.Discard); err == nil {
 			t.Errorf("%q parses", script)
+		}
+	}
+}
+
+// TestDeployCPUBaseline: the deployments' config names a CPU baseline whose features file is
+// in deploy/ (the directory the workflow mounts as /etc/readie and the config map ships), and
+// every CPU type this project's machines come with (testdata/hosts) has all of its features
+// and its cache line, so a runner of either captures with it; it leaves sandbox.cpus at the
+// default, a count every such runner gives.
+func TestDeployCPUBaseline(t *testing.T) {
+	t.Parallel()
+	cfg, err := config.Load("../../deploy/pipeline.yaml", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := cfg.CPUBaseline
+	if b == nil || b.File == "" {
+		t.Fatalf("deploy/pipeline.yaml has no cpu_baseline file: %+v", b)
+	}
+	if deploy, _ := filepath.Abs("../../deploy"); filepath.Dir(b.File) != deploy {
+		t.Errorf("the baseline's file %s is not in deploy/, which the workflow and the config map ship", b.File)
+	}
+	if cfg.Sandbox.CPUs != 2 {
+		t.Errorf("sandbox.cpus %d: want the default 2, which every runner of this kind gives", cfg.Sandbox.CPUs)
+	}
+	dirs, _ := filepath.Glob("../../testdata/hosts/*/runsc-cpu-features.txt")
+	if len(dirs) < 2 {
+		t.Fatalf("recorded hosts: %v", dirs)
+	}
+	for _, path := range dirs {
+		hosts, err := cpu.ReadHosts(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if missing := cpu.Missing(b.Features, hosts[0].Features); len(missing) > 0 {
+			t.Errorf("%s lacks %v of the deployments' baseline", path, missing)
+		}
+	}
+	for _, h := range b.Hosts {
+		if h.CacheLine != 64 {
+			t.Errorf("a host type of the baseline's file has a cache line of %d, the recorded hosts 64", h.CacheLine)
 		}
 	}
 }

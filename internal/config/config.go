@@ -99,6 +99,14 @@ type Bench struct {
 	Concurrency int `yaml:"concurrency"`
 }
 
+// Sandbox shapes every capture's sandbox beyond runsc's flags.
+type Sandbox struct {
+	// CPUs is how many CPUs a capture's sandbox sees: a checkpoint keeps the count (gVisor
+	// saves it and a restore cannot change it), and libraries size themselves by it at import
+	// (OpenBLAS starts a thread per CPU), so it is pinned, the same on every build host.
+	CPUs int `yaml:"cpus"`
+}
+
 // Analysis configures `pipeline analyze`: how import costs are measured in sandboxes of the image.
 type Analysis struct {
 	// Runs is how many fresh sandboxes each timed import is the median of.
@@ -194,6 +202,7 @@ type Config struct {
 	// given these features only, so the checkpoints restore on every host that has them.
 	CPUBaseline *CPUBaseline `yaml:"cpu_baseline"`
 	Analysis    Analysis     `yaml:"analysis"`
+	Sandbox     Sandbox      `yaml:"sandbox"`
 }
 
 // CPUBaseline is cpu_baseline: a list of gVisor feature names (`cpu_baseline: [fpu, sse2,

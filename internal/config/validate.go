@@ -140,6 +140,9 @@ func (c *Config) validatePaths(p *problems) {
 }
 
 // validateCounts checks the numbers: jobs, runs, timeouts and limits.
+// MaxSandboxCPUs bounds sandbox.cpus: gVisor's CPU sets are sized by the count.
+const MaxSandboxCPUs = 1024
+
 func (c *Config) validateCounts(p *problems) {
 	if c.Jobs < 0 || c.Jobs > 64 {
 		p.add("jobs %d: want 0 (the number of CPUs, at most 4) to 64", c.Jobs)
@@ -152,6 +155,9 @@ func (c *Config) validateCounts(p *problems) {
 	}
 	if c.Analysis.Cache == "" {
 		p.add("analysis.cache is empty")
+	}
+	if c.Sandbox.CPUs < 1 || c.Sandbox.CPUs > MaxSandboxCPUs {
+		p.add("sandbox.cpus %d: want 1..%d (the CPUs every capture's sandbox sees, whatever the build host has)", c.Sandbox.CPUs, MaxSandboxCPUs)
 	}
 	if c.RestoreRuns < 1 || c.RestoreRuns > 1000 {
 		p.add("restore_runs %d: want 1..1000", c.RestoreRuns)

@@ -71,6 +71,7 @@ func agreement(m *manifest.Manifest) []agreed {
 		{field: "cpu.baseline", value: join(c.Baseline), list: c.Baseline},
 		{field: "cpu.enforced", value: enforced},
 		{field: "cpu.controls", value: pairs(c.Controls)},
+		{field: "cpus", value: fmt.Sprint(m.CPUs)},
 	}
 }
 

@@ -43,6 +43,8 @@ type Basis struct {
 	// CPUIDFaulting says whether this host has CPUID faulting (asked only with a baseline).
 	CPU           manifest.CPU
 	CPUIDFaulting bool
+	// CPUs is how many CPUs every capture's sandbox sees (sandbox.cpus; the manifest's cpus).
+	CPUs int
 	// Key holds the key inputs every set shares; a set's key adds its imports (KeyOf).
 	Key store.KeyInputs
 }
@@ -73,6 +75,9 @@ func restoreShape(rootfs string, process sandbox.Process, flags sandbox.Flags, t
 // basis returns the basis of a capture on the sandboxes sb: it asks runsc for this host's CPU
 // features. A capture computes it once and passes it to every stage.
 func (e *Env) basis(ctx context.Context, sb *Sandboxes) (*Basis, error) {
+	if err := checkHostCPUs(e.Config.Sandbox.CPUs); err != nil {
+		return nil, err
+	}
 	need, err := cpuNeeds(ctx, e.Runtime.Path, e.Config, e.controls)
 	if err != nil {
 		return nil, err
@@ -96,7 +101,7 @@ func newBasis(e *Env, sb *Sandboxes, need manifest.CPU, cpuidFaulting bool) (*Ba
 	}
 	b := &Basis{
 		Flags: sb.Runtime.Flags, RestoreFlags: slices.Clone(sb.RestoreFlags), Rootfs: sb.Rootfs.Rootfs, Image: sb.Rootfs.Image,
-		RestoreSpec: spec, Fingerprint: fingerprint, CPU: need, CPUIDFaulting: cpuidFaulting,
+		RestoreSpec: spec, Fingerprint: fingerprint, CPU: need, CPUIDFaulting: cpuidFaulting, CPUs: e.Config.Sandbox.CPUs,
 		PythonPath: sandbox.PythonPath,
 	}
 	if info := sb.Rootfs.Info; info != nil {
@@ -117,6 +122,7 @@ func newBasis(e *Env, sb *Sandboxes, need manifest.CPU, cpuidFaulting bool) (*Ba
 		ExecutorProtocol:  executorproto.Version,
 		PassEnv:           store.PassEnvValues(e.Config.PassEnv, os.LookupEnv),
 		CPU:               store.CPU{Features: strings.Join(need.Features, ","), CacheLine: need.CacheLine, Controls: need.Controls},
+		CPUs:              b.CPUs,
 		ImageConfig:       b.Process,
 	}
 	return b, nil

@@ -221,6 +221,7 @@ func newManifest(b *Basis, r manifest.Runsc, options map[string]string) *manifes
 		Rootfs:            b.Rootfs,
 		Image:             b.Image,
 		CPU:               &need,
+		CPUs:              b.CPUs,
 		CreatedAt:         time.Now().UTC(),
 		Spec:              manifest.RestoreSpecFileName,
 		Checkpoints:       []manifest.Checkpoint{},

@@ -320,6 +320,14 @@ func runtimeWithFlags(rt *launch.Runtime, flags sandbox.Flags) *launch.Runtime {
 	return &with
 }
 
+// singleCPU returns the host CPU a capture's sandbox of one CPU runs on (none otherwise).
+func (sb *Sandboxes) singleCPU() int {
+	if sb.Config.Sandbox.CPUs != 1 {
+		return 0
+	}
+	return singleCPU()
+}
+
 // SpecFingerprint returns the fingerprint of the spec every sandbox of this shape shares (the
 // restore spec's, as the manifest records it): what a measurement of the image depends on
 // besides the rootfs and runsc.
@@ -351,12 +359,13 @@ func (sb *Sandboxes) Restorer(workDir string, limit time.Duration) *measure.Rest
 }
 
 // CaptureRequest returns the one description of a capture of set: into dir, with this shape's
-// rootfs, sandbox environment, the config's CPU baseline and timeout, and the given checkpoint
-// options.
+// rootfs, sandbox environment, the config's CPU baseline, CPU count and timeout, and the given
+// checkpoint options.
 func (sb *Sandboxes) CaptureRequest(set config.PackageSet, dir, workDir, runscVersion string, options map[string]string) capture.Request {
 	return capture.Request{
 		ID: set.ID, Imports: set.Imports, Rootfs: sb.Rootfs.Path, Process: sb.Rootfs.Info.SandboxProcess(), Dir: dir, WorkDir: workDir,
 		Env: slices.Clone(sb.extraEnv), CheckpointOptions: options, CPUBaseline: baselineFeatures(sb.Config),
+		CPUs: sb.Config.Sandbox.CPUs, SingleCPU: sb.singleCPU(),
 		Timeout: sb.Config.Timeouts.Capture, RunscVersion: runscVersion, Limits: sb.Config.SandboxLimits(),
 	}
 }

@@ -41,6 +41,7 @@ import (
 // capture.Take does; restores and smoke tests only check the files are there.
 type fakeDriver struct {
 	fingerprint string
+	cpus        int             // the CPU count its sandboxes "see": the run's
 	failCapture map[string]bool // sets whose capture fails, after writing part of an image
 	failSmoke   map[string]bool
 	// alter changes a set's pages.img after its meta.json recorded it (a capture whose files
@@ -74,7 +75,7 @@ func (d *fakeDriver) Capture(ctx context.Context, set config.PackageSet, dir str
 	}
 	meta := &manifest.Meta{
 		ID: set.ID, Imports: slices.Clone(set.Imports), RunscVersion: "fake-runsc", SpecFingerprint: d.fingerprint,
-		CapturedAt: time.Now().UTC(), Files: map[string]manifest.File{}, UnmappedModules: d.unmapped[set.ID],
+		CapturedAt: time.Now().UTC(), Files: map[string]manifest.File{}, UnmappedModules: d.unmapped[set.ID], CPUs: d.cpus,
 	}
 	for _, name := range manifest.ImageFiles() {
 		path := filepath.Join(dir, name)
@@ -177,7 +178,7 @@ func fakeCaptureWith(t *testing.T, e *stagesFixture, d *fakeDriver, out string, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.fingerprint = b.Fingerprint
+	d.fingerprint, d.cpus = b.Fingerprint, b.CPUs
 	plan := NewPlan(b, e.Store, out, o, e.Config.RestoreRuns)
 	if between != nil {
 		between(plan)
@@ -689,7 +690,7 @@ func TestStagesStaleCorruptVerdict(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		meta, err := (&fakeDriver{fingerprint: d.fingerprint}).Capture(context.Background(), config.PackageSet{ID: "theirs", Imports: []string{"numpy"}}, pending.Dir)
+		meta, err := (&fakeDriver{fingerprint: d.fingerprint, cpus: d.cpus}).Capture(context.Background(), config.PackageSet{ID: "theirs", Imports: []string{"numpy"}}, pending.Dir)
 		if err != nil {
 			t.Fatal(err)
 		}

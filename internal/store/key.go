@@ -14,7 +14,7 @@ import (
 
 // KeySchema is the version of the key's own encoding: bump it when KeyInputs changes meaning,
 // so no key of the old encoding can match.
-const KeySchema = 2
+const KeySchema = 3
 
 // EnvValue is a pass_env variable in a key: its name and the sha256 of its value ("unset" when
 // the pipeline's environment lacks it), never the value itself.
@@ -61,6 +61,9 @@ type KeyInputs struct {
 	PassEnv []EnvValue `json:"pass_env"`
 	// CPU: what restore checks of the host.
 	CPU CPU `json:"cpu"`
+	// CPUs: the CPU count the sandbox saw, which the restored kernel keeps and libraries
+	// sized themselves by (OpenBLAS's threads, in the saved memory).
+	CPUs int `json:"cpus"`
 	// ImageConfig: the image config's environment, cwd and user, which the saved process was
 	// started with (its os.environ, its sys.path through PYTHONPATH or a venv's PATH). Absent
 	// for the default rootfs, whose keys it leaves as they were.

@@ -27,6 +27,7 @@ func baseInputs() KeyInputs {
 		Imports: []string{"numpy", "pandas"}, ExecutorProtocol: 2,
 		PassEnv: PassEnvValues([]string{"A"}, func(string) (string, bool) { return "1", true }),
 		CPU:     CPU{Features: "sse,avx", CacheLine: 64},
+		CPUs:    2,
 	}
 }
 
@@ -51,6 +52,7 @@ func TestKeyParts(t *testing.T) {
 		{"cpu", func(in *KeyInputs) { in.CPU.Features = "sse" }},
 		{"cpu", func(in *KeyInputs) { in.CPU.CacheLine = 128 }},
 		{"cpu", func(in *KeyInputs) { in.CPU.Controls = map[string]string{"OPENBLAS_CORETYPE": "Haswell"} }},
+		{"cpus", func(in *KeyInputs) { in.CPUs = 1 }},
 	} {
 		in := baseInputs()
 		tc.change(&in)

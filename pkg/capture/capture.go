@@ -42,6 +42,10 @@ const CPUCheckPrefix = "readie-executor: cpu-check "
 // loaded after its imports (readie_executor/packages.py), before Marker.
 const PackagesPrefix = "readie-executor: packages "
 
+// CPUsPrefix starts the line on which the executor reports the CPU count it sees (one JSON
+// object: os.cpu_count, sched_getaffinity, /proc/cpuinfo), before Marker.
+const CPUsPrefix = "readie-executor: cpus "
+
 // CPUBaselineEnv tells the executor the baseline to check against (gVisor names, commas).
 const CPUBaselineEnv = "READIE_CPU_BASELINE"
 
@@ -73,7 +77,12 @@ type Request struct {
 	// against them: the result is the meta's CPUCheck. Env should hold the library controls.
 	CPUBaseline []string
 	// Limits bound the capture's sandbox (launch.SandboxOptions.Limits).
-	Limits       sandbox.Limits
+	Limits sandbox.Limits
+	// CPUs, when above 0, is how many CPUs the sandbox sees (sandbox.SpecOptions; SingleCPU
+	// with 1): a capture whose executor saw another count is refused, since the checkpoint
+	// would keep it. 0 leaves the host's count; either way the meta records what was seen.
+	CPUs         int
+	SingleCPU    int
 	Timeout      time.Duration
 	RunscVersion string
 	// SpecFingerprint, when not "", is the fingerprint the caller expects of the capture's
@@ -164,6 +173,7 @@ func newSandbox(rt *launch.Runtime, req Request) (*launch.Sandbox, string, error
 		spec, err := sandbox.Spec(sandbox.SpecOptions{
 			Mode: sandbox.ModeCapture, Rootfs: req.Rootfs, HostDir: hostDir, ImageDir: req.Dir, Imports: req.Imports,
 			Process: req.Process, Env: env, CheckpointOptions: req.CheckpointOptions, CPUFeatures: req.CPUBaseline,
+			CPUs: req.CPUs, SingleCPU: req.SingleCPU,
 		})
 		if err != nil {
 			return nil, err
@@ -195,6 +205,9 @@ func (req Request) evidence(stdout []byte, fingerprint string) (*manifest.Meta, 
 		}
 	}
 	var err error
+	if meta.CPUs, err = req.cpusSeen(stdout); err != nil {
+		return nil, err
+	}
 	if meta.Packages, meta.UnmappedModules, err = loadedPackages(stdout); err != nil {
 		return nil, err
 	}
@@ -240,6 +253,42 @@ func cpuCheck(stdout []byte) (*manifest.CPUCheck, error) {
 		return nil, fmt.Errorf("the executor's CPU check is not readable: %.200q (%v)", report, err)
 	}
 	return &check, nil
+}
+
+// ErrCPUs reports a capture whose sandbox saw another CPU count than the one asked for.
+var ErrCPUs = errors.New("the sandbox's CPU count is not the one asked for")
+
+// cpusSeen reads the CPU count the executor reported from its stdout: every view of it must
+// agree, and equal req.CPUs when set.
+func (req Request) cpusSeen(stdout []byte) (int, error) {
+	report, ok := executorLine(stdout, CPUsPrefix)
+	if !ok {
+		return 0, fmt.Errorf("the executor reported no CPU count (no %q on its stdout before %q): does the image's executor predate it?", strings.TrimSpace(CPUsPrefix), Marker)
+	}
+	var seen struct {
+		CPUCount *int `json:"cpu_count"`
+		Affinity *int `json:"affinity"`
+		CPUInfo  *int `json:"cpuinfo"`
+	}
+	if err := json.Unmarshal([]byte(report), &seen); err != nil || seen.CPUCount == nil {
+		return 0, fmt.Errorf("the executor's CPU count is not readable: %.200q (%v)", report, err)
+	}
+	views := fmt.Sprintf("os.cpu_count() %d, sched_getaffinity %s, /proc/cpuinfo %s", *seen.CPUCount, count(seen.Affinity), count(seen.CPUInfo))
+	n := *seen.CPUCount
+	if seen.Affinity == nil || *seen.Affinity != n || seen.CPUInfo == nil || *seen.CPUInfo != n {
+		return 0, fmt.Errorf("%w: the sandbox's views of its CPUs disagree (%s)", ErrCPUs, views)
+	}
+	if req.CPUs > 0 && n != req.CPUs {
+		return 0, fmt.Errorf("%w: the sandbox saw %d CPUs (%s), sandbox.cpus asks for %d: runsc gives a sandbox no more than the host's CPUs, and a count only through the sandbox's cgroup (not with --ignore-cgroups); the checkpoint would keep the count", ErrCPUs, n, views, req.CPUs)
+	}
+	return n, nil
+}
+
+func count(n *int) string {
+	if n == nil {
+		return "unreadable"
+	}
+	return fmt.Sprint(*n)
 }
 
 // loadedPackages reads the executor's packages report from its stdout: the distributions the

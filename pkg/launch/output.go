@@ -193,7 +193,8 @@ var ErrHost = errors.New("does not restore on this host")
 // (manifest.ReadHost, each command bounded by rt's CommandTimeout; manifest.CheckHost): the
 // runsc version string, which restore compares exactly, and the binary's sha256; the executor
 // protocol; the CPU features and the cache line. It returns the warnings (an unenforced CPU
-// baseline, say), which do not stop a restore, or an error matching ErrHost that names every
+// baseline, a host with fewer CPUs than the checkpoints' sandboxes saw), which do not stop a
+// restore, or an error matching ErrHost that names every
 // problem.
 func (out *Output) CheckHost(ctx context.Context, rt *Runtime, set string) (warnings []string, err error) {
 	if _, err := out.Checkpoint(set); err != nil {

@@ -3,6 +3,7 @@ package manifest
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -24,11 +25,14 @@ type RestoreHost struct {
 	ExecutorProtocol int `json:"executor_protocol"`
 	// CPU is the host's CPU; a CacheLine of 0 is unknown (not compared).
 	CPU cpu.Host `json:"cpu"`
+	// CPUs is how many CPUs the worker may run on; 0 is unknown (not compared).
+	CPUs int `json:"cpus,omitempty"`
 }
 
 // ReadHost describes this host: the runsc binary at runsc (its version, its sha256 and its
 // `runsc cpu-features`, each command bounded by limit), the cache line from /proc/cpuinfo,
-// and the executor protocol of pkg/executorproto.
+// the CPUs this process may run on (its affinity), and the executor protocol of
+// pkg/executorproto.
 func ReadHost(ctx context.Context, runscPath string, limit time.Duration) (RestoreHost, error) {
 	version, err := (&runsc.Runsc{Path: runscPath, CommandTimeout: limit}).Version(ctx)
 	if err != nil {
@@ -42,7 +46,7 @@ func ReadHost(ctx context.Context, runscPath string, limit time.Duration) (Resto
 	if err != nil {
 		return RestoreHost{}, err
 	}
-	return RestoreHost{RunscVersion: version, RunscSHA256: binary, ExecutorProtocol: executorproto.Version, CPU: c}, nil
+	return RestoreHost{RunscVersion: version, RunscSHA256: binary, ExecutorProtocol: executorproto.Version, CPU: c, CPUs: runtime.NumCPU()}, nil
 }
 
 // Verdict says whether one checkpoint restores on a host, and why not.
@@ -65,7 +69,9 @@ type Report struct {
 // CheckHost compares what the checkpoints of m need with what host h offers, as runsc's
 // restore will: the runsc version string (exact; and the binary's sha256 when both are known),
 // the executor protocol, the CPU features (the checkpoints' must be part of the host's) and
-// the cache line (equal). It names every missing feature and differing value.
+// the cache line (equal). It names every missing feature and differing value. A host with
+// fewer CPUs than the checkpoints' sandboxes saw is a warning: they restore, with the count
+// they were captured with, and whatever sized itself by it (a thread per CPU) shares fewer.
 func CheckHost(m *Manifest, h RestoreHost) Report {
 	var problems, warnings []string
 	if err := m.CheckProtocol(h.ExecutorProtocol); err != nil {
@@ -89,6 +95,13 @@ func CheckHost(m *Manifest, h RestoreHost) Report {
 		case h.CPU.CacheLine != c.CacheLine:
 			problems = append(problems, fmt.Sprintf("cache line %d bytes, the checkpoints need %d (restore requires them equal)", h.CPU.CacheLine, c.CacheLine))
 		}
+	}
+	switch {
+	case m.CPUs == 0:
+	case h.CPUs == 0:
+		warnings = append(warnings, fmt.Sprintf("CPU count not checked: the host's is unknown (the checkpoints' sandboxes see %d)", m.CPUs))
+	case h.CPUs < m.CPUs:
+		warnings = append(warnings, fmt.Sprintf("%d CPUs, the checkpoints' sandboxes see %d (cpus): they restore with %d, and what sized itself by the count at capture (OpenBLAS: a thread per CPU) shares %d", h.CPUs, m.CPUs, m.CPUs, h.CPUs))
 	}
 	r := Report{Restores: len(problems) == 0, Checkpoints: []Verdict{}}
 	for _, c := range m.Checkpoints {

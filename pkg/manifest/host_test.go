@@ -12,14 +12,14 @@ import (
 
 func withCPU(c *CPU) *Manifest {
 	m := sample()
-	m.CPU = c
+	m.CPU, m.CPUs = c, 2
 	m.Checkpoints = append(m.Checkpoints, Checkpoint{ID: "pandas", Imports: []string{"pandas"}, Dir: "pandas"})
 	return m
 }
 
 func hostOf(m *Manifest) RestoreHost {
 	return RestoreHost{RunscVersion: m.Runsc.Version, RunscSHA256: m.Runsc.SHA256, ExecutorProtocol: m.ExecutorProtocol,
-		CPU: cpu.Host{Features: []string{"avx", "avx2", "fpu", "sse2"}, CacheLine: 64}}
+		CPU: cpu.Host{Features: []string{"avx", "avx2", "fpu", "sse2"}, CacheLine: 64}, CPUs: m.CPUs}
 }
 
 func TestCheckHost(t *testing.T) {
@@ -45,6 +45,10 @@ func TestCheckHost(t *testing.T) {
 		{"runsc sha256 unknown", need, func(h *RestoreHost) { h.RunscSHA256 = "" }, true, nil, nil},
 		{"another protocol", need, func(h *RestoreHost) { h.ExecutorProtocol = 3 }, false, []string{"the artifacts speak executor protocol 2, this worker implements 3"}, nil},
 		{"an output from before cpu", nil, func(h *RestoreHost) { h.CPU.Features = nil }, true, nil, []string{"the manifest records no cpu"}},
+		{"fewer CPUs than the sandboxes saw", need, func(h *RestoreHost) { h.CPUs = 1 }, true, nil,
+			[]string{"1 CPUs, the checkpoints' sandboxes see 2 (cpus)"}},
+		{"more CPUs than the sandboxes saw", need, func(h *RestoreHost) { h.CPUs = 64 }, true, nil, nil},
+		{"a host whose CPU count is unknown", need, func(h *RestoreHost) { h.CPUs = 0 }, true, nil, []string{"CPU count not checked"}},
 		{"an unenforced baseline", &CPU{Features: need.Features, CacheLine: 64, Baseline: need.Features, Enforced: &no, Controls: map[string]string{"NPY_DISABLE_CPU_FEATURES": "AVX512F"}},
 			func(*RestoreHost) {}, true, nil, []string{"the CPU baseline is not enforced"}},
 	}

@@ -145,7 +145,11 @@ type Manifest struct {
 	Image *Image `json:"image,omitempty"`
 	// CPU is what the checkpoints need of a host's CPU; nil in outputs made before it was
 	// recorded.
-	CPU         *CPU         `json:"cpu,omitempty"`
+	CPU *CPU `json:"cpu,omitempty"`
+	// CPUs is how many CPUs every checkpoint's sandbox saw (the config's sandbox.cpus): a
+	// restored process keeps the count, and libraries sized by it (OpenBLAS's threads) with
+	// it; 0 in outputs made before it was pinned.
+	CPUs        int          `json:"cpus,omitempty"`
 	CreatedAt   time.Time    `json:"created_at"`
 	Spec        string       `json:"spec"`
 	Checkpoints []Checkpoint `json:"checkpoints"`
@@ -173,6 +177,9 @@ type Meta struct {
 	MeasuredWith *Measured `json:"measured_with,omitempty"`
 	// CPUCheck is what the capture saw of the CPU from inside the sandbox (with a baseline).
 	CPUCheck *CPUCheck `json:"cpu_check,omitempty"`
+	// CPUs is how many CPUs the capture's sandbox saw, which the checkpoint keeps (0 in
+	// checkpoints captured before the executor said).
+	CPUs int `json:"cpus,omitempty"`
 	// Packages are the distributions the checkpoint holds loaded, PEP 503 normalized name to
 	// version ({"pandas": "2.2.3+dfsg"}), as the executor read them after its imports (absent
 	// in checkpoints captured before it did).

@@ -95,7 +95,7 @@ func verifiedOutput(t *testing.T) (string, *Manifest) {
 	t.Helper()
 	out := t.TempDir()
 	m := sample()
-	m.RunscFlags = sandbox.DefaultFlags().Args()
+	m.RunscFlags, m.CPUs = sandbox.DefaultFlags().Args(), 2
 	spec, err := sandbox.Spec(sandbox.SpecOptions{Mode: sandbox.ModeSandbox, Rootfs: "/r", HostDir: "/run/readie/sandboxes/SANDBOX_ID"})
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +105,7 @@ func verifiedOutput(t *testing.T) (string, *Manifest) {
 	}
 	dir := filepath.Join(out, "numpy")
 	os.MkdirAll(dir, 0o755)
-	meta := &Meta{ID: "numpy", Imports: []string{"numpy"}, RunscVersion: m.Runsc.Version, SpecFingerprint: m.SpecFingerprint, Files: map[string]File{}}
+	meta := &Meta{ID: "numpy", Imports: []string{"numpy"}, RunscVersion: m.Runsc.Version, SpecFingerprint: m.SpecFingerprint, CPUs: m.CPUs, Files: map[string]File{}}
 	for _, name := range ImageFiles() {
 		content := []byte("content of " + name)
 		if name == "checkpoint.img" {
@@ -164,6 +164,9 @@ func TestVerifyCatches(t *testing.T) {
 		{"meta.json from another runsc", func(out string) {
 			edit(filepath.Join(out, "numpy", MetaFileName), func(v map[string]any) { v["runsc_version"] = "other" })
 		}, `meta.json runsc version "other" differs from the manifest's "v"`},
+		{"meta.json of another CPU count", func(out string) {
+			edit(filepath.Join(out, "numpy", MetaFileName), func(v map[string]any) { v["cpus"] = 4 })
+		}, "meta.json says its sandbox saw 4 CPUs, the manifest's cpus is 2"},
 		{"image saved by another runsc", func(out string) {
 			image := filepath.Join(out, "numpy", "checkpoint.img")
 			os.WriteFile(image, header(`{"runsc_version":"other"}`), 0o644)

@@ -111,6 +111,9 @@ func verifyCheckpoint(dir string, c Checkpoint, m *Manifest) []error {
 	if meta.SpecFingerprint != m.SpecFingerprint {
 		problems = append(problems, fmt.Errorf("checkpoint %s: spec fingerprint %s differs from the manifest's %s", c.ID, meta.SpecFingerprint, m.SpecFingerprint))
 	}
+	if m.CPUs != 0 && meta.CPUs != m.CPUs {
+		problems = append(problems, fmt.Errorf("checkpoint %s: meta.json says its sandbox saw %d CPUs, the manifest's cpus is %d", c.ID, meta.CPUs, m.CPUs))
+	}
 	if meta.RunscVersion != m.Runsc.Version {
 		problems = append(problems, fmt.Errorf("checkpoint %s: meta.json runsc version %q differs from the manifest's %q", c.ID, meta.RunscVersion, m.Runsc.Version))
 	}

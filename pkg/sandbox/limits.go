@@ -39,7 +39,8 @@ const (
 	MinCPUs                 = 0.01
 )
 
-// cpuPeriod is the CFS period the CPU limit is a share of (the kernel's default, 100 ms).
+// cpuPeriod is the CFS period of a CPU quota, in microseconds (the kernel's default, 100 ms):
+// the CPU limit and a capture's pinned count are shares of it.
 const cpuPeriod = 100_000
 
 // ErrLimits reports limits that cannot bound a sandbox.
@@ -77,7 +78,11 @@ func (l Limits) Apply(spec *specs.Spec, cgroupsPath string) {
 	if spec.Linux == nil {
 		spec.Linux = &specs.Linux{}
 	}
-	r := &specs.LinuxResources{}
+	// Merged into what the spec holds: a capture's spec pins its CPU count (SpecOptions.CPUs).
+	r := spec.Linux.Resources
+	if r == nil {
+		r = &specs.LinuxResources{}
+	}
 	if l.Memory > 0 {
 		memory := int64(l.Memory)
 		// No swap limit: memory.memsw exists only where the kernel accounts swap, and runsc's
@@ -90,7 +95,10 @@ func (l Limits) Apply(spec *specs.Spec, cgroupsPath string) {
 	}
 	if l.CPUs > 0 {
 		quota, period := int64(math.Round(l.CPUs*cpuPeriod)), uint64(cpuPeriod)
-		r.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
+		if r.CPU == nil {
+			r.CPU = &specs.LinuxCPU{}
+		}
+		r.CPU.Quota, r.CPU.Period = &quota, &period
 	}
 	spec.Linux.Resources = r
 	spec.Linux.CgroupsPath = cgroupsPath

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -88,6 +89,16 @@ type SpecOptions struct {
 	// only: a checkpoint keeps them). gVisor's names; runsc refuses any other with a message
 	// that says nothing, so they are checked here.
 	CPUFeatures []string
+	// CPUs, when above 0, is how many CPUs the sandbox sees (capture mode only: a checkpoint
+	// keeps the count its sandbox saw, and a restore cannot change it). runsc takes the count
+	// from the sandbox's cgroup: the CPUs of its cpuset, lowered by a CPU quota
+	// (--cpu-num-from-quota, runsc's default) to no fewer than 2. So 2 or more is a quota of
+	// that many CPUs, and 1 a cpuset of SingleCPU alone. A host with fewer CPUs than the
+	// quota gives fewer: the caller checks what the sandbox saw.
+	CPUs int
+	// SingleCPU is the host CPU a sandbox of one CPU runs on (CPUs 1 only): one the caller may
+	// use, from its own affinity.
+	SingleCPU int
 	// Args replaces the executor's argv, for a sandbox of the same shape running something else
 	// (the benchmark's floor runs /bin/true). A restore spec never sets it.
 	Args []string
@@ -134,6 +145,7 @@ func Spec(o SpecOptions) (*specs.Spec, error) {
 				{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
 				{Type: specs.MountNamespace}, {Type: specs.NetworkNamespace},
 			},
+			Resources: o.resources(),
 		},
 		Annotations: o.annotations(),
 	}, nil
@@ -168,6 +180,16 @@ func (o SpecOptions) check() error {
 		}
 		if bad := cpu.Unknown(o.CPUFeatures); len(bad) > 0 {
 			return fmt.Errorf("%w: CPU features gVisor does not know: %s", ErrSpec, strings.Join(bad, ", "))
+		}
+	}
+	if o.CPUs != 0 || o.SingleCPU != 0 {
+		switch {
+		case o.Mode != ModeCapture:
+			return fmt.Errorf("%w: a CPU count is given in capture mode only (a checkpoint keeps it)", ErrSpec)
+		case o.CPUs < 0 || o.CPUs > maxCPUs:
+			return fmt.Errorf("%w: CPU count %d: want 1..%d", ErrSpec, o.CPUs, maxCPUs)
+		case o.SingleCPU < 0 || o.SingleCPU != 0 && o.CPUs != 1:
+			return fmt.Errorf("%w: a single CPU (%d) is given for a sandbox of one CPU only", ErrSpec, o.SingleCPU)
 		}
 	}
 	for _, kv := range o.Env {
@@ -213,6 +235,25 @@ func (o SpecOptions) annotations() map[string]string {
 		a[AnnotationCPUFeatures] = strings.Join(o.CPUFeatures, ",")
 	}
 	return a
+}
+
+// maxCPUs bounds a sandbox's CPU count: gVisor sizes its CPU sets by it.
+const maxCPUs = 1024
+
+// resources returns the cgroup resources that make runsc give the sandbox CPUs CPUs (nil when
+// not pinned): a quota of that many CPUs, or for one CPU a cpuset of SingleCPU, since runsc
+// lowers its count by a quota to no fewer than 2 (runsc/sandbox's createSandboxProcess).
+// A restore spec holds none: the restored kernel keeps the count its checkpoint saved, and
+// runsc lets a restore change the resources.
+func (o SpecOptions) resources() *specs.LinuxResources {
+	switch {
+	case o.CPUs == 1:
+		return &specs.LinuxResources{CPU: &specs.LinuxCPU{Cpus: strconv.Itoa(o.SingleCPU)}}
+	case o.CPUs > 1:
+		quota, period := int64(o.CPUs)*cpuPeriod, uint64(cpuPeriod)
+		return &specs.LinuxResources{CPU: &specs.LinuxCPU{Quota: &quota, Period: &period}}
+	}
+	return nil
 }
 
 // shape is what a restore requires to match the capture, and what Fingerprint digests.

@@ -161,6 +161,41 @@ func TestSpecCPUFeatures(t *testing.T) {
 	}
 }
 
+// TestSpecCPUs: a capture's CPU count is a quota of that many CPUs from 2 up, a cpuset of the
+// single CPU for 1 (runsc lowers its count by a quota to no fewer than 2), nothing unpinned;
+// the fingerprint leaves it out (a restore keeps the checkpoint's count, and runsc lets a
+// restore change the resources); other modes and bad counts are refused.
+func TestSpecCPUs(t *testing.T) {
+	o := testOptions(ModeCapture)
+	if r := mustSpec(t, o).Linux.Resources; r != nil {
+		t.Errorf("unpinned: resources %+v", r)
+	}
+	o.CPUs = 3
+	cpu := mustSpec(t, o).Linux.Resources.CPU
+	if cpu.Quota == nil || cpu.Period == nil || *cpu.Quota != 300_000 || *cpu.Period != 100_000 || cpu.Cpus != "" {
+		t.Errorf("3 CPUs: %+v", cpu)
+	}
+	o.CPUs, o.SingleCPU = 1, 5
+	cpu = mustSpec(t, o).Linux.Resources.CPU
+	if cpu.Cpus != "5" || cpu.Quota != nil {
+		t.Errorf("1 CPU: %+v", cpu)
+	}
+	plain := testOptions(ModeCapture)
+	if fingerprint(t, mustSpec(t, o), DefaultFlags()) != fingerprint(t, mustSpec(t, plain), DefaultFlags()) {
+		t.Error("the CPU count changes the fingerprint of the shape a restore must match")
+	}
+	for _, bad := range []SpecOptions{
+		{Mode: ModeSandbox, Rootfs: "/r", HostDir: "/h", CPUs: 2},
+		{Mode: ModeCapture, Rootfs: "/r", HostDir: "/h", ImageDir: "/i", CPUs: -1},
+		{Mode: ModeCapture, Rootfs: "/r", HostDir: "/h", ImageDir: "/i", CPUs: 2000},
+		{Mode: ModeCapture, Rootfs: "/r", HostDir: "/h", ImageDir: "/i", CPUs: 2, SingleCPU: 1},
+	} {
+		if _, err := Spec(bad); !errors.Is(err, ErrSpec) {
+			t.Errorf("%+v: err = %v, want ErrSpec", bad, err)
+		}
+	}
+}
+
 func fingerprint(t *testing.T, s *specs.Spec, f Flags) string {
 	t.Helper()
 	fp, err := Fingerprint(s, f)

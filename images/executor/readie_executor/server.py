@@ -8,7 +8,7 @@ import sys
 import time
 import warnings
 
-from . import calls, checkpoint, cpucheck, packages, precheckpoint, protocol, settings as settings_mod
+from . import calls, checkpoint, cpucheck, cpucount, packages, precheckpoint, protocol, settings as settings_mod
 
 EXIT_OK = 0
 EXIT_SETTINGS = 2
@@ -158,6 +158,8 @@ def main():
             started = time.monotonic()
             print(cpucheck.report(cpucheck.parse_baseline(baseline)), flush=True)
             log(f"cpu check in {(time.monotonic() - started) * 1000:.1f} ms")
+        # The CPU count the checkpoint keeps, which the pipeline pins.
+        print(cpucount.report(), flush=True)
         # The distributions the checkpoint will hold loaded, read in a child interpreter.
         started = time.monotonic()
         print(packages.report(own=own), flush=True)

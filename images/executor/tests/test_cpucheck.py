@@ -11,7 +11,7 @@ import types
 import unittest
 import warnings
 
-from readie_executor import checkpoint, cpucheck, packages, server
+from readie_executor import checkpoint, cpucheck, cpucount, packages, server
 from tests import hostdata
 from tests.test_executor import run_executor
 
@@ -301,8 +301,9 @@ class ExecutorTest(unittest.TestCase):
         self.assertEqual(result.returncode, 4, result.stderr)
         lines = result.stdout.splitlines()
         self.assertTrue(lines[0].startswith(cpucheck.REPORT_PREFIX), lines)
-        self.assertTrue(lines[1].startswith(packages.REPORT_PREFIX), lines)
-        self.assertTrue(lines[2].startswith(checkpoint.MARKER), lines)
+        self.assertTrue(lines[1].startswith(cpucount.REPORT_PREFIX), lines)
+        self.assertTrue(lines[2].startswith(packages.REPORT_PREFIX), lines)
+        self.assertTrue(lines[3].startswith(checkpoint.MARKER), lines)
         report = json.loads(lines[0][len(cpucheck.REPORT_PREFIX):])
         # What the executor saw depends on the host's CPU (CheckTest.test_host_features_as_baseline).
         self.assertNotIn("cpuid", report["outside"], report)

@@ -16,7 +16,7 @@ from unittest import mock
 
 import cloudpickle  # noqa: F401 (loaded, so the report must name its distribution)
 
-from readie_executor import checkpoint, packages
+from readie_executor import checkpoint, cpucount, packages
 from tests.test_executor import EXECUTOR_ROOT, run_executor
 
 
@@ -277,9 +277,10 @@ class PackagesTest(unittest.TestCase):
         # No gVisor on the host: the checkpoint fails (exit 4) after the report and the marker.
         self.assertEqual(result.returncode, 4, result.stderr)
         lines = result.stdout.splitlines()
-        self.assertTrue(lines[0].startswith(packages.REPORT_PREFIX), lines)
-        self.assertTrue(lines[1].startswith(checkpoint.MARKER), lines)
-        got = json.loads(lines[0][len(packages.REPORT_PREFIX):])
+        self.assertTrue(lines[0].startswith(cpucount.REPORT_PREFIX), lines)
+        self.assertTrue(lines[1].startswith(packages.REPORT_PREFIX), lines)
+        self.assertTrue(lines[2].startswith(checkpoint.MARKER), lines)
+        got = json.loads(lines[1][len(packages.REPORT_PREFIX):])
         # The executor itself loads cloudpickle: every checkpoint holds it.
         self.assertEqual(got["packages"]["cloudpickle"], importlib.metadata.version("cloudpickle"))
         # The set's module without metadata is named; the executor's own modules are not.
