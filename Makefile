@@ -9,6 +9,9 @@ RUNSC_VERSION := v0.0.0-20260905035102-160fafc42237
 # runsc's restore accepts only an image saved by the exact same version string.
 RUNSC_LABEL := readie-20260905-160fafc42237
 RUNSC := $(CACHE)/runsc/$(RUNSC_LABEL)/runsc
+# runsc's helpers, laid out as gVisor ships them: gvisor-bin/ beside runsc (runsc/, docs/knobs.md).
+GVISOR_BIN := $(CACHE)/runsc/$(RUNSC_LABEL)/gvisor-bin
+RUNSC_HELPERS := $(GVISOR_BIN)/gvisor_sentry $(GVISOR_BIN)/gvisor-sentry-prewarmer
 ROOTFS := build/rootfs
 # Debian's python3: the python3 on PATH may be a build that does not see python3-* packages.
 PYTHON := /usr/bin/python3
@@ -37,7 +40,7 @@ build:
 # Host packages the tests and the image build need; installed only when missing.
 deps: $(STATICCHECK)
 	@missing=""; \
-	for p in mmdebstrap python3-cloudpickle tzdata docker-registry skopeo bc curl podman runc busybox-static ca-certificates; do \
+	for p in mmdebstrap python3-cloudpickle tzdata docker-registry skopeo bc curl podman runc busybox-static ca-certificates gcc libc6-dev; do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
@@ -45,7 +48,9 @@ deps: $(STATICCHECK)
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-runsc: $(RUNSC)
+# runsc and its helpers: a cache that has runsc alone (the layout before gvisor-bin/) gets them
+# added, and a change to their sources rebuilds them.
+runsc: $(RUNSC) $(RUNSC_HELPERS)
 # CGO_ENABLED=0: a dynamically linked runsc cannot re-exec itself inside its empty chroot
 # (the ELF interpreter is missing there) and every sandbox fails to start.
 $(RUNSC):
@@ -53,6 +58,25 @@ $(RUNSC):
 	mkdir -p $(dir $@)
 	CGO_ENABLED=0 GOBIN=$(abspath $(dir $@)) go install -ldflags "-X gvisor.dev/gvisor/runsc/version.version=$(RUNSC_LABEL)" $(RUNSC_MODULE)@$(RUNSC_VERSION)
 	$@ --version
+
+# The sentry that runsc boots sandboxes with: the pinned gVisor's sentry commands under a main of
+# ours (runsc/sentry, a module of its own), static and stamped with runsc's label as runsc is.
+# Written beside, then renamed: runsc may be starting sandboxes from this directory meanwhile.
+$(GVISOR_BIN)/gvisor_sentry: runsc/sentry/main.go runsc/sentry/go.mod runsc/sentry/go.sum
+	@echo "building gvisor_sentry of $(RUNSC_VERSION) as $(RUNSC_LABEL)"
+	mkdir -p $(dir $@)
+	cd runsc/sentry && CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags "-X gvisor.dev/gvisor/runsc/version.version=$(RUNSC_LABEL)" -o $@.tmp .
+	mv -f $@.tmp $@
+
+# The prewarmer runsc runs ahead of the sentry (runsc/prewarmer.c): freestanding C from Debian's
+# gcc, static (the pipeline's image has no libc), no build id, stripped: the same bytes from the
+# same compiler.
+PREWARMER_CFLAGS := -std=c11 -Wall -Wextra -Werror -Os -ffreestanding -fno-stack-protector \
+	-fno-asynchronous-unwind-tables -fno-pie -no-pie -static -nostdlib -Wl,--build-id=none -s
+$(GVISOR_BIN)/gvisor-sentry-prewarmer: runsc/prewarmer.c
+	mkdir -p $(dir $@)
+	gcc $(PREWARMER_CFLAGS) -o $@.tmp $<
+	mv -f $@.tmp $@
 
 # runsc: the executor layer is put on by `pipeline rootfs`, which runs the base's python3 only
 # in a sandbox.
