@@ -41,6 +41,10 @@ type Runsc struct {
 	Version string `json:"version"`
 	Module  string `json:"module"`
 	SHA256  string `json:"sha256"`
+	// Helpers are the sha256 digests of the helpers runsc booted the sandboxes with, by name
+	// (runsc.HelperNames, gvisor-bin/ beside runsc); none for a runsc without them, and none
+	// in a manifest made before they were recorded: not checked then.
+	Helpers map[string]string `json:"helpers,omitempty"`
 }
 
 // Rootfs identifies the image's root filesystem.
