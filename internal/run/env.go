@@ -60,8 +60,8 @@ const RestoreSpecHostDir = "/run/readie/sandboxes/SANDBOX_ID"
 type Env struct {
 	Config  *config.Config
 	Runtime *launch.Runtime
-	// Runsc is the runsc binary's version and digest, asked of it once (NewEnv): hashing it
-	// reads 100 MB. Its module, read from its build info, is added where a manifest is made
+	// Runsc is the runsc binary's version and digest, and its helpers' digests, asked of it
+	// once (NewEnv): hashing it reads 100 MB. Its module, read from its build info, is added where a manifest is made
 	// (runscRecord): a stand-in runsc has none.
 	Runsc manifest.Runsc
 	// RestoreFlags are passed to every `runsc restore`.
@@ -135,6 +135,10 @@ func NewEnv(ctx context.Context, cfg *config.Config, log logrus.FieldLogger) (*E
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
 	}
+	helpers, err := rt.Driver().Helpers()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+	}
 	var passEnv []string
 	for _, name := range cfg.PassEnv {
 		if value, ok := os.LookupEnv(name); ok {
@@ -149,7 +153,7 @@ func NewEnv(ctx context.Context, cfg *config.Config, log logrus.FieldLogger) (*E
 	controls := cpubaseline.Controls(baselineFeatures(cfg))
 	st := &store.Store{Dir: cfg.CheckpointCache, Lease: l}
 	return &Env{
-		Config: cfg, Runtime: rt, Runsc: manifest.Runsc{Version: version, SHA256: binary}, RestoreFlags: slices.Clone(cfg.Runsc.RestoreFlags), Log: log, Store: st,
+		Config: cfg, Runtime: rt, Runsc: manifest.Runsc{Version: version, SHA256: binary, Helpers: helpers}, RestoreFlags: slices.Clone(cfg.Runsc.RestoreFlags), Log: log, Store: st,
 		passEnv: passEnv, controls: controls, lease: l,
 		sweep: sweeper{runtime: rt, lease: l, store: st, rootfs: filepath.Join(config.CacheDir(), "rootfs"), log: log},
 	}, nil

@@ -15,7 +15,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"readie.dev/pipeline/pkg/checkpointid"
@@ -45,6 +48,19 @@ type Runsc struct {
 	// (runsc.HelperNames, gvisor-bin/ beside runsc); none for a runsc without them, and none
 	// in a manifest made before they were recorded: not checked then.
 	Helpers map[string]string `json:"helpers,omitempty"`
+}
+
+// HelpersText returns Helpers as name=digest pairs sorted by name, "none" without any: for
+// messages and comparisons.
+func (r Runsc) HelpersText() string {
+	if len(r.Helpers) == 0 {
+		return "none"
+	}
+	var pairs []string
+	for _, name := range slices.Sorted(maps.Keys(r.Helpers)) {
+		pairs = append(pairs, name+"="+r.Helpers[name])
+	}
+	return strings.Join(pairs, " ")
 }
 
 // Rootfs identifies the image's root filesystem.
