@@ -30,7 +30,7 @@ export READIE_RUNSC := $(RUNSC)
 export READIE_ROOTFS := $(abspath $(ROOTFS))
 export READIE_PIPELINE_IMAGE := $(abspath $(PIPELINE_IMAGE))
 
-.PHONY: all build runsc image pipeline-image check-pipeline-image deps test test-go test-python check-golden golden lint test-unit test-race capture bench bench-sizes bench-knobs image-catalogue bench-catalogue bench-incremental bench-jobs bench-oci bench-go bench-proto soak clean
+.PHONY: all build runsc image pipeline-image check-pipeline-image deps test test-go test-python check-golden golden lint test-unit test-race capture bench bench-sizes bench-knobs bench-helpers image-catalogue bench-catalogue bench-incremental bench-jobs bench-oci bench-go bench-proto soak clean
 
 all: build
 
@@ -214,6 +214,11 @@ bench-sizes: deps runsc build $(BENCHSTAT)
 # restores at once, then benchstat's verdict per knob (bench/knobs.sh).
 bench-knobs: deps runsc image build $(BENCHSTAT)
 	BENCHSTAT=$(BENCHSTAT) bench/knobs.sh
+
+# runsc with and without its helpers, interleaved (docs/knobs.md): bench/helpers.yaml through
+# bench/knobs.sh's run and verdicts; ROUNDS=25 by default.
+bench-helpers: deps runsc image build $(BENCHSTAT)
+	BENCHSTAT=$(BENCHSTAT) CONFIG=bench/helpers.yaml OUT=out-helpers KNOBS=without-helpers ROUNDS=$(or $(ROUNDS),25) bench/knobs.sh
 
 # The catalogue image: the commonly requested stacks Debian ships (bench/catalogue-packages.txt),
 # beside the default image (a few GB; built once, then cached).
