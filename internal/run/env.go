@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,6 +42,7 @@ import (
 	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
+	"readie.dev/pipeline/pkg/runsc"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
@@ -138,6 +140,11 @@ func NewEnv(ctx context.Context, cfg *config.Config, log logrus.FieldLogger) (*E
 	helpers, err := rt.Driver().Helpers()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	if missing := slices.DeleteFunc(runsc.HelperNames(), func(name string) bool { return helpers[name] != "" }); len(missing) > 0 {
+		dir, _ := rt.Driver().ResolvedHelpersDir()
+		log.WithFields(logrus.Fields{"runsc": rt.Path, "missing": strings.Join(missing, ","), "dir": dir}).
+			Warn("runsc's helpers are missing: its sandboxes boot without them, which gVisor deprecates (make runsc lays them out)")
 	}
 	var passEnv []string
 	for _, name := range cfg.PassEnv {
