@@ -11,7 +11,6 @@ RUNSC_LABEL := readie-20260905-160fafc42237
 RUNSC := $(CACHE)/runsc/$(RUNSC_LABEL)/runsc
 # runsc's helpers, laid out as gVisor ships them: gvisor-bin/ beside runsc (runsc/, docs/knobs.md).
 GVISOR_BIN := $(CACHE)/runsc/$(RUNSC_LABEL)/gvisor-bin
-RUNSC_HELPERS := $(GVISOR_BIN)/gvisor_sentry $(GVISOR_BIN)/gvisor-sentry-prewarmer
 ROOTFS := build/rootfs
 # Debian's python3: the python3 on PATH may be a build that does not see python3-* packages.
 PYTHON := /usr/bin/python3
@@ -48,9 +47,18 @@ deps: $(STATICCHECK)
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-# runsc and its helpers: a cache that has runsc alone (the layout before gvisor-bin/) gets them
-# added, and a change to their sources rebuilds them.
-runsc: $(RUNSC) $(RUNSC_HELPERS)
+# runsc and its helpers. Each helper has a stamp beside it named by the digest of its sources
+# and build flags: a cache that has runsc alone (the layout before gvisor-bin/) gets them, a
+# change of their sources or flags builds them again, a fresh clone of the same sources (newer
+# files, same contents) does not.
+sources_digest = $(shell { cat $(1); echo '$(2)'; } | sha256sum | cut -c1-16)
+SENTRY_SOURCES := runsc/sentry/main.go runsc/sentry/go.mod runsc/sentry/go.sum
+SENTRY_FLAGS := -trimpath -buildvcs=false -ldflags "-X gvisor.dev/gvisor/runsc/version.version=$(RUNSC_LABEL)"
+SENTRY_STAMP := $(GVISOR_BIN)/.gvisor_sentry-$(call sources_digest,$(SENTRY_SOURCES),$(SENTRY_FLAGS))
+PREWARMER_CFLAGS := -std=c11 -Wall -Wextra -Werror -Os -ffreestanding -fno-stack-protector \
+	-fno-asynchronous-unwind-tables -fno-pie -no-pie -static -nostdlib -Wl,--build-id=none -s
+PREWARMER_STAMP := $(GVISOR_BIN)/.gvisor-sentry-prewarmer-$(call sources_digest,runsc/prewarmer.c,$(PREWARMER_CFLAGS))
+runsc: $(RUNSC) $(SENTRY_STAMP) $(PREWARMER_STAMP)
 # CGO_ENABLED=0: a dynamically linked runsc cannot re-exec itself inside its empty chroot
 # (the ELF interpreter is missing there) and every sandbox fails to start.
 $(RUNSC):
@@ -62,21 +70,23 @@ $(RUNSC):
 # The sentry that runsc boots sandboxes with: the pinned gVisor's sentry commands under a main of
 # ours (runsc/sentry, a module of its own), static and stamped with runsc's label as runsc is.
 # Written beside, then renamed: runsc may be starting sandboxes from this directory meanwhile.
-$(GVISOR_BIN)/gvisor_sentry: runsc/sentry/main.go runsc/sentry/go.mod runsc/sentry/go.sum
+$(SENTRY_STAMP):
 	@echo "building gvisor_sentry of $(RUNSC_VERSION) as $(RUNSC_LABEL)"
-	mkdir -p $(dir $@)
-	cd runsc/sentry && CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags "-X gvisor.dev/gvisor/runsc/version.version=$(RUNSC_LABEL)" -o $@.tmp .
-	mv -f $@.tmp $@
+	mkdir -p $(GVISOR_BIN)
+	cd runsc/sentry && CGO_ENABLED=0 go build $(SENTRY_FLAGS) -o $(GVISOR_BIN)/gvisor_sentry.tmp .
+	mv -f $(GVISOR_BIN)/gvisor_sentry.tmp $(GVISOR_BIN)/gvisor_sentry
+	rm -f $(GVISOR_BIN)/.gvisor_sentry-*
+	touch $@
 
 # The prewarmer runsc runs ahead of the sentry (runsc/prewarmer.c): freestanding C from Debian's
 # gcc, static (the pipeline's image has no libc), no build id, stripped: the same bytes from the
 # same compiler.
-PREWARMER_CFLAGS := -std=c11 -Wall -Wextra -Werror -Os -ffreestanding -fno-stack-protector \
-	-fno-asynchronous-unwind-tables -fno-pie -no-pie -static -nostdlib -Wl,--build-id=none -s
-$(GVISOR_BIN)/gvisor-sentry-prewarmer: runsc/prewarmer.c
-	mkdir -p $(dir $@)
-	gcc $(PREWARMER_CFLAGS) -o $@.tmp $<
-	mv -f $@.tmp $@
+$(PREWARMER_STAMP):
+	mkdir -p $(GVISOR_BIN)
+	gcc $(PREWARMER_CFLAGS) -o $(GVISOR_BIN)/gvisor-sentry-prewarmer.tmp runsc/prewarmer.c
+	mv -f $(GVISOR_BIN)/gvisor-sentry-prewarmer.tmp $(GVISOR_BIN)/gvisor-sentry-prewarmer
+	rm -f $(GVISOR_BIN)/.gvisor-sentry-prewarmer-*
+	touch $@
 
 # runsc: the executor layer is put on by `pipeline rootfs`, which runs the base's python3 only
 # in a sandbox.
