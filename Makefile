@@ -29,15 +29,19 @@ export READIE_RUNSC := $(RUNSC)
 export READIE_ROOTFS := $(abspath $(ROOTFS))
 export READIE_PIPELINE_IMAGE := $(abspath $(PIPELINE_IMAGE))
 
-.PHONY: all build runsc image pipeline-image check-pipeline-image deps test test-go test-python check-golden golden lint test-unit test-race capture bench bench-sizes bench-knobs bench-helpers image-catalogue bench-catalogue bench-incremental bench-jobs bench-oci bench-go bench-proto soak clean
+.PHONY: help all build runsc image pipeline-image check-pipeline-image deps test test-go test-python check-golden golden lint test-unit test-race capture bench bench-sizes bench-knobs bench-helpers image-catalogue bench-catalogue bench-incremental bench-jobs bench-oci bench-go bench-proto soak clean
 
-all: build
+all: build ## the same as build
 
-build:
+# `make help`: each target's `## ` comment, one line each (docs/commands.md says more).
+help: ## list the targets, one line each
+	@awk -F ':[^#]*## ' '/^[a-z][a-z-]*:[^=].*## /{printf "  %-22s %s\n", $$1, $$2}' $(firstword $(MAKEFILE_LIST))
+
+build: ## go build of bin/pipeline
 	go build -o $(PIPELINE) ./cmd/pipeline
 
 # Host packages the tests and the image build need; installed only when missing.
-deps: $(STATICCHECK)
+deps: $(STATICCHECK) ## the Debian packages and staticcheck the build and tests need, when missing
 	@missing=""; \
 	for p in mmdebstrap python3-cloudpickle tzdata docker-registry skopeo bc curl podman runc busybox-static ca-certificates gcc libc6-dev; do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
@@ -58,7 +62,7 @@ SENTRY_STAMP := $(GVISOR_BIN)/.gvisor_sentry-$(call sources_digest,$(SENTRY_SOUR
 PREWARMER_CFLAGS := -std=c11 -Wall -Wextra -Werror -Os -ffreestanding -fno-stack-protector \
 	-fno-asynchronous-unwind-tables -fno-pie -no-pie -static -nostdlib -Wl,--build-id=none -s
 PREWARMER_STAMP := $(GVISOR_BIN)/.gvisor-sentry-prewarmer-$(call sources_digest,runsc/prewarmer.c,$(PREWARMER_CFLAGS))
-runsc: $(RUNSC) $(SENTRY_STAMP) $(PREWARMER_STAMP)
+runsc: $(RUNSC) $(SENTRY_STAMP) $(PREWARMER_STAMP) ## the pinned gVisor runsc and its helpers (gvisor-bin/), into the cache (about 2 minutes, once)
 # CGO_ENABLED=0: a dynamically linked runsc cannot re-exec itself inside its empty chroot
 # (the ELF interpreter is missing there) and every sandbox fails to start.
 $(RUNSC):
@@ -90,12 +94,12 @@ $(PREWARMER_STAMP):
 
 # runsc: the executor layer is put on by `pipeline rootfs`, which runs the base's python3 only
 # in a sandbox.
-image: deps runsc build
+image: deps runsc build ## the executor rootfs (Debian bookworm, python3, numpy, pandas); links build/rootfs
 	./images/executor/build-image.sh
 
 # The pipeline's image: static pipeline (CGO_ENABLED=0, -trimpath) and runsc, busybox's sh,
 # the rootfs baked in (docs/fleet.md). Its last line is the image's digest.
-pipeline-image: deps runsc image build
+pipeline-image: deps runsc image build ## the pipeline's own container image, into build/pipeline-image (PUSH=REF pushes it)
 	@mkdir -p build/pipeline-image-bin
 	CGO_ENABLED=0 go build -trimpath -buildvcs=false -o build/pipeline-image-bin/pipeline ./cmd/pipeline
 	go run ./cmd/pipeline-image -out $(PIPELINE_IMAGE) -pipeline build/pipeline-image-bin/pipeline \
@@ -104,32 +108,32 @@ pipeline-image: deps runsc image build
 	  -version $$(git describe --tags --always --dirty) $(if $(PUSH),-push $(PUSH))
 
 # `make pipeline-image` twice gives the same digest: built again beside it, the digests match.
-check-pipeline-image: pipeline-image
+check-pipeline-image: pipeline-image ## pipeline-image built twice: the digests must be equal
 	@first=$$(grep -o 'sha256:[0-9a-f]\{64\}' $(PIPELINE_IMAGE)/index.json | head -n1); \
 	again=$$($(MAKE) --no-print-directory pipeline-image PIPELINE_IMAGE=build/pipeline-image-again | tail -n1); \
 	rm -rf build/pipeline-image-again; \
 	[ "$$first" = "$$again" ] || { echo "pipeline-image is not reproducible: $$first, then $$again"; exit 1; }; \
 	echo "pipeline-image is reproducible: $$again"
 
-capture: deps runsc image build
+capture: deps runsc image build ## capture the default config (pipeline.yaml) into out/
 	$(PIPELINE) capture --config pipeline.yaml --out out
 
-lint: $(STATICCHECK)
+lint: $(STATICCHECK) ## gofmt, go vet, staticcheck, go mod tidy -diff
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	go vet ./...
 	$(STATICCHECK) ./...
 	go mod tidy -diff
 
-check-golden:
+check-golden: ## the golden protocol fixture must match the Python writer
 	tmp=$$(mktemp); trap 'rm -f $$tmp' EXIT; \
 	$(PYTHON) images/executor/tests/generate_golden.py $$tmp; \
 	cmp -s $$tmp testdata/frames.golden.json || { echo "testdata/frames.golden.json drifted from the Python writer: run make golden"; exit 1; }
 	@echo "golden fixture matches the Python writer"
 
-golden:
+golden: ## regenerate testdata/frames.golden.json after a deliberate protocol change
 	$(PYTHON) images/executor/tests/generate_golden.py
 
-test-python: deps image
+test-python: deps image ## the executor's Python tests
 	cd images/executor && $(PYTHON) -m unittest discover -s tests -t .
 
 # The race detector only on the packages with goroutines of their own: parallel (the worker
@@ -151,13 +155,13 @@ RACE_CMD_TESTS := ^(TestSignalInProcess|TestDispatchLeavesNoGoroutine|TestJobsWi
 # `make test` runs its checks beside them too: cmd/pipeline, the long pole, waits on sandboxes
 # for much of its time and leaves room. make -k runs every one to the end (one failing fails the
 # whole) and stops all on Ctrl-C; -Otarget prints each one's output whole once it ends.
-test-go: runsc image build pipeline-image $(BENCHSTAT)
+test-go: runsc image build pipeline-image $(BENCHSTAT) ## the Go tests: test-unit beside test-race
 	$(call in_test_tmpdir,TZ=America/New_York $(MAKE) --no-print-directory -k -j2 -Otarget test-unit test-race)
 
 # Three at once: test-unit and test-race, and the checks one after another in the third. What
 # this make built is not built again below (-o).
 TEST_BUILT := deps runsc image build pipeline-image
-test: $(TEST_BUILT) $(BENCHSTAT)
+test: $(TEST_BUILT) $(BENCHSTAT) ## every test: Go, race, lint, golden, pipeline image, Python (docs/testing.md)
 	$(call in_test_tmpdir,TZ=America/New_York $(MAKE) --no-print-directory -k -j3 -Otarget $(TEST_BUILT:%=-o %) \
 	  test-unit test-race lint check-golden check-pipeline-image test-python)
 
@@ -196,10 +200,10 @@ endef
 # per CPU (-parallel; go test's default is one per CPU): they wait on sandboxes, and one per CPU
 # left a core idle here (cmd/pipeline alone: 297 s against 345 s).
 TEST_PARALLEL ?= $(shell echo $$(( $$(nproc) * 2 )))
-test-unit:
+test-unit: ## the Go tests outside RACE_PACKAGES, without the race detector
 	go test $(GOTEST_FLAGS) -count=1 -parallel $(TEST_PARALLEL) $$(go list ./... | grep -vxF -e "$$(go list $(RACE_PACKAGES))")
 
-test-race:
+test-race: ## RACE_PACKAGES and RACE_CMD_TESTS under the race detector
 	go test $(GOTEST_FLAGS) -race -count=1 $(RACE_PACKAGES)
 	go test $(GOTEST_FLAGS) -race -count=1 -run '$(RACE_CMD_TESTS)' ./cmd/pipeline
 
@@ -211,35 +215,35 @@ $(STATICCHECK):
 	GOBIN=$(abspath $(dir $@)) go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 # Restore latency side by side on the default config (captures first), summarized by benchstat.
-bench: deps runsc image build $(BENCHSTAT)
+bench: deps runsc image build $(BENCHSTAT) ## restore latency side by side on the default config, benchstat summary (docs/bench.md)
 	$(PIPELINE) bench --capture --explain --config pipeline.yaml --out out
 	$(BENCHSTAT) out/bench/latest/bench.txt
 
 # The size sweep: its own image (bench/sizes-packages.txt) and bench/sizes.yaml.
-bench-sizes: deps runsc build $(BENCHSTAT)
+bench-sizes: deps runsc build $(BENCHSTAT) ## the size sweep: its own image and bench/sizes.yaml
 	READIE_PACKAGES=$(abspath bench/sizes-packages.txt) READIE_LINK=$(abspath build/rootfs-sizes) ./images/executor/build-image.sh
 	$(PIPELINE) bench --capture --config bench/sizes.yaml --variants=false --concurrency "" --rounds 5
 
 # The knob sweep (docs/knobs.md): bench/knobs.yaml on the default image, pandas, 1 and 2
 # restores at once, then benchstat's verdict per knob (bench/knobs.sh).
-bench-knobs: deps runsc image build $(BENCHSTAT)
+bench-knobs: deps runsc image build $(BENCHSTAT) ## the knob sweep of bench/knobs.yaml (docs/knobs.md)
 	BENCHSTAT=$(BENCHSTAT) bench/knobs.sh
 
 # runsc with and without its helpers, interleaved (docs/knobs.md): bench/helpers.yaml through
 # bench/knobs.sh's run and verdicts; ROUNDS=25 by default.
-bench-helpers: deps runsc image build $(BENCHSTAT)
+bench-helpers: deps runsc image build $(BENCHSTAT) ## runsc with and without its helpers, interleaved (docs/knobs.md)
 	BENCHSTAT=$(BENCHSTAT) CONFIG=bench/helpers.yaml OUT=out-helpers KNOBS=without-helpers ROUNDS=$(or $(ROUNDS),25) bench/knobs.sh
 
 # The catalogue image: the commonly requested stacks Debian ships (bench/catalogue-packages.txt),
 # beside the default image (a few GB; built once, then cached).
-image-catalogue: deps build
+image-catalogue: deps build ## the catalogue image: the stacks Debian ships (a few GB, once)
 	READIE_PACKAGES=$(abspath bench/catalogue-packages.txt) READIE_LINK=$(abspath build/rootfs-catalogue) ./images/executor/build-image.sh
 
 # Which sets to checkpoint, end to end on the catalogue image: analyze a corpus, plan the sets,
 # capture them, and replay SAMPLE held-out requests beside cold starts (bench/catalogue.yaml).
 CORPUS ?= ../shared/corpus/requests.jsonl
 SAMPLE ?= 40
-bench-catalogue: deps runsc build image-catalogue $(BENCHSTAT)
+bench-catalogue: deps runsc build image-catalogue $(BENCHSTAT) ## analyze, plan-sets, capture and bench --corpus on the catalogue image (CORPUS, SAMPLE)
 	$(PIPELINE) analyze --config bench/catalogue.yaml --corpus $(CORPUS)
 	$(PIPELINE) plan-sets --config bench/catalogue.yaml --corpus $(CORPUS)
 	$(PIPELINE) capture --config bench/catalogue.yaml --plan out-catalogue/plan.json
@@ -248,24 +252,24 @@ bench-catalogue: deps runsc build image-catalogue $(BENCHSTAT)
 
 # Incremental capture (first, unchanged, one set changed) and parallel capture (--jobs 1 and 2),
 # side by side; ROUNDS=5 by default.
-bench-incremental: deps runsc image build
+bench-incremental: deps runsc image build ## first, unchanged and one-set-changed captures side by side
 	bench/incremental.sh
 
-bench-jobs: deps runsc image build
+bench-jobs: deps runsc image build ## the six-set config with --jobs 1 and --jobs 2
 	bench/jobs.sh
 
 # Unpacking an image (ours beside tar -x), push/pull of the default output to a local
 # registry (it captures first), and push's peak memory for an output of 1 and of 12 sets.
-bench-oci: capture
+bench-oci: capture ## image unpacking, push and pull, push memory
 	go test -run '^$$' -bench Unpack -benchtime 1x -count 5 -timeout 30m ./internal/oci/unpack
 	bench/oci.sh
 	bench/push-rss.sh
 
 # The pipeline's own hot paths that are not sandboxes.
-bench-go:
+bench-go: ## Go benchmarks of the pipeline's hot paths
 	go test -run '^$$' -bench . -benchtime 20x -count 6 ./pkg/executorproto ./pkg/sandbox ./pkg/manifest
 
-bench-proto:
+bench-proto: ## the framing benchmarks, Go and Python
 	go test -run '^$$' -bench . -benchtime 20x -count 6 ./pkg/executorproto
 	$(PYTHON) images/executor/tests/bench_protocol.py
 
@@ -273,11 +277,11 @@ bench-proto:
 # through the worker's kit, then the same with a sandbox killed with SIGKILL every 100 restores,
 # each with a TMPDIR of its own; then the capture soak (bench/capture-soak.sh, CAPTURES=200).
 SOAK ?= 5000
-soak: capture
+soak: capture ## long runs: SOAK restores, with and without kills, then 200 captures
 	tmp=$$(mktemp -d /tmp/readie-soak.XXXXXX); trap 'rm -rf "$$tmp"' EXIT; \
 	TMPDIR=$$tmp $(PIPELINE) bench --config pipeline.yaml --soak $(SOAK) --concurrency 2 out; \
 	TMPDIR=$$tmp $(PIPELINE) bench --config pipeline.yaml --soak $(SOAK) --concurrency 2 --soak-kill-every 100 out
 	bench/capture-soak.sh
 
-clean:
+clean: ## remove bin/, out/ and build/ (the cache stays)
 	rm -rf bin out build

@@ -17,6 +17,7 @@ import (
 	"readie.dev/pipeline/internal/bench"
 	"readie.dev/pipeline/internal/corpus"
 	"readie.dev/pipeline/internal/run"
+	"readie.dev/pipeline/pkg/catalogue"
 )
 
 type benchCmd struct {
@@ -129,6 +130,16 @@ func (c *benchCmd) soakOptions() (bench.SoakOptions, error) {
 }
 
 func (c *benchCmd) CheckArgs(args []string) error {
+	// These shape the capture that --capture runs first; alone they would change nothing.
+	var captureOnly []string
+	c.fs.Visit(func(f *flag.Flag) {
+		if f.Name == "runs" || f.Name == "clean-failed" {
+			captureOnly = append(captureOnly, "--"+f.Name)
+		}
+	})
+	if len(captureOnly) > 0 && !c.capture {
+		return fmt.Errorf("%s: only with --capture, whose capture it shapes (--runs: the timed restores of its measure step); the benchmark's own repetitions are --rounds", strings.Join(captureOnly, ", "))
+	}
 	if c.soak != "" {
 		o, err := c.soakOptions()
 		if err != nil {
@@ -306,7 +317,7 @@ func (c *benchCmd) replay(ctx context.Context, con *console, env *run.Env, out s
 	if report.Predicted() {
 		fmt.Fprintf(con.stdout, "; predicted %.0f ms: measured %+.1f%% (per request, mean |error| %.1f%%)\n", s.MeanPredictedMs, s.ModelErrorPct, s.MeanAbsErrorPct)
 	} else {
-		fmt.Fprintln(con.stdout, "; not predicted: the catalogue has no measured prices, so Select chose by image size (run pipeline analyze, then capture, to price starts)")
+		fmt.Fprintf(con.stdout, "; not predicted: the catalogue has no measured prices, so Select chose by image size (%s)\n", catalogue.MeasureHint)
 	}
 	switch {
 	case report.Pool > 0 && s.PredictedPooledMs > 0:

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"path/filepath"
@@ -103,10 +104,18 @@ func (c *cachePruneCmd) Execute(_ context.Context, con *console, args []string) 
 		return err
 	}
 	pruned, err := (&store.Store{Dir: cfg.CheckpointCache}).Prune(time.Now().Add(-c.olderThan), keep, c.dryRun)
-	verb := removeVerb(c.dryRun)
 	var bytes int64
 	for _, e := range pruned {
 		bytes += e.Bytes
+	}
+	if con.json {
+		if pruned == nil {
+			pruned = []store.Entry{}
+		}
+		return errors.Join(err, writeJSON(con.stdout, map[string]any{"dry_run": c.dryRun, "entries": pruned, "bytes": bytes}))
+	}
+	verb := removeVerb(c.dryRun)
+	for _, e := range pruned {
 		fmt.Fprintf(con.stdout, "%s %s (%s, last use %s)\n", verb, e.Key, orDash(strings.Join(e.Sets, ",")), e.LastUse.UTC().Format(time.DateTime))
 	}
 	fmt.Fprintf(con.stdout, "%s %d entries, %.1f MiB\n", verb, len(pruned), float64(bytes)/(1<<20))
@@ -163,6 +172,12 @@ func (c *cachePruneRootfsCmd) Execute(_ context.Context, con *console, args []st
 		unusedSince = time.Now().Add(-c.olderThan)
 	}
 	pruned, err := rootfs.Prune(filepath.Join(config.CacheDir(), "rootfs"), keep, []string{cfg.Runsc.Root, cfg.CheckpointCache}, unusedSince, c.dryRun)
+	if con.json {
+		if pruned == nil {
+			pruned = []string{}
+		}
+		return errors.Join(err, writeJSON(con.stdout, map[string]any{"dry_run": c.dryRun, "dirs": pruned}))
+	}
 	for _, dir := range pruned {
 		fmt.Fprintf(con.stdout, "%s %s\n", removeVerb(c.dryRun), dir)
 	}

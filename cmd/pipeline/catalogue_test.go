@@ -23,9 +23,7 @@ import (
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/catalogue"
 	"readie.dev/pipeline/pkg/catalogue/plan"
-	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
-	"readie.dev/pipeline/pkg/sandbox"
 )
 
 // A small corpus on the default image: numpy and pandas (and what pandas pulls in), modules the
@@ -41,7 +39,9 @@ const smallCorpus = `{"imports": ["pandas", "numpy"], "weight": 3}
 {"imports": ["numpy"]}
 `
 
-// catalogueConfig writes a config with one timed run per measurement, to keep the test short.
+// catalogueConfig writes a config with one timed run per measurement, to keep the test short,
+// and one checkpoint that holds pandas (and so numpy): which sets a plan chooses depends on the
+// times measured in the run, so what must hold pandas is captured from the config.
 func catalogueConfig(t *testing.T, dir string) string {
 	t.Helper()
 	text := fmt.Sprintf(`runsc:
@@ -61,8 +61,8 @@ analysis:
   timeout: 2m
   cache: %s
 checkpoints:
-  - id: numpy
-    imports: [numpy]
+  - id: pandas
+    imports: [pandas]
 `, testenv.RunscPath(t), runscRoot(t, dir), testenv.Rootfs(t), filepath.Join(dir, "out"), filepath.Join(dir, "store"), filepath.Join(dir, "analysis-cache"))
 	path := filepath.Join(dir, "pipeline.yaml")
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
@@ -72,8 +72,9 @@ checkpoints:
 }
 
 // TestAnalyzePlanCaptureSelect runs the stages for real on the default image: analyze (twice:
-// the second measures nothing), plan-sets, capture --plan, the catalogue, Select's choice
-// restored and answering with the request's modules loaded, and a short corpus replay.
+// the second measures nothing), capture of the config's set (packages and versions), plan-sets,
+// capture --plan, the catalogue, Select's choice restored and answering with the request's
+// modules loaded, and a short corpus replay.
 func TestAnalyzePlanCaptureSelect(t *testing.T) {
 	t.Parallel()
 	dir := testenv.WorkDir(t)
@@ -137,6 +138,16 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 		t.Errorf("second analyze of the same corpus: %+v, want no sandbox and nothing measured (first %+v)", second, first)
 	}
 
+	// The config's own set, captured on the analysis: its packages, and select by version.
+	if code, _, stderr := runCLI(t, "capture", "--config", cfg); code != exitOK {
+		t.Fatalf("capture exit %d\n%s", code, stderr)
+	}
+	cat, err := catalogue.Load(filepath.Join(out, catalogue.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkPackages(t, cfg, cat, a)
+
 	// A corpus the analysis has not seen: named, with its line, exit 2.
 	other := filepath.Join(dir, "other.jsonl")
 	os.WriteFile(other, []byte("{\"imports\": [\"numpy\"]}\n{\"imports\": [\"torch\"]}\n"), 0o644)
@@ -151,7 +162,13 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 		t.Errorf("plan-sets of a corpus with a bad requirement: exit %d\n%s", code, stderr)
 	}
 
-	code, stdout, stderr := runCLI(t, "plan-sets", "--config", cfg, "--corpus", corpusPath, "--max-sets", "2")
+	// Its JSON first (one document: the plan), then its text, whose plan.json the capture takes.
+	code, stdout, stderr := runCLI(t, "plan-sets", "--config", cfg, "--corpus", corpusPath, "--max-sets", "2", "--log-format", "json")
+	var planJSON plan.Result
+	if err := decodeOne(stdout, &planJSON); err != nil || code != exitOK || len(planJSON.Sets) == 0 || len(planJSON.Strategies) == 0 {
+		t.Fatalf("plan-sets as JSON: exit %d, %v\n%s%s", code, err, stdout, stderr)
+	}
+	code, stdout, stderr = runCLI(t, "plan-sets", "--config", cfg, "--corpus", corpusPath, "--max-sets", "2")
 	if code != exitOK {
 		t.Fatalf("plan-sets exit %d\n%s", code, stderr)
 	}
@@ -194,12 +211,10 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 			t.Errorf("the capture did not carry %s over: %v", name, err)
 		}
 	}
-	cat, err := catalogue.Load(filepath.Join(out, catalogue.FileName))
-	if err != nil {
+	if cat, err = catalogue.Load(filepath.Join(out, catalogue.FileName)); err != nil {
 		t.Fatal(err)
 	}
 	checkCatalogue(t, cat, m, a, pl)
-	checkPackages(t, cfg, cat, a)
 
 	// Select's choice for a request restores and answers with its modules already loaded.
 	want := pl.Sets[0].Imports
@@ -532,10 +547,7 @@ func restoreAndCheck(t *testing.T, cfgPath, out string, m *manifest.Manifest, ch
 	if _, err := env.Sandboxes(r).Restorer(work, env.Config.Timeouts.Smoke).Smoke(ctx, ch.Checkpoint, dir, ch.Modules); err != nil {
 		t.Fatalf("restore of %s for %v: %v", ch.Checkpoint, ch.Modules, err)
 	}
-	rt := &launch.Runtime{Path: env.Config.Runsc.Path, Root: env.Config.Runsc.Root, Flags: sandbox.DefaultFlags()}
-	if ids, err := rt.List(ctx); err != nil || len(ids) != 0 {
-		t.Errorf("sandboxes left: %v %v", ids, err)
-	}
+	testenv.CheckNoRunsc(t, env.Config.Runsc.Path, env.Config.Runsc.Root, "")
 }
 
 func abs(v float64) float64 {

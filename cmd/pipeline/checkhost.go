@@ -15,6 +15,7 @@ import (
 	"readie.dev/pipeline/internal/oci/ref"
 	"readie.dev/pipeline/pkg/cpu"
 	"readie.dev/pipeline/pkg/manifest"
+	"readie.dev/pipeline/pkg/runsc"
 )
 
 // checkHostCmd is `pipeline check-host`: would the checkpoints of an output restore on this
@@ -32,7 +33,7 @@ func (*checkHostCmd) Usage() string {
 	return "check-host [--out OUT | --image REF] [--cpu-features FILE] [--runsc PATH]"
 }
 func (*checkHostCmd) Synopsis() string {
-	return "say, checkpoint by checkpoint, whether an output restores on this host (or the host of a features file); exit 1 when some do not"
+	return "say, checkpoint by checkpoint, whether an output restores on this host (or the host of a features file); exit 3 when some do not, 1 when it could not check"
 }
 func (c *checkHostCmd) SetFlags(fs *flag.FlagSet) {
 	c.config.register(fs)
@@ -57,7 +58,8 @@ func (c *checkHostCmd) CheckArgs(args []string) error {
 	return nil
 }
 
-// errDoesNotRestore reports checkpoints that would not restore on the host (exit 1).
+// errDoesNotRestore reports checkpoints that would not restore on the host: a verdict, exit 3
+// (exitcode.DoesNotRestore), where an error while checking is 1 or 2.
 var errDoesNotRestore = errors.New("checkpoints do not restore")
 
 func (c *checkHostCmd) Execute(ctx context.Context, con *console, args []string) error {
@@ -116,7 +118,7 @@ func (c *checkHostCmd) host(ctx context.Context, limit time.Duration) (manifest.
 		return manifest.RestoreHost{}, "", usagef("runsc %s: %v (name the host's runsc with --runsc)", c.runsc, err)
 	}
 	if c.cpuFeatures == "" {
-		h, err := manifest.ReadHost(ctx, c.runsc, limit)
+		h, err := manifest.ReadHost(ctx, &runsc.Runsc{Path: c.runsc, CommandTimeout: limit})
 		return h, "this host", err
 	}
 	hosts, err := cpu.ReadHosts(c.cpuFeatures)
@@ -126,7 +128,7 @@ func (c *checkHostCmd) host(ctx context.Context, limit time.Duration) (manifest.
 	if len(hosts) != 1 {
 		return manifest.RestoreHost{}, "", usagef("--cpu-features %s describes %d host types: check-host checks one host (one features line and its clflush size line)", c.cpuFeatures, len(hosts))
 	}
-	h, err := manifest.ReadHost(ctx, c.runsc, limit)
+	h, err := manifest.ReadHost(ctx, &runsc.Runsc{Path: c.runsc, CommandTimeout: limit})
 	if err != nil {
 		return manifest.RestoreHost{}, "", err
 	}

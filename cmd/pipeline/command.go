@@ -91,7 +91,42 @@ func (s commandSet) printUsage(w io.Writer) {
 	for _, c := range cmds {
 		fmt.Fprintf(w, "  %-12s %s\n", c.Name(), c.Synopsis())
 	}
-	fmt.Fprintf(w, "\nrun `%s <command> -h` for a command's flags\n", s.name)
+	fmt.Fprintf(w, "\nrun `%s help <command>` or `%s <command> -h` for a command's flags\n", s.name, s.name)
+}
+
+// help prints the usage of the command that args name, descending into groups (`pipeline help
+// cache prune`), or the set's own list with none. It returns flag.ErrHelp once it printed, a
+// usage error for a name the set lacks.
+func (s commandSet) help(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		s.printUsage(stdout)
+		return flag.ErrHelp
+	}
+	cmd, err := s.find(args[0])
+	if err != nil {
+		fmt.Fprintf(stderr, "%s help: %v\n", s.name, err)
+		return usageError{err}
+	}
+	if g, ok := cmd.(*group); ok {
+		return g.set.help(args[1:], stdout, stderr)
+	}
+	path := s.name + " " + cmd.Name()
+	if len(args) > 1 {
+		err := fmt.Errorf("unexpected arguments: %s (name one command)", strings.Join(args[1:], " "))
+		fmt.Fprintf(stderr, "%s help: %v\n", s.name, err)
+		return usageError{err}
+	}
+	printCommandUsage(stdout, cmd, flagSet(path, cmd, &logFlags{}))
+	return flag.ErrHelp
+}
+
+// flagSet holds the flags that cmd takes: logs's, which every command takes, then its own.
+func flagSet(path string, cmd command, logs *logFlags) *flag.FlagSet {
+	fs := flag.NewFlagSet(path, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are reported by parse in one line, not with every flag
+	logs.register(fs)
+	cmd.SetFlags(fs)
+	return fs
 }
 
 // parsed is a command line ready to run: the command, its positional arguments, its console.
@@ -103,14 +138,19 @@ type parsed struct {
 }
 
 // parse finds the command of args (descending into groups) and parses its flags; it runs
-// nothing. Complaints go to stderr in one line; -h prints the command's full usage.
-func (s commandSet) parse(args []string, stderr io.Writer) (*parsed, error) {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+// nothing. Help (-h, --help, help [COMMAND]) goes to stdout and returns flag.ErrHelp: asked
+// for, it is the command's output. Complaints go to stderr in one line.
+func (s commandSet) parse(args []string, stdout, stderr io.Writer) (*parsed, error) {
+	if len(args) == 0 {
 		s.printUsage(stderr)
-		if len(args) == 0 {
-			return nil, usagef("%s: name a command", s.name)
-		}
+		return nil, usagef("%s: name a command", s.name)
+	}
+	switch args[0] {
+	case "-h", "-help", "--help":
+		s.printUsage(stdout)
 		return nil, flag.ErrHelp
+	case "help":
+		return nil, s.help(args[1:], stdout, stderr)
 	}
 	cmd, err := s.find(args[0])
 	if err != nil {
@@ -118,16 +158,13 @@ func (s commandSet) parse(args []string, stderr io.Writer) (*parsed, error) {
 		return nil, usageError{err}
 	}
 	if g, ok := cmd.(*group); ok {
-		return g.set.parse(args[1:], stderr)
+		return g.set.parse(args[1:], stdout, stderr)
 	}
 	p := &parsed{cmd: cmd, path: s.name + " " + cmd.Name()}
-	fs := flag.NewFlagSet(p.path, flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // errors are reported below in one line, not with every flag
-	p.logs.register(fs)
-	cmd.SetFlags(fs)
+	fs := flagSet(p.path, cmd, &p.logs)
 	if err := parseInterspersed(fs, args[1:], &p.args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			printCommandUsage(stderr, p.path, cmd, fs)
+			printCommandUsage(stdout, cmd, fs)
 			return nil, err
 		}
 		// The flag package names flags with one dash; the pipeline's words use two.
@@ -164,7 +201,7 @@ func parseInterspersed(fs *flag.FlagSet, args []string, positional *[]string) er
 	}
 }
 
-func printCommandUsage(w io.Writer, path string, cmd command, fs *flag.FlagSet) {
+func printCommandUsage(w io.Writer, cmd command, fs *flag.FlagSet) {
 	fmt.Fprintf(w, "usage: pipeline %s\n\n%s\n\nflags:\n", cmd.Usage(), cmd.Synopsis())
 	fs.SetOutput(w)
 	fs.PrintDefaults()

@@ -184,8 +184,9 @@ func TestCPUBaselineEnforcement(t *testing.T) {
 }
 
 // TestCheckHost: an output captured here restores on this host (exit 0); against features files
-// of other hosts, check-host names every missing feature and the differing cache line (exit 1),
-// says when it could not check the cache line, and reads the output from an image of push.
+// of other hosts, check-host names every missing feature and the differing cache line (exit 3),
+// says when it could not check the cache line, and reads the output from an image of push. A
+// check it could not make (a runsc that does not answer) is exit 1, never its verdict's 3.
 func TestCheckHost(t *testing.T) {
 	t.Parallel()
 	host, _ := cpuHost(t)
@@ -202,7 +203,7 @@ func TestCheckHost(t *testing.T) {
 
 	lacking := featuresFile(t, dir, "lacking.txt", cpu.Host{Features: minus(host.Features, "sse4_2"), CacheLine: 128})
 	code, stdout, stderr = runCLI(t, "check-host", "--config", cfg, "--cpu-features", lacking)
-	if code != exitFailed || strings.Count(stdout, "does not restore: missing CPU features: sse4_2; cache line 128 bytes, the checkpoints need "+strconv.Itoa(host.CacheLine)) != 2 ||
+	if code != exitDoesNotRestore || strings.Count(stdout, "does not restore: missing CPU features: sse4_2; cache line 128 bytes, the checkpoints need "+strconv.Itoa(host.CacheLine)) != 2 ||
 		!strings.Contains(stderr, "checkpoints do not restore on the host of "+lacking+": empty, js") {
 		t.Errorf("a host lacking a feature, with another cache line: exit %d\n%s%s", code, stdout, stderr)
 	}
@@ -212,7 +213,7 @@ func TestCheckHost(t *testing.T) {
 		Restores bool                 `json:"restores"`
 		manifest.Report
 	}
-	if err := json.Unmarshal([]byte(stdout), &report); err != nil || code != exitFailed || report.Restores || len(report.Checkpoints) != 2 ||
+	if err := json.Unmarshal([]byte(stdout), &report); err != nil || code != exitDoesNotRestore || report.Restores || len(report.Checkpoints) != 2 ||
 		report.Checkpoints[1].ID != "js" || len(report.Checkpoints[1].Problems) != 2 || report.Host.CPU.CacheLine != 128 {
 		t.Errorf("JSON: exit %d, %v\n%s", code, err, stdout)
 	}
@@ -228,8 +229,15 @@ func TestCheckHost(t *testing.T) {
 		t.Fatalf("push: %s", stderr)
 	}
 	code, stdout, stderr = runCLI(t, "check-host", "--config", cfg, "--image", layout, "--cpu-features", lacking)
-	if code != exitFailed || !strings.Contains(stdout, "js: does not restore: missing CPU features: sse4_2") {
+	if code != exitDoesNotRestore || !strings.Contains(stdout, "js: does not restore: missing CPU features: sse4_2") {
 		t.Errorf("--image: exit %d\n%s%s", code, stdout, stderr)
+	}
+
+	broken := writeText(t, dir, "broken-runsc", "#!/bin/sh\necho 'runsc: cannot run here' >&2\nexit 1\n")
+	os.Chmod(broken, 0o755)
+	code, stdout, stderr = runCLI(t, "check-host", "--config", cfg, "--runsc", broken, "--cpu-features", lacking)
+	if code != exitFailed || !strings.Contains(stderr, "cannot run here") || stdout != "" {
+		t.Errorf("a runsc that does not answer: exit %d, want 1 (could not check)\n%s%s", code, stdout, stderr)
 	}
 
 	for _, tt := range []struct {

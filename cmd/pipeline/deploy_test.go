@@ -44,7 +44,7 @@ func checkCommandLine(t *testing.T, where string, args []string) {
 		t.Errorf("%s: `pipeline` without a command", where)
 		return
 	}
-	if _, err := commands().parse(args, &stderr); err != nil {
+	if _, err := commands().parse(args, io.Discard, &stderr); err != nil {
 		t.Errorf("%s: pipeline %s: %v\n%s", where, strings.Join(args, " "), err, stderr.String())
 	}
 }
@@ -152,7 +152,7 @@ func containerCommands(c corev1.Container) [][]string {
 // runsCommand reports whether one of lines is the pipeline command path ("pipeline capture").
 func runsCommand(lines [][]string, path string) bool {
 	for _, args := range lines {
-		if p, err := commands().parse(args, io.Discard); err == nil && p.path == path {
+		if p, err := commands().parse(args, io.Discard, io.Discard); err == nil && p.path == path {
 			return true
 		}
 	}
@@ -226,7 +226,7 @@ var sandboxFree = map[string]bool{"pipeline pull": true, "pipeline push": true, 
 func sandboxCommands(lines [][]string) []string {
 	var found []string
 	for _, args := range lines {
-		p, err := commands().parse(args, io.Discard)
+		p, err := commands().parse(args, io.Discard, io.Discard)
 		switch {
 		case err != nil:
 			found = append(found, "pipeline "+strings.Join(args, " ")+" (does not parse)")
@@ -628,7 +628,7 @@ func workflowProblems(wf workflow) []string {
 				}
 			}
 			for _, args := range pipelineCommands(workflowExpand.Replace(step.Run)) {
-				if p, err := commands().parse(args, io.Discard); err == nil && p.path == "pipeline push" && len(p.args) == 1 && !strings.HasPrefix(p.args[0], "oci-layout:") {
+				if p, err := commands().parse(args, io.Discard, io.Discard); err == nil && p.path == "pipeline push" && len(p.args) == 1 && !strings.HasPrefix(p.args[0], "oci-layout:") {
 					pushes = true
 				}
 			}
@@ -819,7 +819,7 @@ func TestPipelineCommandsCatchErrors(t *testing.T) {
 		if len(lines) != 1 {
 			t.Fatalf("%q: %v", script, lines)
 		}
-		if _, err := commands().parse(lines[0], io.Discard); err == nil {
+		if _, err := commands().parse(lines[0], io.Discard, io.Discard); err == nil {
 			t.Errorf("%q parses", script)
 		}
 	}

@@ -12,7 +12,8 @@ import (
 )
 
 // TestExitCode: a command's error and the signal that stopped it give the pipeline's exit
-// code: a signal wins over the error it caused, bad usage or config is 2, any other failure 1.
+// code: a signal wins over the error it caused, bad usage or config is 2, check-host's verdict that
+// checkpoints do not restore 3, any other failure 1.
 func TestExitCode(t *testing.T) {
 	failed := errors.New("capture of a failed")
 	usage := usagef("unknown flag --x")
@@ -31,6 +32,8 @@ func TestExitCode(t *testing.T) {
 		{"usage wrapped", fmt.Errorf("capture: %w", usage), nil, 2},
 		{"invalid config", invalid, nil, 2},
 		{"missing prerequisite", setup, nil, 2},
+		{"check-host's verdict", fmt.Errorf("%w on this host: js", errDoesNotRestore), nil, 3},
+		{"check-host's verdict, stopped", fmt.Errorf("%w on this host: js", errDoesNotRestore), syscall.SIGTERM, 143},
 		{"SIGINT", failed, syscall.SIGINT, 130},
 		{"SIGTERM", usage, syscall.SIGTERM, 143},
 	} {

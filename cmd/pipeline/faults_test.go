@@ -121,11 +121,7 @@ func (e *faultEnv) waitForBlockedCapture(t *testing.T) string {
 
 func (e *faultEnv) checkNoSandboxes(t *testing.T) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if ids, err := e.runtime().List(ctx); err != nil || len(ids) != 0 {
-		t.Errorf("runsc list under %s: %v %v", e.root, ids, err)
-	}
+	testenv.CheckNoRunsc(t, e.runsc, e.root, "")
 }
 
 // goodOutput captures a small set so later runs have something to keep intact.

@@ -76,7 +76,7 @@ func floodChild(cfgPath string) error {
 	var rep floodReport
 	_, err = env.WithVerifiedOutput(ctx, cfg.Output, []string{"js"}, func(x *run.VerifiedOutput) error {
 		r := x.Sandboxes.Restorer(x.Work, 4*time.Minute)
-		_, err := r.TimedCall(ctx, launch.Call{SetID: "js", Step: "flood", Start: launch.RestoreStep(x.Dir(x.Picked[0]), r.Flags), Request: request,
+		_, err := r.TimedCall(ctx, launch.Call{SetID: "js", Step: "flood", Image: launch.Image{Dir: x.Dir(x.Picked[0]), Flags: r.Flags}, Request: request,
 			Check: func(resp []byte) error {
 				v, err := pycall.DecodeEnvelope(resp)
 				rep.Wrote, _ = v.(int64)

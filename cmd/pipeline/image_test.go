@@ -165,7 +165,7 @@ func TestCaptureFromUserImage(t *testing.T) {
 	r := &measure.Restorer{Launcher: launch.Launcher{Runtime: rt, Rootfs: m.Rootfs.Path, WorkDir: dir, Timeout: time.Minute}, Flags: m.RestoreFlags}
 	request, _ := pycall.EvalRequest(`[__import__("os").path.exists(p) for p in ("/etc/debian_version", "/usr/share/readie-opaque/new", "/usr/share/zoneinfo/UTC", "/etc/os-release")]`)
 	var seen []any
-	_, err = r.TimedCall(context.Background(), launch.Call{SetID: "small", Step: "call", Start: launch.RestoreStep(filepath.Join(dir, "out", "small"), r.Flags), Request: request, Check: func(resp []byte) error {
+	_, err = r.TimedCall(context.Background(), launch.Call{SetID: "small", Step: "call", Image: launch.Image{Dir: filepath.Join(dir, "out", "small"), Flags: r.Flags}, Request: request, Check: func(resp []byte) error {
 		v, err := pycall.DecodeEnvelope(resp)
 		seen, _ = v.([]any)
 		return err

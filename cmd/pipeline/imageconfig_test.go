@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -29,11 +27,9 @@ import (
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/internal/testenv/debianimage"
 	"readie.dev/pipeline/pkg/catalogue"
-	"readie.dev/pipeline/pkg/executorproto"
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/pycall"
-	"readie.dev/pipeline/pkg/runsc"
-	"readie.dev/pipeline/pkg/sandbox"
 )
 
 // dirEntry is a directory entry of tarLayer.
@@ -54,62 +50,38 @@ func withConfig(t *testing.T, img v1.Image, top v1.Layer, cfg v1.Config) v1.Imag
 	return img
 }
 
-// kitCall restores checkpoint id of the output out as a worker does, through the kit alone
-// (manifest.Load, sandbox.RestoreSpec, sandbox.PrepareHostDir, pkg/runsc, executorproto),
-// and returns what the executor answers to expr.
+// kitCall restores checkpoint id of the output out as a worker does, through the kit's one
+// restore path (launch.OpenOutput, Restorer.Restore), and returns what the executor answers to
+// expr.
 func kitCall(t *testing.T, out, id, expr string) any {
 	t.Helper()
-	m, err := manifest.Load(filepath.Join(out, manifest.FileName))
+	o, err := launch.OpenOutput(out, launch.OpenOptions{Verify: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	work := testenv.WorkDir(t)
-	host := filepath.Join(work, "h")
-	if err := os.Mkdir(host, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	spec, err := sandbox.RestoreSpec(filepath.Join(out, m.Spec), m.SpecFingerprint, m.RunscFlags, sandbox.RestoreOptions{Rootfs: m.Rootfs.Path, HostDir: host, Env: []string{"KIT=1"}})
+	rt := &launch.Runtime{Path: testenv.RunscPath(t), Root: runscRoot(t, work), Flags: o.Flags}
+	r, err := o.Restorer(launch.Options{Runtime: rt, WorkDir: filepath.Join(work, "w"), IDs: launch.RandomIDs{Prefix: "kit"}, Env: []string{"KIT=1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sandbox.PrepareHostDir(host, spec.Process.User); err != nil {
-		t.Fatal(err)
-	}
-	b := filepath.Join(work, "b")
-	os.Mkdir(b, 0o700)
-	data, _ := json.Marshal(spec)
-	os.WriteFile(filepath.Join(b, "config.json"), data, 0o600)
-	r := &runsc.Runsc{Path: testenv.RunscPath(t), Root: runscRoot(t, work), GlobalArgs: m.RunscFlags}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	// Pipes, as at capture: a restored process needs stdio of the same kinds.
-	pr, pw, err := os.Pipe()
+	restored, err := r.Restore(ctx, id, launch.RestoreOptions{})
+	if err != nil {
+		t.Fatalf("restore of %s through the kit: %v", id, err)
+	}
+	request, err := pycall.EvalRequest(expr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	logged := make(chan string, 1)
-	go func() { data, _ := io.ReadAll(pr); logged <- string(data) }()
-	defer r.Delete(context.WithoutCancel(ctx), "kit", &runsc.DeleteOpts{Force: true})
-	err = r.Create(ctx, "kit", b, &runsc.CreateOpts{IO: runsc.IO{Stdout: pw, Stderr: pw}})
-	if err == nil {
-		_, err = r.Restore(ctx, "kit", b, &runsc.RestoreOpts{ImagePath: filepath.Join(out, id), Detach: true, ExtraArgs: m.RestoreFlags})
-	}
+	response, err := restored.Call(ctx, request)
 	var value any
 	if err == nil {
-		var conn net.Conn
-		if conn, err = executorproto.Dial(ctx, filepath.Join(host, sandbox.SocketName)); err == nil {
-			request, _ := pycall.EvalRequest(expr)
-			var response []byte
-			if response, err = executorproto.Call(ctx, conn, request); err == nil {
-				value, err = pycall.DecodeEnvelope(response)
-			}
-			conn.Close()
-		}
+		value, err = pycall.DecodeEnvelope(response)
 	}
-	deleteErr := r.Delete(ctx, "kit", &runsc.DeleteOpts{Force: true})
-	pw.Close()
-	if err = errors.Join(err, deleteErr); err != nil {
-		t.Fatalf("restore of %s through the kit: %v\nexecutor:\n%s", id, err, <-logged)
+	if err = errors.Join(err, restored.Close(ctx)); err != nil {
+		t.Fatalf("call of %s through the kit: %v\nexecutor stderr:\n%s", id, err, restored.Sandbox.Tail(20))
 	}
 	return value
 }
@@ -165,23 +137,14 @@ func benchPoolEval(t *testing.T, cfg, out, id, expr string) any {
 			return err
 		}
 		defer func() { err = errors.Join(err, sb.Delete(ctx)) }()
-		if err := sb.Restore(ctx, x.Dir(x.Picked[0]), r.Flags); err != nil {
-			return err
-		}
-		conn, err := executorproto.Dial(ctx, sb.SocketPath())
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
 		request, err := pycall.EvalRequest(expr)
 		if err != nil {
 			return err
 		}
-		response, err := executorproto.Call(ctx, conn, request)
-		if err != nil {
+		_, err = sb.CallOnce(ctx, launch.Image{Dir: x.Dir(x.Picked[0]), Flags: r.Flags}, request, func(response []byte) (err error) {
+			value, err = pycall.DecodeEnvelope(response)
 			return err
-		}
-		value, err = pycall.DecodeEnvelope(response)
+		})
 		return err
 	})
 	if err != nil {

@@ -4,7 +4,8 @@
 // `pipeline COMMAND -h` shows a command's flags.
 //
 // Exit codes: 0 success, 1 a failed capture/measure/smoke/verify/bench or a locked output,
-// 2 bad usage, config or input, 130 or 143 when interrupted by SIGINT or SIGTERM.
+// 2 bad usage, config or input, 3 check-host's verdict that some checkpoint will not restore
+// on the host, 130 or 143 when interrupted by SIGINT or SIGTERM.
 package main
 
 import (
@@ -29,9 +30,10 @@ import (
 
 // The pipeline's exit codes, exitcode's; a signal's is exitcode.ForSignal's.
 const (
-	exitOK     = exitcode.OK
-	exitFailed = exitcode.Failed
-	exitUsage  = exitcode.Usage
+	exitOK             = exitcode.OK
+	exitFailed         = exitcode.Failed
+	exitUsage          = exitcode.Usage
+	exitDoesNotRestore = exitcode.DoesNotRestore
 )
 
 func commands() commandSet {
@@ -50,7 +52,10 @@ func main() {
 // dispatch runs one command line. A signal on signals stops the command: its context is
 // cancelled, it deletes its sandboxes, and the exit code says which signal it was.
 func dispatch(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int {
-	p, err := commands().parse(args, stderr)
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
+		args = append([]string{"version"}, args[1:]...) // what people try first
+	}
+	p, err := commands().parse(args, stdout, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
@@ -110,6 +115,8 @@ func exitCode(err error, stoppedBy os.Signal) int {
 		return exitcode.ForSignal(sig)
 	case isUsage(err):
 		return exitUsage
+	case errors.Is(err, errDoesNotRestore):
+		return exitDoesNotRestore // a verdict, which a script must tell from a check that failed
 	}
 	return exitFailed
 }

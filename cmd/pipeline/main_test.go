@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -11,12 +10,10 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"readie.dev/pipeline/internal/bench"
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/atomicfile"
-	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/runsc"
 	"readie.dev/pipeline/pkg/sandbox"
@@ -78,11 +75,16 @@ timeouts:
 	return path
 }
 
-// runscRoot is a private runsc root inside dir, removed (with runsc's mount in it) after the test.
+// runscRoot is a private runsc root inside dir; after the test, nothing may be left of its
+// sandboxes (testenv.CheckNoRunsc: runsc list and processes), and it is removed (with runsc's
+// mount in it).
 func runscRoot(t *testing.T, dir string) string {
 	t.Helper()
 	root := filepath.Join(dir, "root")
 	t.Cleanup(func() {
+		if !testing.Short() { // -short runs no sandbox, and has no runsc to list with
+			testenv.CheckNoRunsc(t, testenv.RunscPath(t), root, "")
+		}
 		if err := testenv.RemoveRunscRoot(root); err != nil {
 			t.Error(err)
 		}
@@ -131,6 +133,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"--soak with two concurrencies", []string{"bench", "--soak", "30m", "--concurrency", "1,2"}, `--concurrency "1,2" (with --soak: one number, 1 to 256)`},
 		{"--soak neither count nor duration", []string{"bench", "--soak", "lots"}, `--soak "lots": want a number of restores (5000) or a duration (30m)`},
 		{"--soak-kill-every alone", []string{"bench", "--soak-kill-every", "100"}, "--soak-kill-every goes with --soak"},
+		{"bench --runs without --capture", []string{"bench", "--runs", "3"}, "--runs: only with --capture"},
+		{"bench --clean-failed without --capture", []string{"bench", "--clean-failed", "--soak", "5"}, "--clean-failed: only with --capture"},
 		{"verify missing output", []string{"verify", "--config", testConfig{runsc: "/x", root: "/r", rootfs: "/f", output: filepath.Join(dir, "none")}.write(t)}, "does not exist"},
 		{"spec bad mode", []string{"spec", "--mode", "party", "--config", testConfig{runsc: "/x", root: "/r", rootfs: "/f", output: dir}.write(t)}, `-mode "party": want capture, measure or sandbox`},
 	}
@@ -204,12 +208,7 @@ func TestCaptureVerify(t *testing.T) {
 			t.Errorf("checkpoint %+v", c)
 		}
 	}
-	rt := &launch.Runtime{Path: testenv.RunscPath(t), Root: root, Flags: sandbox.DefaultFlags()}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if ids, err := rt.List(ctx); err != nil || len(ids) != 0 {
-		t.Fatalf("sandboxes left: %v %v", ids, err)
-	}
+	testenv.CheckNoRunsc(t, testenv.RunscPath(t), root, "")
 	for _, pattern := range []string{".staging-*", ".old-*"} {
 		if matches, _ := filepath.Glob(out + pattern); len(matches) != 0 {
 			t.Errorf("staging or old output left: %v", matches)
@@ -347,10 +346,16 @@ func TestBenchShort(t *testing.T) {
 	if err != nil || bytes.Count(txt, []byte("\nBenchmarkRestore/set=small/series=")) != 24*2 || bytes.Count(txt, []byte(":last-page/conc=1 ")) != 9*2 || bytes.Count(txt, []byte("\nBenchmarkRestore/set=small/series=pooled/conc=1 ")) != 2 || bytes.Count(txt, []byte("\nBenchmarkRestoreAtOnce/set=small/series=")) != 7*(2*1+2*2) {
 		t.Errorf("bench.txt: %v\n%s", err, txt)
 	}
-	// A second run keeps the first: history, not overwrite; latest follows the new one.
+	// A second run keeps the first: history, not overwrite; latest follows the new one. Its
+	// report on stdout is one JSON document with --log-format json.
 	first, _ := os.Readlink(latest)
-	if code, _, stderr := runCLI(t, "bench", "--config", cfg, "--only", "small", "--rounds", "1", "--variants=false", "--concurrency", ""); code != exitOK {
+	code, stdout, stderr = runCLI(t, "bench", "--config", cfg, "--only", "small", "--rounds", "1", "--variants=false", "--concurrency", "", "--log-format", "json")
+	if code != exitOK {
 		t.Fatalf("second bench: %s", stderr)
+	}
+	var again bench.Report
+	if err := decodeOne(stdout, &again); err != nil || len(again.Sets) != 1 || again.Sets[0].ID != "small" || again.Sets[0].Series["pooled"].Median <= 0 {
+		t.Errorf("second bench's JSON: %v\n%s", err, stdout)
 	}
 	runs, _ := filepath.Glob(filepath.Join(out, "bench", "2*"))
 	second, _ := os.Readlink(latest)

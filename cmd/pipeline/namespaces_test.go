@@ -97,19 +97,6 @@ func waitUntil(t *testing.T, limit time.Duration, what string, cond func() bool)
 	}
 }
 
-// runscProcessesOf lists the runsc processes (sandbox, gofer) of sandbox id visible here.
-func runscProcessesOf(id string) []string {
-	var found []string
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		data, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if strings.HasPrefix(string(data), "runsc") && strings.Contains(string(data), id) {
-			found = append(found, e.Name())
-		}
-	}
-	return found
-}
-
 // runLeftovers are the files a run names after its lease in the shared directories: a
 // sandbox, its pending store entries (the blocked set's, and those of sets captured beside it
 // that wait for it before their timed restores), its scratch directory.
@@ -200,7 +187,8 @@ func TestRunsInOtherPidNamespaces(t *testing.T) {
 	a.wait(t, time.Minute)
 	waitUntil(t, time.Minute, "A's namespace gone", func() bool {
 		_, err := os.Stat("/proc/" + strconv.Itoa(pidA))
-		return os.IsNotExist(err) && len(runscProcessesOf(idA)) == 0
+		left, perr := testenv.RunscProcesses("", idA)
+		return os.IsNotExist(err) && perr == nil && len(left) == 0
 	})
 	if there := e.present(t, leftA); len(there) != 2+len(leftA.pending) {
 		t.Fatalf("the killed run left only %v", there)

@@ -44,6 +44,5 @@ func (c *pullCmd) Execute(ctx context.Context, con *console, args []string) erro
 	if err != nil {
 		return usageIfSetup(err)
 	}
-	fmt.Fprintf(con.stdout, "%s: %d checkpoints verified (executor protocol %d, runsc %s)\n", args[1], len(m.Checkpoints), m.ExecutorProtocol, m.Runsc.Version)
-	return nil
+	return printVerified(con, args[1], m)
 }

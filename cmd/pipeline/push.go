@@ -60,6 +60,9 @@ func (c *pushCmd) Execute(ctx context.Context, con *console, args []string) erro
 	if err != nil {
 		return err
 	}
+	if con.json {
+		return writeJSON(con.stdout, map[string]string{"reference": pushed})
+	}
 	fmt.Fprintln(con.stdout, pushed)
 	return nil
 }

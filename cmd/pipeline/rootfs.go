@@ -62,6 +62,9 @@ func (c *rootfsCmd) Execute(ctx context.Context, con *console, _ []string) error
 	} else {
 		con.log.WithField("digest", info.Digest).Info("rootfs assembled")
 	}
+	if con.json {
+		return writeJSON(con.stdout, map[string]any{"rootfs": path, "digest": info.Digest, "reused": info.Reused})
+	}
 	fmt.Fprintln(con.stdout, path)
 	return nil
 }

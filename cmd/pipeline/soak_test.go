@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"readie.dev/pipeline/internal/bench"
+	"readie.dev/pipeline/internal/lease"
 	"readie.dev/pipeline/internal/testenv"
 )
 
@@ -83,6 +84,10 @@ func TestSoakShort(t *testing.T) {
 		}
 	}
 	checkNothingLeft(t, r)
+	// And by the tests' own look: no sandbox, no runsc process of the root, nothing in TMPDIR
+	// but the test's own temporary directories and the directory of the runs' leases.
+	testenv.CheckNoRunsc(t, testenv.RunscPath(t), root, "")
+	testenv.CheckEmptyDir(t, tmp, t.Name()+"*", lease.RunsDir)
 }
 
 // checkNothingLeft checks the soak's last sample against its first: with a private runsc root

@@ -55,6 +55,9 @@ func (c *specCmd) Execute(ctx context.Context, con *console, args []string) erro
 	if err != nil {
 		return err
 	}
+	if con.json {
+		return writeJSON(con.stdout, map[string]any{"spec": spec, "fingerprint": fingerprint})
+	}
 	data, err := json.MarshalIndent(spec, "", "  ")
 	if err != nil {
 		return err

@@ -39,7 +39,11 @@ func printSummary(c *console, res *run.Result) error {
 			}
 			rows = append(rows, x)
 		}
-		return writeJSON(c.stdout, map[string]any{"sets": rows})
+		doc := map[string]any{"sets": rows}
+		if res.Catalogue != nil && res.Catalogue.Prediction != nil {
+			doc["prediction"] = res.Catalogue.Prediction // capture --plan's, as printPrediction prints it
+		}
+		return writeJSON(c.stdout, doc)
 	}
 	tw := newTable(c.stdout)
 	fmt.Fprintln(tw, "set\tstatus\timports\timage MiB\trestore min ms\tmedian ms\tp90 ms\tmax ms\tsmoke\tready ms\t")
@@ -73,6 +77,27 @@ func printCheckpoints(c *console, m *manifest.Manifest, status string) error {
 		printRow(tw, cp, status)
 	}
 	return tw.Flush()
+}
+
+// verified is what verify and pull report of an output whose every hash they checked.
+type verified struct {
+	Output           string   `json:"output"`
+	Checkpoints      []string `json:"checkpoints"`
+	ExecutorProtocol int      `json:"executor_protocol"`
+	RunscVersion     string   `json:"runsc_version"`
+}
+
+// printVerified prints the output dir of manifest m, verified: a line, or JSON when the logs are.
+func printVerified(c *console, dir string, m *manifest.Manifest) error {
+	v := verified{Output: dir, Checkpoints: []string{}, ExecutorProtocol: m.ExecutorProtocol, RunscVersion: m.Runsc.Version}
+	for _, cp := range m.Checkpoints {
+		v.Checkpoints = append(v.Checkpoints, cp.ID)
+	}
+	if c.json {
+		return writeJSON(c.stdout, v)
+	}
+	_, err := fmt.Fprintf(c.stdout, "%s: %d checkpoints verified (executor protocol %d, runsc %s)\n", v.Output, len(v.Checkpoints), v.ExecutorProtocol, v.RunscVersion)
+	return err
 }
 
 func orDash(s string) string {

@@ -162,7 +162,7 @@ func TestPassEnvOnlyWhenAsked(t *testing.T) {
 		var got any
 		_, err := env.WithVerifiedOutput(ctx, out, []string{"js"}, func(x *run.VerifiedOutput) error {
 			r := x.Sandboxes.Restorer(x.Work, time.Minute)
-			_, err := r.TimedCall(ctx, launch.Call{SetID: "js", Step: "call", Start: launch.RestoreStep(x.Dir(x.Picked[0]), r.Flags), Request: request,
+			_, err := r.TimedCall(ctx, launch.Call{SetID: "js", Step: "call", Image: launch.Image{Dir: x.Dir(x.Picked[0]), Flags: r.Flags}, Request: request,
 				Check: func(resp []byte) error {
 					var err error
 					got, err = pycall.DecodeEnvelope(resp)

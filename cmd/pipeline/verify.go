@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"os"
 
 	"readie.dev/pipeline/internal/outdir"
@@ -42,7 +41,5 @@ func (c *verifyCmd) Execute(ctx context.Context, con *console, args []string) er
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(con.stdout, "%s: %d checkpoints verified (executor protocol %d, runsc %s)\n",
-		cfg.Output, len(m.Checkpoints), m.ExecutorProtocol, m.Runsc.Version)
-	return nil
+	return printVerified(con, cfg.Output, m)
 }

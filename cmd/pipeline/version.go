@@ -19,31 +19,51 @@ func (*versionCmd) Synopsis() string {
 }
 func (c *versionCmd) SetFlags(fs *flag.FlagSet) { c.config.register(fs) }
 
+// versions is what `pipeline version` reports.
+type versions struct {
+	// Pipeline is the module's version and, when the build recorded it, the VCS revision.
+	Pipeline         string        `json:"pipeline"`
+	ExecutorProtocol int           `json:"executor_protocol"`
+	Runsc            runscVersions `json:"runsc"`
+}
+
+// runscVersions is the config's runsc; Version is empty when it is not installed there.
+type runscVersions struct {
+	Path          string `json:"path"`
+	Version       string `json:"version,omitempty"`
+	Module        string `json:"module,omitempty"`
+	ModuleVersion string `json:"module_version,omitempty"`
+}
+
 func (c *versionCmd) Execute(ctx context.Context, con *console, args []string) error {
 	if err := noArgs(args); err != nil {
 		return err
 	}
-	version := "(unknown)"
-	if info, ok := debug.ReadBuildInfo(); ok {
-		version = info.Main.Version
-		for _, s := range info.Settings {
-			if s.Key == "vcs.revision" {
-				version += " " + s.Value
-			}
-		}
-	}
-	fmt.Fprintf(con.stdout, "pipeline %s\nexecutor protocol %d\n", version, executorproto.Version)
 	cfg, err := c.config.load()
 	if err != nil {
 		return err
 	}
+	v := versions{Pipeline: "(unknown)", ExecutorProtocol: executorproto.Version, Runsc: runscVersions{Path: cfg.Runsc.Path}}
+	if info, ok := debug.ReadBuildInfo(); ok {
+		v.Pipeline = info.Main.Version
+		for _, s := range info.Settings {
+			if s.Key == "vcs.revision" {
+				v.Pipeline += " " + s.Value
+			}
+		}
+	}
 	rt := &runsc.Runsc{Path: cfg.Runsc.Path, CommandTimeout: cfg.Timeouts.RunscCommand}
-	runscVersion, err := rt.Version(ctx)
-	if err != nil {
-		fmt.Fprintf(con.stdout, "runsc: not installed at %s (run `make runsc`)\n", cfg.Runsc.Path)
+	if v.Runsc.Version, err = rt.Version(ctx); err == nil {
+		v.Runsc.Module, v.Runsc.ModuleVersion, _ = rt.Module()
+	}
+	if con.json {
+		return writeJSON(con.stdout, v)
+	}
+	fmt.Fprintf(con.stdout, "pipeline %s\nexecutor protocol %d\n", v.Pipeline, v.ExecutorProtocol)
+	if v.Runsc.Version == "" {
+		fmt.Fprintf(con.stdout, "runsc: not installed at %s (run `make runsc`)\n", v.Runsc.Path)
 		return nil
 	}
-	module, moduleVersion, _ := rt.Module()
-	fmt.Fprintf(con.stdout, "runsc %s (%s@%s) at %s\n", runscVersion, module, moduleVersion, cfg.Runsc.Path)
+	fmt.Fprintf(con.stdout, "runsc %s (%s@%s) at %s\n", v.Runsc.Version, v.Runsc.Module, v.Runsc.ModuleVersion, v.Runsc.Path)
 	return nil
 }

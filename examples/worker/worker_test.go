@@ -3,20 +3,23 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/exitcode"
-	"readie.dev/pipeline/pkg/runsc"
 )
 
 // build compiles a main package of this module into dir.
@@ -31,15 +34,13 @@ func build(t *testing.T, dir, pkg string) string {
 	return bin
 }
 
-// privateRoot is a runsc root that must hold no sandbox when the test ends.
+// privateRoot is a runsc root that must hold no sandbox when the test ends: none in runsc
+// list, no runsc process naming it.
 func privateRoot(t *testing.T, runscPath, dir string) string {
 	t.Helper()
 	root := filepath.Join(dir, "root")
 	t.Cleanup(func() {
-		cs, err := (&runsc.Runsc{Path: runscPath, Root: root}).List(context.Background())
-		if err != nil || len(cs) != 0 {
-			t.Errorf("sandboxes left under %s: %v, %v", root, cs, err)
-		}
+		testenv.CheckNoRunsc(t, runscPath, root, "")
 		if err := testenv.RemoveRunscRoot(root); err != nil {
 			t.Error(err)
 		}
@@ -207,11 +208,112 @@ checkpoints:
 		if code, _ := exitcode.Of(err); code != exitcode.ForSignal(syscall.SIGTERM) || !strings.Contains(blockedErr.String(), "was deleted") {
 			t.Fatalf("worker -pool %s stopped by SIGTERM = %v\n%s", pool, err, &blockedErr)
 		}
-		cs, err := (&runsc.Runsc{Path: runscPath, Root: root}).List(context.Background())
-		if err != nil || len(cs) != 0 {
-			t.Fatalf("worker -pool %s left sandboxes after SIGTERM: %v, %v", pool, cs, err)
+		testenv.CheckNoRunsc(t, runscPath, root, "")
+	}
+
+	t.Run("sigterm-loop", func(t *testing.T) { sigtermLoop(t, worker, out, runscPath, dir) })
+}
+
+// sigtermRounds is how many times sigtermLoop stops the worker.
+const sigtermRounds = 20
+
+// sigtermLoop stops the example worker with SIGTERM at random moments (a seeded random delay;
+// the seed is logged, and READIE_SIGTERM_SEED repeats a run): every other round after it says
+// it fills its pool (its first `runsc create` under way or about to be), the others after its
+// first answer (its second call under way, its pool refilling). Whenever the signal lands,
+// even after the worker is done, it leaves nothing: no sandbox in runsc list, no runsc process
+// of its root (by process), no entry in its runsc root or in its TMPDIR. A pool of one and two
+// short calls bound each round.
+func sigtermLoop(t *testing.T, worker, out, runscPath, dir string) {
+	seed := time.Now().UnixNano()
+	if s := os.Getenv("READIE_SIGTERM_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseInt(s, 10, 64); err != nil {
+			t.Fatalf("READIE_SIGTERM_SEED=%q: %v", s, err)
 		}
 	}
+	t.Logf("seed %d (READIE_SIGTERM_SEED=%d repeats these moments)", seed, seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 35))
+	root := privateRoot(t, runscPath, filepath.Join(dir, "loop"))
+	tmp := filepath.Join(dir, "loop-tmp")
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	stopped := 0
+	for round := range sigtermRounds {
+		moment, after := "after it said it fills its pool", "worker: filling a pool of 1"
+		if round%2 == 1 {
+			moment, after = "after its first answer", "worker: small restored in"
+		}
+		delay := time.Duration(rng.Int64N(int64(time.Second)))
+		cmd := testenv.Command(t, 2*time.Minute, worker, "-out", out, "-runsc", runscPath, "-root", root, "-set", "small", "-pool", "1", "-calls", "2")
+		cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+		stdout, stderr := &lineWatch{want: after}, &lineWatch{want: after}
+		stdout.init()
+		stderr.init()
+		cmd.Stdout, cmd.Stderr = stdout, stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		var err error
+		select {
+		case <-stdout.seen:
+		case <-stderr.seen:
+		case err = <-exited: // done, or failed, before it got there
+			exited <- err
+		}
+		time.Sleep(delay)
+		signalErr := cmd.Process.Signal(syscall.SIGTERM)
+		err = <-exited
+		code := exitCode(err)
+		switch {
+		case code == exitcode.ForSignal(syscall.SIGTERM):
+			stopped++
+		case code == exitcode.OK && (signalErr != nil || strings.Count(stdout.String(), "worker: small restored in") == 2):
+			// done before the signal landed
+		default:
+			t.Errorf("round %d, SIGTERM %s %s: exit %v\nstdout:\n%s\nstderr:\n%s", round, delay.Round(time.Millisecond), moment, err, stdout, stderr)
+		}
+		t.Logf("round %d: SIGTERM %s %s: exit %d", round, delay.Round(time.Millisecond), moment, code)
+		testenv.CheckNoRunsc(t, runscPath, root, "")
+		testenv.CheckEmptyDir(t, root, "null-netns") // runsc's, mounted once per root (RemoveRunscRoot)
+		testenv.CheckEmptyDir(t, tmp)
+		if t.Failed() {
+			t.Fatalf("round %d left something (seed %d)\nstderr:\n%s", round, seed, stderr)
+		}
+	}
+	t.Logf("%d rounds (%d stopped by the signal, the others done before it) in %s", sigtermRounds, stopped, time.Since(began).Round(time.Millisecond))
+}
+
+// lineWatch keeps what a process writes and closes seen once a line begins with want.
+type lineWatch struct {
+	want string
+	seen chan struct{}
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	done bool
+}
+
+func (w *lineWatch) init() { w.seen = make(chan struct{}) }
+
+func (w *lineWatch) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if !w.done && (strings.HasPrefix(w.buf.String(), w.want) || strings.Contains(w.buf.String(), "\n"+w.want)) {
+		w.done = true
+		close(w.seen)
+	}
+	return len(p), nil
+}
+
+func (w *lineWatch) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
 }
 
 // linkOutput makes dst a copy of the output src, every file hard-linked but manifest.json
@@ -234,4 +336,20 @@ func linkOutput(t *testing.T, src, dst string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// exitCode is the worker's exit code, 128+N when signal N killed it before its handler was in
+// place.
+func exitCode(err error) int {
+	var exited *exec.ExitError
+	switch {
+	case err == nil:
+		return exitcode.OK
+	case !errors.As(err, &exited):
+		return -1
+	}
+	if status, ok := exited.Sys().(syscall.WaitStatus); ok && status.Signaled() {
+		return exitcode.ForSignal(status.Signal())
+	}
+	return exited.ExitCode()
 }

@@ -55,7 +55,7 @@ func batch(ctx context.Context, r *measure.Restorer, set MeasuredSet, dir string
 					return context.Cause(ctx)
 				}
 			}
-			marks[i], errs[i] = r.TimedCall(ctx, launch.Call{SetID: set.ID, Step: fmt.Sprintf("conc%d", i), Prepare: wait, Start: launch.RestoreStep(dir, r.Flags),
+			marks[i], errs[i] = r.TimedCall(ctx, launch.Call{SetID: set.ID, Step: fmt.Sprintf("conc%d", i), Prepare: wait, Image: launch.Image{Dir: dir, Flags: r.Flags},
 				Request: request, Check: func(resp []byte) error { return checkImported(resp, set.Imports) }})
 			if !waited {
 				ready.Done()

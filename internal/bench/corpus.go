@@ -172,7 +172,7 @@ func runCorpusOn(ctx context.Context, x *run.VerifiedOutput, o CorpusOptions) (*
 		return nil, err
 	}
 	if router.Basis() == catalogue.BasisImageSize {
-		x.Sandboxes.Log.Warn("bench --corpus: the catalogue has no measured prices (no cold start time): Select chooses by image size and nothing is predicted; run pipeline analyze, then capture, to price starts")
+		x.Sandboxes.Log.Warnf("bench --corpus: the catalogue has no measured prices (%s): Select chooses by image size and nothing is predicted; %s", router.Unpriced(), catalogue.MeasureHint)
 	} else if o.Pool > 0 && !cat.CostModel.Pooled.Measured() {
 		x.Sandboxes.Log.Warn("bench --corpus: the catalogue's cost model has no pooled line (analysed before it was measured): the pooled series goes without a prediction; run pipeline analyze, then capture, to measure it")
 	}

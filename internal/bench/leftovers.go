@@ -6,11 +6,11 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	"readie.dev/pipeline/internal/procs"
 	"readie.dev/pipeline/pkg/runsc"
 )
 
@@ -23,7 +23,7 @@ type Leftovers struct {
 	// Sandboxes are the soak's containers in `runsc list` of its root (at the start and the
 	// end; in between, their state files there).
 	Sandboxes int `json:"sandboxes"`
-	// RunscProcesses are the runsc-sandbox and runsc-gofer processes of the soak's sandboxes.
+	// RunscProcesses are the runsc processes (commands, sandboxes, gofers) of the soak's sandboxes.
 	RunscProcesses int `json:"runsc_processes"`
 	// FDs are the pipeline's own open file descriptors.
 	FDs int `json:"fds"`
@@ -113,28 +113,11 @@ func (p leftoverProbe) sample(ctx context.Context, restores int, list bool) Left
 	return l
 }
 
-// runscProcesses counts the runsc-sandbox and runsc-gofer processes whose command line names
-// one of the soak's sandboxes (its last argument is the sandbox's ID, named after the lease).
+// runscProcesses counts the runsc processes whose command line names one of the soak's
+// sandboxes (its last argument is the sandbox's ID, named after the lease).
 func (p leftoverProbe) runscProcesses() (int, error) {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue // gone since the listing
-		}
-		args := strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
-		if len(args) > 1 && strings.HasPrefix(args[0], "runsc") && strings.Contains(args[len(args)-1], p.lease) {
-			n++
-		}
-	}
-	return n, nil
+	found, err := procs.Runsc(procs.NameID(p.lease))
+	return len(found), err
 }
 
 // mounts counts every mount this process sees, and those under the runsc root or the soak's

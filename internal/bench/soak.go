@@ -4,10 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -20,13 +18,10 @@ import (
 
 	"readie.dev/pipeline/internal/run"
 	"readie.dev/pipeline/pkg/atomicfile"
-	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
 	"readie.dev/pipeline/pkg/pycall"
-	"readie.dev/pipeline/pkg/runsc"
-	"readie.dev/pipeline/pkg/sandbox"
 )
 
 // SoakOptions say how long `pipeline bench --soak` runs and how.
@@ -108,8 +103,9 @@ func (r *SoakReport) Unexpected() int {
 	return n
 }
 
-// Soak restores the checkpoints of out in turn, Concurrency at once, through the worker's kit
-// (the restore spec of pkg/sandbox, the runsc driver of pkg/runsc, pkg/executorproto), checks
+// Soak restores the checkpoints of out in turn, Concurrency at once, through the worker's path
+// (launch.Restorer.Restore: the output opened as a worker opens it, its restore spec, sandboxes
+// created on demand with the run's lease-bound IDs), checks
 // every answer (the checkpoint's modules loaded, the restore-time environment seen), and
 // samples what is left. It writes soak.json into a new directory under OUT/bench. The error
 // matches ErrSoak when a failure was not induced or something was left.
@@ -123,21 +119,25 @@ func Soak(ctx context.Context, env *run.Env, out string, o SoakOptions) (*SoakRe
 	return report, err
 }
 
-// soaker is one soak's shared state.
+// soaker is one soak's shared state: the restorer every restore goes through, as a worker's
+// (launch.Restorer), with the run's lease-bound IDs, and the token its sandboxes see.
 type soaker struct {
-	x        *run.VerifiedOutput
-	driver   *runsc.Runsc
-	newID    func(set, step string) (string, error)
-	specPath string
+	restorer *launch.Restorer
+	token    string
 	timeout  time.Duration
-	leaseID  string
-	log      logrus.FieldLogger
 }
 
 func soakOn(ctx context.Context, x *run.VerifiedOutput, o SoakOptions) (*SoakReport, error) {
 	env, m := x.Sandboxes, x.Manifest
-	s := &soaker{x: x, driver: env.Runtime.Driver(), newID: env.Runtime.NewID, specPath: filepath.Join(x.Out, m.Spec),
-		timeout: env.Config.Timeouts.Restore, leaseID: env.Runtime.Lease.ID(), log: env.Log}
+	// The token is in the environment every sandbox is created with, which a restore onto it
+	// keeps: each answer reads it back.
+	s := &soaker{token: randomToken(), timeout: env.Config.Timeouts.Restore}
+	var err error
+	s.restorer, err = x.Output.Restorer(launch.Options{Runtime: env.Runtime, WorkDir: x.Work, Env: []string{pycall.SmokeTokenVar + "=" + s.token}})
+	if err != nil {
+		return nil, err
+	}
+	driver, leaseID, log := env.Runtime.Driver(), env.Runtime.Lease.ID(), env.Log
 	report := &SoakReport{
 		CreatedAt: time.Now().UTC(), Machine: ThisMachine(), Runsc: m.Runsc, RunscFlags: env.Runtime.Flags.Args(),
 		RestoreFlags: slices.Clone(m.RestoreFlags), Concurrency: o.Concurrency, KillEvery: o.KillEvery, Errors: []SoakFailure{},
@@ -150,7 +150,7 @@ func soakOn(ctx context.Context, x *run.VerifiedOutput, o SoakOptions) (*SoakRep
 	} else {
 		report.Requested = o.Duration.String()
 	}
-	probe := leftoverProbe{root: s.driver.Root, tmp: os.TempDir(), work: x.Work, lease: s.leaseID, driver: s.driver}
+	probe := leftoverProbe{root: driver.Root, tmp: os.TempDir(), work: x.Work, lease: leaseID, driver: driver}
 	first := probe.sample(ctx, 0, true)
 	report.Samples = append(report.Samples, first)
 
@@ -203,7 +203,7 @@ func soakOn(ctx context.Context, x *run.VerifiedOutput, o SoakOptions) (*SoakRep
 				mu.Lock()
 				report.Samples = append(report.Samples, sample)
 				mu.Unlock()
-				s.log.WithFields(logrus.Fields{"restores": done, "sandboxes": sample.Sandboxes, "fds": sample.FDs, "mem_available_mib": sample.MemAvailableKiB >> 10}).Info("soak: sample")
+				log.WithFields(logrus.Fields{"restores": done, "sandboxes": sample.Sandboxes, "fds": sample.FDs, "mem_available_mib": sample.MemAvailableKiB >> 10}).Info("soak: sample")
 			}
 		}
 	}()
@@ -224,10 +224,10 @@ func soakOn(ctx context.Context, x *run.VerifiedOutput, o SoakOptions) (*SoakRep
 				done := len(outcomes)
 				mu.Unlock()
 				if err != nil {
-					s.log.WithFields(logrus.Fields{"n": n, "set": c.ID, "killed": kill}).Warnf("soak: restore failed: %v", err)
+					log.WithFields(logrus.Fields{"n": n, "set": c.ID, "killed": kill}).Warnf("soak: restore failed: %v", err)
 				}
 				if done%100 == 0 {
-					s.log.WithField("restores", done).Info("soak: progress")
+					log.WithField("restores", done).Info("soak: progress")
 				}
 			}
 		})
@@ -299,124 +299,62 @@ func soakOn(ctx context.Context, x *run.VerifiedOutput, o SoakOptions) (*SoakRep
 	return report, nil
 }
 
-// one restores c into a sandbox created beforehand, as a worker does (examples/worker), calls
+// one restores c as a worker does, through the kit's one restore path (launch.Restorer: a
+// sandbox created, never killed half-way, the checkpoint restored, the executor dialled), calls
 // it and checks the answer; the sandbox and its directories are removed on every path. It
 // returns the time from the start of the restore to the checked answer. With kill, the
 // sandbox process is killed with SIGKILL once the executor accepted, before the call.
 func (s *soaker) one(ctx context.Context, c *manifest.Checkpoint, kill bool) (latency time.Duration, err error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, s.timeout, fmt.Errorf("a soak restore of %s exceeded timeouts.restore (%s)", c.ID, s.timeout))
 	defer cancel()
-	id, err := s.newID(c.ID, "soak")
-	if err != nil {
-		return 0, err
-	}
-	hostDir, err := launch.HostDir(s.x.Work, id)
-	if err != nil {
-		return 0, err
-	}
-	bundle := hostDir + "-b"
-	defer os.RemoveAll(bundle)
-	defer os.RemoveAll(hostDir)
-	for _, dir := range []string{hostDir, bundle} {
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			return 0, err
-		}
-	}
-	token := randomToken()
-	spec, err := sandbox.RestoreSpec(s.specPath, s.x.Manifest.SpecFingerprint, s.x.Manifest.RunscFlags, sandbox.RestoreOptions{
-		Rootfs: s.x.Sandboxes.Rootfs.Path, HostDir: hostDir, Env: []string{pycall.SmokeTokenVar + "=" + token},
-	})
-	if err != nil {
-		return 0, err
-	}
-	// An image's non-root user must be able to bind the executor's socket there.
-	if err := sandbox.PrepareHostDir(hostDir, spec.Process.User); err != nil {
-		return 0, err
-	}
-	data, err := json.Marshal(spec)
-	if err != nil {
-		return 0, err
-	}
-	if err := os.WriteFile(filepath.Join(bundle, "config.json"), data, 0o600); err != nil {
-		return 0, err
-	}
 	request, err := pycall.SmokeRequest(c.Imports)
 	if err != nil {
 		return 0, err
 	}
-	// Pipes for the executor's stdout and stderr, as at its capture; drained, the tail kept.
-	pr, pw, err := os.Pipe()
+	restored, err := s.restorer.Restore(ctx, c.ID, launch.RestoreOptions{})
 	if err != nil {
 		return 0, err
 	}
-	tail := &tailBuffer{max: 2048}
-	drained := make(chan struct{})
-	go func() {
-		defer close(drained)
-		io.Copy(tail, pr)
-	}()
 	defer func() {
-		// Deleted on every path, after a cancel too (Delete has its own limit).
-		if deleteErr := s.driver.Delete(context.WithoutCancel(ctx), id, &runsc.DeleteOpts{Force: true}); deleteErr != nil {
-			err = errors.Join(err, fmt.Errorf("the sandbox %s may be left behind: %w", id, deleteErr))
-		}
-		pw.Close()
-		select {
-		case <-drained:
-		case <-time.After(10 * time.Second):
-			err = errors.Join(err, fmt.Errorf("a process still holds the stdout of the deleted sandbox %s", id))
-		}
-		pr.Close()
-		if err != nil && tail.Len() > 0 {
-			err = fmt.Errorf("%w\nexecutor output (tail): %s", err, tail.String())
+		// Deleted on every path, after a cancel too; a failure comes with the executor's words.
+		if closeErr := restored.Close(ctx); closeErr != nil || err != nil {
+			err = errors.Join(err, closeErr)
+			if tail := restored.Sandbox.Tail(10); tail != "" {
+				err = fmt.Errorf("%w\nexecutor stderr:\n%s", err, tail)
+			}
 		}
 	}()
-	// Never cancelled half-way (runsc's own command timeout bounds it): a `runsc create` killed
-	// by a Ctrl-C left its sandbox and gofer running with no state that `delete --force` finds.
-	if err := s.driver.Create(context.WithoutCancel(ctx), id, bundle, &runsc.CreateOpts{IO: runsc.IO{Stdout: pw, Stderr: pw}}); err != nil {
-		return 0, err
-	}
-	pw.Close() // the sandbox holds its own copy
-	start := time.Now()
-	if _, err := s.driver.Restore(ctx, id, bundle, &runsc.RestoreOpts{ImagePath: s.x.Dir(c), Detach: true, ExtraArgs: s.x.Manifest.RestoreFlags}); err != nil {
-		return 0, err
-	}
-	conn, err := executorproto.Dial(ctx, filepath.Join(hostDir, sandbox.SocketName))
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Close()
 	if kill {
-		if err := s.killSandbox(ctx, id); err != nil {
+		if err := killSandbox(ctx, restored.Sandbox); err != nil {
 			return 0, err
 		}
 	}
-	response, err := executorproto.Call(ctx, conn, request)
+	response, err := restored.Call(ctx, request)
 	if err != nil {
 		return 0, err
 	}
-	if err := pycall.CheckSmokeResponse(response, token); err != nil {
+	if err := pycall.CheckSmokeResponse(response, s.token); err != nil {
 		return 0, err
 	}
-	latency = time.Since(start)
+	latency = time.Since(restored.Marks.Began)
 	if kill {
 		return latency, errors.New("the executor answered after its sandbox was killed with SIGKILL")
 	}
 	return latency, nil
 }
 
-// killSandbox sends SIGKILL to the sandbox process of id (runsc state's pid: this pipeline
+// killSandbox sends SIGKILL to the sandbox process of sb (runsc state's pid: this pipeline
 // made it, in this pid namespace).
-func (s *soaker) killSandbox(ctx context.Context, id string) error {
-	st, err := s.driver.State(ctx, id)
+func killSandbox(ctx context.Context, sb *launch.Sandbox) error {
+	st, err := sb.State(ctx)
 	if err != nil {
 		return err
 	}
 	if st.Pid <= 0 {
-		return fmt.Errorf("runsc state of %s gives no pid to kill", id)
+		return fmt.Errorf("runsc state of %s gives no pid to kill", sb.ID)
 	}
 	if err := syscall.Kill(st.Pid, syscall.SIGKILL); err != nil {
-		return fmt.Errorf("kill the sandbox process %d of %s: %w", st.Pid, id, err)
+		return fmt.Errorf("kill the sandbox process %d of %s: %w", st.Pid, sb.ID, err)
 	}
 	return nil
 }
@@ -425,33 +363,4 @@ func randomToken() string {
 	var b [8]byte
 	rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if len(t.buf) > t.max {
-		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) Len() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.buf)
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.buf)
 }

@@ -4,12 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
-	specs "github.com/opencontainers/runtime-spec/specs-go"
-
-	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/measure"
 	"readie.dev/pipeline/pkg/pool"
@@ -46,12 +42,8 @@ func TimeColdCall(ctx context.Context, l *launch.Launcher, setID string, imports
 	if err != nil {
 		return 0, err
 	}
-	marks, err := l.TimedCall(ctx, launch.Call{SetID: setID, Step: "cold", Start: func(ctx context.Context, sb *launch.Sandbox) error {
-		if err := sb.Create(ctx); err != nil {
-			return err
-		}
-		return sb.Start(ctx)
-	}, Request: request, Check: func(resp []byte) error { return checkImported(resp, imports) }})
+	// The zero Image: `runsc create` and `runsc start`, both on the clock.
+	marks, err := l.TimedCall(ctx, launch.Call{SetID: setID, Step: "cold", Request: request, Check: func(resp []byte) error { return checkImported(resp, imports) }})
 	return marks.TotalMS(), err
 }
 
@@ -69,7 +61,7 @@ func TimeRestoreCall(ctx context.Context, r *measure.Restorer, setID, imageDir s
 		prepare = func(ctx context.Context, sb *launch.Sandbox) error { return sb.Create(ctx) }
 		step = "prestarted"
 	}
-	return r.TimedCall(ctx, launch.Call{SetID: setID, Step: step, Prepare: prepare, Start: launch.RestoreStep(imageDir, r.Flags),
+	return r.TimedCall(ctx, launch.Call{SetID: setID, Step: step, Prepare: prepare, Image: launch.Image{Dir: imageDir, Flags: r.Flags},
 		Request: request, Check: func(resp []byte) error { return checkImported(resp, imports) }})
 }
 
@@ -93,16 +85,11 @@ func TimeFloor(ctx context.Context, l *launch.Launcher) (_ float64, err error) {
 // the run's lease (Runtime.NewID) so that no other run takes them for leftovers; the caller
 // closes it.
 func NewPool(ctx context.Context, l *launch.Launcher, size int) (*pool.Pool, error) {
-	dir, err := os.MkdirTemp(l.WorkDir, "pool-")
-	if err != nil {
-		return nil, err
-	}
+	so := l.SandboxOptions(sandbox.ModeSandbox, nil, nil)
+	so.KeepLogs = false // a trial's failure carries its stderr's end; a pool makes many
 	return pool.New(ctx, pool.Options{
-		Runsc: l.Runtime.Driver(), Size: size, Dir: dir,
-		Spec: func(hostDir string) (*specs.Spec, error) {
-			return l.Spec(sandbox.ModeSandbox, hostDir, nil, nil)
-		},
-		NewID:      func() (string, error) { return l.Runtime.NewID("pool", Pooled) },
+		New:        func() (*launch.Sandbox, error) { return launch.NewSandbox(so, "pool", Pooled) },
+		Size:       size,
 		GetTimeout: l.Timeout,
 		// The replacement's create waits for the trial's Delete: no create beside a timed start.
 		RefillOnDelete: true,
@@ -130,35 +117,19 @@ func TimePooledCall(ctx context.Context, p *pool.Pool, imageDir string, flags, i
 	return marks, p.Wait(ctx)
 }
 
-// pooledCall takes a sandbox of p, restores or starts it, dials and calls it, and deletes it.
+// pooledCall takes a sandbox of p, restores or starts it, dials and calls it
+// (launch.Sandbox.CallOnce), and deletes it. The time runs from Get.
 func pooledCall(ctx context.Context, p *pool.Pool, imageDir string, flags []string, timeout time.Duration, request []byte, check func([]byte) error) (marks launch.CallMarks, err error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("a pooled start and call exceeded its timeout of %s", timeout))
 	defer cancel()
-	marks.Began = time.Now()
+	began := time.Now()
 	sb, err := p.Get(ctx)
 	if err != nil {
 		return marks, err
 	}
-	defer func() { err = errors.Join(err, sb.Delete(ctx)) }()
-	if imageDir == "" {
-		err = sb.Start(ctx)
-	} else {
-		err = sb.Restore(ctx, imageDir, flags)
-	}
-	if err != nil {
-		return marks, err
-	}
-	marks.Started = time.Now()
-	conn, err := executorproto.Dial(ctx, sb.SocketPath())
-	if err != nil {
-		return marks, err
-	}
-	defer conn.Close()
-	marks.Connected = time.Now()
-	response, err := executorproto.Call(ctx, conn, request)
-	if err != nil {
-		return marks, err
-	}
-	marks.Answered = time.Now()
-	return marks, check(response)
+	defer launch.DeleteInto(ctx, sb, &err)
+	img := launch.Image{Dir: imageDir, Flags: flags} // "": a cold start
+	marks, err = sb.CallOnce(ctx, img, request, check)
+	marks.Began = began
+	return marks, err
 }

@@ -84,7 +84,7 @@ func TestTrials(t *testing.T) {
 func TestTimeFloorJoinsAFailedDelete(t *testing.T) {
 	path, _ := testenv.FakeRunsc(t, "[]", "run", "delete")
 	rt := &launch.Runtime{Path: path, Root: t.TempDir(), Flags: sandbox.DefaultFlags(), Lease: testenv.Lease(t)}
-	_, err := TimeFloor(context.Background(), &launch.Launcher{Runtime: rt, Rootfs: "/rootfs", WorkDir: t.TempDir(), Timeout: time.Minute})
+	_, err := TimeFloor(context.Background(), &launch.Launcher{Runtime: rt, Rootfs: "/rootfs", WorkDir: testenv.WorkDir(t), Timeout: time.Minute})
 	if err == nil || !strings.Contains(err.Error(), "run readie-floor-") || !strings.Contains(err.Error(), "delete: device or resource busy") {
 		t.Fatalf("TimeFloor whose run and delete fail = %v; want both", err)
 	}

@@ -36,12 +36,8 @@ func (s *starter) importOnce(ctx context.Context, step string, preload []string,
 	}
 	s.started.Add(1)
 	var res importResult
-	marks, err := s.launcher.TimedCall(ctx, launch.Call{SetID: "analyze", Step: step, Start: func(ctx context.Context, sb *launch.Sandbox) error {
-		if err := sb.Create(ctx); err != nil {
-			return err
-		}
-		return sb.Start(ctx)
-	}, Request: request, Check: func(response []byte) error {
+	// The zero Image: `runsc create` and `runsc start`, both on the clock.
+	marks, err := s.launcher.TimedCall(ctx, launch.Call{SetID: "analyze", Step: step, Request: request, Check: func(response []byte) error {
 		var err error
 		res, err = decodeImport(response)
 		return err
@@ -65,14 +61,14 @@ func (s *starter) pooledOnce(ctx context.Context, imageDir string, flags []strin
 	if err != nil {
 		return 0, err
 	}
-	step, start := "pooled-cold", func(ctx context.Context, sb *launch.Sandbox) error { return sb.Start(ctx) }
+	step := "pooled-cold"
 	if imageDir != "" {
-		step, start = "pooled", launch.RestoreStep(imageDir, flags)
+		step = "pooled"
 	}
 	s.started.Add(1)
 	marks, err := s.launcher.TimedCall(ctx, launch.Call{SetID: "analyze", Step: step,
 		Prepare: func(ctx context.Context, sb *launch.Sandbox) error { return sb.Create(ctx) },
-		Start:   start, Request: request, Check: func(response []byte) error {
+		Image:   launch.Image{Dir: imageDir, Flags: flags}, Request: request, Check: func(response []byte) error {
 			res, err := decodeImport(response)
 			if err == nil && res.Error != "" {
 				err = fmt.Errorf("the bare call failed: %s", res.Error)

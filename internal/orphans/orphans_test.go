@@ -111,21 +111,13 @@ func startInOtherNamespace(t *testing.T, rt *launch.Runtime) *otherNamespace {
 	run := testenv.NewLease(t)
 	other := *rt
 	other.Lease = run
-	id, err := other.NewID("orphan", "ns")
+	// Only its bundle is made here: it is created and started in the other namespace.
+	l := &launch.Launcher{Runtime: &other, Rootfs: testenv.Rootfs(t), WorkDir: testenv.WorkDir(t)}
+	sb, err := l.NewSandbox("orphan", "ns", sandbox.ModeSandbox, nil, []string{"/bin/sleep", "3600"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	work := testenv.WorkDir(t)
-	host := filepath.Join(work, "host")
-	os.MkdirAll(host, 0o755)
-	spec, err := sandbox.Spec(sandbox.SpecOptions{Mode: sandbox.ModeSandbox, Rootfs: testenv.Rootfs(t), HostDir: host, Args: []string{"/bin/sleep", "3600"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb, err := rt.NewSandbox(id, work, host, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := sb.ID
 	runsc := strings.Join(append([]string{rt.Path, "--root=" + rt.Root}, rt.Flags.Args()...), " ")
 	script := fmt.Sprintf("%s create --bundle %s %s && %s start %s && echo started && exec sleep 3600", runsc, sb.Bundle, id, runsc, id)
 	ns := &otherNamespace{id: id, cmd: exec.Command("unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "sh", "-c", script)}
@@ -169,19 +161,6 @@ func (ns *otherNamespace) kill(t *testing.T) {
 	}
 }
 
-// sandboxProcesses lists the runsc processes here whose command line names the sandbox.
-func sandboxProcesses(id string) []string {
-	var found []string
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		data, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if strings.HasPrefix(string(data), "runsc") && strings.Contains(string(data), id) {
-			found = append(found, e.Name()+": "+strings.ReplaceAll(string(data), "\x00", " "))
-		}
-	}
-	return found
-}
-
 // TestRemoveOrphanFromAnotherPidNamespace (real runsc): runsc records the pids of a sandbox as
 // the namespace that made it saw them (small numbers, which here are strangers such as kernel
 // threads); orphans.Remove signals none of them, removes the sandbox's processes that are still
@@ -220,8 +199,8 @@ func TestRemoveOrphanFromAnotherPidNamespace(t *testing.T) {
 			if left, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", ns.id)); len(left) != 0 {
 				t.Errorf("cgroups left: %v", left)
 			}
-			if left := sandboxProcesses(ns.id); len(left) != 0 {
-				t.Errorf("processes of the sandbox left: %v", left)
+			if left, err := testenv.RunscProcesses(rt.Root, ns.id); err != nil || len(left) != 0 {
+				t.Errorf("processes of the sandbox left: %v %v", left, err)
 			}
 		})
 	}

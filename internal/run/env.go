@@ -124,6 +124,7 @@ func NewEnv(ctx context.Context, cfg *config.Config, log logrus.FieldLogger) (*E
 		Root:           cfg.Runsc.Root,
 		Flags:          cfg.Runsc.SandboxFlags(),
 		CommandTimeout: cfg.Timeouts.RunscCommand,
+		RestoreTimeout: cfg.Timeouts.Restore,
 		OutputLimit:    int64(cfg.Limits.SandboxOutput),
 	}
 	if _, err := os.Stat(rt.Path); err != nil {

@@ -12,6 +12,7 @@ import (
 	"readie.dev/pipeline/internal/outdir"
 	"readie.dev/pipeline/internal/scratch"
 	"readie.dev/pipeline/pkg/executorproto"
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/sandbox"
 )
@@ -26,6 +27,10 @@ type VerifiedOutput struct {
 	Manifest  *manifest.Manifest
 	Picked    []*manifest.Checkpoint // the checkpoints selected by --only (all when empty)
 	Work      string                 // scratch directory for bundles and sockets
+	// Output is the output opened as a worker opens it (launch.NewOutput, on the manifest
+	// loaded here, with the manifest's rootfs): what restores through the kit's one restore
+	// path (the soak) take.
+	Output *launch.Output
 }
 
 // Dir returns the checkpoint directory of c.
@@ -57,7 +62,11 @@ func (e *Env) WithVerifiedOutput(ctx context.Context, out string, only []string,
 	if _, err := manifest.Verify(out, executorproto.Version); err != nil {
 		return nil, fmt.Errorf("%s does not verify, so it is neither restored nor changed: %w", out, err)
 	}
-	x := &VerifiedOutput{Sandboxes: sb, Out: out, Manifest: m}
+	opened, err := launch.NewOutput(out, m, launch.OpenOptions{Rootfs: sb.Rootfs.Path})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	x := &VerifiedOutput{Sandboxes: sb, Out: out, Manifest: m, Output: opened}
 	for i := range m.Checkpoints {
 		if len(only) == 0 || slices.Contains(only, m.Checkpoints[i].ID) {
 			x.Picked = append(x.Picked, &m.Checkpoints[i])

@@ -142,7 +142,8 @@ func PipelineImage(t testing.TB) string {
 }
 
 // Runtime returns a runsc runtime with a private root and a lease of its own (a run's), which
-// the test removes, after checking that no sandbox was left behind under it.
+// the test removes, after checking that no sandbox was left behind under it (CheckNoRunsc: in
+// `runsc list` and by process).
 func Runtime(t testing.TB) *launch.Runtime {
 	t.Helper()
 	root, err := os.MkdirTemp("", "readie-runsc-")
@@ -157,15 +158,7 @@ func Runtime(t testing.TB) *launch.Runtime {
 		Lease: l,
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		ids, err := rt.List(ctx)
-		if err != nil {
-			t.Errorf("runsc list: %v", err)
-		}
-		if len(ids) > 0 {
-			t.Errorf("sandboxes left behind under %s: %v", root, ids)
-		}
+		CheckNoRunsc(t, rt.Path, root, "")
 		if err := RemoveRunscRoot(root); err != nil {
 			t.Error(err)
 		}

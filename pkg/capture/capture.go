@@ -19,6 +19,8 @@ import (
 	"strings"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"readie.dev/pipeline/pkg/atomicfile"
 	"readie.dev/pipeline/pkg/catalogue"
 	"readie.dev/pipeline/pkg/executorproto"
@@ -147,42 +149,33 @@ func (req Request) fail(cause error) error {
 }
 
 // newSandbox prepares the capture sandbox of req (not started) in a fresh image directory,
-// and the fingerprint of its spec (req's when given).
+// and the fingerprint of its spec (req's when given). Only a capture of the expected shape
+// touches the disk: the spec is checked before the sandbox's bundle or the image directory is
+// made.
 func newSandbox(rt *launch.Runtime, req Request) (*launch.Sandbox, string, error) {
-	id, err := rt.NewID(req.ID, "capture")
-	if err != nil {
-		return nil, "", err
-	}
-	hostDir, err := launch.HostDir(req.WorkDir, id)
-	if err != nil {
-		return nil, "", err
-	}
 	env := req.Env
 	if req.CPUBaseline != nil {
 		env = append(slices.Clone(env), CPUBaselineEnv+"="+strings.Join(req.CPUBaseline, ","))
 	}
-	spec, err := sandbox.Spec(sandbox.SpecOptions{
-		Mode: sandbox.ModeCapture, Rootfs: req.Rootfs, HostDir: hostDir, ImageDir: req.Dir, Imports: req.Imports,
-		Process: req.Process, Env: env, CheckpointOptions: req.CheckpointOptions, CPUFeatures: req.CPUBaseline,
-	})
-	if err != nil {
-		return nil, "", err
+	var fingerprint string
+	specFor := func(hostDir string) (*specs.Spec, error) {
+		spec, err := sandbox.Spec(sandbox.SpecOptions{
+			Mode: sandbox.ModeCapture, Rootfs: req.Rootfs, HostDir: hostDir, ImageDir: req.Dir, Imports: req.Imports,
+			Process: req.Process, Env: env, CheckpointOptions: req.CheckpointOptions, CPUFeatures: req.CPUBaseline,
+		})
+		if err != nil {
+			return nil, err
+		}
+		if fingerprint, err = sandbox.Fingerprint(spec, rt.Flags); err != nil {
+			return nil, err
+		}
+		if req.SpecFingerprint != "" && req.SpecFingerprint != fingerprint {
+			return nil, fmt.Errorf("%w: the capture's spec has fingerprint %s, the run's restore spec %s: a checkpoint of this shape would not restore as the manifest says", ErrSpecMismatch, fingerprint, req.SpecFingerprint)
+		}
+		return spec, freshDir(req.Dir)
 	}
-	fingerprint, err := sandbox.Fingerprint(spec, rt.Flags)
-	if err != nil {
-		return nil, "", err
-	}
-	if req.SpecFingerprint != "" && req.SpecFingerprint != fingerprint {
-		return nil, "", fmt.Errorf("%w: the capture's spec has fingerprint %s, the run's restore spec %s: a checkpoint of this shape would not restore as the manifest says", ErrSpecMismatch, fingerprint, req.SpecFingerprint)
-	}
-	// Only a capture of the expected shape touches the disk.
-	if err := freshDir(req.Dir); err != nil {
-		return nil, "", err
-	}
-	if err := os.MkdirAll(hostDir, 0o755); err != nil {
-		return nil, "", err
-	}
-	sb, err := rt.NewSandbox(id, req.WorkDir, hostDir, spec)
+	// Its logs stay in the work directory: a failed set keeps them (the pipeline's run).
+	sb, err := launch.NewSandbox(launch.SandboxOptions{Runtime: rt, WorkDir: req.WorkDir, Spec: specFor, KeepLogs: true}, req.ID, "capture")
 	return sb, fingerprint, err
 }
 
@@ -274,7 +267,8 @@ func loadedPackages(stdout []byte) (map[string]string, []string, error) {
 		return nil, nil, fmt.Errorf("the executor could not read the versions of %d loaded distributions, %.100q first: %.300q", len(names), names[0], r.Errors[names[0]])
 	}
 	if err := catalogue.CheckPackages(r.Packages); err != nil {
-		return nil, nil, fmt.Errorf("the executor's packages report: %w", err)
+		// Cut short: the image's metadata gave the names.
+		return nil, nil, fmt.Errorf("the executor's packages report: %.600v", err)
 	}
 	if err := catalogue.CheckUnmapped(r.Unmapped); err != nil {
 		// Cut short: the image's python gave the names.

@@ -66,7 +66,7 @@ func TestTimeoutKeepsItsCause(t *testing.T) {
 }
 
 func TestRefusesNonEmptyDir(t *testing.T) {
-	work := t.TempDir()
+	work := testenv.WorkDir(t)
 	dir := filepath.Join(work, "img")
 	os.MkdirAll(dir, 0o755)
 	os.WriteFile(filepath.Join(dir, "pages.img"), []byte("old"), 0o644)
@@ -86,7 +86,7 @@ func TestRefusesNonEmptyDir(t *testing.T) {
 func TestFailedDeleteIsJoined(t *testing.T) {
 	path, _ := testenv.FakeRunsc(t, "[]", "run")
 	rt := &launch.Runtime{Path: path, Root: t.TempDir(), Flags: sandbox.DefaultFlags(), Lease: testenv.Lease(t)}
-	work := t.TempDir()
+	work := testenv.WorkDir(t)
 	_, err := capture.Run(context.Background(), rt, capture.Request{
 		ID: "fail", Rootfs: "/rootfs", Dir: filepath.Join(work, "img"), WorkDir: work, Timeout: time.Minute,
 	})

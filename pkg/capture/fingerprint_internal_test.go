@@ -19,7 +19,7 @@ import (
 // something. No sandbox starts: newSandbox only writes the bundle.
 func TestSpecFingerprintChecked(t *testing.T) {
 	rt := &launch.Runtime{Path: "/bin/false", Root: t.TempDir(), Flags: sandbox.DefaultFlags(), Lease: testenv.Lease(t)}
-	work := t.TempDir()
+	work := testenv.WorkDir(t)
 	req := Request{ID: "x", Rootfs: "/rootfs", Dir: filepath.Join(work, "img"), WorkDir: work, Timeout: time.Minute}
 	_, computed, err := newSandbox(rt, req)
 	if err != nil {

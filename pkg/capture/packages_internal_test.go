@@ -1,6 +1,7 @@
 package capture
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -46,9 +47,18 @@ func TestLoadedPackagesUnmapped(t *testing.T) {
 // capture's error, quoted (no escapes reach a terminal) and cut short.
 func TestLoadedPackagesErrorsBounded(t *testing.T) {
 	long := strings.Repeat("a", 100000)
+	var many, manyUnmapped []string
+	for i := range 5000 {
+		many = append(many, fmt.Sprintf(`"Bad_%d\u001b":"1"`, i))
+		manyUnmapped = append(manyUnmapped, fmt.Sprintf(`"m%d"`, i))
+	}
 	for _, report := range []string{
 		`{"error":"\u001b[2J` + long + `"}`,
 		`{"packages":{},"errors":{"pandas":"\u001b[2J` + long + `"}}`,
+		`{"packages":{"a\u001b[2J` + long + `":""}}`,
+		`{"packages":{"pandas":"\u001b[2J` + long + `"}}`,
+		`{"packages":{` + strings.Join(many, ",") + `}}`,
+		`{"packages":{},"unmapped":[` + strings.Join(manyUnmapped, ",") + `]}`,
 	} {
 		_, _, err := loadedPackages([]byte(PackagesPrefix + report + "\n" + Marker + "\n"))
 		if err == nil || len(err.Error()) > 1000 || strings.ContainsRune(err.Error(), 0x1b) {

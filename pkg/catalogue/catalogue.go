@@ -318,18 +318,38 @@ func CheckPackages(packages map[string]string) error {
 	for _, name := range slices.Sorted(maps.Keys(packages)) {
 		v := packages[name]
 		if !pyreq.IsName(name) || pyreq.NormalizeName(name) != name {
-			problems = append(problems, fmt.Errorf("%q is not a normalized distribution name (%s)", name, pyreq.NormalizeName(name)))
+			problems = append(problems, fmt.Errorf("%.100q is not a normalized distribution name (%.100q)", name, pyreq.NormalizeName(name)))
 		}
 		if !printable(v) {
-			problems = append(problems, fmt.Errorf("%s: version %q: want a non-empty string of printable characters without white space", name, v))
+			problems = append(problems, fmt.Errorf("%.100q: version %.100q: want a non-empty string of printable characters without white space", name, v))
 		}
 	}
-	return errors.Join(problems...)
+	return firstProblems(problems)
 }
 
-// CheckUnmapped checks a checkpoint's unmapped modules: top-level module names as the image's
-// Python has them (printable, without white space or dots, at most 256 bytes), each once.
+// MaxUnmapped bounds how many unmapped modules a checkpoint may name: each is warned of at
+// capture and carried into every catalogue a worker loads.
+const MaxUnmapped = 1024
+
+// maxProblems is how many problems of a list an error names; the image's metadata or Python
+// may give millions.
+const maxProblems = 10
+
+// firstProblems joins the first maxProblems of problems and counts the rest.
+func firstProblems(problems []error) error {
+	if len(problems) <= maxProblems {
+		return errors.Join(problems...)
+	}
+	return errors.Join(append(slices.Clip(problems[:maxProblems]), fmt.Errorf("and %d more", len(problems)-maxProblems))...)
+}
+
+// CheckUnmapped checks a checkpoint's unmapped modules: at most MaxUnmapped top-level module
+// names as the image's Python has them (printable, without white space or dots, at most 256
+// bytes), each once.
 func CheckUnmapped(modules []string) error {
+	if len(modules) > MaxUnmapped {
+		return fmt.Errorf("%d modules: at most %d", len(modules), MaxUnmapped)
+	}
 	var problems []error
 	seen := map[string]bool{}
 	for _, m := range modules {
@@ -341,7 +361,7 @@ func CheckUnmapped(modules []string) error {
 		}
 		seen[m] = true
 	}
-	return errors.Join(problems...)
+	return firstProblems(problems)
 }
 
 // printable says whether s is a non-empty string of at most 256 bytes of printable characters
@@ -385,8 +405,8 @@ const (
 	BasisImageSize Basis = "image size"
 )
 
-// measureHint says how to give a catalogue the prices it lacks.
-const measureHint = "to price starts, run `pipeline analyze --corpus FILE` on this output, then capture it again"
+// MeasureHint says how to give a catalogue the prices it lacks.
+const MeasureHint = "to price starts, run `pipeline analyze --corpus FILE` on this output, then capture it again"
 
 // Choice is where a request should start.
 type Choice struct {
@@ -436,6 +456,10 @@ type PassedOver struct {
 // Basis returns how the router chooses: BasisImageSize when its catalogue has no measured
 // prices, else BasisCostModel.
 func (r *Router) Basis() Basis { return r.basis }
+
+// Unpriced says what the catalogue lacks to price starts ("no cold start time", "no restore
+// time for X"), or "" when the router chooses by the cost model.
+func (r *Router) Unpriced() string { return r.unpriced }
 
 // Select chooses where to start a request that imports names (modules, or names imported from
 // modules, as written in code): the option of lowest Cost among the catalogue's checkpoints and a
@@ -600,7 +624,7 @@ func (r *Router) bySize(ch *Choice, names []string, ruledOut []bool, need cost.S
 		fmt.Fprintf(&why, "; next smallest %s (%.1f MiB)", r.ids[serving[1]], r.images[serving[1]])
 	}
 	r.notes(&why, ch, false)
-	fmt.Fprintf(&why, "; chosen by image size for want of measured prices (the catalogue has %s): %s", r.unpriced, measureHint)
+	fmt.Fprintf(&why, "; chosen by image size for want of measured prices (the catalogue has %s): %s", r.unpriced, MeasureHint)
 	ch.Why = why.String()
 }
 

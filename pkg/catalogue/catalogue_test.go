@@ -465,11 +465,11 @@ func TestInvalidCatalogues(t *testing.T) {
 	}{
 		{"version", bad(func(c *Catalogue) { c.Version = Version + 1 }), fmt.Sprintf("version %d", Version+1)},
 		{"version 0", bad(func(c *Catalogue) { c.Version = 0 }), "version 0"},
-		{"package name not normalized", bad(func(c *Catalogue) { c.Checkpoints[1].Packages = map[string]string{"Scikit_Learn": "1.4"} }), `"Scikit_Learn" is not a normalized distribution name (scikit-learn)`},
-		{"package version empty", bad(func(c *Catalogue) { c.Packages = map[string]string{"pandas": ""} }), `pandas: version ""`},
+		{"package name not normalized", bad(func(c *Catalogue) { c.Checkpoints[1].Packages = map[string]string{"Scikit_Learn": "1.4"} }), `"Scikit_Learn" is not a normalized distribution name ("scikit-learn")`},
+		{"package version empty", bad(func(c *Catalogue) { c.Packages = map[string]string{"pandas": ""} }), `"pandas": version ""`},
 		// An image's metadata reaches select's terminal output: no control characters.
-		{"package version with an escape", bad(func(c *Catalogue) { c.Checkpoints[0].Packages = map[string]string{"pandas": "2.2\x1b[2J"} }), `pandas: version "2.2\x1b[2J"`},
-		{"package version with a bidi override", bad(func(c *Catalogue) { c.Packages = map[string]string{"pandas": "2.2\u202e1"} }), `pandas: version "2.2\u202e1"`},
+		{"package version with an escape", bad(func(c *Catalogue) { c.Checkpoints[0].Packages = map[string]string{"pandas": "2.2\x1b[2J"} }), `"pandas": version "2.2\x1b[2J"`},
+		{"package version with a bidi override", bad(func(c *Catalogue) { c.Packages = map[string]string{"pandas": "2.2\u202e1"} }), `"pandas": version "2.2\u202e1"`},
 		{"unmapped module with a space", bad(func(c *Catalogue) { c.Checkpoints[1].UnmappedModules = []string{"app mod"} }), `unmapped_modules: "app mod"`},
 		{"unmapped submodule", bad(func(c *Catalogue) { c.Checkpoints[1].UnmappedModules = []string{"app.mod"} }), `unmapped_modules: "app.mod": want a top-level module name`},
 		{"unmapped module with an escape", bad(func(c *Catalogue) { c.Checkpoints[1].UnmappedModules = []string{"app\x1b[2J"} }), `unmapped_modules: "app\x1b[2J"`},

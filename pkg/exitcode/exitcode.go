@@ -18,6 +18,10 @@ const (
 	Failed = 1
 	// Usage: bad flags, config or input; nothing was attempted.
 	Usage = 2
+	// DoesNotRestore: a check worked and its verdict is no: `pipeline check-host` found
+	// checkpoints that will not restore on the host (a check that could not be made is Failed
+	// or Usage).
+	DoesNotRestore = 3
 )
 
 // signalBase is what a shell adds to a signal's number for the status of a process it stopped.

@@ -105,6 +105,18 @@ func tailFile(path string, n int) string {
 	if offset > 0 && len(lines) > 1 {
 		lines = lines[1:] // the first may be cut
 	}
+	return lastLines(strings.Join(lines, "\n"), n)
+}
+
+// maxTailLines is how much of a deleted sandbox's stderr log it keeps for Tail.
+const maxTailLines = 50
+
+// lastLines returns the last n lines of text, without its final newlines.
+func lastLines(text string, n int) string {
+	if text == "" {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}

@@ -2,6 +2,7 @@ package launch
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -71,3 +72,38 @@ func TestTailFileReadsOnlyTheEnd(t *testing.T) {
 		t.Errorf("tailFile of an absent file = %q", got)
 	}
 }
+
+// TestLineWriter: the executor's output reaches an Output line by line, each after the
+// sandbox's ID, whatever the writes' sizes; a line longer than maxLine comes in pieces (what
+// it holds is bounded); an
+// Output that fails changes nothing for the copy.
+func TestLineWriter(t *testing.T) {
+	var got bytes.Buffer
+	w := &lineWriter{w: &got, prefix: "sb: "}
+	for _, p := range []string{"one\ntw", "o\n", "", "three", "\nfour"} {
+		if n, err := w.Write([]byte(p)); n != len(p) || err != nil {
+			t.Fatalf("Write(%q) = %d, %v", p, n, err)
+		}
+	}
+	w.flush()
+	if want := "sb: one\nsb: two\nsb: three\nsb: four\n"; got.String() != want {
+		t.Errorf("lines %q, want %q", got.String(), want)
+	}
+	got.Reset()
+	for range 2 * maxLine / 1000 {
+		w.Write(bytes.Repeat([]byte("x"), 1000))
+	}
+	w.flush()
+	lines := strings.Split(strings.TrimSuffix(got.String(), "\n"), "\n")
+	if len(lines) != 2 || len(lines[0]) < len("sb: ")+maxLine || len(lines[0])+len(lines[1]) != 2*len("sb: ")+2*maxLine/1000*1000 {
+		t.Errorf("a long line came as %d lines", len(lines))
+	}
+	broken := &lineWriter{w: failingWriter{}, prefix: "sb: "}
+	if n, err := broken.Write([]byte("a\nb\n")); n != 4 || err != nil {
+		t.Errorf("Write to a failing Output = %d, %v; want it swallowed", n, err)
+	}
+}
+
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("closed") }

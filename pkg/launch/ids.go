@@ -72,16 +72,54 @@ func (r *Runtime) IDPrefix(setID, step string) (string, error) {
 	if r.Lease == nil {
 		return "", errors.New("sandbox: a runtime that creates sandboxes needs the run's lease")
 	}
-	if err := checkpointid.Check(setID); err != nil {
-		return "", fmt.Errorf("%w: set: %w", ErrID, err)
-	}
-	if len(step) > maxStepLen || !checkpointid.Plain(step) {
-		return "", fmt.Errorf("%w: step %.100q: want 1 to %d ASCII letters, digits, - and _", ErrID, step, maxStepLen)
-	}
-	if lease := r.Lease.ID(); len(lease) > maxLeaseIDLen || !checkpointid.Plain(lease) {
-		return "", fmt.Errorf("%w: lease ID %.100q: want 1 to %d ASCII letters, digits, - and _", ErrID, lease, maxLeaseIDLen)
+	if err := checkIDParts(setID, step, "lease ID", r.Lease.ID()); err != nil {
+		return "", err
 	}
 	return fmt.Sprintf("readie-%s-%s-%s-", shortSetID(setID), step, r.Lease.ID()), nil
+}
+
+// checkIDParts refuses the parts of an ID: setID must be a checkpoint id, step and the owner's
+// part (a lease ID, a prefix: named by ownerName) plain names of at most 16 bytes. The error
+// names the part that is not.
+func checkIDParts(setID, step, ownerName, owner string) error {
+	if err := checkpointid.Check(setID); err != nil {
+		return fmt.Errorf("%w: set: %w", ErrID, err)
+	}
+	if len(step) > maxStepLen || !checkpointid.Plain(step) {
+		return fmt.Errorf("%w: step %.100q: want 1 to %d ASCII letters, digits, - and _", ErrID, step, maxStepLen)
+	}
+	if len(owner) > maxLeaseIDLen || !checkpointid.Plain(owner) {
+		return fmt.Errorf("%w: %s %.100q: want 1 to %d ASCII letters, digits, - and _", ErrID, ownerName, owner, maxLeaseIDLen)
+	}
+	return nil
+}
+
+// IDs names sandboxes: a fresh ID per call for a sandbox of the set setID (a checkpoint id, or
+// a name such as "pool") at step (a short plain name: "restore", "smoke", ...). Every ID is
+// checked (CheckID) before it reaches a path or runsc, whichever policy made it. Two policies
+// come with the kit: a *Runtime's NewID, bound to its owner's lease (the pipeline's, which its
+// orphan sweep reads back), and RandomIDs (a worker's, in a runsc root of its own).
+type IDs interface {
+	NewID(setID, step string) (string, error)
+}
+
+// RandomIDs names a worker's sandboxes "PREFIX-SET-STEP-RAND" (RAND 8 random hex digits), for
+// a runsc root the worker has to itself: nothing there judges its sandboxes by a lease. The
+// prefix is a plain name of at most 16 bytes ("worker").
+type RandomIDs struct {
+	Prefix string
+}
+
+// NewID returns a fresh ID, or an error naming the part (prefix, set, step) that cannot be
+// one.
+func (r RandomIDs) NewID(setID, step string) (string, error) {
+	if err := checkIDParts(setID, step, "prefix", r.Prefix); err != nil {
+		return "", err
+	}
+	var b [4]byte
+	rand.Read(b[:])
+	id := fmt.Sprintf("%s-%s-%s-%s", r.Prefix, shortSetID(setID), step, hex.EncodeToString(b[:]))
+	return id, CheckID(id)
 }
 
 // maxSetIDInID bounds the set's part of a sandbox ID: runsc binds its control socket at
@@ -102,10 +140,18 @@ func shortSetID(setID string) string {
 
 // HostDir returns the host directory under workDir of the sandbox named id: named by the
 // ID's random suffix, not its set, so the executor's socket path stays short (108 bytes)
-// whatever the set's id. An id CheckID refuses is refused.
+// whatever the set's id. An id CheckID refuses is refused, and so is one of hostDirLen bytes
+// or fewer: its host directory would be its bundle (workDir/id), whose config and logs the
+// sandbox could then write.
 func HostDir(workDir, id string) (string, error) {
 	if err := CheckID(id); err != nil {
 		return "", err
 	}
-	return filepath.Join(workDir, id[max(0, len(id)-8):]), nil
+	if len(id) <= hostDirLen {
+		return "", fmt.Errorf("%w %q: a sandbox with a host directory needs an id longer than %d bytes (its random suffix names the directory)", ErrID, id, hostDirLen)
+	}
+	return filepath.Join(workDir, id[len(id)-hostDirLen:]), nil
 }
+
+// hostDirLen is how many of an ID's last bytes (NewID's random part) name its host directory.
+const hostDirLen = 8

@@ -43,6 +43,15 @@ func TestCheckID(t *testing.T) {
 			t.Errorf("HostDir(/work, %q) = %v, want ErrID", id, err)
 		}
 	}
+	// An id no longer than its host directory's name would make the bundle its host directory.
+	for _, id := range []string{"a", "abcdefgh"} {
+		if host, err := HostDir("/work", id); !errors.Is(err, ErrID) {
+			t.Errorf("HostDir(/work, %q) = %q, %v, want ErrID", id, host, err)
+		}
+	}
+	if host, err := HostDir("/work", "abcdefghi"); err != nil || host != "/work/bcdefghi" {
+		t.Errorf("HostDir(/work, abcdefghi) = %q, %v", host, err)
+	}
 }
 
 // TestNewIDRefusesParts: a set id that is no checkpoint id, or a step or a lease ID that is no
@@ -107,9 +116,10 @@ func TestNewIDLongestFits(t *testing.T) {
 func TestNewSandboxRefusesIDs(t *testing.T) {
 	work := t.TempDir()
 	rt := &Runtime{Root: filepath.Join(work, "root"), Lease: &fakeLease{id: "0a1b2c3d4e5f"}}
-	spec := &specs.Spec{Process: &specs.Process{}}
+	spec := func(string) (*specs.Spec, error) { return &specs.Spec{Process: &specs.Process{}}, nil }
 	for _, id := range append(badIDs, "../escaped", strings.Repeat("x", MaxIDLen+1)) {
-		if sb, err := rt.NewSandbox(id, work, "", spec); !errors.Is(err, ErrID) {
+		o := SandboxOptions{Runtime: rt, WorkDir: work, IDs: fixedID(id), Spec: spec}
+		if sb, err := NewSandbox(o, "set", "step"); !errors.Is(err, ErrID) {
 			t.Errorf("NewSandbox(%q) = %+v, %v; want ErrID", id, sb, err)
 		}
 	}
@@ -126,3 +136,8 @@ func TestNewSandboxRefusesIDs(t *testing.T) {
 		t.Errorf("a refused ID made a directory outside the work directory (%v)", err)
 	}
 }
+
+// fixedID is an IDs policy that gives one name, whatever it is asked.
+type fixedID string
+
+func (f fixedID) NewID(string, string) (string, error) { return string(f), nil }

@@ -4,21 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
-// Launcher starts sandboxes of the executor's shape and times calls into them.
+// Launcher starts the pipeline's sandboxes of the executor's shape (sandbox.Spec of a run) and
+// times calls into them. Its sandboxes keep their logs in WorkDir (SandboxOptions.KeepLogs):
+// the pipeline keeps a failed set's, and removes its scratch directory at the end of its run.
 type Launcher struct {
 	Runtime *Runtime
 	Rootfs  string
-	// WorkDir holds bundles and host directories; keep it short (socket paths).
+	// WorkDir holds bundles and host directories: a directory only root can enter
+	// (SandboxOptions.WorkDir); keep it short (socket paths).
 	WorkDir string
 	// Process is the image's environment, cwd and user (the zero Process: the default
 	// rootfs's).
@@ -29,26 +30,20 @@ type Launcher struct {
 	Timeout time.Duration
 }
 
-// NewSandbox prepares a sandbox of the executor's shape in mode, with a fresh host directory;
-// args, when set, replace the executor's argv (a sandbox of the same shape running something
-// else).
+// NewSandbox prepares a sandbox of the executor's shape in mode, named by the runtime's lease
+// (Runtime.NewID); args, when set, replace the executor's argv (a sandbox of the same shape
+// running something else).
 func (l *Launcher) NewSandbox(setID, step string, mode sandbox.Mode, env, args []string) (*Sandbox, error) {
-	id, err := l.Runtime.NewID(setID, step)
-	if err != nil {
-		return nil, err
+	return NewSandbox(l.SandboxOptions(mode, env, args), setID, step)
+}
+
+// SandboxOptions are the options of the launcher's sandboxes in mode (NewSandbox's), for a
+// caller that makes them elsewhere (a pool of the launcher's shape).
+func (l *Launcher) SandboxOptions(mode sandbox.Mode, env, args []string) SandboxOptions {
+	return SandboxOptions{
+		Runtime: l.Runtime, WorkDir: l.WorkDir, KeepLogs: true,
+		Spec: func(hostDir string) (*specs.Spec, error) { return l.Spec(mode, hostDir, env, args) },
 	}
-	hostDir, err := HostDir(l.WorkDir, id)
-	if err != nil {
-		return nil, err
-	}
-	spec, err := l.Spec(mode, hostDir, env, args)
-	if err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(hostDir, 0o755); err != nil {
-		return nil, err
-	}
-	return l.Runtime.NewSandbox(id, l.WorkDir, hostDir, spec)
 }
 
 // Spec returns the spec of a sandbox of the launcher's shape in mode whose executor mount's
@@ -78,8 +73,9 @@ func WithStderr(ctx context.Context, sb *Sandbox, err error) error {
 	return errors.Join(err, deleteErr)
 }
 
-// CallMarks are the moments a timed call passed: the start of the runsc command, its return,
-// the executor accepting the connection, and the decoded answer.
+// CallMarks are the moments a timed call passed: the start of the runsc command (or of the
+// wait for a pool's sandbox), its return, the executor accepting the connection, and the
+// decoded answer.
 type CallMarks struct {
 	Began, Started, Connected, Answered time.Time
 }
@@ -93,58 +89,33 @@ type Call struct {
 	SetID, Step string
 	// Env adds to the sandbox's environment (in a restore: the restore-time environment).
 	Env []string
-	// Prepare readies the sandbox off the clock (e.g. `runsc create`); nil: nothing.
+	// Prepare readies the sandbox off the clock (e.g. its Create); nil: nothing. The clock
+	// starts as it returns.
 	Prepare func(context.Context, *Sandbox) error
-	// Start starts or restores the executor (RestoreStep): the clock runs from here.
-	Start func(context.Context, *Sandbox) error
+	// Image is what the start restores (Sandbox.Start); the zero Image starts the executor
+	// cold, creating the sandbox on the clock unless Prepare did.
+	Image Image
 	// Request is sent once the executor's socket accepts; Check judges the answer.
 	Request []byte
 	Check   func(response []byte) error
 }
 
-// TimedCall prepares a sandbox for c (off the clock), then times start, dial and one call
-// until the answer has been checked. The sandbox is deleted on every path, and a failed delete
-// is reported.
+// TimedCall prepares a sandbox for c (off the clock), then times its start, dial and one call
+// until the answer has been checked (Sandbox.CallOnce). The sandbox is deleted on every path,
+// and a failed delete is reported.
 func (l *Launcher) TimedCall(ctx context.Context, c Call) (marks CallMarks, err error) {
-	setID, step := c.SetID, c.Step
-	sb, err := l.NewSandbox(setID, step, sandbox.ModeSandbox, c.Env, nil)
+	sb, err := l.NewSandbox(c.SetID, c.Step, sandbox.ModeSandbox, c.Env, nil)
 	if err != nil {
 		return marks, err
 	}
 	defer DeleteInto(ctx, sb, &err)
 	ctx, cancel := context.WithTimeoutCause(ctx, l.Timeout,
-		fmt.Errorf("%s of %s exceeded its timeout of %s", step, setID, l.Timeout))
+		fmt.Errorf("%s of %s exceeded its timeout of %s", c.Step, c.SetID, l.Timeout))
 	defer cancel()
-	withTail := func(err error) error { return WithStderr(ctx, sb, err) }
 	if c.Prepare != nil {
 		if err := c.Prepare(ctx, sb); err != nil {
-			return marks, withTail(err)
+			return marks, WithStderr(ctx, sb, err)
 		}
 	}
-	marks.Began = time.Now()
-	if err := c.Start(ctx, sb); err != nil {
-		return marks, withTail(err)
-	}
-	marks.Started = time.Now()
-	conn, err := executorproto.Dial(ctx, sb.SocketPath())
-	if err != nil {
-		return marks, withTail(err)
-	}
-	defer conn.Close()
-	marks.Connected = time.Now()
-	response, err := executorproto.Call(ctx, conn, c.Request)
-	if err != nil {
-		return marks, withTail(err)
-	}
-	marks.Answered = time.Now()
-	return marks, c.Check(response)
-}
-
-// RestoreStep is the step that restores imageDir into a sandbox with flags and returns once
-// the executor runs again (`runsc restore -detach`): TimedCall's start.
-func RestoreStep(imageDir string, flags []string) func(context.Context, *Sandbox) error {
-	return func(ctx context.Context, sb *Sandbox) error {
-		_, err := sb.Restore(ctx, RestoreOptions{ImageDir: imageDir, Flags: flags, Detach: true})
-		return err
-	}
+	return sb.CallOnce(ctx, c.Image, c.Request, c.Check)
 }

@@ -1,12 +1,3 @@
-// Package launch runs sandboxes of the executor's shape through their life cycle, on top of
-// the stateless runsc driver (pkg/runsc) and the spec's shape (pkg/sandbox): IDs that carry
-// the owner's lease, a bundle per sandbox, the process's stdout and stderr copied through
-// pipes into bounded log files, deletion exactly once on every path with a failed delete
-// always reported, the end of the stderr log for error messages, and sandboxes started and
-// timed through one call (Launcher, TimedCall of a Call).
-//
-// pkg/capture and pkg/measure are built on it; a build job or a benchmark can use it on its
-// own. A worker restoring from a pool needs only pkg/runsc, pkg/sandbox and pkg/executorproto.
 package launch
 
 import (
@@ -14,26 +5,33 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/runsc"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
-// Runtime is the pipeline's runsc: one binary with a private state root and the flags that
-// shape its sandboxes.
+// DefaultRestoreTimeout bounds a detached restore when Runtime.RestoreTimeout is zero: generous,
+// since a detached restore of a large image on a loaded machine takes seconds, a hung one
+// forever.
+const DefaultRestoreTimeout = time.Minute
+
+// Runtime is one runsc binary with a private state root and the flags that shape its
+// sandboxes: the pipeline's, or a worker's (with an output's flags, Output.Flags).
 type Runtime struct {
 	Path  string // the runsc binary
-	Root  string // --root: private, so `runsc list` shows only this pipeline's sandboxes
+	Root  string // --root: private, so `runsc list` shows only this owner's sandboxes
 	Flags sandbox.Flags
 	// DebugLogDir, when set, turns on runsc's --debug and writes its logs there.
 	DebugLogDir string
@@ -42,8 +40,13 @@ type Runtime struct {
 	// CommandTimeout bounds runsc commands that should return at once (create, start, kill,
 	// delete, state, list). Zero means runsc.DefaultCommandTimeout.
 	CommandTimeout time.Duration
+	// RestoreTimeout bounds each detached restore (`runsc restore -detach`, which returns once
+	// the executor runs again), whatever the caller's context. Zero means
+	// DefaultRestoreTimeout.
+	RestoreTimeout time.Duration
 	// Lease is the owner's (a run's): the IDs of its sandboxes carry it (NewID), so that
-	// another run can tell them from the leftovers of a run that is over.
+	// another run can tell them from the leftovers of a run that is over. A worker with a root
+	// of its own names its sandboxes with RandomIDs instead and needs none.
 	Lease Lease
 	// OutputLimit bounds each sandbox's stdout and stderr, on disk and in memory: the first and
 	// last halves are kept, the rest counted (boundedCopy). Zero means DefaultOutputLimit.
@@ -56,6 +59,13 @@ func (r *Runtime) OutputLimitOrDefault() int64 {
 		return r.OutputLimit
 	}
 	return DefaultOutputLimit
+}
+
+func (r *Runtime) restoreTimeout() time.Duration {
+	if r.RestoreTimeout > 0 {
+		return r.RestoreTimeout
+	}
+	return DefaultRestoreTimeout
 }
 
 // Driver is the stateless runsc driver with this runtime's settings.
@@ -110,62 +120,218 @@ func (r *Runtime) States(ctx context.Context) (map[string]string, error) {
 	return states, nil
 }
 
-// Sandbox is one runsc container of the pipeline: its bundle, its host directory and its
-// stdio logs. It is deleted exactly once (Delete).
+// SpecFunc returns the spec of one sandbox whose executor mount's source is hostDir ("" for a
+// sandbox made with SandboxOptions.NoHostDir). It is the one thing that differs between the
+// sandboxes of a worker (an output's restore spec, sandbox.FillRestoreSpec) and the pipeline's
+// (sandbox.Spec of the run, Launcher.Spec).
+type SpecFunc func(hostDir string) (*specs.Spec, error)
+
+// SandboxOptions say how NewSandbox makes a sandbox.
+type SandboxOptions struct {
+	Runtime *Runtime
+	// WorkDir holds each sandbox's bundle (WorkDir/ID) and host directory (HostDir): an
+	// absolute path of a directory that only its owner, this process's user (root), can enter,
+	// mode 0700; made so when it does not exist, refused when others can enter it (unless
+	// NoHostDir: the bundle itself is 0700). The host
+	// directory where executor.sock appears is handed to the user the spec's process runs as,
+	// whatever uid a restore spec names: it reaches nothing else on the host through it. Keep it
+	// short: the socket's path must fit in a Unix socket address (108 bytes).
+	WorkDir string
+	// IDs names each sandbox; nil means Runtime's NewID (bound to its lease).
+	IDs IDs
+	// Spec gives each sandbox's spec, before anything of the sandbox is made on disk.
+	Spec SpecFunc
+	// NoHostDir makes a sandbox without a host directory (Spec gets ""): one that runs
+	// something other than the executor, with no mount on sandbox.ExecutorDir.
+	NoHostDir bool
+	// Output, when set, also receives what the process writes on its stdout and stderr, line
+	// by line, each line after the sandbox's ID: copied from the same bounded copy that writes
+	// the logs (limits.sandbox_output), never holding the process up. Sandboxes write it from
+	// goroutines of their own: it must be safe for concurrent use (an *os.File is; a
+	// Restorer's is made so).
+	Output io.Writer
+	// KeepLogs leaves the bundle (config.json and the logs) in WorkDir when the sandbox is
+	// deleted, for a caller that reads them afterwards (the pipeline keeps a failed set's
+	// logs, and its scratch directory goes at the end of its run). Otherwise Delete removes
+	// it; the host directory is removed either way.
+	KeepLogs bool
+}
+
+// Image is what a start of the executor restores: a checkpoint's directory (checkpoint.img,
+// pages.img, pages_meta.img) and the flags of `runsc restore` ("-direct", "-background"). The
+// zero Image is a cold start: the executor starts from nothing, as a sandbox created for it
+// does.
+type Image struct {
+	Dir   string
+	Flags []string
+}
+
+// ErrUsed is returned by a second start of a sandbox's process (Run, RunRestored, Start): a
+// sandbox runs one executor, once, and one that ran a call holds that call's state.
+var ErrUsed = errors.New("sandbox already used")
+
+// Sandbox is one runsc container: its bundle, its host directory and its stdio logs. Its life
+// cycle is NewSandbox, then at most one Create (`runsc create`, never killed half-way), one
+// start of its process (Run, RunRestored, Start or Open), and Delete, exactly once, on every
+// path, whatever happened before.
 type Sandbox struct {
 	ID      string
-	Bundle  string // holds config.json
-	HostDir string // bind-mounted on sandbox.ExecutorDir
+	Bundle  string // holds config.json and the logs
+	HostDir string // bind-mounted on sandbox.ExecutorDir; "" with SandboxOptions.NoHostDir
 	Stdout  string // log file of the process's stdout
 	Stderr  string // log file of the process's stderr
+	// CreateTime is how long its `runsc create` took (zero before Create): what a pool takes
+	// off a start.
+	CreateTime time.Duration
 
-	driver *runsc.Runsc
-	stdio  *stdio
+	driver         *runsc.Runsc
+	restoreTimeout time.Duration
 	// outputLimit bounds each of Stdout and Stderr (boundedCopy).
 	outputLimit int64
-	mu          sync.Mutex
-	started     bool // a runsc command that may have created state has run
-	deleted     bool
+	output      io.Writer
+	keepLogs    bool
+
+	mu       sync.Mutex
+	stdio    *stdio
+	started  bool // a runsc command that may have made state has run
+	created  bool // Create ran
+	notOurs  bool // the name is another sandbox's: never delete it
+	used     bool
+	deleted  bool
+	delErr   error
+	onDelete []func()
+	// stderrTail is the end of the stderr log, kept when Delete removes the bundle.
+	stderrTail string
+	// pid and pidStart are the sandbox process's, from Create (Alive).
+	pid      int
+	pidStart string
+}
+
+// NewSandbox names a sandbox of set at step (o.IDs), asks o.Spec for its spec, then writes its
+// bundle under o.WorkDir (compact JSON, config.json mode 0600, the directory 0700) and makes
+// its host directory, handed to the spec's user (sandbox.PrepareHostDir). Nothing runs yet.
+// Whatever fails leaves nothing of the sandbox on disk; an ID or a spec that is refused
+// leaves nothing at all.
+func NewSandbox(o SandboxOptions, set, step string) (*Sandbox, error) {
+	if o.Runtime == nil || o.Spec == nil {
+		return nil, errors.New("launch: SandboxOptions.Runtime and SandboxOptions.Spec are required")
+	}
+	if !filepath.IsAbs(o.WorkDir) {
+		return nil, fmt.Errorf("launch: work dir %q is not an absolute path", o.WorkDir)
+	}
+	var ids IDs = o.Runtime
+	if o.IDs != nil {
+		ids = o.IDs
+	}
+	id, err := ids.NewID(set, step)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckID(id); err != nil { // whichever policy made it
+		return nil, err
+	}
+	hostDir := ""
+	if !o.NoHostDir {
+		if hostDir, err = HostDir(o.WorkDir, id); err != nil {
+			return nil, err
+		}
+	}
+	spec, err := o.Spec(hostDir)
+	if err != nil {
+		return nil, fmt.Errorf("the spec of sandbox %s: %w", id, err)
+	}
+	if spec.Process == nil {
+		return nil, fmt.Errorf("the spec of sandbox %s has no process", id)
+	}
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := privateDir(o.WorkDir, hostDir != ""); err != nil {
+		return nil, err
+	}
+	s := &Sandbox{
+		ID: id, Bundle: filepath.Join(o.WorkDir, id), HostDir: hostDir,
+		driver: o.Runtime.Driver(), restoreTimeout: o.Runtime.restoreTimeout(), outputLimit: o.Runtime.OutputLimitOrDefault(),
+		output: o.Output, keepLogs: o.KeepLogs,
+	}
+	s.Stdout, s.Stderr = filepath.Join(s.Bundle, "stdout.log"), filepath.Join(s.Bundle, "stderr.log")
+	if err := s.writeBundle(data, spec.Process.User); err != nil {
+		os.RemoveAll(s.Bundle)
+		if hostDir != "" {
+			os.RemoveAll(hostDir)
+		}
+		return nil, err
+	}
+	return s, nil
+}
+
+// writeBundle makes the bundle (a name already taken is an error: os.Mkdir) with config.json,
+// and the host directory, given to user.
+func (s *Sandbox) writeBundle(config []byte, user specs.User) error {
+	if err := os.Mkdir(s.Bundle, 0o700); err != nil {
+		return fmt.Errorf("the bundle of sandbox %s: %w", s.ID, err)
+	}
+	if err := os.WriteFile(filepath.Join(s.Bundle, "config.json"), config, 0o600); err != nil {
+		return err
+	}
+	if s.HostDir == "" {
+		return nil
+	}
+	if err := os.Mkdir(s.HostDir, 0o700); err != nil {
+		return fmt.Errorf("the host directory of sandbox %s: %w", s.ID, err)
+	}
+	return sandbox.PrepareHostDir(s.HostDir, user)
+}
+
+// privateDir makes dir (mode 0700) when it does not exist and, for hostDirs, refuses one that
+// is not a directory owned by this process's user that no one else can enter: the host
+// directories of sandboxes live in it, each given to whatever user its spec names.
+func privateDir(dir string, hostDirs bool) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("launch: work dir: %w", err)
+	}
+	if !hostDirs {
+		return nil // a bundle is 0700 itself
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("launch: work dir: %w", err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || !ok || int(st.Uid) != os.Geteuid() || fi.Mode().Perm()&0o077 != 0 {
+		owner := -1
+		if ok {
+			owner = int(st.Uid)
+		}
+		return fmt.Errorf("launch: work dir %s is %s owned by uid %d: the host directories of sandboxes must live in a directory only uid %d can enter (mode 0700), whatever user a spec names", dir, fi.Mode(), owner, os.Geteuid())
+	}
+	return nil
 }
 
 // SocketPath returns the executor's socket as seen from the host.
 func (s *Sandbox) SocketPath() string { return filepath.Join(s.HostDir, sandbox.SocketName) }
 
-// NewSandbox writes spec into a fresh bundle under workDir/id; the process's stdout and
-// stderr will be logged there. The spec's bind mount source must already be hostDir, which is
-// given to the spec's user (sandbox.PrepareHostDir). An id CheckID refuses changes nothing on
-// disk.
-func (r *Runtime) NewSandbox(id, workDir, hostDir string, spec *specs.Spec) (*Sandbox, error) {
-	if err := CheckID(id); err != nil {
-		return nil, err
+// OnDelete registers f to run once the sandbox is deleted (at once if it is already): a pool
+// counts its sandboxes so.
+func (s *Sandbox) OnDelete(f func()) {
+	s.mu.Lock()
+	if !s.deleted {
+		s.onDelete = append(s.onDelete, f)
+		s.mu.Unlock()
+		return
 	}
-	if hostDir != "" && spec.Process != nil {
-		if err := sandbox.PrepareHostDir(hostDir, spec.Process.User); err != nil {
-			return nil, err
-		}
-	}
-	bundle := filepath.Join(workDir, id)
-	if err := os.MkdirAll(bundle, 0o700); err != nil {
-		return nil, err
-	}
-	data, err := json.MarshalIndent(spec, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(bundle, "config.json"), data, 0o600); err != nil {
-		return nil, err
-	}
-	s := &Sandbox{
-		ID: id, Bundle: bundle, HostDir: hostDir, driver: r.Driver(), outputLimit: r.OutputLimitOrDefault(),
-		Stdout: filepath.Join(bundle, "stdout.log"),
-		Stderr: filepath.Join(bundle, "stderr.log"),
-	}
-	return s, nil
+	s.mu.Unlock()
+	f()
 }
 
 // Run runs the sandbox in the foreground (`runsc run`) and returns the process's exit status;
-// a status other than 0 comes with a *runsc.ExitError.
+// a status other than 0 comes with a *runsc.ExitError. runsc's sandbox is attached to the
+// command: a cancel that kills it ends the sandbox too.
 func (s *Sandbox) Run(ctx context.Context) (int, error) {
+	if err := s.use(); err != nil {
+		return -1, err
+	}
 	if err := s.begin(); err != nil {
 		return -1, err
 	}
@@ -174,36 +340,134 @@ func (s *Sandbox) Run(ctx context.Context) (int, error) {
 	return status, err
 }
 
-// Create creates the sandbox without starting its process (`runsc create`), so a later
-// restore does not pay for sandbox start-up.
+// Create creates the sandbox without starting its process (`runsc create`), so that a later
+// start does not pay for the sandbox's boot. The command is never killed half-way: a create
+// killed by a cancel left a sandbox and its gofer running with no state that `runsc delete
+// --force` could find. It runs under context.WithoutCancel(ctx), bounded by the runtime's
+// CommandTimeout; if ctx ended meanwhile, it returns ctx's cause once the create has ended, and
+// the caller's Delete deletes what it made.
 func (s *Sandbox) Create(ctx context.Context) error {
+	s.mu.Lock()
+	if s.created || s.used {
+		s.mu.Unlock()
+		return fmt.Errorf("%w: sandbox %s was already created or started", ErrUsed, s.ID)
+	}
+	s.created = true
+	s.mu.Unlock()
+	return s.create(ctx)
+}
+
+// create runs `runsc create` for Create, and for a cold Start of a sandbox not yet created;
+// none when ctx has already ended.
+func (s *Sandbox) create(ctx context.Context) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("sandbox %s: %w", s.ID, context.Cause(ctx))
+	}
 	if err := s.begin(); err != nil {
 		return err
 	}
-	err := s.driver.Create(ctx, s.ID, s.Bundle, &runsc.CreateOpts{IO: s.stdio.childEnds()})
+	pidFile := filepath.Join(s.Bundle, "pid")
+	start := time.Now()
+	err := s.driver.Create(context.WithoutCancel(ctx), s.ID, s.Bundle, &runsc.CreateOpts{IO: s.stdio.childEnds(), PidFile: pidFile})
+	s.CreateTime = time.Since(start)
 	s.stdio.closeChildEnds()
+	if err != nil {
+		return errors.Join(err, s.checkOurs(ctx))
+	}
+	pid, pidStart, err := readPid(pidFile)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: %w", s.ID, err)
+	}
+	s.mu.Lock()
+	s.pid, s.pidStart = pid, pidStart
+	s.mu.Unlock()
+	if ctx.Err() != nil {
+		return fmt.Errorf("sandbox %s: %w (its create was let finish, to be deleted)", s.ID, context.Cause(ctx))
+	}
+	return nil
+}
+
+// checkOurs asks runsc, after a failed create, whether a sandbox of this name exists with
+// another bundle: a name the IDs policy gave twice. That one is another's, and Delete leaves
+// it alone (`runsc delete --force` would kill it); a half-made one of ours is deleted.
+func (s *Sandbox) checkOurs(ctx context.Context) error {
+	c, err := s.driver.State(context.WithoutCancel(ctx), s.ID)
+	if err != nil || c.Bundle == s.Bundle {
+		return nil
+	}
+	s.mu.Lock()
+	s.notOurs = true
+	s.mu.Unlock()
+	return fmt.Errorf("a sandbox named %s already exists under runsc's root %s (bundle %s), left alone: the IDs policy must give a new name every time", s.ID, s.driver.Root, c.Bundle)
+}
+
+// Alive reports whether the process of a sandbox made by Create still runs: its pid names a
+// process, not a zombie, that started when it did. It reads /proc only, no runsc command.
+func (s *Sandbox) Alive() bool {
+	s.mu.Lock()
+	pid, start := s.pid, s.pidStart
+	s.mu.Unlock()
+	if pid <= 0 {
+		return false
+	}
+	state, now, err := procStat(pid)
+	return err == nil && now == start && state != "Z" && state != "X"
+}
+
+// Start runs the executor, once: restored from img (`runsc restore -detach`, which returns
+// once it runs again), or, for the zero Image, started cold (`runsc start`). A sandbox not made
+// by Create is made now: by Create for a cold start, by the restore itself otherwise, which is
+// then never killed half-way either (as Create). A restore is bounded by the runtime's
+// RestoreTimeout whatever ctx.
+func (s *Sandbox) Start(ctx context.Context, img Image) error {
+	if err := s.use(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	created := s.created
+	s.created = true // from here on, by this start if not before
+	s.mu.Unlock()
+	if img.Dir == "" {
+		if !created {
+			if err := s.create(ctx); err != nil {
+				return err
+			}
+		}
+		return s.driver.Start(ctx, s.ID)
+	}
+	restoreCtx := ctx
+	if !created {
+		if ctx.Err() != nil {
+			return fmt.Errorf("sandbox %s: %w", s.ID, context.Cause(ctx))
+		}
+		restoreCtx = context.WithoutCancel(ctx)
+	}
+	restoreCtx, cancel := context.WithTimeoutCause(restoreCtx, s.restoreTimeout,
+		fmt.Errorf("the restore into %s did not return within %s", s.ID, s.restoreTimeout))
+	defer cancel()
+	_, err := s.restore(restoreCtx, img, true)
+	if err == nil && !created && ctx.Err() != nil {
+		err = fmt.Errorf("sandbox %s: %w (its restore was let finish, to be deleted)", s.ID, context.Cause(ctx))
+	}
 	return err
 }
 
-// Start starts the process of a sandbox made by Create.
-func (s *Sandbox) Start(ctx context.Context) error { return s.driver.Start(ctx, s.ID) }
-
-// RestoreOptions are the per-restore flags.
-type RestoreOptions struct {
-	ImageDir string
-	// Flags are passed through as they are, e.g. "-direct", "-background".
-	Flags []string
-	// Detach returns once the process runs again instead of waiting for it to exit.
-	Detach bool
+// RunRestored restores img into the sandbox in the foreground (`runsc restore`, not detached:
+// the executor in measure mode exits right after) and returns the process's exit status. As
+// with Run, the sandbox is attached to the command.
+func (s *Sandbox) RunRestored(ctx context.Context, img Image) (int, error) {
+	if err := s.use(); err != nil {
+		return -1, err
+	}
+	return s.restore(ctx, img, false)
 }
 
-// Restore restores the checkpoint in ImageDir into this sandbox (`runsc restore`). Without
-// Detach it waits for the restored process and returns its exit status.
-func (s *Sandbox) Restore(ctx context.Context, o RestoreOptions) (int, error) {
+// restore runs `runsc restore` of img into the sandbox.
+func (s *Sandbox) restore(ctx context.Context, img Image, detach bool) (int, error) {
 	if err := s.begin(); err != nil {
 		return -1, err
 	}
-	opts := &runsc.RestoreOpts{ImagePath: o.ImageDir, Detach: o.Detach, ExtraArgs: o.Flags}
+	opts := &runsc.RestoreOpts{ImagePath: img.Dir, Detach: detach, ExtraArgs: img.Flags}
 	if s.stdio.attached() {
 		// A sandbox made by Create already has its stdio, and runsc restore then writes on a
 		// stderr of its own: keep it beside the logs, where a failed run's kept directory finds
@@ -222,21 +486,70 @@ func (s *Sandbox) Restore(ctx context.Context, o RestoreOptions) (int, error) {
 	return status, err
 }
 
+// Open starts the executor (Start: restored from img, or cold for the zero Image) and dials
+// its socket: the one way from a sandbox to a connected executor, for a worker's restore
+// (Restorer), a pool's sandbox, the pipeline's smoke test and every timed call. The marks say
+// when the start began and returned and when the executor accepted. The caller closes the
+// connection and deletes the sandbox.
+func (s *Sandbox) Open(ctx context.Context, img Image) (net.Conn, CallMarks, error) {
+	var marks CallMarks
+	marks.Began = time.Now()
+	if err := s.Start(ctx, img); err != nil {
+		return nil, marks, err
+	}
+	marks.Started = time.Now()
+	conn, err := executorproto.Dial(ctx, s.SocketPath())
+	if err != nil {
+		return nil, marks, err
+	}
+	marks.Connected = time.Now()
+	return conn, marks, nil
+}
+
+// CallOnce opens the executor (Open) and makes one call, whose answer check judges, timed from
+// the start to the decoded answer. A failure comes with the end of the executor's stderr
+// (WithStderr, which deletes the sandbox); the caller deletes it on every path.
+func (s *Sandbox) CallOnce(ctx context.Context, img Image, request []byte, check func(response []byte) error) (CallMarks, error) {
+	conn, marks, err := s.Open(ctx, img)
+	if err != nil {
+		return marks, WithStderr(ctx, s, err)
+	}
+	defer conn.Close()
+	response, err := executorproto.Call(ctx, conn, request)
+	if err != nil {
+		return marks, WithStderr(ctx, s, err)
+	}
+	marks.Answered = time.Now()
+	return marks, check(response)
+}
+
 // Kill sends sig to the sandbox's process (`runsc kill`).
 func (s *Sandbox) Kill(ctx context.Context, sig syscall.Signal) error {
 	return s.driver.Kill(ctx, s.ID, sig, nil)
 }
 
-// State returns the sandbox's status as runsc reports it ("created", "running", "stopped").
-func (s *Sandbox) State(ctx context.Context) (string, error) {
-	c, err := s.driver.State(ctx, s.ID)
-	if err != nil {
-		return "", err
-	}
-	return c.Status, nil
+// State returns the sandbox as runsc reports it (its status: "created", "running",
+// "stopped"; its pid).
+func (s *Sandbox) State(ctx context.Context) (*runsc.Container, error) {
+	return s.driver.State(ctx, s.ID)
 }
 
-// begin opens the stdio pipes once, before the first runsc command that starts a process.
+// use marks the sandbox's one start of its process.
+func (s *Sandbox) use() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.deleted:
+		return fmt.Errorf("%w: sandbox %s was deleted", ErrUsed, s.ID)
+	case s.used:
+		return fmt.Errorf("%w: sandbox %s", ErrUsed, s.ID)
+	}
+	s.used = true
+	return nil
+}
+
+// begin opens the stdio pipes once, before the first runsc command that starts a process, and
+// marks the sandbox as one whose state Delete must delete.
 func (s *Sandbox) begin() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -247,7 +560,7 @@ func (s *Sandbox) begin() error {
 	if s.stdio != nil {
 		return nil
 	}
-	io, err := newStdio(s.Stdout, s.Stderr, s.outputLimit)
+	io, err := newStdio(s.Stdout, s.Stderr, s.outputLimit, s.output, s.ID)
 	if err != nil {
 		return err
 	}
@@ -255,34 +568,60 @@ func (s *Sandbox) begin() error {
 	return nil
 }
 
-// Delete deletes the sandbox (`runsc delete --force`, which kills what still runs) and waits
-// until its output is in the log files. It runs even when ctx is already cancelled (Ctrl-C
-// must still clean up) and is safe to call again.
+// Delete deletes the sandbox (`runsc delete --force`, which kills what still runs), waits
+// until its output is in the log files, and removes its host directory and, unless
+// SandboxOptions.KeepLogs, its bundle. It runs even when ctx is already cancelled (Ctrl-C must
+// still clean up; the runtime's CommandTimeout bounds it), exactly once: a second call returns
+// the first's result. A failed delete is always reported.
 func (s *Sandbox) Delete(ctx context.Context) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.deleted {
-		return nil
+		err := s.delErr
+		s.mu.Unlock()
+		return err
 	}
 	s.deleted = true
 	var errs []error
-	if s.started {
+	if s.started && !s.notOurs {
 		// --force also makes runsc succeed for a sandbox that is already gone.
 		if err := s.driver.Delete(context.WithoutCancel(ctx), s.ID, &runsc.DeleteOpts{Force: true}); err != nil {
-			errs = append(errs, err)
+			errs = append(errs, fmt.Errorf("the sandbox %s may be left behind: %w", s.ID, err))
 		}
 	}
 	if s.stdio != nil {
 		errs = append(errs, s.stdio.wait(5*time.Second))
 	}
-	return errors.Join(errs...)
+	if s.HostDir != "" {
+		errs = append(errs, os.RemoveAll(s.HostDir))
+	}
+	if !s.keepLogs {
+		s.stderrTail = tailFile(s.Stderr, maxTailLines) // for Tail, once the log is gone
+		errs = append(errs, os.RemoveAll(s.Bundle))
+	}
+	s.delErr = errors.Join(errs...)
+	hooks := s.onDelete
+	s.onDelete = nil
+	err := s.delErr
+	s.mu.Unlock()
+	for _, f := range hooks {
+		f()
+	}
+	return err
 }
 
 // Tail returns the last n lines of the process's stderr, for error messages, after a line
 // saying how much of its stdout and stderr the output limit dropped, if any. The log is only
-// complete after Delete.
+// complete after Delete, which keeps its last maxTailLines lines when it removes the bundle.
 func (s *Sandbox) Tail(n int) string {
-	tail := tailFile(s.Stderr, n)
+	s.mu.Lock()
+	gone, kept := s.deleted && !s.keepLogs, s.stderrTail
+	s.mu.Unlock()
+	var tail string
+	if gone {
+		tail = lastLines(kept, n)
+	} else {
+		tail = tailFile(s.Stderr, n)
+	}
 	stdout, stderr := s.Dropped()
 	if stdout == 0 && stderr == 0 {
 		return tail
@@ -305,85 +644,4 @@ func (s *Sandbox) Dropped() (stdout, stderr int64) {
 		return 0, 0
 	}
 	return std.dropped[0].Load(), std.dropped[1].Load()
-}
-
-// stdio gives the sandbox pipes (a restored process with a regular file for stdout would write
-// at its old offset) and copies what comes out of them into log files, each bounded by limit.
-type stdio struct {
-	outR, outW, errR, errW *os.File
-	done                   chan error
-	closeOnce              sync.Once
-	handedOver             atomic.Bool
-	// dropped counts what the limit left out of the stdout and the stderr log.
-	dropped [2]atomic.Int64
-}
-
-func newStdio(stdoutPath, stderrPath string, limit int64) (*stdio, error) {
-	outFile, err := os.OpenFile(stdoutPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	errFile, err := os.OpenFile(stderrPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		outFile.Close()
-		return nil, err
-	}
-	s := &stdio{done: make(chan error, 2)}
-	if s.outR, s.outW, err = os.Pipe(); err == nil {
-		s.errR, s.errW, err = os.Pipe()
-	}
-	if err != nil {
-		outFile.Close()
-		errFile.Close()
-		return nil, err
-	}
-	for i, p := range []struct {
-		r    *os.File
-		dest *os.File
-		what string
-	}{{s.outR, outFile, "stdout"}, {s.errR, errFile, "stderr"}} {
-		go func() {
-			dropped, err := boundedCopy(p.dest, p.r, limit, p.what)
-			s.dropped[i].Store(dropped)
-			p.r.Close()
-			err = errors.Join(err, p.dest.Close())
-			s.done <- err
-		}()
-	}
-	return s, nil
-}
-
-// childEnds are the write ends, for the runsc command that hands them to the process.
-func (s *stdio) childEnds() runsc.IO { return runsc.IO{Stdout: s.outW, Stderr: s.errW} }
-
-// attached reports whether a runsc command has already been given the pipes.
-func (s *stdio) attached() bool { return s.handedOver.Load() }
-
-// closeChildEnds closes the pipeline's copies of the write ends once runsc has them; the pipes
-// reach EOF when the sandbox is gone too.
-func (s *stdio) closeChildEnds() {
-	s.closeOnce.Do(func() {
-		s.handedOver.Store(true)
-		s.outW.Close()
-		s.errW.Close()
-	})
-}
-
-func (s *stdio) wait(limit time.Duration) error {
-	s.closeChildEnds()
-	timer := time.NewTimer(limit)
-	defer timer.Stop()
-	var errs []error
-	for range 2 {
-		select {
-		case err := <-s.done:
-			errs = append(errs, err)
-		case <-timer.C:
-			// Something outside the sandbox still holds a write end; stop waiting for it.
-			s.outR.Close()
-			s.errR.Close()
-			return fmt.Errorf("sandbox output still open %s after delete", limit)
-		}
-	}
-	return errors.Join(errs...)
 }

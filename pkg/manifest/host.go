@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"time"
 
 	"readie.dev/pipeline/pkg/cpu"
 	"readie.dev/pipeline/pkg/executorproto"
@@ -30,16 +29,17 @@ type RestoreHost struct {
 	CPU cpu.Host `json:"cpu"`
 }
 
-// ReadHost describes this host: the runsc binary at runsc (its version, its sha256, its
-// helpers' and its `runsc cpu-features`, each command bounded by limit), the cache line from
-// /proc/cpuinfo, and the executor protocol of pkg/executorproto.
-func ReadHost(ctx context.Context, runscPath string, limit time.Duration) (RestoreHost, error) {
-	r := &runsc.Runsc{Path: runscPath, CommandTimeout: limit}
+// ReadHost describes this host as r would restore on it: the runsc binary r runs (its
+// version, its sha256, the helpers it boots with, by its own rule: r.HelpersDir, else
+// $GVISOR_SIDECAR_BINARIES_DIR, else gvisor-bin/ beside it; and its `runsc cpu-features`, each
+// command bounded by r's CommandTimeout), the cache line from /proc/cpuinfo, and the executor
+// protocol of pkg/executorproto.
+func ReadHost(ctx context.Context, r *runsc.Runsc) (RestoreHost, error) {
 	version, err := r.Version(ctx)
 	if err != nil {
 		return RestoreHost{}, err
 	}
-	_, binary, err := filedigest.Of(runscPath)
+	_, binary, err := filedigest.Of(r.Path)
 	if err != nil {
 		return RestoreHost{}, err
 	}
@@ -47,7 +47,11 @@ func ReadHost(ctx context.Context, runscPath string, limit time.Duration) (Resto
 	if err != nil {
 		return RestoreHost{}, err
 	}
-	c, err := cpu.ReadHost(ctx, runscPath, limit)
+	limit := r.CommandTimeout
+	if limit <= 0 {
+		limit = runsc.DefaultCommandTimeout
+	}
+	c, err := cpu.ReadHost(ctx, r.Path, limit)
 	if err != nil {
 		return RestoreHost{}, err
 	}

@@ -1,11 +1,12 @@
 // Package manifest holds the types of manifest.json (one per output directory) and meta.json
 // (one per checkpoint), and what a worker checks before it restores any of an output.
 //
-// A worker: Load (refuses paths outside the output), CheckProtocol with
-// executorproto.Version, Verify (the restore spec's fingerprint, every meta.json and image
-// file against the manifest; CheckFiles is the image files' part, which the pipeline's store
-// uses too), then sandbox.RestoreSpec with the manifest's SpecFingerprint and RunscFlags
-// (typed: Flags), and pkg/runsc with its RunscFlags and RestoreFlags. ReadImageHeader and
+// A worker takes it through launch.OpenOutput, which does it all once: Load (refuses paths
+// outside the output), CheckProtocol with executorproto.Version, Verify (the restore spec's
+// fingerprint, every meta.json and image file against the manifest; CheckFiles is the image
+// files' part, which the pipeline's store uses too), CheckRootfs, then sandbox.ReadSpec with
+// the manifest's SpecFingerprint and RunscFlags (typed: Flags); CheckHost with ReadHost is the
+// host's side (launch.Output.CheckHost). ReadImageHeader and
 // DecodeImageHeader read gVisor's checkpoint.img header without runsc; ReadRootfsInfo reads
 // what a rootfs records of itself (its digest: the manifest's rootfs.digest). It pulls in no
 // runsc driver: its only dependency outside the standard library is the OCI runtime-spec.

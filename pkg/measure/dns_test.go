@@ -24,13 +24,7 @@ func TestDNSInSandboxNetwork(t *testing.T) {
 		t.Fatal(err)
 	}
 	var answer []any
-	start := func(ctx context.Context, sb *launch.Sandbox) error {
-		if err := sb.Create(ctx); err != nil {
-			return err
-		}
-		return sb.Start(ctx)
-	}
-	_, err = l.TimedCall(context.Background(), launch.Call{SetID: "dns", Step: "cold", Start: start, Request: request, Check: func(resp []byte) error {
+	_, err = l.TimedCall(context.Background(), launch.Call{SetID: "dns", Step: "cold", Request: request, Check: func(resp []byte) error {
 		v, err := pycall.DecodeEnvelope(resp)
 		if err != nil {
 			return err

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	ogorek "github.com/kisielk/og-rek"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/capture"
@@ -117,22 +118,18 @@ func TestCaptureMeasureSmoke(t *testing.T) {
 	}
 
 	// A restore spec whose args differ from the capture's is refused by runsc itself.
-	host := filepath.Join(work, "tampered")
-	os.MkdirAll(host, 0o755)
-	spec, err := sandbox.Spec(sandbox.SpecOptions{Mode: sandbox.ModeMeasure, Rootfs: rootfs, HostDir: host})
+	sb, err := launch.NewSandbox(launch.SandboxOptions{Runtime: rt, WorkDir: work, KeepLogs: true, Spec: func(host string) (*specs.Spec, error) {
+		spec, err := sandbox.Spec(sandbox.SpecOptions{Mode: sandbox.ModeMeasure, Rootfs: rootfs, HostDir: host})
+		if err != nil {
+			return nil, err
+		}
+		spec.Process.Args = append(spec.Process.Args, "--tampered")
+		return spec, nil
+	}}, "small", "tampered")
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec.Process.Args = append(spec.Process.Args, "--tampered")
-	id, err := rt.NewID("small", "tampered")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb, err := rt.NewSandbox(id, work, host, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = sb.Restore(ctx, launch.RestoreOptions{ImageDir: dir})
+	_, err = sb.RunRestored(ctx, launch.Image{Dir: dir})
 	sb.Delete(ctx)
 	if err == nil {
 		t.Fatal("restore with tampered args succeeded")
@@ -152,7 +149,7 @@ func TestCaptureMeasureSmoke(t *testing.T) {
 	if err := created.Create(ctx); err != nil {
 		t.Fatal(err)
 	}
-	_, err = created.Restore(ctx, launch.RestoreOptions{ImageDir: t.TempDir(), Detach: true})
+	err = created.Start(ctx, launch.Image{Dir: t.TempDir()})
 	if deleteErr := created.Delete(ctx); deleteErr != nil {
 		t.Error(deleteErr)
 	}
@@ -167,19 +164,8 @@ func TestCaptureMeasureSmoke(t *testing.T) {
 // checking runsc's state after each step; the sandbox is deleted when the test ends.
 func startColdExecutor(t *testing.T, name string) (context.Context, *launch.Sandbox) {
 	t.Helper()
-	rt := testenv.Runtime(t)
-	work := testenv.WorkDir(t)
-	host := filepath.Join(work, "host")
-	os.MkdirAll(host, 0o755)
-	spec, err := sandbox.Spec(sandbox.SpecOptions{Mode: sandbox.ModeSandbox, Rootfs: testenv.Rootfs(t), HostDir: host})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := rt.NewID(name, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb, err := rt.NewSandbox(id, work, host, spec)
+	l := &launch.Launcher{Runtime: testenv.Runtime(t), Rootfs: testenv.Rootfs(t), WorkDir: testenv.WorkDir(t)}
+	sb, err := l.NewSandbox(name, "test", sandbox.ModeSandbox, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,14 +177,14 @@ func startColdExecutor(t *testing.T, name string) (context.Context, *launch.Sand
 	if err := sb.Create(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if state, err := sb.State(ctx); err != nil || state != "created" {
-		t.Fatalf("state after create = %q, %v", state, err)
+	if state, err := sb.State(ctx); err != nil || state.Status != "created" {
+		t.Fatalf("state after create = %+v, %v", state, err)
 	}
-	if err := sb.Start(ctx); err != nil {
+	if err := sb.Start(ctx, launch.Image{}); err != nil {
 		t.Fatal(err)
 	}
-	if state, err := sb.State(ctx); err != nil || state != "running" {
-		t.Fatalf("state after start = %q, %v", state, err)
+	if state, err := sb.State(ctx); err != nil || state.Status != "running" {
+		t.Fatalf("state after start = %+v, %v", state, err)
 	}
 	return ctx, sb
 }
@@ -236,11 +222,11 @@ func TestKillStopsSandbox(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if state == "stopped" {
+		if state.Status == "stopped" {
 			return
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("still %q after SIGKILL", state)
+			t.Fatalf("still %q after SIGKILL", state.Status)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -251,7 +237,7 @@ func TestKillStopsSandbox(t *testing.T) {
 func TestFailedDeleteIsReported(t *testing.T) {
 	path, _ := testenv.FakeRunsc(t, "[]")
 	rt := &launch.Runtime{Path: path, Root: t.TempDir(), Flags: sandbox.DefaultFlags(), Lease: testenv.Lease(t)}
-	r := &measure.Restorer{Launcher: launch.Launcher{Runtime: rt, Rootfs: "/rootfs", WorkDir: t.TempDir(), Timeout: time.Minute}}
+	r := &measure.Restorer{Launcher: launch.Launcher{Runtime: rt, Rootfs: "/rootfs", WorkDir: testenv.WorkDir(t), Timeout: time.Minute}}
 	_, err := r.MeasureOnce(context.Background(), "fail", t.TempDir())
 	if err == nil || !strings.Contains(err.Error(), "delete") || !strings.Contains(err.Error(), "device or resource busy") {
 		t.Fatalf("MeasureOnce with a failed delete = %v", err)

@@ -50,7 +50,7 @@ func (r *Restorer) MeasureOnce(ctx context.Context, setID, imageDir string) (_ f
 		fmt.Errorf("restore exceeded its timeout of %s", r.Timeout))
 	defer cancel()
 	start := time.Now()
-	_, err = sb.Restore(runCtx, launch.RestoreOptions{ImageDir: imageDir, Flags: r.Flags})
+	_, err = sb.RunRestored(runCtx, launch.Image{Dir: imageDir, Flags: r.Flags})
 	elapsed := time.Since(start)
 	if err != nil {
 		return 0, launch.WithStderr(ctx, sb, err)

@@ -27,7 +27,7 @@ func (r *Restorer) Smoke(ctx context.Context, setID, imageDir string, imports []
 	}
 	token := newToken()
 	marks, err := r.TimedCall(ctx, launch.Call{
-		SetID: setID, Step: "smoke", Env: []string{pycall.SmokeTokenVar + "=" + token}, Start: launch.RestoreStep(imageDir, r.Flags),
+		SetID: setID, Step: "smoke", Env: []string{pycall.SmokeTokenVar + "=" + token}, Image: launch.Image{Dir: imageDir, Flags: r.Flags},
 		Request: request, Check: func(resp []byte) error { return pycall.CheckSmokeResponse(resp, token) },
 	})
 	if err != nil {

@@ -10,11 +10,9 @@ import (
 	"testing"
 	"time"
 
-	specs "github.com/opencontainers/runtime-spec/specs-go"
-
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/capture"
-	"readie.dev/pipeline/pkg/executorproto"
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/pool"
 	"readie.dev/pipeline/pkg/pycall"
 	"readie.dev/pipeline/pkg/sandbox"
@@ -48,13 +46,13 @@ func TestRealPool(t *testing.T) {
 	}
 
 	token := "pool-" + strconv.Itoa(os.Getpid())
+	l := &launch.Launcher{Runtime: rt, Rootfs: rootfs, WorkDir: filepath.Join(work, "p")}
+	so := l.SandboxOptions(sandbox.ModeSandbox, []string{pycall.SmokeTokenVar + "=" + token}, nil)
+	so.KeepLogs = false
+	so.Output = testWriter{t}
 	p, err := pool.New(ctx, pool.Options{
-		Runsc: rt.Driver(), Size: 2, Dir: filepath.Join(work, "p"),
-		Spec: func(hostDir string) (*specs.Spec, error) {
-			return sandbox.Spec(sandbox.SpecOptions{Mode: sandbox.ModeSandbox, Rootfs: rootfs, HostDir: hostDir, Env: []string{pycall.SmokeTokenVar + "=" + token}})
-		},
-		NewID:  func() (string, error) { return rt.NewID("pool", "pooled") },
-		Output: testWriter{t},
+		New:  func() (*launch.Sandbox, error) { return launch.NewSandbox(so, "pool", "pooled") },
+		Size: 2,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -85,23 +83,13 @@ func TestRealPool(t *testing.T) {
 		if err := os.WriteFile(config, []byte(strings.ReplaceAll(string(data), token, "rewritten-after-create")), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if err := sb.Restore(ctx, filepath.Join(work, set), nil); err != nil {
-			t.Fatal(err)
-		}
-		conn, err := executorproto.Dial(ctx, sb.SocketPath())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
 		request, err := pycall.SmokeRequest(imports)
 		if err != nil {
 			t.Fatal(err)
 		}
-		response, err := executorproto.Call(ctx, conn, request)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := pycall.CheckSmokeResponse(response, token); err != nil {
+		if _, err := sb.CallOnce(ctx, launch.Image{Dir: filepath.Join(work, set)}, request, func(response []byte) error {
+			return pycall.CheckSmokeResponse(response, token)
+		}); err != nil {
 			t.Fatalf("%s restored into %s: %v", set, sb.ID, err)
 		}
 		t.Logf("%s restored into %s (created in %s ahead) answered", set, sb.ID, sb.CreateTime.Round(time.Millisecond))
@@ -127,7 +115,7 @@ func TestRealPool(t *testing.T) {
 			t.Fatal(err)
 		}
 		killed = append(killed, c.ID)
-		waitFor(t, "sandbox process "+strconv.Itoa(c.Pid)+" to die", func() bool {
+		testenv.WaitFor(t, "sandbox process "+strconv.Itoa(c.Pid)+" to die", func() bool {
 			data, err := os.ReadFile("/proc/" + strconv.Itoa(c.Pid) + "/stat")
 			return err != nil || strings.Contains(string(data), ") Z ")
 		})

@@ -5,7 +5,9 @@
 // It keeps no state between calls and writes no files: which sandboxes exist, their logs and
 // when to delete them are the caller's.
 //
-// A worker restores an output with it:
+// pkg/launch drives it for every sandbox of the pipeline and of a worker (a worker restores
+// through launch.Restorer, which also never kills a create half-way and deletes on every path);
+// on its own, a restore reads:
 //
 //	r := &runsc.Runsc{Path: path, Root: "/run/worker/runsc", GlobalArgs: m.RunscFlags}
 //	err := r.Create(ctx, id, bundle, &runsc.CreateOpts{IO: runsc.IO{Stdout: w, Stderr: w}})

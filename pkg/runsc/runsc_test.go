@@ -25,7 +25,7 @@ import (
 )
 
 // driver returns the real runsc with a private root, which the test checks is empty at the
-// end (every sandbox deleted) and removes.
+// end (every sandbox deleted: in runsc list and by process) and removes.
 func driver(t *testing.T) *runsc.Runsc {
 	t.Helper()
 	root, err := os.MkdirTemp("", "readie-runsc-")
@@ -34,10 +34,7 @@ func driver(t *testing.T) *runsc.Runsc {
 	}
 	r := &runsc.Runsc{Path: testenv.RunscPath(t), Root: root, GlobalArgs: sandbox.DefaultFlags().Args()}
 	t.Cleanup(func() {
-		cs, err := r.List(context.Background())
-		if err != nil || len(cs) != 0 {
-			t.Errorf("runsc list at the end = %v, %v; want no sandbox", cs, err)
-		}
+		testenv.CheckNoRunsc(t, r.Path, root, "")
 		if err := testenv.RemoveRunscRoot(root); err != nil {
 			t.Error(err)
 		}

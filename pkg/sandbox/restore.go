@@ -152,14 +152,35 @@ func RestoreSpec(path, fingerprint string, runscFlags []string, o RestoreOptions
 	if err != nil {
 		return nil, err
 	}
-	mount, err := executorMount(spec)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrRestoreSpec, path, err)
+	return FillRestoreSpec(spec, o)
+}
+
+// FillRestoreSpec is RestoreSpec on a spec that ReadSpec returned, read and checked once for
+// many sandboxes: a copy of spec with exactly root.path, the executor mount's source and
+// process.env replaced from o. spec itself is left as it is.
+func FillRestoreSpec(spec *specs.Spec, o RestoreOptions) (*specs.Spec, error) {
+	if err := o.check(); err != nil {
+		return nil, err
 	}
-	spec.Root.Path = o.Rootfs
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	var filled specs.Spec
+	if err := json.Unmarshal(data, &filled); err != nil {
+		return nil, err
+	}
+	mount, err := executorMount(&filled)
+	if err == nil && (filled.Root == nil || filled.Process == nil) {
+		err = errors.New("no root or no process")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrRestoreSpec, err)
+	}
+	filled.Root.Path = o.Rootfs
 	mount.Source = o.HostDir
-	spec.Process.Env = mergeEnv(spec.Process.Env, o.Env)
-	return spec, nil
+	filled.Process.Env = mergeEnv(filled.Process.Env, o.Env)
+	return &filled, nil
 }
 
 func (o RestoreOptions) check() error {

@@ -265,3 +265,29 @@ func TestPrepareHostDir(t *testing.T) {
 		t.Errorf("owner %d:%d, want 4242:4343", st.Uid, st.Gid)
 	}
 }
+
+// TestFillRestoreSpecCopies: a spec read once fills many sandboxes' specs, each with its own
+// host directory and environment, and stays as it was read.
+func TestFillRestoreSpecCopies(t *testing.T) {
+	path, fp := shipped(t, nil)
+	read, err := ReadSpec(path, fp, DefaultFlags().Args())
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := json.Marshal(read)
+	for _, host := range []string{"/run/w/a", "/run/w/b"} {
+		got, err := FillRestoreSpec(read, RestoreOptions{Rootfs: "/worker/rootfs", HostDir: host, Env: []string{"TOKEN=" + host}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, _ := executorMount(got); m.Source != host || got.Process.Env[len(got.Process.Env)-1] != "TOKEN="+host || got.Root.Path != "/worker/rootfs" {
+			t.Errorf("filled for %s: mount %+v, env %v, root %q", host, m, got.Process.Env, got.Root.Path)
+		}
+	}
+	if after, _ := json.Marshal(read); string(after) != string(before) {
+		t.Errorf("FillRestoreSpec changed the spec it was given:\n%s\n%s", before, after)
+	}
+	if _, err := FillRestoreSpec(read, RestoreOptions{Rootfs: "relative", HostDir: "/run/w/a"}); !errors.Is(err, ErrRestoreSpec) {
+		t.Errorf("FillRestoreSpec with a relative rootfs = %v, want ErrRestoreSpec", err)
+	}
+}

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"readie.dev/pipeline/pkg/exitcode"
 	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
@@ -98,21 +100,19 @@ func newImageCode(rt *launch.Runtime, timeout time.Duration, what string, proces
 	return &imageCode{rt: &isolated, timeout: timeout, what: what, process: process}
 }
 
-// run runs args in a sandbox whose root is rootfs, with hostDir (or nothing, when empty) on
-// sandbox.ExecutorDir; bundles go in workDir. It returns the start of what the process wrote
-// on stdout, at most limit bytes, and an error naming the image and the step; a process that
-// wrote more on stdout than the runtime's output limit keeps is an error too.
-func (c *imageCode) run(ctx context.Context, step, rootfs, workDir, hostDir string, env, args []string, limit int64) (string, error) {
+// run runs args in a sandbox whose root is rootfs, with nothing of the host on
+// sandbox.ExecutorDir (no host directory: runsc then makes no mount point in the root);
+// bundles go in workDir. It returns the start of what the process wrote on stdout, at most
+// limit bytes, and an error naming the image and the step; a process that wrote more on stdout
+// than the runtime's output limit keeps is an error too.
+func (c *imageCode) run(ctx context.Context, step, rootfs, workDir string, env, args []string, limit int64) (string, error) {
 	fail := func(err error) error { return fmt.Errorf("image %s: %s: %w", c.what, step, err) }
-	spec, err := sandbox.Spec(sandbox.SpecOptions{Mode: sandbox.ModeSandbox, Rootfs: rootfs, HostDir: hostDir, Process: c.process, Env: env, Args: args})
-	if err != nil {
-		return "", fail(err)
-	}
-	id, err := c.rt.NewID("image", strings.ReplaceAll(step, " ", "-"))
-	if err != nil {
-		return "", fail(err)
-	}
-	sb, err := c.rt.NewSandbox(id, workDir, hostDir, spec)
+	sb, err := launch.NewSandbox(launch.SandboxOptions{
+		Runtime: c.rt, WorkDir: workDir, NoHostDir: true, KeepLogs: true, // its stdout is read after Delete
+		Spec: func(string) (*specs.Spec, error) {
+			return sandbox.Spec(sandbox.SpecOptions{Mode: sandbox.ModeSandbox, Rootfs: rootfs, Process: c.process, Env: env, Args: args})
+		},
+	}, "image", strings.ReplaceAll(step, " ", "-"))
 	if err != nil {
 		return "", fail(err)
 	}
@@ -136,11 +136,10 @@ func (c *imageCode) run(ctx context.Context, step, rootfs, workDir, hostDir stri
 	return stdout, nil
 }
 
-// probe runs the image's python3 on base (read-only, with no host directory: runsc then makes
-// no mount point in it) and returns what it said: the directory where the executor goes,
+// probe runs the image's python3 on base (read-only, with no host directory) and returns what it said: the directory where the executor goes,
 // relative to the root, and which python3 it is.
 func (c *imageCode) probe(ctx context.Context, base, workDir string) (*probed, error) {
-	out, err := c.run(ctx, "python3 probe", base, workDir, "", nil, []string{"python3", "-B", "-c", probeScript}, 64<<10)
+	out, err := c.run(ctx, "python3 probe", base, workDir, nil, []string{"python3", "-B", "-c", probeScript}, 64<<10)
 	said := strings.TrimSpace(out)
 	status, exited := exitcode.Of(err)
 	switch {
@@ -173,7 +172,7 @@ var pycName = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*)\.[a-z]+-[0-9]+\.pyc$
 // the executor, and returns the bytecode it printed as layer entries for its __pycache__: files
 // of the executor's modules only, at most 1 MiB each.
 func (c *imageCode) precompile(ctx context.Context, rootfs, site, workDir string) ([]layerFile, error) {
-	out, err := c.run(ctx, "precompile", rootfs, workDir, "", []string{"PYTHONPYCACHEPREFIX=" + pycachePrefix}, compileArgs(site), c.rt.OutputLimitOrDefault())
+	out, err := c.run(ctx, "precompile", rootfs, workDir, []string{"PYTHONPYCACHEPREFIX=" + pycachePrefix}, compileArgs(site), c.rt.OutputLimitOrDefault())
 	if err != nil {
 		return nil, err
 	}
