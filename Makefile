@@ -9,6 +9,8 @@ RUNSC_VERSION := v0.0.0-20260905035102-160fafc42237
 # runsc's restore accepts only an image saved by the exact same version string.
 RUNSC_LABEL := readie-20260905-160fafc42237
 RUNSC := $(CACHE)/runsc/$(RUNSC_LABEL)/runsc
+# runsc's helpers, laid out as gVisor ships them: gvisor-bin/ beside runsc (runsc/, docs/knobs.md).
+GVISOR_BIN := $(CACHE)/runsc/$(RUNSC_LABEL)/gvisor-bin
 ROOTFS := build/rootfs
 # Debian's python3: the python3 on PATH may be a build that does not see python3-* packages.
 PYTHON := /usr/bin/python3
@@ -27,7 +29,7 @@ export READIE_RUNSC := $(RUNSC)
 export READIE_ROOTFS := $(abspath $(ROOTFS))
 export READIE_PIPELINE_IMAGE := $(abspath $(PIPELINE_IMAGE))
 
-.PHONY: help all build runsc image pipeline-image check-pipeline-image deps test test-go test-python check-golden golden lint test-unit test-race capture bench bench-sizes bench-knobs image-catalogue bench-catalogue bench-incremental bench-jobs bench-oci bench-go bench-proto soak clean
+.PHONY: help all build runsc image pipeline-image check-pipeline-image deps test test-go test-python check-golden golden lint test-unit test-race capture bench bench-sizes bench-knobs bench-helpers image-catalogue bench-catalogue bench-incremental bench-jobs bench-oci bench-go bench-proto soak clean
 
 all: build ## the same as build
 
@@ -41,7 +43,7 @@ build: ## go build of bin/pipeline
 # Host packages the tests and the image build need; installed only when missing.
 deps: $(STATICCHECK) ## the Debian packages and staticcheck the build and tests need, when missing
 	@missing=""; \
-	for p in mmdebstrap python3-cloudpickle tzdata docker-registry skopeo bc curl podman runc busybox-static ca-certificates; do \
+	for p in mmdebstrap python3-cloudpickle tzdata docker-registry skopeo bc curl podman runc busybox-static ca-certificates gcc libc6-dev; do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
@@ -49,7 +51,18 @@ deps: $(STATICCHECK) ## the Debian packages and staticcheck the build and tests 
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-runsc: $(RUNSC) ## the pinned gVisor runsc, into the cache (about 2 minutes, once)
+# runsc and its helpers. Each helper has a stamp beside it named by the digest of its sources
+# and build flags: a cache that has runsc alone (the layout before gvisor-bin/) gets them, a
+# change of their sources or flags builds them again, a fresh clone of the same sources (newer
+# files, same contents) does not.
+sources_digest = $(shell { cat $(1); echo '$(2)'; } | sha256sum | cut -c1-16)
+SENTRY_SOURCES := runsc/sentry/main.go runsc/sentry/go.mod runsc/sentry/go.sum
+SENTRY_FLAGS := -trimpath -buildvcs=false -ldflags "-X gvisor.dev/gvisor/runsc/version.version=$(RUNSC_LABEL)"
+SENTRY_STAMP := $(GVISOR_BIN)/.gvisor_sentry-$(call sources_digest,$(SENTRY_SOURCES),$(SENTRY_FLAGS))
+PREWARMER_CFLAGS := -std=c11 -Wall -Wextra -Werror -Os -ffreestanding -fno-stack-protector \
+	-fno-asynchronous-unwind-tables -fno-pie -no-pie -static -nostdlib -Wl,--build-id=none -s
+PREWARMER_STAMP := $(GVISOR_BIN)/.gvisor-sentry-prewarmer-$(call sources_digest,runsc/prewarmer.c,$(PREWARMER_CFLAGS))
+runsc: $(RUNSC) $(SENTRY_STAMP) $(PREWARMER_STAMP) ## the pinned gVisor runsc and its helpers (gvisor-bin/), into the cache (about 2 minutes, once)
 # CGO_ENABLED=0: a dynamically linked runsc cannot re-exec itself inside its empty chroot
 # (the ELF interpreter is missing there) and every sandbox fails to start.
 $(RUNSC):
@@ -57,6 +70,27 @@ $(RUNSC):
 	mkdir -p $(dir $@)
 	CGO_ENABLED=0 GOBIN=$(abspath $(dir $@)) go install -ldflags "-X gvisor.dev/gvisor/runsc/version.version=$(RUNSC_LABEL)" $(RUNSC_MODULE)@$(RUNSC_VERSION)
 	$@ --version
+
+# The sentry that runsc boots sandboxes with: the pinned gVisor's sentry commands under a main of
+# ours (runsc/sentry, a module of its own), static and stamped with runsc's label as runsc is.
+# Written beside, then renamed: runsc may be starting sandboxes from this directory meanwhile.
+$(SENTRY_STAMP):
+	@echo "building gvisor_sentry of $(RUNSC_VERSION) as $(RUNSC_LABEL)"
+	mkdir -p $(GVISOR_BIN)
+	cd runsc/sentry && CGO_ENABLED=0 go build $(SENTRY_FLAGS) -o $(GVISOR_BIN)/gvisor_sentry.tmp .
+	mv -f $(GVISOR_BIN)/gvisor_sentry.tmp $(GVISOR_BIN)/gvisor_sentry
+	rm -f $(GVISOR_BIN)/.gvisor_sentry-*
+	touch $@
+
+# The prewarmer runsc runs ahead of the sentry (runsc/prewarmer.c): freestanding C from Debian's
+# gcc, static (the pipeline's image has no libc), no build id, stripped: the same bytes from the
+# same compiler.
+$(PREWARMER_STAMP):
+	mkdir -p $(GVISOR_BIN)
+	gcc $(PREWARMER_CFLAGS) -o $(GVISOR_BIN)/gvisor-sentry-prewarmer.tmp runsc/prewarmer.c
+	mv -f $(GVISOR_BIN)/gvisor-sentry-prewarmer.tmp $(GVISOR_BIN)/gvisor-sentry-prewarmer
+	rm -f $(GVISOR_BIN)/.gvisor-sentry-prewarmer-*
+	touch $@
 
 # runsc: the executor layer is put on by `pipeline rootfs`, which runs the base's python3 only
 # in a sandbox.
@@ -194,6 +228,11 @@ bench-sizes: deps runsc build $(BENCHSTAT) ## the size sweep: its own image and 
 # restores at once, then benchstat's verdict per knob (bench/knobs.sh).
 bench-knobs: deps runsc image build $(BENCHSTAT) ## the knob sweep of bench/knobs.yaml (docs/knobs.md)
 	BENCHSTAT=$(BENCHSTAT) bench/knobs.sh
+
+# runsc with and without its helpers, interleaved (docs/knobs.md): bench/helpers.yaml through
+# bench/knobs.sh's run and verdicts; ROUNDS=25 by default.
+bench-helpers: deps runsc image build $(BENCHSTAT) ## runsc with and without its helpers, interleaved (docs/knobs.md)
+	BENCHSTAT=$(BENCHSTAT) CONFIG=bench/helpers.yaml OUT=out-helpers KNOBS=without-helpers ROUNDS=$(or $(ROUNDS),25) bench/knobs.sh
 
 # The catalogue image: the commonly requested stacks Debian ships (bench/catalogue-packages.txt),
 # beside the default image (a few GB; built once, then cached).

@@ -3,22 +3,25 @@
 # load average every minute beside it, then benchstat's verdict on each knob against its
 # baseline: variant:none one at a time and 2 at once, variant:pooled,none on the pooled path;
 # and each image's size. ROUNDS (default 9) and ONLY (default pandas) choose the run; with
-# TXT=FILE, only the verdicts on that bench.txt.
+# TXT=FILE, only the verdicts on that bench.txt. CONFIG (its output OUT) and KNOBS (the
+# variants' names) run another sweep of the same shape: make bench-helpers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 benchstat=${BENCHSTAT:-benchstat}
+config=${CONFIG:-bench/knobs.yaml}
+out=${OUT:-out-knobs}
+knobs=${KNOBS:-"-background zero-pages host-settings=ignore ignore-cgroups app-huge-pages=false gc.collect gc.freeze malloc_trim"}
 txt=${TXT:-}
 if [ -z "$txt" ]; then
   load=$(mktemp /tmp/readie-knobs-load.XXXXXX)
   (while :; do echo "$(date -u +%H:%M:%S) $(cut -d' ' -f1-3 /proc/loadavg)" >>"$load"; sleep 60; done) &
   sampler=$!
   trap 'kill $sampler 2>/dev/null || true; rm -f "$load"' EXIT
-  bin/pipeline bench --capture --config bench/knobs.yaml --only "${ONLY:-pandas}" --concurrency 1,2 --rounds "${ROUNDS:-9}"
+  bin/pipeline bench --capture --config "$config" --only "${ONLY:-pandas}" --concurrency 1,2 --rounds "${ROUNDS:-9}"
   echo "load average (1, 5, 15 min) during the run:"
   cat "$load"
-  txt=out-knobs/bench/latest/bench.txt
+  txt=$out/bench/latest/bench.txt
 fi
-knobs="-background zero-pages host-settings=ignore ignore-cgroups app-huge-pages=false gc.collect gc.freeze malloc_trim"
 compare() { # compare FILTER: benchstat of the lines FILTER selects, one column per series
   "$benchstat" -filter "$1" -col /series "$txt" | grep -v '^\(goos\|goarch\|pkg\|cpu\|runsc\|restore-flags\):' || true
 }

@@ -1,5 +1,6 @@
 // Command pipeline-image builds the pipeline's own container image as an OCI layout, without a
-// container engine (`make pipeline-image` runs it): the static pipeline and runsc, a static
+// container engine (`make pipeline-image` runs it): the static pipeline and runsc with its
+// helpers (gvisor-bin/ beside it, where runsc looks for them), a static
 // busybox for the Job's `/bin/sh -c`, CA certificates for registries over TLS, and the
 // executor's rootfs, baked in outside the cache path a pod mounts a volume over. The same
 // inputs give the same digest: the image's times are the commit's (-created), never the
@@ -41,6 +42,8 @@ import (
 const (
 	PipelinePath = "/usr/local/bin/pipeline"
 	RunscPath    = "/usr/local/bin/runsc"
+	// HelpersPath is runsc's gvisor-bin/, beside it.
+	HelpersPath  = "/usr/local/bin/gvisor-bin"
 	RootfsPath   = "/usr/share/readie/rootfs"
 	DefaultsPath = "/usr/share/readie/defaults.yaml"
 )
@@ -68,7 +71,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var o options
 	fs.StringVar(&o.out, "out", "build/pipeline-image", "the OCI layout to write (replaced whole)")
 	fs.StringVar(&o.pipeline, "pipeline", "", "the pipeline binary, static (CGO_ENABLED=0)")
-	fs.StringVar(&o.runsc, "runsc", "", "the pinned runsc, static")
+	fs.StringVar(&o.runsc, "runsc", "", "the pinned runsc, static, with its helpers in gvisor-bin/ beside it")
 	fs.StringVar(&o.rootfs, "rootfs", "", "the executor's rootfs (make image)")
 	fs.StringVar(&o.busybox, "busybox", "/usr/bin/busybox", "a static busybox: the image's /bin/sh")
 	fs.StringVar(&o.caCerts, "ca-certificates", "/etc/ssl/certs/ca-certificates.crt", "the CA bundle for registries over TLS")
@@ -114,6 +117,25 @@ func static(path string) error {
 	return nil
 }
 
+// helperFiles returns runsc's helpers where runsc finds them, as files of the image's
+// gvisor-bin/: every one of runsc.HelperNames, static, or the image would boot its sandboxes
+// without them.
+func helperFiles(runscPath string) ([]selfimage.File, error) {
+	dir, err := (&runsc.Runsc{Path: runscPath}).ResolvedHelpersDir()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errInput, err)
+	}
+	var files []selfimage.File
+	for _, name := range runsc.HelperNames() {
+		path := filepath.Join(dir, name)
+		if err := static(path); err != nil {
+			return nil, fmt.Errorf("runsc's helper %s: %w (`make runsc` builds it)", name, err)
+		}
+		files = append(files, selfimage.File{Path: HelpersPath + "/" + name, Mode: 0o755, Source: path})
+	}
+	return files, nil
+}
+
 func build(ctx context.Context, o options, log io.Writer) (string, error) {
 	for _, bin := range []string{o.pipeline, o.runsc, o.busybox} {
 		if err := static(bin); err != nil {
@@ -127,6 +149,10 @@ func build(ctx context.Context, o options, log io.Writer) (string, error) {
 	runscVersion, err := (&runsc.Runsc{Path: o.runsc, CommandTimeout: 30 * time.Second}).Version(ctx)
 	if err != nil {
 		return "", fmt.Errorf("%w: %s --version: %w", errInput, o.runsc, err)
+	}
+	helpers, err := helperFiles(o.runsc)
+	if err != nil {
+		return "", err
 	}
 	rootfs, err := filepath.EvalSymlinks(o.rootfs)
 	if err == nil {
@@ -147,7 +173,7 @@ func build(ctx context.Context, o options, log io.Writer) (string, error) {
 			{Path: "/root", Mode: 0o700, Dir: true},
 			{Path: "/tmp", Mode: 0o777 | os.ModeSticky, Dir: true},
 		}},
-		{Name: "runsc", Files: []selfimage.File{{Path: RunscPath, Mode: 0o755, Source: o.runsc}}},
+		{Name: "runsc", Files: append([]selfimage.File{{Path: RunscPath, Mode: 0o755, Source: o.runsc}}, helpers...)},
 		{Name: "rootfs", Trees: []selfimage.Tree{{Path: RootfsPath, Source: rootfs}}},
 		{Name: "pipeline", Files: []selfimage.File{
 			{Path: PipelinePath, Mode: 0o755, Source: o.pipeline},

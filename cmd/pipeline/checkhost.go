@@ -15,6 +15,7 @@ import (
 	"readie.dev/pipeline/internal/oci/ref"
 	"readie.dev/pipeline/pkg/cpu"
 	"readie.dev/pipeline/pkg/manifest"
+	"readie.dev/pipeline/pkg/runsc"
 )
 
 // checkHostCmd is `pipeline check-host`: would the checkpoints of an output restore on this
@@ -122,7 +123,7 @@ func (c *checkHostCmd) host(ctx context.Context, limit time.Duration) (manifest.
 		return manifest.RestoreHost{}, "", usagef("runsc %s: %v (name the host's runsc with --runsc)", c.runsc, err)
 	}
 	if c.cpuFeatures == "" {
-		h, err := manifest.ReadHost(ctx, c.runsc, limit)
+		h, err := manifest.ReadHost(ctx, &runsc.Runsc{Path: c.runsc, CommandTimeout: limit})
 		return h, "this host", err
 	}
 	hosts, err := cpu.ReadHosts(c.cpuFeatures)
@@ -132,7 +133,7 @@ func (c *checkHostCmd) host(ctx context.Context, limit time.Duration) (manifest.
 	if len(hosts) != 1 {
 		return manifest.RestoreHost{}, "", usagef("--cpu-features %s describes %d host types: check-host checks one host (one features line and its clflush size line)", c.cpuFeatures, len(hosts))
 	}
-	h, err := manifest.ReadHost(ctx, c.runsc, limit)
+	h, err := manifest.ReadHost(ctx, &runsc.Runsc{Path: c.runsc, CommandTimeout: limit})
 	if err != nil {
 		return manifest.RestoreHost{}, "", err
 	}

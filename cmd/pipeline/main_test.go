@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -14,6 +15,7 @@ import (
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/atomicfile"
 	"readie.dev/pipeline/pkg/manifest"
+	"readie.dev/pipeline/pkg/runsc"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
@@ -405,6 +407,11 @@ func TestExistingOutputRestoresAsRecorded(t *testing.T) {
 	if err != nil || strings.Join(m.RestoreFlags, " ") != "-direct" || flags.Network != "none" {
 		t.Fatalf("the manifest no longer says how its checkpoints were made: %+v %v", m, err)
 	}
+	// The helpers runsc booted the sandboxes with, by digest: both of gvisor-bin/ beside it.
+	helpers, err := (&runsc.Runsc{Path: tc.runsc}).Helpers()
+	if err != nil || len(helpers) != len(runsc.HelperNames()) || !maps.Equal(m.Runsc.Helpers, helpers) {
+		t.Errorf("the manifest records the helpers %v; beside runsc: %v, %v", m.Runsc.Helpers, helpers, err)
+	}
 	for _, c := range m.Checkpoints {
 		if c.MeasuredWith == nil || strings.Join(c.MeasuredWith.RestoreFlags, " ") != "-direct" {
 			t.Errorf("%s was timed with the config's restore flags, not the manifest's: %+v", c.ID, c.MeasuredWith)
@@ -415,18 +422,21 @@ func TestExistingOutputRestoresAsRecorded(t *testing.T) {
 	manifestPath := filepath.Join(out, manifest.FileName)
 	original, _ := os.ReadFile(manifestPath)
 	for _, tt := range []struct {
-		field, onHand string
-		change        func(m *manifest.Manifest)
+		field, onHand, recorded string
+		change                  func(m *manifest.Manifest)
 	}{
-		{"runsc.sha256", m.Runsc.SHA256, func(m *manifest.Manifest) { m.Runsc.SHA256 = "sha256:recorded" }},
-		{"rootfs.digest", m.Rootfs.Digest, func(m *manifest.Manifest) { m.Rootfs.Digest = "sha256:recorded" }},
-		{"spec_fingerprint", m.SpecFingerprint, func(m *manifest.Manifest) { m.SpecFingerprint = "sha256:recorded" }},
+		{"runsc.sha256", m.Runsc.SHA256, "sha256:recorded", func(m *manifest.Manifest) { m.Runsc.SHA256 = "sha256:recorded" }},
+		{"runsc.helpers", m.Runsc.HelpersText(), "gvisor_sentry=sha256:recorded", func(m *manifest.Manifest) {
+			m.Runsc.Helpers = map[string]string{"gvisor_sentry": "sha256:recorded"}
+		}},
+		{"rootfs.digest", m.Rootfs.Digest, "sha256:recorded", func(m *manifest.Manifest) { m.Rootfs.Digest = "sha256:recorded" }},
+		{"spec_fingerprint", m.SpecFingerprint, "sha256:recorded", func(m *manifest.Manifest) { m.SpecFingerprint = "sha256:recorded" }},
 	} {
 		changed, _ := manifest.Load(manifestPath)
 		tt.change(changed)
 		atomicfile.WriteJSON(manifestPath, changed)
 		code, _, stderr := runCLI(t, "measure", "--config", cfg, "--runs", "1")
-		if code != exitUsage || !strings.Contains(stderr, tt.field) || !strings.Contains(stderr, tt.onHand+" on hand, sha256:recorded in the manifest") {
+		if code != exitUsage || !strings.Contains(stderr, tt.field) || !strings.Contains(stderr, tt.onHand+" on hand, "+tt.recorded+" in the manifest") {
 			t.Errorf("%s changed: exit %d, want 2 naming it and both values\n%s", tt.field, code, stderr)
 		}
 		os.WriteFile(manifestPath, original, 0o644)

@@ -25,6 +25,7 @@ import (
 
 	"readie.dev/pipeline/internal/oci/ocitest"
 	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/runsc"
 )
 
 // The registry host the deploy files name, which the podman test replaces with its own.
@@ -385,6 +386,11 @@ checkpoints:
 	m := testenv.Manifest(t, pulled)
 	if m.Rootfs.Path != "/usr/share/readie/rootfs" {
 		t.Errorf("the manifest's rootfs %s: want the image's", m.Rootfs.Path)
+	}
+	// The image's runsc booted its sandboxes with the helpers it carries, the same bytes as
+	// this host's: the worker below checks them (manifest.CheckHost) before it restores.
+	if helpers, err := (&runsc.Runsc{Path: runscPath}).Helpers(); err != nil || len(m.Runsc.Helpers) != len(runsc.HelperNames()) || !maps.Equal(m.Runsc.Helpers, helpers) {
+		t.Errorf("the manifest records the helpers %v; beside this host's runsc: %v, %v", m.Runsc.Helpers, helpers, err)
 	}
 	worker := filepath.Join(dir, "worker")
 	build := exec.CommandContext(ctx, "go", "build", "-o", worker, "./examples/worker")

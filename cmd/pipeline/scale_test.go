@@ -133,6 +133,7 @@ func TestMergeRefuses(t *testing.T) {
 		change func(*manifest.Manifest)
 	}{
 		{"runsc.sha256", func(m *manifest.Manifest) { m.Runsc.SHA256 = "sha256:other" }},
+		{"runsc.helpers", func(m *manifest.Manifest) { m.Runsc.Helpers = map[string]string{"gvisor_sentry": "sha256:other"} }},
 		{"spec_fingerprint", func(m *manifest.Manifest) { m.SpecFingerprint = "sha256:other" }},
 		{"rootfs.digest", func(m *manifest.Manifest) { m.Rootfs.Digest = "sha256:other" }},
 	} {

@@ -47,6 +47,10 @@ type Variant struct {
 	PreCheckpoint []string `json:"pre_checkpoint,omitempty"`
 	// Pooled restores from a pool of sandboxes created ahead, timed from Get to the answer.
 	Pooled bool `json:"pooled,omitempty"`
+	// WithoutHelpers boots the variant's sandboxes without runsc's helpers, from noHelpers: an
+	// empty directory as runsc's helpers directory (withHelpersDir).
+	WithoutHelpers bool `json:"without_helpers,omitempty"`
+	noHelpers      string
 }
 
 // VariantPrefix starts the series name of every variant.
@@ -57,7 +61,7 @@ func Variants(cfg []config.BenchVariant) []Variant {
 	var vs []Variant
 	for _, v := range cfg {
 		vs = append(vs, Variant{Name: VariantPrefix + v.Name, Flags: append([]string{}, v.RestoreFlags...), CheckpointOptions: maps.Clone(v.CheckpointOptions), ColdPageCache: v.PageCache == "cold",
-			GlobalFlags: slices.Clone(v.GlobalFlags), PreCheckpoint: slices.Clone(v.PreCheckpoint), Pooled: v.Pooled})
+			GlobalFlags: slices.Clone(v.GlobalFlags), PreCheckpoint: slices.Clone(v.PreCheckpoint), Pooled: v.Pooled, WithoutHelpers: v.WithoutHelpers})
 	}
 	return vs
 }

@@ -49,11 +49,30 @@ func (v Variant) imageKey() string {
 	return strings.Join(parts, ",")
 }
 
-// runtime is rt with the variant's global flags added and, when logDir is set, runsc's log at
-// its default (info) level in logDir: without --debug, so that the few lines cost little, and
-// the same for every variant.
+// withHelpersDir gives the variants WithoutHelpers an empty directory under work as runsc's
+// helpers directory, where runsc finds none.
+func withHelpersDir(variants []Variant, work string) error {
+	for i := range variants {
+		if !variants[i].WithoutHelpers {
+			continue
+		}
+		dir := filepath.Join(work, "no-helpers")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		variants[i].noHelpers = dir
+	}
+	return nil
+}
+
+// runtime is rt with the variant's global flags added, without runsc's helpers when the
+// variant says so, and, when logDir is set, runsc's log at its default (info) level in logDir:
+// without --debug, so that the few lines cost little, and the same for every variant.
 func (v Variant) runtime(rt *launch.Runtime, logDir string) *launch.Runtime {
 	c := *rt
+	if v.WithoutHelpers {
+		c.HelpersDir = v.noHelpers
+	}
 	c.Flags.Extra = append(slices.Clone(rt.Flags.Extra), v.GlobalFlags...)
 	if logDir != "" {
 		c.Flags.Extra = append(c.Flags.Extra, "--debug-log="+strings.TrimSuffix(logDir, "/")+"/")
@@ -238,15 +257,25 @@ func glogLineTime(line string, year int, zone *time.Location) (time.Time, error)
 	return time.ParseInLocation("2006 0102 15:04:05.000000", fmt.Sprintf("%d %s %s", year, m[1], m[2]), zone)
 }
 
-// variantPools holds a pool per pooled variant's runtime (its global flags), made on first
-// use; Close deletes every sandbox of them.
+// variantPools holds a pool per pooled variant's runtime (its global flags, with or without
+// runsc's helpers), made on first use; Close deletes every sandbox of them.
 type variantPools struct {
 	size  int
 	pools map[string]*pool.Pool
 }
 
-func (vp *variantPools) get(ctx context.Context, l *launch.Launcher, v Variant) (*pool.Pool, error) {
+// poolKey names the runtime of a pooled variant: its global flags, and whether without
+// runsc's helpers.
+func poolKey(v Variant) string {
 	key := strings.Join(v.GlobalFlags, " ")
+	if v.WithoutHelpers {
+		key += " (without helpers)"
+	}
+	return key
+}
+
+func (vp *variantPools) get(ctx context.Context, l *launch.Launcher, v Variant) (*pool.Pool, error) {
+	key := poolKey(v)
 	if p, ok := vp.pools[key]; ok {
 		return p, nil
 	}

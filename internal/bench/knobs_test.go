@@ -14,7 +14,10 @@ import (
 	ogorek "github.com/kisielk/og-rek"
 
 	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/capture"
 	"readie.dev/pipeline/pkg/launch"
+	"readie.dev/pipeline/pkg/measure"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
@@ -70,6 +73,81 @@ func TestVariantRuntime(t *testing.T) {
 	}
 	if slices.Contains(v.runtime(rt, "").Flags.Args(), "--debug") {
 		t.Error("--debug without a log directory")
+	}
+}
+
+// TestVariantWithoutHelpers: a variant without_helpers gets an empty directory as runsc's
+// helpers directory, in its runtime and its driver, and a pool of its own; others keep the
+// runtime's. Its restores run without them for real: TestVariantRestoresWithoutHelpers.
+func TestVariantWithoutHelpers(t *testing.T) {
+	vs := Variants([]config.BenchVariant{{Name: "none"}, {Name: "without-helpers", WithoutHelpers: true, Pooled: true}})
+	work := t.TempDir()
+	if err := withHelpersDir(vs, work); err != nil {
+		t.Fatal(err)
+	}
+	rt := &launch.Runtime{Path: "/runsc", Root: "/run/r"}
+	if got := vs[0].runtime(rt, "").Driver().HelpersDir; got != "" {
+		t.Errorf("none: helpers directory %q, want runsc's own", got)
+	}
+	dir := vs[1].runtime(rt, "").Driver().HelpersDir
+	if entries, err := os.ReadDir(dir); err != nil || len(entries) != 0 || !strings.HasPrefix(dir, work) || !vs[1].WithoutHelpers {
+		t.Errorf("without-helpers: helpers directory %q (%v, %v): want an empty one under %s", dir, entries, err, work)
+	}
+	if rt.HelpersDir != "" {
+		t.Errorf("the runtime was changed: %q", rt.HelpersDir)
+	}
+	if vs[1].OwnImage() || vs[1].imageKey() != "" {
+		t.Errorf("without-helpers restores the output's image; key %q", vs[1].imageKey())
+	}
+	if poolKey(vs[0]) != "" || poolKey(vs[1]) == poolKey(vs[0]) {
+		t.Errorf("pool keys %q and %q: without-helpers shares the default's pool", poolKey(vs[0]), poolKey(vs[1]))
+	}
+}
+
+// TestVariantRestoresWithoutHelpers restores one image as a variant with runsc's helpers and
+// as one without, under real gVisor: runsc's log of each (the variant's, at info level) says
+// which way its sandbox booted.
+func TestVariantRestoresWithoutHelpers(t *testing.T) {
+	rt := testenv.Runtime(t)
+	rootfs := testenv.Rootfs(t)
+	work := testenv.WorkDir(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	set := MeasuredSet{ID: "small", Imports: []string{"json"}, Dir: filepath.Join(work, "img")}
+	if _, err := capture.Run(ctx, rt, capture.Request{ID: set.ID, Imports: set.Imports, Rootfs: rootfs, Dir: set.Dir, WorkDir: work, Timeout: 2 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	r := &measure.Restorer{Launcher: launch.Launcher{Runtime: rt, Rootfs: rootfs, WorkDir: work, Timeout: time.Minute}}
+	vs := Variants([]config.BenchVariant{{Name: "none"}, {Name: "without-helpers", WithoutHelpers: true}})
+	if err := withHelpersDir(vs, work); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		v        Variant
+		want     string
+		wantNone string
+	}{
+		{vs[0], `Sidecar "gvisor_sentry" found: booting sandbox with`, "not usable"},
+		{vs[1], `Sidecar "gvisor_sentry" not usable`, "found: booting sandbox with"},
+	} {
+		logDir := filepath.Join(work, "log-"+c.v.Name)
+		if err := os.Mkdir(logDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if first, _, err := timeVariant(ctx, r, c.v, set, set.Dir, logDir); err != nil || first <= 0 {
+			t.Fatalf("%s: %v, %v", c.v.Name, first, err)
+		}
+		logs, _ := filepath.Glob(filepath.Join(logDir, "*.restore.txt"))
+		if len(logs) != 1 {
+			t.Fatalf("%s: runsc restore's logs %v, want one", c.v.Name, logs)
+		}
+		data, err := os.ReadFile(logs[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(data), c.want) || strings.Contains(string(data), c.wantNone) {
+			t.Errorf("%s: runsc restore's log lacks %q or holds %q:\n%s", c.v.Name, c.want, c.wantNone, data)
+		}
 	}
 }
 

@@ -60,6 +60,9 @@ func runOn(ctx context.Context, x *run.VerifiedOutput, o Options) (*Report, erro
 	var variants []Variant
 	if o.Variants {
 		variants = Variants(env.Config.Bench.Variants)
+		if err := withHelpersDir(variants, work); err != nil {
+			return nil, err
+		}
 		if err := captureVariantImages(ctx, env, sets, variants, work); err != nil {
 			return nil, err
 		}

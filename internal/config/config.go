@@ -85,6 +85,10 @@ type BenchVariant struct {
 	// Pooled restores from a pool of sandboxes created ahead with the variant's global flags,
 	// timed from Get to the answer, as the pooled series is.
 	Pooled bool `yaml:"pooled"`
+	// WithoutHelpers boots the variant's sandboxes without runsc's helpers (gvisor-bin/): runsc
+	// itself as the sentry and no prewarmer, as before gVisor shipped them (docs/knobs.md). It
+	// restores the output's own image.
+	WithoutHelpers bool `yaml:"without_helpers"`
 }
 
 // PreCheckpointSteps are the executor's optional steps before a checkpoint

@@ -332,16 +332,19 @@ func TestBenchVariants(t *testing.T) {
 	}
 }
 
-// TestBenchVariantKnobs: a variant's global flags, pre-checkpoint steps and pool are read as
-// written, and the steps the config accepts are exactly the executor's.
+// TestBenchVariantKnobs: a variant's global flags, pre-checkpoint steps, pool and helpers are
+// read as written, and the steps the config accepts are exactly the executor's.
 func TestBenchVariantKnobs(t *testing.T) {
-	c, err := Parse([]byte("bench:\n  variants:\n    - {name: a, global_flags: [--host-settings=ignore, --ignore-cgroups, --app-huge-pages=false], pre_checkpoint: [gc.collect, malloc_trim], pooled: true}\n"), "x.yaml", "/w", "/c")
+	c, err := Parse([]byte("bench:\n  variants:\n    - {name: a, global_flags: [--host-settings=ignore, --ignore-cgroups, --app-huge-pages=false], pre_checkpoint: [gc.collect, malloc_trim], pooled: true, without_helpers: true}\n    - {name: b}\n"), "x.yaml", "/w", "/c")
 	if err != nil {
 		t.Fatal(err)
 	}
 	v := c.Bench.Variants[0]
-	if strings.Join(v.GlobalFlags, " ") != "--host-settings=ignore --ignore-cgroups --app-huge-pages=false" || strings.Join(v.PreCheckpoint, " ") != "gc.collect malloc_trim" || !v.Pooled {
+	if strings.Join(v.GlobalFlags, " ") != "--host-settings=ignore --ignore-cgroups --app-huge-pages=false" || strings.Join(v.PreCheckpoint, " ") != "gc.collect malloc_trim" || !v.Pooled || !v.WithoutHelpers {
 		t.Errorf("variant %+v", v)
+	}
+	if c.Bench.Variants[1].WithoutHelpers {
+		t.Errorf("a variant that does not say without_helpers: %+v", c.Bench.Variants[1])
 	}
 	source, err := os.ReadFile("../../images/executor/readie_executor/precheckpoint.py")
 	if err != nil {
@@ -413,5 +416,18 @@ func TestCPUBaseline(t *testing.T) {
 				t.Errorf("error %v, want ErrInvalid naming test.yaml and %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestBenchConfigs: every config of bench/ (the bench-* targets') loads.
+func TestBenchConfigs(t *testing.T) {
+	paths, err := filepath.Glob("../../bench/*.yaml")
+	if err != nil || len(paths) < 6 {
+		t.Fatalf("bench/*.yaml: %v, %v", paths, err)
+	}
+	for _, path := range paths {
+		if _, err := Load(path, "/cache"); err != nil {
+			t.Errorf("%s: %v", path, err)
+		}
 	}
 }

@@ -60,6 +60,7 @@ func agreement(m *manifest.Manifest) []agreed {
 	return []agreed{
 		{field: "executor_protocol", value: fmt.Sprint(m.ExecutorProtocol)},
 		{field: "runsc.sha256", value: m.Runsc.SHA256},
+		{field: "runsc.helpers", value: m.Runsc.HelpersText()},
 		{field: "runsc.version", value: m.Runsc.Version},
 		{field: "runsc_flags", value: join(m.RunscFlags)},
 		{field: "restore_flags", value: join(m.RestoreFlags)},

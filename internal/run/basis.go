@@ -115,6 +115,7 @@ func newBasis(e *Env, sb *Sandboxes, need manifest.CPU, cpuidFaulting bool) (*Ba
 	b.Key = store.KeyInputs{
 		Schema:            store.KeySchema,
 		RunscSHA256:       e.Runsc.SHA256,
+		RunscHelpers:      e.Runsc.Helpers,
 		RunscFlags:        b.Flags.Args(),
 		CheckpointOptions: e.Config.Runsc.CheckpointOptions,
 		SpecFingerprint:   fingerprint,

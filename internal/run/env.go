@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,6 +42,7 @@ import (
 	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
+	"readie.dev/pipeline/pkg/runsc"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
@@ -60,8 +62,8 @@ const RestoreSpecHostDir = "/run/readie/sandboxes/SANDBOX_ID"
 type Env struct {
 	Config  *config.Config
 	Runtime *launch.Runtime
-	// Runsc is the runsc binary's version and digest, asked of it once (NewEnv): hashing it
-	// reads 100 MB. Its module, read from its build info, is added where a manifest is made
+	// Runsc is the runsc binary's version and digest, and its helpers' digests, asked of it
+	// once (NewEnv): hashing it reads 100 MB. Its module, read from its build info, is added where a manifest is made
 	// (runscRecord): a stand-in runsc has none.
 	Runsc manifest.Runsc
 	// RestoreFlags are passed to every `runsc restore`.
@@ -136,6 +138,15 @@ func NewEnv(ctx context.Context, cfg *config.Config, log logrus.FieldLogger) (*E
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
 	}
+	helpers, err := rt.Driver().Helpers()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	if missing := slices.DeleteFunc(runsc.HelperNames(), func(name string) bool { return helpers[name] != "" }); len(missing) > 0 {
+		dir, _ := rt.Driver().ResolvedHelpersDir()
+		log.WithFields(logrus.Fields{"runsc": rt.Path, "missing": strings.Join(missing, ","), "dir": dir}).
+			Warn("runsc's helpers are missing: its sandboxes boot without them, which gVisor deprecates (make runsc lays them out)")
+	}
 	var passEnv []string
 	for _, name := range cfg.PassEnv {
 		if value, ok := os.LookupEnv(name); ok {
@@ -150,7 +161,7 @@ func NewEnv(ctx context.Context, cfg *config.Config, log logrus.FieldLogger) (*E
 	controls := cpubaseline.Controls(baselineFeatures(cfg))
 	st := &store.Store{Dir: cfg.CheckpointCache, Lease: l}
 	return &Env{
-		Config: cfg, Runtime: rt, Runsc: manifest.Runsc{Version: version, SHA256: binary}, RestoreFlags: slices.Clone(cfg.Runsc.RestoreFlags), Log: log, Store: st,
+		Config: cfg, Runtime: rt, Runsc: manifest.Runsc{Version: version, SHA256: binary, Helpers: helpers}, RestoreFlags: slices.Clone(cfg.Runsc.RestoreFlags), Log: log, Store: st,
 		passEnv: passEnv, controls: controls, lease: l,
 		sweep: sweeper{runtime: rt, lease: l, store: st, rootfs: filepath.Join(config.CacheDir(), "rootfs"), log: log},
 	}, nil

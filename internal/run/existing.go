@@ -96,6 +96,9 @@ func manifestSandboxes(e *Env, m *manifest.Manifest) (*Sandboxes, error) {
 	if e.Runsc.SHA256 != m.Runsc.SHA256 {
 		return nil, mismatch("runsc.sha256 ("+e.Runtime.Path+")", e.Runsc.SHA256, m.Runsc.SHA256)
 	}
+	if m.Runsc.Helpers != nil && e.Runsc.HelpersText() != m.Runsc.HelpersText() {
+		return nil, mismatch("runsc.helpers ("+e.Runtime.Path+")", e.Runsc.HelpersText(), m.Runsc.HelpersText())
+	}
 	flags, err := m.Flags()
 	if err != nil {
 		return nil, fmt.Errorf("%w: manifest runsc_flags: %w", ErrSetup, err)

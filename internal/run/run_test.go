@@ -3,11 +3,15 @@ package run
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sirupsen/logrus"
 
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/lease"
@@ -16,7 +20,9 @@ import (
 	"readie.dev/pipeline/internal/scratch"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/filedigest"
 	"readie.dev/pipeline/pkg/manifest"
+	"readie.dev/pipeline/pkg/runsc"
 )
 
 // TestRemoveDeadWorkDirs: scratch directories are judged by their run's lease: a run that is
@@ -161,5 +167,45 @@ func TestRunscDriverCaptureLeavesNoMeta(t *testing.T) {
 	}
 	if err := store.VerifyFiles(dir, meta); err != nil || len(meta.Files) != len(manifest.ImageFiles()) {
 		t.Errorf("the returned meta.json does not match the capture's files (%d of them): %v", len(meta.Files), err)
+	}
+}
+
+// TestNewEnvRecordsHelpers: NewEnv records the digests of runsc's helpers (gvisor-bin/ beside
+// it) for the manifest, and warns when runsc has none, naming the ones missing.
+func TestNewEnvRecordsHelpers(t *testing.T) {
+	fake, _ := testenv.FakeRunsc(t, "[]")
+	newEnv := func() (*Env, string) {
+		t.Helper()
+		cfg, err := config.Parse([]byte("runsc:\n  path: "+fake+"\n"), "test.yaml", t.TempDir(), t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var log strings.Builder
+		logger := logrus.New()
+		logger.SetOutput(&log)
+		e, err := NewEnv(context.Background(), cfg, logger)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close() })
+		return e, log.String()
+	}
+	e, log := newEnv()
+	if len(e.Runsc.Helpers) != 0 || !strings.Contains(log, "runsc's helpers are missing") || !strings.Contains(log, "missing=\"gvisor-sentry-prewarmer,gvisor_sentry\"") {
+		t.Errorf("a runsc without helpers: recorded %v, logged %q", e.Runsc.Helpers, log)
+	}
+	bin := filepath.Join(filepath.Dir(fake), "gvisor-bin")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range runsc.HelperNames() {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte(name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e, log = newEnv()
+	want := map[string]string{runsc.Sentry: filedigest.OfBytes([]byte(runsc.Sentry)), runsc.Prewarmer: filedigest.OfBytes([]byte(runsc.Prewarmer))}
+	if !maps.Equal(e.Runsc.Helpers, want) || strings.Contains(log, "helpers") {
+		t.Errorf("a runsc with its helpers: recorded %v, want %v; logged %q", e.Runsc.Helpers, want, log)
 	}
 }

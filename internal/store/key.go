@@ -45,6 +45,10 @@ type KeyInputs struct {
 	// RunscSHA256: restore accepts only an image saved by the same runsc version, and the
 	// binary decides what is saved.
 	RunscSHA256 string `json:"runsc_sha256"`
+	// RunscHelpers: the sentry runsc boots with is what saves the image (its helpers'
+	// digests by name, manifest.Runsc.Helpers). Absent for a runsc without helpers, whose keys
+	// it leaves as they were.
+	RunscHelpers map[string]string `json:"runsc_helpers,omitempty"`
 	// RunscFlags: the global flags shape the sandbox (network, overlay, host UDS) that is saved.
 	RunscFlags []string `json:"runsc_flags"`
 	// CheckpointOptions: the capture annotations change the image (compression, zero pages).

@@ -40,6 +40,7 @@ func TestKeyParts(t *testing.T) {
 	}{
 		{"schema", func(in *KeyInputs) { in.Schema++ }},
 		{"runsc_sha256", func(in *KeyInputs) { in.RunscSHA256 = "sha256:other" }},
+		{"runsc_helpers", func(in *KeyInputs) { in.RunscHelpers = map[string]string{"gvisor_sentry": "sha256:sentry"} }},
 		{"runsc_flags", func(in *KeyInputs) { in.RunscFlags = append(in.RunscFlags, "--ignore-cgroups") }},
 		{"checkpoint_options", func(in *KeyInputs) { in.CheckpointOptions = map[string]string{"compression": "none"} }},
 		{"spec_fingerprint", func(in *KeyInputs) { in.SpecFingerprint = "sha256:other" }},
@@ -65,6 +66,18 @@ func TestKeyParts(t *testing.T) {
 	}
 	if baseInputs().Key() != base.Key() || !strings.HasPrefix(base.Key(), "sha256:") || len(base.Key()) != 71 {
 		t.Errorf("key %q is not a stable sha256", base.Key())
+	}
+	// Helpers are compared digest by digest; a runsc without them keys as before they were.
+	sentry, other := baseInputs(), baseInputs()
+	sentry.RunscHelpers = map[string]string{"gvisor_sentry": "sha256:sentry"}
+	other.RunscHelpers = map[string]string{"gvisor_sentry": "sha256:other"}
+	if diff := Diff(sentry.Parts(), other.Parts()); len(diff) != 1 || diff[0] != "runsc_helpers" {
+		t.Errorf("another sentry: Diff says %v", diff)
+	}
+	none := baseInputs()
+	none.RunscHelpers = map[string]string{}
+	if _, ok := none.Parts()["runsc_helpers"]; ok || none.Key() != base.Key() {
+		t.Error("a runsc without helpers changes the key")
 	}
 	// Empty and nil encode alike: a manifest round trip cannot change a key.
 	a, b := baseInputs(), baseInputs()

@@ -15,32 +15,11 @@ import (
 	"readie.dev/pipeline/pkg/cpu"
 )
 
-// pinnedGVisor is the source of the runsc that `make runsc` installs, in the module cache.
-func pinnedGVisor(t *testing.T) string {
-	t.Helper()
-	makefile, err := os.ReadFile("../../Makefile")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`(?m)^RUNSC_VERSION := (\S+)$`).FindSubmatch(makefile)
-	if m == nil {
-		t.Fatal("the Makefile has no RUNSC_VERSION")
-	}
-	cache, err := testenv.Command(t, time.Minute, "go", "env", "GOMODCACHE").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(strings.TrimSpace(string(cache)), "gvisor.dev", "gvisor@"+string(m[1]))
-	if _, err := os.Stat(dir); err != nil {
-		t.Fatalf("the pinned gVisor source is not in the module cache: %v (run `make runsc`)", err)
-	}
-	return dir
-}
-
 // TestNamesAreGVisors: the names are exactly those of allFeatures in the pinned gVisor's
 // pkg/cpuid/features_amd64.go, the table runsc checks the annotation against.
 func TestNamesAreGVisors(t *testing.T) {
-	src, err := os.ReadFile(filepath.Join(pinnedGVisor(t), "pkg/cpuid/features_amd64.go"))
+	_, gvisor := testenv.PinnedGVisor(t, "../../Makefile")
+	src, err := os.ReadFile(filepath.Join(gvisor, "pkg/cpuid/features_amd64.go"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/manifest"
-	"readie.dev/pipeline/pkg/runsc"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
@@ -186,25 +185,22 @@ func (out *Output) Spec(hostDir string, env []string) (*specs.Spec, error) {
 }
 
 // ErrHost reports a checkpoint this host cannot restore: another runsc (its version, its
-// sha256), another executor protocol, CPU features it lacks or another cache line.
+// sha256, its sentry), another executor protocol, CPU features it lacks or another cache line.
 var ErrHost = errors.New("does not restore on this host")
 
 // CheckHost asks whether set's checkpoint restores on this host, with the runsc of rt
 // (manifest.ReadHost, each command bounded by rt's CommandTimeout; manifest.CheckHost): the
-// runsc version string, which restore compares exactly, and the binary's sha256; the executor
-// protocol; the CPU features and the cache line. It returns the warnings (an unenforced CPU
-// baseline, a host with fewer CPUs than the checkpoints' sandboxes saw), which do not stop a
-// restore, or an error matching ErrHost that names every
-// problem.
+// runsc version string, which restore compares exactly, and the binary's sha256; the helpers
+// rt's sandboxes boot with (Runtime.HelpersDir, or gvisor-bin/ beside runsc) against the
+// manifest's runsc.helpers; the executor protocol; the CPU features and the cache line. It
+// returns the warnings (an unenforced CPU baseline, a missing helper, a host with fewer CPUs
+// than the checkpoints' sandboxes saw), which do not stop a restore, or an error matching
+// ErrHost that names every problem.
 func (out *Output) CheckHost(ctx context.Context, rt *Runtime, set string) (warnings []string, err error) {
 	if _, err := out.Checkpoint(set); err != nil {
 		return nil, err
 	}
-	limit := rt.CommandTimeout
-	if limit <= 0 {
-		limit = runsc.DefaultCommandTimeout
-	}
-	host, err := manifest.ReadHost(ctx, rt.Path, limit)
+	host, err := manifest.ReadHost(ctx, rt.Driver()) // the helpers rt's sandboxes boot with (Runtime.HelpersDir)
 	if err != nil {
 		return nil, err
 	}

@@ -35,6 +35,8 @@ type Runtime struct {
 	Flags sandbox.Flags
 	// DebugLogDir, when set, turns on runsc's --debug and writes its logs there.
 	DebugLogDir string
+	// HelpersDir, when set, is where runsc looks for its helpers (runsc.Runsc.HelpersDir).
+	HelpersDir string
 	// CommandTimeout bounds runsc commands that should return at once (create, start, kill,
 	// delete, state, list). Zero means runsc.DefaultCommandTimeout.
 	CommandTimeout time.Duration
@@ -68,7 +70,7 @@ func (r *Runtime) restoreTimeout() time.Duration {
 
 // Driver is the stateless runsc driver with this runtime's settings.
 func (r *Runtime) Driver() *runsc.Runsc {
-	d := &runsc.Runsc{Path: r.Path, Root: r.Root, GlobalArgs: r.Flags.Args(), CommandTimeout: r.CommandTimeout}
+	d := &runsc.Runsc{Path: r.Path, Root: r.Root, GlobalArgs: r.Flags.Args(), CommandTimeout: r.CommandTimeout, HelpersDir: r.HelpersDir}
 	if r.DebugLogDir != "" {
 		d.DebugLog = strings.TrimSuffix(r.DebugLogDir, "/") + "/"
 	}

@@ -3,10 +3,10 @@ package manifest
 import (
 	"context"
 	"fmt"
+	"maps"
 	"runtime"
 	"slices"
 	"strings"
-	"time"
 
 	"readie.dev/pipeline/pkg/cpu"
 	"readie.dev/pipeline/pkg/executorproto"
@@ -21,6 +21,9 @@ type RestoreHost struct {
 	RunscVersion string `json:"runsc_version"`
 	// RunscSHA256 is the digest of the host's runsc binary; "" when unknown (not compared).
 	RunscSHA256 string `json:"runsc_sha256,omitempty"`
+	// RunscHelpers are the digests of the helpers the host's runsc would boot with, by name
+	// (runsc.Runsc.Helpers); nil when unknown (not compared).
+	RunscHelpers map[string]string `json:"runsc_helpers,omitempty"`
 	// ExecutorProtocol is the executor protocol the worker implements.
 	ExecutorProtocol int `json:"executor_protocol"`
 	// CPU is the host's CPU; a CacheLine of 0 is unknown (not compared).
@@ -29,24 +32,33 @@ type RestoreHost struct {
 	CPUs int `json:"cpus,omitempty"`
 }
 
-// ReadHost describes this host: the runsc binary at runsc (its version, its sha256 and its
-// `runsc cpu-features`, each command bounded by limit), the cache line from /proc/cpuinfo,
-// the CPUs this process may run on (its affinity), and the executor protocol of
-// pkg/executorproto.
-func ReadHost(ctx context.Context, runscPath string, limit time.Duration) (RestoreHost, error) {
-	version, err := (&runsc.Runsc{Path: runscPath, CommandTimeout: limit}).Version(ctx)
+// ReadHost describes this host as r would restore on it: the runsc binary r runs (its
+// version, its sha256, the helpers it boots with, by its own rule: r.HelpersDir, else
+// $GVISOR_SIDECAR_BINARIES_DIR, else gvisor-bin/ beside it; and its `runsc cpu-features`, each
+// command bounded by r's CommandTimeout), the cache line from /proc/cpuinfo, the CPUs this
+// process may run on, and the executor protocol of pkg/executorproto.
+func ReadHost(ctx context.Context, r *runsc.Runsc) (RestoreHost, error) {
+	version, err := r.Version(ctx)
 	if err != nil {
 		return RestoreHost{}, err
 	}
-	_, binary, err := filedigest.Of(runscPath)
+	_, binary, err := filedigest.Of(r.Path)
 	if err != nil {
 		return RestoreHost{}, err
 	}
-	c, err := cpu.ReadHost(ctx, runscPath, limit)
+	helpers, err := r.Helpers()
 	if err != nil {
 		return RestoreHost{}, err
 	}
-	return RestoreHost{RunscVersion: version, RunscSHA256: binary, ExecutorProtocol: executorproto.Version, CPU: c, CPUs: runtime.NumCPU()}, nil
+	limit := r.CommandTimeout
+	if limit <= 0 {
+		limit = runsc.DefaultCommandTimeout
+	}
+	c, err := cpu.ReadHost(ctx, r.Path, limit)
+	if err != nil {
+		return RestoreHost{}, err
+	}
+	return RestoreHost{RunscVersion: version, RunscSHA256: binary, RunscHelpers: helpers, ExecutorProtocol: executorproto.Version, CPU: c, CPUs: runtime.NumCPU()}, nil
 }
 
 // Verdict says whether one checkpoint restores on a host, and why not.
@@ -67,11 +79,12 @@ type Report struct {
 }
 
 // CheckHost compares what the checkpoints of m need with what host h offers, as runsc's
-// restore will: the runsc version string (exact; and the binary's sha256 when both are known),
-// the executor protocol, the CPU features (the checkpoints' must be part of the host's) and
-// the cache line (equal). It names every missing feature and differing value. A host with
-// fewer CPUs than the checkpoints' sandboxes saw is a warning: they restore, with the count
-// they were captured with, and whatever sized itself by it (a thread per CPU) shares fewer.
+// restore will: the runsc version string (exact; and the binary's sha256 when both are known,
+// and its helpers' when the host's are known: compareHelpers), the executor protocol, the CPU
+// features (the checkpoints' must be part of the host's) and the cache line (equal). It names
+// every missing feature and differing value. A host with fewer CPUs than the checkpoints'
+// sandboxes saw is a warning: they restore, with the count they were captured with, and
+// whatever sized itself by it (a thread per CPU) shares fewer.
 func CheckHost(m *Manifest, h RestoreHost) Report {
 	var problems, warnings []string
 	if err := m.CheckProtocol(h.ExecutorProtocol); err != nil {
@@ -81,6 +94,9 @@ func CheckHost(m *Manifest, h RestoreHost) Report {
 		problems = append(problems, fmt.Sprintf("runsc version %q, the checkpoints were saved by %q (restore requires the same version string)", h.RunscVersion, m.Runsc.Version))
 	} else if h.RunscSHA256 != "" && m.Runsc.SHA256 != "" && h.RunscSHA256 != m.Runsc.SHA256 {
 		problems = append(problems, fmt.Sprintf("runsc binary %s, the checkpoints were saved by %s: another build under the same version string", h.RunscSHA256, m.Runsc.SHA256))
+	} else if h.RunscHelpers != nil {
+		p, w := compareHelpers(m.Runsc.Helpers, h.RunscHelpers)
+		problems, warnings = append(problems, p...), append(warnings, w...)
 	}
 	switch c := m.CPU; {
 	case c == nil:
@@ -112,6 +128,28 @@ func CheckHost(m *Manifest, h RestoreHost) Report {
 		r.Checkpoints = append(r.Checkpoints, v)
 	}
 	return r
+}
+
+// compareHelpers compares the helpers the checkpoints were saved with (recorded) with the
+// host's, each recorded one alone. The sentry is what saves and restores a sandbox, so another
+// build of it under the same version string is a problem, as another runsc binary is; the
+// prewarmer only readies the sentry's process, so another one is a warning. A helper the host
+// lacks is a warning: runsc boots without it (with itself as the sentry), slower, and gVisor
+// deprecates that.
+func compareHelpers(recorded, host map[string]string) (problems, warnings []string) {
+	for _, name := range slices.Sorted(maps.Keys(recorded)) {
+		want, have := recorded[name], host[name]
+		switch {
+		case have == "":
+			warnings = append(warnings, fmt.Sprintf("runsc's helper %s is missing on this host (the checkpoints were saved with %s): runsc boots without it, which gVisor deprecates", name, want))
+		case have == want:
+		case name == runsc.Sentry:
+			problems = append(problems, fmt.Sprintf("runsc's helper %s %s, the checkpoints were saved by %s: another build under the same version string", name, have, want))
+		default:
+			warnings = append(warnings, fmt.Sprintf("runsc's helper %s %s, the checkpoints were saved with %s", name, have, want))
+		}
+	}
+	return problems, warnings
 }
 
 // unenforced returns the warning for a checkpoint of an unenforced CPU baseline.

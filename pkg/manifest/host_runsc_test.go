@@ -9,13 +9,13 @@ import (
 
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/manifest"
+	"readie.dev/pipeline/pkg/runsc"
 )
 
 // TestReadHostThisHost: this host, read with the real runsc, restores a manifest that needs
 // exactly what it has.
 func TestReadHostThisHost(t *testing.T) {
-	runsc := testenv.RunscPath(t)
-	h, err := manifest.ReadHost(context.Background(), runsc, 30*time.Second)
+	h, err := manifest.ReadHost(context.Background(), &runsc.Runsc{Path: testenv.RunscPath(t), CommandTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,36 +25,62 @@ func hostOf(m *Manifest) RestoreHost {
 func TestCheckHost(t *testing.T) {
 	need := &CPU{Features: []string{"avx", "avx2", "fpu"}, CacheLine: 64}
 	no := false
+	helpers := map[string]string{"gvisor_sentry": "sha256:5e", "gvisor-sentry-prewarmer": "sha256:0f"}
+	withHelpers := func(sentry, prewarmer string) func(*RestoreHost) {
+		return func(h *RestoreHost) {
+			h.RunscHelpers = map[string]string{}
+			for name, digest := range map[string]string{"gvisor_sentry": sentry, "gvisor-sentry-prewarmer": prewarmer} {
+				if digest != "" {
+					h.RunscHelpers[name] = digest
+				}
+			}
+		}
+	}
 	tests := []struct {
 		name     string
 		cpu      *CPU
+		recorded map[string]string // the manifest's runsc.helpers
 		change   func(*RestoreHost)
 		restores bool
 		problems []string
 		warnings []string
 	}{
-		{"the same host", need, func(*RestoreHost) {}, true, nil, nil},
-		{"features lacking and a cache line", need, func(h *RestoreHost) {
+		{"the same host", need, nil, func(*RestoreHost) {}, true, nil, nil},
+		{"features lacking and a cache line", need, nil, func(h *RestoreHost) {
 			h.CPU.Features = []string{"fpu", "sse2"}
 			h.CPU.CacheLine = 128
 		}, false, []string{"missing CPU features: avx, avx2", "cache line 128 bytes, the checkpoints need 64"}, nil},
-		{"no cache line in the features file", need, func(h *RestoreHost) { h.CPU.CacheLine = 0 }, true, nil,
+		{"no cache line in the features file", need, nil, func(h *RestoreHost) { h.CPU.CacheLine = 0 }, true, nil,
 			[]string{"cache line not checked: the host's features carry no \"clflush size\" line (the checkpoints need 64 bytes)"}},
-		{"another runsc", need, func(h *RestoreHost) { h.RunscVersion = "other" }, false, []string{`runsc version "other", the checkpoints were saved by "v"`}, nil},
-		{"another runsc build", need, func(h *RestoreHost) { h.RunscSHA256 = "sha256:99" }, false, []string{"runsc binary sha256:99, the checkpoints were saved by sha256:ab"}, nil},
-		{"runsc sha256 unknown", need, func(h *RestoreHost) { h.RunscSHA256 = "" }, true, nil, nil},
-		{"another protocol", need, func(h *RestoreHost) { h.ExecutorProtocol = 3 }, false, []string{"the artifacts speak executor protocol 2, this worker implements 3"}, nil},
-		{"an output from before cpu", nil, func(h *RestoreHost) { h.CPU.Features = nil }, true, nil, []string{"the manifest records no cpu"}},
-		{"fewer CPUs than the sandboxes saw", need, func(h *RestoreHost) { h.CPUs = 1 }, true, nil,
+		{"another runsc", need, nil, func(h *RestoreHost) { h.RunscVersion = "other" }, false, []string{`runsc version "other", the checkpoints were saved by "v"`}, nil},
+		{"another runsc build", need, nil, func(h *RestoreHost) { h.RunscSHA256 = "sha256:99" }, false, []string{"runsc binary sha256:99, the checkpoints were saved by sha256:ab"}, nil},
+		{"runsc sha256 unknown", need, nil, func(h *RestoreHost) { h.RunscSHA256 = "" }, true, nil, nil},
+		{"another protocol", need, nil, func(h *RestoreHost) { h.ExecutorProtocol = 3 }, false, []string{"the artifacts speak executor protocol 2, this worker implements 3"}, nil},
+		{"an output from before cpu", nil, nil, func(h *RestoreHost) { h.CPU.Features = nil }, true, nil, []string{"the manifest records no cpu"}},
+		{"fewer CPUs than the sandboxes saw", need, nil, func(h *RestoreHost) { h.CPUs = 1 }, true, nil,
 			[]string{"1 CPUs, the checkpoints' sandboxes see 2 (cpus)"}},
-		{"more CPUs than the sandboxes saw", need, func(h *RestoreHost) { h.CPUs = 64 }, true, nil, nil},
-		{"a host whose CPU count is unknown", need, func(h *RestoreHost) { h.CPUs = 0 }, true, nil, []string{"CPU count not checked"}},
+		{"more CPUs than the sandboxes saw", need, nil, func(h *RestoreHost) { h.CPUs = 64 }, true, nil, nil},
+		{"a host whose CPU count is unknown", need, nil, func(h *RestoreHost) { h.CPUs = 0 }, true, nil, []string{"CPU count not checked"}},
 		{"an unenforced baseline", &CPU{Features: need.Features, CacheLine: 64, Baseline: need.Features, Enforced: &no, Controls: map[string]string{"NPY_DISABLE_CPU_FEATURES": "AVX512F"}},
-			func(*RestoreHost) {}, true, nil, []string{"the CPU baseline is not enforced"}},
+			nil, func(*RestoreHost) {}, true, nil, []string{"the CPU baseline is not enforced"}},
+		{"the same helpers", need, helpers, withHelpers("sha256:5e", "sha256:0f"), true, nil, nil},
+		{"another sentry", need, helpers, withHelpers("sha256:77", "sha256:0f"), false,
+			[]string{"runsc's helper gvisor_sentry sha256:77, the checkpoints were saved by sha256:5e: another build"}, nil},
+		{"another prewarmer", need, helpers, withHelpers("sha256:5e", "sha256:77"), true, nil,
+			[]string{"runsc's helper gvisor-sentry-prewarmer sha256:77, the checkpoints were saved with sha256:0f"}},
+		{"no helpers on the host", need, helpers, withHelpers("", ""), true, nil,
+			[]string{"runsc's helper gvisor-sentry-prewarmer is missing on this host", "runsc's helper gvisor_sentry is missing on this host"}},
+		{"the host's helpers unknown", need, helpers, func(*RestoreHost) {}, true, nil, nil},
+		{"an output from before helpers", need, nil, withHelpers("sha256:5e", "sha256:0f"), true, nil, nil},
+		{"another runsc build and another sentry: the binary said", need, helpers, func(h *RestoreHost) {
+			withHelpers("sha256:77", "sha256:0f")(h)
+			h.RunscSHA256 = "sha256:99"
+		}, false, []string{"runsc binary sha256:99"}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m := withCPU(tt.cpu)
+			m.Runsc.Helpers = tt.recorded
 			h := hostOf(m)
 			tt.change(&h)
 			r := CheckHost(m, h)

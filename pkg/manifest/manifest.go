@@ -16,7 +16,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"readie.dev/pipeline/pkg/checkpointid"
@@ -42,6 +45,23 @@ type Runsc struct {
 	Version string `json:"version"`
 	Module  string `json:"module"`
 	SHA256  string `json:"sha256"`
+	// Helpers are the sha256 digests of the helpers runsc booted the sandboxes with, by name
+	// (runsc.HelperNames, gvisor-bin/ beside runsc); none for a runsc without them, and none
+	// in a manifest made before they were recorded: not checked then.
+	Helpers map[string]string `json:"helpers,omitempty"`
+}
+
+// HelpersText returns Helpers as name=digest pairs sorted by name, "none" without any: for
+// messages and comparisons.
+func (r Runsc) HelpersText() string {
+	if len(r.Helpers) == 0 {
+		return "none"
+	}
+	var pairs []string
+	for _, name := range slices.Sorted(maps.Keys(r.Helpers)) {
+		pairs = append(pairs, name+"="+r.Helpers[name])
+	}
+	return strings.Join(pairs, " ")
 }
 
 // Rootfs identifies the image's root filesystem.

@@ -74,6 +74,10 @@ type Runsc struct {
 	// CommandTimeout bounds create, start, kill, delete, state, list and --version. Run and
 	// Restore are bounded by their context alone: how long a process runs is the caller's.
 	CommandTimeout time.Duration
+	// HelpersDir, when set, is where runsc looks for its helpers instead of gvisor-bin/ beside
+	// its binary (ResolvedHelpersDir). An empty directory boots sandboxes as runsc did before gVisor
+	// shipped helpers: with runsc itself as the sentry, and no prewarmer.
+	HelpersDir string
 }
 
 // IO is the stdio a command hands to the sandbox's process (run, create, and a restore that
@@ -331,6 +335,9 @@ func (c invocation) command(ctx context.Context, io IO) (*exec.Cmd, *os.File, er
 	cmd.ExtraFiles = []*os.File{errorLog}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Env = append(os.Environ(), "TZ=UTC")
+	if c.r.HelpersDir != "" {
+		cmd.Env = append(cmd.Env, helpersDirEnv+"="+c.r.HelpersDir)
+	}
 	// A nil *os.File in an io.Reader or io.Writer would not be nil: set only those given.
 	if io.Stdin != nil {
 		cmd.Stdin = io.Stdin

@@ -241,6 +241,8 @@ func TestCaptureAndRestore(t *testing.T) {
 	r := driver(t)
 	rootfs := testenv.Rootfs(t)
 	work := testenv.WorkDir(t)
+	// runsc's debug log, to see every sandbox below boot with the helpers (helperProblems).
+	r.DebugLog = filepath.Join(work, "logs") + "/"
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	images := filepath.Join(work, "img")
@@ -336,6 +338,14 @@ func TestCaptureAndRestore(t *testing.T) {
 	}
 	if !errors.Is(err, runsc.ErrFailed) || !strings.Contains(err.Error(), `"Args" does not match`) {
 		t.Fatalf("restore of a tampered spec = %v; want runsc's words", err)
+	}
+
+	helpers, err := r.ResolvedHelpersDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if problems := helperProblems(t, r.DebugLog, helpers); len(problems) > 0 {
+		t.Errorf("the capture and its restores booted without the helpers in %s:\n  %s", helpers, strings.Join(problems, "\n  "))
 	}
 }
 
