@@ -30,6 +30,10 @@ type WarmOptions struct {
 	RetryDelay time.Duration
 	// WaitTimeout bounds Wait (DefaultWarmWaitTimeout).
 	WaitTimeout time.Duration
+	// RefillOnDelete makes a taken sandbox count as one of its set's until its Delete, so that
+	// its replacement's restore does not run beside its call: for a benchmark that times the
+	// take to the answer (Options.RefillOnDelete). A worker leaves it false.
+	RefillOnDelete bool
 }
 
 // WarmStats count what a warm pool did, per set.
@@ -64,6 +68,7 @@ type Warm struct {
 	mu      sync.Mutex
 	ready   map[string][]*launch.Restored
 	live    map[*launch.Restored]struct{} // restored and not yet deleted, handed out included
+	held    map[*launch.Restored]string   // taken and not yet deleted, with RefillOnDelete: its set
 	discard []*launch.Restored            // found dead: the refill deletes them
 	changed chan struct{}
 	wake    chan struct{}
@@ -81,7 +86,7 @@ func NewWarm(ctx context.Context, o WarmOptions) (*Warm, error) {
 	if o.Restorer == nil {
 		return nil, errors.New("pool: WarmOptions.Restorer is required")
 	}
-	w := &Warm{o: o, ready: map[string][]*launch.Restored{}, live: map[*launch.Restored]struct{}{},
+	w := &Warm{o: o, ready: map[string][]*launch.Restored{}, live: map[*launch.Restored]struct{}{}, held: map[*launch.Restored]string{},
 		changed: make(chan struct{}), wake: make(chan struct{}, 1), stats: map[string]*WarmStats{}, done: make(chan struct{})}
 	for _, set := range slices.Sorted(maps.Keys(o.Sizes)) {
 		switch n := o.Sizes[set]; {
@@ -144,6 +149,9 @@ func (w *Warm) Take(set string) *launch.Restored {
 		w.ready[set] = w.ready[set][1:]
 		if r.Sandbox.Alive() {
 			st.HandedOut++
+			if w.o.RefillOnDelete {
+				w.held[r] = set
+			}
 			w.broadcast()
 			return r
 		}
@@ -164,7 +172,7 @@ func (w *Warm) Wait(ctx context.Context) error {
 			w.mu.Unlock()
 			return ErrClosed
 		}
-		full := w.missing() == "" && len(w.discard) == 0
+		full := w.full()
 		changed := w.changed
 		w.kick()
 		w.mu.Unlock()
@@ -186,15 +194,62 @@ func (w *Warm) Wait(ctx context.Context) error {
 }
 
 // missing returns the set with the most sandboxes missing (ties to the first by name), or ""
-// when every set is full; w.mu is held.
+// when every set is full (with RefillOnDelete, a taken sandbox counts until its Delete);
+// w.mu is held.
 func (w *Warm) missing() string {
+	held := map[string]int{}
+	for _, set := range w.held {
+		held[set]++
+	}
 	best, most := "", 0
 	for _, set := range w.sets {
-		if n := w.o.Sizes[set] - len(w.ready[set]); n > most {
+		if n := w.o.Sizes[set] - len(w.ready[set]) - held[set]; n > most {
 			best, most = set, n
 		}
 	}
 	return best
+}
+
+// full reports whether every set holds its size of ready sandboxes; w.mu is held.
+func (w *Warm) full() bool {
+	for _, set := range w.sets {
+		if len(w.ready[set]) < w.o.Sizes[set] {
+			return false
+		}
+	}
+	return len(w.discard) == 0
+}
+
+// Resident returns what one ready sandbox of set holds in memory, restored and idle
+// (launch.Sandbox.Resident); an error when none is ready.
+func (w *Warm) Resident(set string) (int64, error) {
+	w.mu.Lock()
+	var r *launch.Restored
+	if len(w.ready[set]) > 0 {
+		r = w.ready[set][0]
+	}
+	w.mu.Unlock()
+	if r == nil {
+		return 0, fmt.Errorf("pool: no warm sandbox of %s ready", set)
+	}
+	return r.Sandbox.Resident()
+}
+
+// ResidentAll returns what every sandbox the pool restored and has not deleted holds in
+// memory, those taken included: the pool's footprint now.
+func (w *Warm) ResidentAll() int64 {
+	w.mu.Lock()
+	all := slices.Collect(maps.Keys(w.live))
+	w.mu.Unlock()
+	var total int64
+	for _, r := range all {
+		n, err := r.Sandbox.Resident()
+		if err != nil {
+			continue // deleted since: it holds nothing
+		}
+		total += n
+	}
+	return total
 }
 
 // Close stops the refill and deletes every sandbox the pool restored that is not deleted yet,
@@ -303,4 +358,8 @@ func (w *Warm) forget(r *launch.Restored) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.live, r)
+	if _, ok := w.held[r]; ok {
+		delete(w.held, r)
+		w.kick()
+	}
 }

@@ -109,6 +109,15 @@ func TestRealWarm(t *testing.T) {
 	if err := created.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// A warm sandbox's memory: the sandbox's and gofer's processes, by /proc.
+	resident, err := warm.Resident("small")
+	if err != nil || resident < 1<<20 {
+		t.Errorf("small's warm sandbox holds %d bytes, %v: want its processes' memory", resident, err)
+	}
+	if all := warm.ResidentAll(); all < 3*resident/2 {
+		t.Errorf("the warm pool's 3 sandboxes hold %d bytes, one of small's %d", all, resident)
+	}
+	t.Logf("a warm sandbox of small holds %.1f MiB", float64(resident)/(1<<20))
 	opts := launch.RestoreOptions{Warm: warm, Pool: created}
 	seen := map[string]bool{}
 	start := func(set string, want launch.How) *launch.Restored {
@@ -124,6 +133,7 @@ func TestRealWarm(t *testing.T) {
 			t.Errorf("sandbox %s handed out twice", restored.Sandbox.ID)
 		}
 		seen[restored.Sandbox.ID] = true
+		t.Logf("%s started by %s in %s", set, restored.How, restored.Sandbox.ID)
 		return restored
 	}
 	imported := func(restored *launch.Restored, module string) bool {
