@@ -263,6 +263,7 @@ func printBench(w io.Writer, r *bench.Report) {
 			s.Ratios["cold/restore"], s.Ratios["restore/floor"], s.Ratios["prestarted/floor"], s.Ratios["pooled/floor"])
 	}
 	tw.Flush()
+	printWarm(w, r)
 	fmt.Fprintf(w, "\nrestore cost model (measure-mode medians): %s\n", r.Fit.Describe())
 	if r.FastestVariant != nil {
 		fmt.Fprintf(w, "fastest restore variant with a warm page cache (an image restored many times; sum of medians over the sets): %s\n", r.FastestVariant.Name)
@@ -284,6 +285,20 @@ func printBench(w io.Writer, r *bench.Report) {
 		fmt.Fprintln(w, "\nwhere one restore's time goes (runsc --debug is on for these, which slows them):")
 		bench.WriteBreakdowns(w, r.Explain)
 	}
+}
+
+// printWarm prints the warm series beside the floor, with the memory a warm sandbox holds.
+func printWarm(w io.Writer, r *bench.Report) {
+	if !slices.Contains(r.Series, bench.Warm) {
+		return
+	}
+	fmt.Fprintln(w, "\nwarm: a sandbox restored ahead, taken and called (its restore off the clock); resident: its memory, restored and idle (Pss)")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "set	warm median ms	warm/floor	resident MiB	")
+	for _, s := range r.Sets {
+		fmt.Fprintf(tw, "%s\t%.1f\t%.3f\t%.1f\t\n", s.ID, s.Series[bench.Warm].Median, s.Ratios["warm/floor"], float64(s.ResidentBytes[bench.Warm])/(1<<20))
+	}
+	tw.Flush()
 }
 
 // replay is bench --corpus: the corpus's requests started where the catalogue chooses, beside
