@@ -279,7 +279,7 @@ func TestBenchShort(t *testing.T) {
 		Runsc   struct{ Version string }
 		Rounds  int `json:"rounds"`
 		Sets    []struct {
-			ID     string
+			ID       string
 			Series   map[string]struct{ Runs []float64 }
 			Ratios   map[string]float64
 			Resident map[string]int64 `json:"resident_bytes"`

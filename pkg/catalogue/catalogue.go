@@ -10,6 +10,7 @@
 package catalogue
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -431,6 +432,16 @@ type Choice struct {
 	// cost model's pooled line: its restore (or cold start) plus the same ImportMs; 0 when the
 	// catalogue has no pooled line.
 	PredictedPooledMs float64 `json:"predicted_pooled_ms,omitempty"`
+	// PredictedWarmMs is the choice's start from a sandbox of its checkpoint restored ahead (a
+	// warm pool's, launch.RestoreOptions.Warm): the restore is done, what is left is ImportMs
+	// (absent for a cold start, never kept warm, and by image size). The take and the call
+	// themselves, a few milliseconds, are not priced.
+	PredictedWarmMs float64 `json:"predicted_warm_ms,omitempty"`
+	// Warm are the other checkpoints whose sandbox restored ahead would start the request
+	// faster than the choice started without one (PredictedMs), each priced as
+	// PredictedWarmMs is, cheapest first: a worker passes them, after the choice, as
+	// launch.RestoreOptions.Also (empty by image size).
+	Warm []WarmOption `json:"warm,omitempty"`
 	// Modules are the request's names resolved to analysed modules; Unknown are names no
 	// analysed module is a prefix of, Unavailable modules that do not import in the image.
 	// Neither is priced (no option holds them, so they cost every option the same).
@@ -445,6 +456,12 @@ type Choice struct {
 	// fails. A package a checkpoint does not hold loaded costs nothing either way.
 	ImageLacks []string `json:"image_lacks,omitempty"`
 	Why        string   `json:"why"`
+}
+
+// WarmOption is a checkpoint whose warm sandbox serves a request, and its price from one.
+type WarmOption struct {
+	Checkpoint  string  `json:"checkpoint"`
+	PredictedMs float64 `json:"predicted_ms"`
 }
 
 // PassedOver is a checkpoint that a request's packages rule out.
@@ -509,6 +526,15 @@ func (r *Router) SelectFor(names []string, packages []pyreq.Requirement) Choice 
 	}
 	cold := r.options[len(r.options)-1]
 	ch.ColdMs = p.Cost(cold, need)
+	if !ch.Cold {
+		ch.PredictedWarmMs = ch.ImportMs
+	}
+	for i, opt := range r.options[:len(r.options)-1] { // the cold start is never warm
+		if warmMs := p.Cost(opt, need) - opt.FixedMs; i != best && !ruledOut[i] && warmMs < bestMs {
+			ch.Warm = append(ch.Warm, WarmOption{Checkpoint: r.ids[i], PredictedMs: warmMs})
+		}
+	}
+	slices.SortStableFunc(ch.Warm, func(a, b WarmOption) int { return cmp.Compare(a.PredictedMs, b.PredictedMs) })
 
 	// The runner-up, to say by how much the choice won.
 	second, secondMs := -1, 0.0
