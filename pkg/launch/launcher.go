@@ -98,6 +98,9 @@ type Call struct {
 	// Request is sent once the executor's socket accepts; Check judges the answer.
 	Request []byte
 	Check   func(response []byte) error
+	// Inspect, when set, runs once the answer has passed Check, off the clock, before the
+	// sandbox is deleted: the executor restored and idle (the smoke test reads its memory).
+	Inspect func(*Sandbox) error
 }
 
 // TimedCall prepares a sandbox for c (off the clock), then times its start, dial and one call
@@ -117,5 +120,9 @@ func (l *Launcher) TimedCall(ctx context.Context, c Call) (marks CallMarks, err 
 			return marks, WithStderr(ctx, sb, err)
 		}
 	}
-	return sb.CallOnce(ctx, c.Image, c.Request, c.Check)
+	marks, err = sb.CallOnce(ctx, c.Image, c.Request, c.Check)
+	if err == nil && c.Inspect != nil {
+		err = c.Inspect(sb)
+	}
+	return marks, err
 }
