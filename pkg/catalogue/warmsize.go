@@ -59,13 +59,18 @@ func (w WarmSizing) Sizes() map[string]int {
 // maxWarmPerSet bounds one set's pool: past it a further sandbox saves nothing measurable.
 const maxWarmPerSet = 64
 
+// minHitGain is the least share of a set's requests a further warm sandbox must catch to be
+// kept: below it, the memory buys almost nothing (B(n) falls faster than geometrically).
+const minHitGain = 0.01
+
 // SizeWarm sizes the warm pools of the sets within budgetBytes to minimise the expected start:
 // a set's warm sandboxes are worth its rate x its saving x the share of its requests they
 // catch, and each costs its resident memory. A set's n warm sandboxes, each replaced RefillMs
 // after it is taken, miss a request when all n are being replaced: with Poisson arrivals that
 // is Erlang's loss formula B(n, rate x refill), so each further sandbox is worth less than
 // the one before, and adding, one at a time, the sandbox that saves the most per byte is the
-// best use of the budget (up to the last sandbox that fits). A set whose one sandbox does not
+// best use of the budget (up to the last sandbox that fits); a sandbox that would catch less
+// than 1% of its set's requests is not kept. A set whose one sandbox does not
 // fit the budget gets none, with why; a budget of zero keeps none.
 func SizeWarm(demand []WarmDemand, budgetBytes int64) (WarmSizing, error) {
 	if budgetBytes < 0 {
@@ -97,7 +102,11 @@ func SizeWarm(demand []WarmDemand, budgetBytes int64) (WarmSizing, error) {
 			return 0
 		}
 		load := d.RatePerSec * d.RefillMs / 1000
-		return d.RatePerSec * d.SavingMs * (erlangB(n, load) - erlangB(n+1, load))
+		caught := erlangB(n, load) - erlangB(n+1, load)
+		if caught < minHitGain {
+			return 0
+		}
+		return d.RatePerSec * d.SavingMs * caught
 	}
 	for i, d := range demand {
 		out.Sets[i].Set = d.Set

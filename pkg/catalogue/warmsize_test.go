@@ -61,6 +61,17 @@ func TestSizeWarm(t *testing.T) {
 	if big.Sizes()["torch"] != 1 {
 		t.Errorf("sizes %v with 1300 MiB, want torch kept", big.Sizes())
 	}
+
+	// A budget with room for everything keeps no sandbox that would catch less than 1% of its
+	// set's requests: pandas (load 2) stops where the next would add less.
+	huge, err := SizeWarm(demand[:1], 1<<40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := huge.Sizes()["pandas"]
+	if n == 0 || n >= maxWarmPerSet || erlangB(n, 2)-erlangB(n+1, 2) >= minHitGain || erlangB(n-1, 2)-erlangB(n, 2) < minHitGain {
+		t.Errorf("pandas with a huge budget: %d warm, want the last that catches 1%% or more", n)
+	}
 }
 
 // TestSizeWarmRefusesBadInput: an unmeasured memory, a negative budget, a set named twice and
