@@ -260,7 +260,7 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 	// With a short run of arrivals: the same Poisson arrivals (seeded) with warm pools and
 	// without, against a worker of the kit.
 	code, stdout, stderr = runCLI(t, "bench", "--config", cfg, "--corpus", corpusPath, "--part", "all", "--sample", "2", "--rounds", "1",
-		"--arrivals", "2", "--duration", "3s", "--memory", "2GiB")
+		"--arrivals", "2", "--duration", "3s", "--memory", "256MiB")
 	if code != exitOK {
 		t.Fatalf("bench --corpus exit %d\n%s", code, stderr)
 	}
@@ -319,7 +319,9 @@ func checkArrivals(t *testing.T, out, stdout string) {
 		t.Fatal(err)
 	}
 	var rep struct {
-		Summary  struct{ MeanColdMs float64 } `json:"summary"`
+		Summary struct {
+			MeanColdMs float64 `json:"mean_cold_ms"`
+		} `json:"summary"`
 		Arrivals *struct {
 			Choices     map[string]int             `json:"choices"`
 			WithWarm    map[string]json.RawMessage `json:"with_warm"`
