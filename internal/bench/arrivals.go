@@ -17,6 +17,7 @@ import (
 	"readie.dev/pipeline/pkg/catalogue"
 	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/pool"
+	"readie.dev/pipeline/pkg/pycall"
 )
 
 // ArrivalsOptions shape bench --corpus --arrivals: an open-loop arrival process against a
@@ -324,7 +325,7 @@ func serveArrival(ctx context.Context, kit *launch.Restorer, opts launch.Restore
 	if err != nil {
 		return "", err
 	}
-	response, err := restored.Call(ctx, request)
+	response, err := restored.Call(ctx, request, pycall.SmallResponse)
 	if err != nil {
 		return "", err
 	}

@@ -28,8 +28,10 @@
 //     ahead, per set, so that a start is the call alone.
 //  6. Restorer.Restore(ctx, set, RestoreOptions{Warm, Pool}) takes the fastest path ready (a
 //     warm sandbox, else a restore into a sandbox from the pool or created for it; set "" a
-//     cold start) and dials the executor; Restored.How says which; Restored.Call calls it;
-//     Restored.Close deletes the sandbox, which is never used again.
+//     cold start) and dials the executor; Restored.How says which; Restored.Call calls it,
+//     reading at most what the call's answer needs (a stranger's data: decode it with pycall,
+//     print it with pycall.Format); Restored.Close deletes the sandbox, which is never used
+//     again.
 //
 // # The life cycle
 //

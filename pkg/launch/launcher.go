@@ -98,6 +98,10 @@ type Call struct {
 	// Request is sent once the executor's socket accepts; Check judges the answer.
 	Request []byte
 	Check   func(response []byte) error
+	// MaxResponseSize is the most of the answer read (executorproto.Caller's; zero: its
+	// default): what the call's answer needs, so that an executor cannot make the caller
+	// hold and decode more.
+	MaxResponseSize int64
 	// Inspect, when set, runs once the answer has passed Check, off the clock, before the
 	// sandbox is deleted: the executor restored and idle (the smoke test reads its memory).
 	Inspect func(*Sandbox) error
@@ -120,7 +124,7 @@ func (l *Launcher) TimedCall(ctx context.Context, c Call) (marks CallMarks, err 
 			return marks, WithStderr(ctx, sb, err)
 		}
 	}
-	marks, err = sb.CallOnce(ctx, c.Image, c.Request, c.Check)
+	marks, err = sb.CallOnce(ctx, c.Image, c.Request, c.MaxResponseSize, c.Check)
 	if err == nil && c.Inspect != nil {
 		err = c.Inspect(sb)
 	}

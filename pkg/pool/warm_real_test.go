@@ -142,7 +142,7 @@ func TestRealWarm(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		response, err := restored.Call(ctx, request)
+		response, err := restored.Call(ctx, request, pycall.SmallResponse)
 		if err != nil {
 			t.Fatalf("call into %s (%s): %v", restored.Sandbox.ID, restored.How, err)
 		}
