@@ -132,8 +132,12 @@ func (w *Warm) Stats() map[string]WarmStats {
 
 // Take hands out a ready sandbox of set, never the same one twice, and has the pool restore
 // a replacement; nil when none is ready: it never waits (launch.Warm). A ready sandbox whose
-// process died is skipped, deleted and replaced (launch.Sandbox.Alive: /proc only).
+// process died is skipped, deleted and replaced (launch.Sandbox.Alive: /proc only). A nil
+// pool has none.
 func (w *Warm) Take(set string) *launch.Restored {
+	if w == nil { // a nil *Warm in launch.RestoreOptions.Warm: no pool
+		return nil
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
