@@ -18,6 +18,7 @@ import (
 	"readie.dev/pipeline/internal/corpus"
 	"readie.dev/pipeline/internal/run"
 	"readie.dev/pipeline/pkg/catalogue"
+	"readie.dev/pipeline/pkg/launch"
 )
 
 type benchCmd struct {
@@ -39,6 +40,12 @@ type benchCmd struct {
 	part   string
 	// pool is the size of the pool of the pooled series.
 	pool int
+	// arrivals, duration, memory: bench --corpus --arrivals RATE --duration D --memory BUDGET
+	// (memoryBytes, from CheckArgs).
+	arrivals    float64
+	duration    time.Duration
+	memory      string
+	memoryBytes int64
 	// corpusData is the corpus, read before anything else is done.
 	corpusData *corpus.Corpus
 	// soak, killEvery: bench --soak COUNT|DURATION (soakOpts, from CheckArgs).
@@ -73,6 +80,28 @@ func (c *benchCmd) SetFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.sample, "sample", 20, "with --corpus: how many requests to draw, deterministically")
 	fs.StringVar(&c.part, "part", bench.PartHeldOut, "with --corpus: the part to draw from: held-out, planned or all")
 	fs.IntVar(&c.pool, "pool", bench.DefaultPoolSize, "sandboxes created ahead for the pooled series (with --corpus: 0 leaves the series out)")
+	fs.Float64Var(&c.arrivals, "arrivals", 0, "with --corpus: also requests arriving open-loop, Poisson at RATE a second, drawn from the sample, against a worker of the kit, with warm pools and without (0: none)")
+	fs.DurationVar(&c.duration, "duration", time.Minute, "with --arrivals: how long requests arrive")
+	fs.StringVar(&c.memory, "memory", "4GiB", "with --arrivals: the memory budget of the warm pools (bytes, or with KiB, MiB, GiB)")
+}
+
+// parseBytes reads a size: a number of bytes, or one with a KiB, MiB or GiB suffix.
+func parseBytes(s string) (int64, error) {
+	num, unit := strings.TrimSpace(s), int64(1)
+	for _, u := range []struct {
+		suffix string
+		bytes  int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}} {
+		if rest, ok := strings.CutSuffix(num, u.suffix); ok {
+			num, unit = strings.TrimSpace(rest), u.bytes
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || !(v >= 0) || v*float64(unit) > 1<<50 {
+		return 0, fmt.Errorf("%q: want a size such as 4GiB, 512MiB or 1048576", s)
+	}
+	return int64(v * float64(unit)), nil
 }
 
 // concurrencies parses --concurrency.
@@ -113,7 +142,7 @@ func (c *benchCmd) soakOptions() (bench.SoakOptions, error) {
 	var refused []string
 	c.fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
-		case "rounds", "variants", "corpus", "explain", "sample", "part":
+		case "rounds", "variants", "corpus", "explain", "sample", "part", "arrivals", "duration", "memory":
 			refused = append(refused, "--"+f.Name)
 		case "concurrency":
 			k, err := strconv.Atoi(strings.TrimSpace(c.concurrency))
@@ -169,6 +198,26 @@ func (c *benchCmd) CheckArgs(args []string) error {
 		case c.only.list != "" || c.explain:
 			return errors.New("--only and --explain are for the set benchmark, not for --corpus")
 		}
+	}
+	var arrivalsFlags []string
+	c.fs.Visit(func(f *flag.Flag) {
+		if f.Name == "duration" || f.Name == "memory" {
+			arrivalsFlags = append(arrivalsFlags, "--"+f.Name)
+		}
+	})
+	switch {
+	case !(c.arrivals >= 0) || c.arrivals > 1000:
+		return fmt.Errorf("--arrivals %v: want requests a second, 0 to 1000", c.arrivals)
+	case c.arrivals > 0 && c.corpus.path == "":
+		return errors.New("--arrivals draws its requests from a corpus: it goes with --corpus FILE")
+	case c.arrivals == 0 && len(arrivalsFlags) > 0:
+		return fmt.Errorf("%s: only with --arrivals RATE", strings.Join(arrivalsFlags, ", "))
+	case c.duration <= 0 || c.duration > 24*time.Hour:
+		return fmt.Errorf("--duration %s: want a duration from 1s to 24h", c.duration)
+	}
+	var err error
+	if c.memoryBytes, err = parseBytes(c.memory); err != nil {
+		return fmt.Errorf("--memory %w", err)
 	}
 	return readsOutput(args)
 }
@@ -263,6 +312,7 @@ func printBench(w io.Writer, r *bench.Report) {
 			s.Ratios["cold/restore"], s.Ratios["restore/floor"], s.Ratios["prestarted/floor"], s.Ratios["pooled/floor"])
 	}
 	tw.Flush()
+	printWarm(w, r)
 	fmt.Fprintf(w, "\nrestore cost model (measure-mode medians): %s\n", r.Fit.Describe())
 	if r.FastestVariant != nil {
 		fmt.Fprintf(w, "fastest restore variant with a warm page cache (an image restored many times; sum of medians over the sets): %s\n", r.FastestVariant.Name)
@@ -286,10 +336,25 @@ func printBench(w io.Writer, r *bench.Report) {
 	}
 }
 
+// printWarm prints the warm series beside the floor, with the memory a warm sandbox holds.
+func printWarm(w io.Writer, r *bench.Report) {
+	if !slices.Contains(r.Series, bench.Warm) {
+		return
+	}
+	fmt.Fprintln(w, "\nwarm: a sandbox restored ahead, taken and called (its restore off the clock); resident: its memory, restored and idle (Pss)")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "set\twarm median ms\twarm/floor\tresident MiB\t")
+	for _, s := range r.Sets {
+		fmt.Fprintf(tw, "%s\t%.1f\t%.3f\t%.1f\t\n", s.ID, s.Series[bench.Warm].Median, s.Ratios["warm/floor"], float64(s.ResidentBytes[bench.Warm])/(1<<20))
+	}
+	tw.Flush()
+}
+
 // replay is bench --corpus: the corpus's requests started where the catalogue chooses, beside
 // cold starts of the same call.
 func (c *benchCmd) replay(ctx context.Context, con *console, env *run.Env, out string) error {
-	report, err := bench.RunCorpus(ctx, env, out, bench.CorpusOptions{Corpus: c.corpusData, Path: c.corpus.path, Sample: c.sample, Part: c.part, Rounds: c.rounds, Pool: c.pool})
+	report, err := bench.RunCorpus(ctx, env, out, bench.CorpusOptions{Corpus: c.corpusData, Path: c.corpus.path, Sample: c.sample, Part: c.part, Rounds: c.rounds, Pool: c.pool,
+		Arrivals: bench.ArrivalsOptions{RatePerSec: c.arrivals, Duration: c.duration, MemoryBytes: c.memoryBytes, Seed: 36}})
 	if err != nil {
 		return usageIfSetup(err)
 	}
@@ -331,8 +396,41 @@ func (c *benchCmd) replay(ctx context.Context, con *console, env *run.Env, out s
 		fmt.Fprintf(con.stdout, "from a pool of %d: pooled %.0f ms (%.2fx cold; runsc create %.0f ms off the clock); not predicted: %s\n",
 			report.Pool, s.MeanPooledMs, s.PooledOverCold, s.CreateMs, why)
 	}
+	printArrivals(con.stdout, report.Arrivals, s.MeanColdMs)
 	fmt.Fprintf(con.stdout, "wrote corpus.json, bench.txt (for benchstat) and corpus.svg into %s\n", report.Dir)
 	return nil
+}
+
+// printArrivals prints the arrivals runs side by side, against the replay's mean cold start.
+func printArrivals(w io.Writer, a *bench.Arrivals, meanColdMs float64) {
+	if a == nil {
+		return
+	}
+	fmt.Fprintf(w, "\narrivals: Poisson at %.2f a second for %.0f s (seed %d), at most %d starts at once; from arrival to answer:\n", a.RatePerSec, a.DurationS, a.Seed, a.Slots)
+	tw := newTable(w)
+	fmt.Fprintln(tw, "warm pools\trequests\tfailures\tqueued\tp50 ms\tp90 ms\tp99 ms\tmean ms\tp50/cold\tp99/cold\tpaths\tmemory peak MiB\trefill ms\t")
+	for _, run := range []struct {
+		name string
+		r    bench.ArrivalsRun
+	}{{fmt.Sprintf("with (%.0f MiB budget)", float64(a.MemoryBytes)/(1<<20)), a.WithWarm}, {"without", a.WithoutWarm}} {
+		r := run.r
+		var paths []string
+		for _, how := range launch.Paths() {
+			if n := r.Paths[string(how)]; n > 0 {
+				paths = append(paths, fmt.Sprintf("%s %d", how, n))
+			}
+		}
+		ratio := func(ms float64) string {
+			if meanColdMs <= 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%.2f", ms/meanColdMs)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%.0f\t%.0f\t\n", run.name, r.Requests, r.Failures, r.Queued, r.P50Ms, r.P90Ms, r.P99Ms, r.MeanMs,
+			ratio(r.P50Ms), ratio(r.P99Ms), orDash(strings.Join(paths, ", ")), float64(r.MemoryPeakBytes)/(1<<20), r.RefillLagMs)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "warm pools %v: predicted %.0f MiB\n", a.WithWarm.WarmSizes, float64(a.WithWarm.PredictedMemoryBytes)/(1<<20))
 }
 
 // runSoak is bench --soak: the summary line "N restores, F failures", the failures, the

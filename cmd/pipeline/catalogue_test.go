@@ -254,7 +254,10 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 	}
 	restoreAndCheck(t, cfg, out, m, planned, ch.Modules)
 
-	code, stdout, stderr = runCLI(t, "bench", "--config", cfg, "--corpus", corpusPath, "--part", "all", "--sample", "2", "--rounds", "1")
+	// With a short run of arrivals: the same Poisson arrivals (seeded) with warm pools and
+	// without, against a worker of the kit.
+	code, stdout, stderr = runCLI(t, "bench", "--config", cfg, "--corpus", corpusPath, "--part", "all", "--sample", "2", "--rounds", "1",
+		"--arrivals", "2", "--duration", "3s", "--memory", "256MiB")
 	if code != exitOK {
 		t.Fatalf("bench --corpus exit %d\n%s", code, stderr)
 	}
@@ -299,6 +302,75 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
+	checkArrivals(t, out, stdout)
+}
+
+// checkArrivals checks the arrivals of a `bench --corpus --arrivals` run by counts and shape,
+// never by a time: the same arrivals in both runs, each answered or failed, by the paths a
+// worker takes; warm pools sized and their memory measured in the run with them, and the warm
+// path taken there only; bench.txt carries every answered request.
+func checkArrivals(t *testing.T, out, stdout string) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(out, "bench", "latest", "corpus.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Summary struct {
+			MeanColdMs float64 `json:"mean_cold_ms"`
+		} `json:"summary"`
+		Arrivals *struct {
+			Choices     map[string]int             `json:"choices"`
+			WithWarm    map[string]json.RawMessage `json:"with_warm"`
+			WithoutWarm map[string]json.RawMessage `json:"without_warm"`
+		} `json:"arrivals"`
+	}
+	if err := json.Unmarshal(data, &rep); err != nil || rep.Arrivals == nil {
+		t.Fatalf("corpus.json has no arrivals: %v", err)
+	}
+	for _, key := range []string{"p50_ms", "p90_ms", "p99_ms", "mean_ms", "paths", "queued", "failures", "memory_peak_bytes"} {
+		if rep.Arrivals.WithWarm[key] == nil || rep.Arrivals.WithoutWarm[key] == nil {
+			t.Errorf("corpus.json arrivals lack %s: %s", key, data)
+		}
+	}
+	var with, without bench.ArrivalsRun
+	for raw, into := range map[*map[string]json.RawMessage]*bench.ArrivalsRun{&rep.Arrivals.WithWarm: &with, &rep.Arrivals.WithoutWarm: &without} {
+		b, _ := json.Marshal(*raw)
+		if err := json.Unmarshal(b, into); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, r := range map[string]bench.ArrivalsRun{"with": with, "without": without} {
+		served := 0
+		for _, n := range r.Paths {
+			served += n
+		}
+		if r.Requests == 0 || served+r.Failures != r.Requests || len(r.LatenciesMs) != served || r.Failures != 0 ||
+			!(r.P50Ms > 0 && r.P50Ms <= r.P90Ms && r.P90Ms <= r.P99Ms && r.MeanMs > 0) {
+			t.Errorf("arrivals %s warm pools: %+v", name, r)
+		}
+	}
+	// Which sets get warm pools depends on the prices this run measured (Select may start
+	// every request cold on a loaded machine): the first arrival of a set kept warm finds its
+	// pool full, and only then is the warm path required.
+	kept := 0
+	for set := range with.WarmSizes {
+		kept += rep.Arrivals.Choices[set]
+	}
+	if with.Requests != without.Requests || without.Paths["warm"] != 0 || len(without.WarmSizes) != 0 || without.MemoryPeakBytes != 0 ||
+		kept > 0 && (with.Paths["warm"] == 0 || with.PredictedMemoryBytes <= 0 || with.MemoryPeakBytes <= 0) {
+		t.Errorf("arrivals (choices %v): with warm pools %+v; without %+v", rep.Arrivals.Choices, with, without)
+	}
+	txt, err := os.ReadFile(filepath.Join(out, "bench", "latest", "bench.txt"))
+	if err != nil || strings.Count(string(txt), "\nBenchmarkArrivals/warm=with ") != len(with.LatenciesMs) || strings.Count(string(txt), "\nBenchmarkArrivals/warm=without ") != len(without.LatenciesMs) {
+		t.Errorf("bench.txt's arrivals: %v\n%s", err, txt)
+	}
+	if !strings.Contains(stdout, "arrivals: Poisson at 2.00 a second") {
+		t.Errorf("bench --corpus --arrivals's summary lacks the arrivals:\n%s", stdout)
+	}
+	t.Logf("arrivals: with warm pools %v p50 %.0f p99 %.0f ms, paths %v, queued %d, memory peak %.0f MiB (predicted %.0f); without p50 %.0f p99 %.0f ms, paths %v, queued %d; mean cold %.0f ms",
+		with.WarmSizes, with.P50Ms, with.P99Ms, with.Paths, with.Queued, float64(with.MemoryPeakBytes)/(1<<20), float64(with.PredictedMemoryBytes)/(1<<20),
+		without.P50Ms, without.P99Ms, without.Paths, without.Queued, rep.Summary.MeanColdMs)
 }
 
 // pooledPrice is the pooled line's price of a start Select chose (the checkpoint id, "" for a

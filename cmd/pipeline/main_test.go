@@ -264,7 +264,7 @@ func TestBenchShort(t *testing.T) {
 	if m, err := manifest.Load(filepath.Join(out, manifest.FileName)); err != nil || m.RestoreFlagsConcurrency != 0 || strings.Join(m.RestoreFlags, " ") != "-direct" {
 		t.Errorf("the bench changed the manifest: %+v, %v", m, err)
 	}
-	for _, want := range []string{"floor", "cold", "restore", "prestarted", "pooled", "measure", "variant:-direct", "cold/restore", "pooled/floor", "spawn",
+	for _, want := range []string{"floor", "cold", "restore", "prestarted", "pooled", "warm", "measure", "variant:-direct", "cold/restore", "pooled/floor", "warm/floor", "resident MiB", "spawn",
 		// One set is one image size: no line can be fitted, and the table says so.
 		"no cost model: it needs at least two image sizes, and 1 set was measured"} {
 		if !strings.Contains(stdout, want) {
@@ -281,9 +281,10 @@ func TestBenchShort(t *testing.T) {
 		Runsc   struct{ Version string }
 		Rounds  int `json:"rounds"`
 		Sets    []struct {
-			ID     string
-			Series map[string]struct{ Runs []float64 }
-			Ratios map[string]float64
+			ID       string
+			Series   map[string]struct{ Runs []float64 }
+			Ratios   map[string]float64
+			Resident map[string]int64 `json:"resident_bytes"`
 		} `json:"sets"`
 		Fit     struct{ Points int } `json:"fit"`
 		Explain []struct {
@@ -312,11 +313,17 @@ func TestBenchShort(t *testing.T) {
 			t.Errorf("series %s has %d runs, want 2", name, len(s.Runs))
 		}
 	}
-	// --explain breaks down a restore and the pooled path (a restore onto a created sandbox).
-	// 6 core series, the 9 default variants and each variant's time to its last page loaded.
-	if len(report.Sets[0].Series) != 24 || report.Sets[0].Ratios["cold/restore"] <= 0 || report.Sets[0].Ratios["pooled/floor"] <= 0 ||
-		len(report.Explain) != 2 || report.Explain[0].Total <= 0 || report.Explain[0].Path != "restore" || report.Explain[1].Path != "pooled" || report.Explain[1].Total <= 0 {
+	// --explain breaks down a restore, the pooled path (a restore onto a created sandbox) and
+	// the warm path (a sandbox restored ahead).
+	// 7 core series, the 9 default variants and each variant's time to its last page loaded.
+	if len(report.Sets[0].Series) != 25 || report.Sets[0].Ratios["cold/restore"] <= 0 || report.Sets[0].Ratios["pooled/floor"] <= 0 || report.Sets[0].Ratios["warm/floor"] <= 0 ||
+		len(report.Explain) != 3 || report.Explain[0].Total <= 0 || report.Explain[0].Path != "restore" || report.Explain[1].Path != "pooled" || report.Explain[1].Total <= 0 ||
+		report.Explain[2].Path != "warm" || report.Explain[2].Total <= 0 {
 		t.Errorf("bench.json: %d series, ratios %v, explain %+v", len(report.Sets[0].Series), report.Sets[0].Ratios, report.Explain)
+	}
+	// The warm series' sandbox holds memory, measured by /proc: at least the runsc binary's.
+	if resident := report.Sets[0].Resident["warm"]; resident < 1<<20 {
+		t.Errorf("bench.json: the warm sandbox's resident memory %d bytes", resident)
 	}
 	// K restores at once, released by one barrier: every restore of every batch answered; how
 	// far apart they started is measured and logged (never asserted: it is a timing).
@@ -343,7 +350,7 @@ func TestBenchShort(t *testing.T) {
 		t.Fatalf("bench.svg: %v", err)
 	}
 	txt, err := os.ReadFile(filepath.Join(latest, "bench.txt"))
-	if err != nil || bytes.Count(txt, []byte("\nBenchmarkRestore/set=small/series=")) != 24*2 || bytes.Count(txt, []byte(":last-page/conc=1 ")) != 9*2 || bytes.Count(txt, []byte("\nBenchmarkRestore/set=small/series=pooled/conc=1 ")) != 2 || bytes.Count(txt, []byte("\nBenchmarkRestoreAtOnce/set=small/series=")) != 7*(2*1+2*2) {
+	if err != nil || bytes.Count(txt, []byte("\nBenchmarkRestore/set=small/series=")) != 25*2 || bytes.Count(txt, []byte(":last-page/conc=1 ")) != 9*2 || bytes.Count(txt, []byte("\nBenchmarkRestore/set=small/series=pooled/conc=1 ")) != 2 || bytes.Count(txt, []byte("\nBenchmarkRestore/set=small/series=warm/conc=1 ")) != 2 || bytes.Count(txt, []byte("\nBenchmarkRestoreAtOnce/set=small/series=")) != 7*(2*1+2*2) {
 		t.Errorf("bench.txt: %v\n%s", err, txt)
 	}
 	// A second run keeps the first: history, not overwrite; latest follows the new one. Its

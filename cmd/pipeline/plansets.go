@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"io/fs"
 	"math"
 	"path/filepath"
@@ -25,6 +26,10 @@ type planSetsCmd struct {
 	analysis  string
 	maxSets   int
 	budgetMiB float64
+	// rate and warmMemory size the warm pools the plan implies (printWarmSizing).
+	rate            float64
+	warmMemory      string
+	warmMemoryBytes int64
 }
 
 func (*planSetsCmd) Name() string  { return "plan-sets" }
@@ -38,6 +43,8 @@ func (c *planSetsCmd) SetFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.analysis, "analysis", "", "the corpus's analysis (default: OUT/analysis.json)")
 	fs.IntVar(&c.maxSets, "max-sets", d.MaxSets, "K: the most sets to checkpoint besides empty")
 	fs.Float64Var(&c.budgetMiB, "budget-mib", d.BudgetMiB, "the most MiB of predicted images the sets may take together (empty aside)")
+	fs.Float64Var(&c.rate, "rate", 1, "requests a second the corpus stands for: with --warm-memory, sizes the warm pools the plan implies")
+	fs.StringVar(&c.warmMemory, "warm-memory", "4GiB", "the memory budget of warm sandboxes (bytes, or with KiB, MiB, GiB) for the warm sizing the report shows")
 }
 
 func (c *planSetsCmd) CheckArgs(args []string) error {
@@ -49,6 +56,13 @@ func (c *planSetsCmd) CheckArgs(args []string) error {
 	}
 	if !(c.budgetMiB >= 0) || math.IsInf(c.budgetMiB, 0) {
 		return fmt.Errorf("--budget-mib %v: want a number of MiB >= 0", c.budgetMiB)
+	}
+	if !(c.rate >= 0) || c.rate > 1e6 {
+		return fmt.Errorf("--rate %v: want requests a second, 0 to 1e6", c.rate)
+	}
+	var err error
+	if c.warmMemoryBytes, err = parseBytes(c.warmMemory); err != nil {
+		return fmt.Errorf("--warm-memory %w", err)
 	}
 	return noArgs(args)
 }
@@ -94,8 +108,74 @@ func (c *planSetsCmd) Execute(ctx context.Context, con *console, args []string) 
 		fmt.Fprintf(tw, "%s\t%.1f\t%.0f\t%.0f\t%d modules\t\n", s.ID, s.PredictedMiB, s.RestoreMs, s.ServedWeight, len(s.Closure))
 	}
 	tw.Flush()
+	printWarmSizing(con.stdout, res, cfg.Output, c.rate, c.warmMemoryBytes)
 	fmt.Fprintf(con.stdout, "\nwrote %s; `pipeline capture --plan %s` captures these sets:\n\n", filepath.Join(cfg.Output, plan.FileName), filepath.Join(cfg.Output, plan.FileName))
 	return setplan.WriteConfigBlock(con.stdout, setplan.ConfigSets(res))
+}
+
+// printWarmSizing prints the warm pools the plan implies (catalogue.SizeWarm): each set's share
+// of rate by its served weight, its restore saved and its refill, and its memory restored and
+// idle: measured by the capture of a set of the same id and imports in the output's catalogue,
+// else predicted as the empty set's measured memory plus the difference of predicted image
+// sizes; without either, it says what to capture.
+func printWarmSizing(w io.Writer, res *plan.Result, out string, rate float64, budget int64) {
+	fmt.Fprintf(w, "\nwarm sandboxes under %.0f MiB at %.2f requests a second (--warm-memory, --rate): ", float64(budget)/(1<<20), rate)
+	cat, err := catalogue.Load(filepath.Join(out, catalogue.FileName))
+	if err != nil {
+		fmt.Fprintf(w, "not sized: no catalogue with measured memory in %s (capture the plan, then plan again)\n", out)
+		return
+	}
+	measured := map[string]catalogue.Checkpoint{}
+	for _, cp := range cat.Checkpoints {
+		if cp.ResidentBytes > 0 {
+			measured[cp.ID] = cp
+		}
+	}
+	empty, haveEmpty := measured[config.EmptySetID]
+	total := res.Corpus.Planned.Weight
+	var demand []catalogue.WarmDemand
+	source := map[string]string{}
+	for _, s := range res.Sets {
+		resident := int64(0)
+		if cp, ok := measured[s.ID]; ok && slices.Equal(cp.Imports, s.Imports) {
+			resident, source[s.ID] = cp.ResidentBytes, "measured"
+		} else if haveEmpty {
+			resident, source[s.ID] = empty.ResidentBytes+int64(max(0, s.PredictedMiB-empty.ImageMiB)*(1<<20)), "predicted"
+		} else {
+			continue
+		}
+		share := 0.0
+		if total > 0 {
+			share = s.ServedWeight / total
+		}
+		demand = append(demand, catalogue.WarmDemand{Set: s.ID, RatePerSec: rate * share, SavingMs: s.RestoreMs, RefillMs: s.RestoreMs, ResidentBytes: resident})
+	}
+	if len(demand) == 0 {
+		fmt.Fprintf(w, "not sized: the catalogue in %s has no measured memory of these sets or of %s (capture them, then plan again)\n", out, config.EmptySetID)
+		return
+	}
+	sizing, err := catalogue.SizeWarm(demand, budget)
+	if err != nil {
+		fmt.Fprintf(w, "not sized: %v\n", err)
+		return
+	}
+	fmt.Fprintf(w, "%.0f MiB, %.0f ms of starts saved a second\n", float64(sizing.MemoryBytes)/(1<<20), sizing.SavedMsPerSec)
+	tw := newTable(w)
+	fmt.Fprintln(tw, "set\twarm\thit rate\tMiB each\tmemory\t")
+	for _, s := range sizing.Sets {
+		each := 0.0
+		for _, d := range demand {
+			if d.Set == s.Set {
+				each = float64(d.ResidentBytes) / (1 << 20)
+			}
+		}
+		note := source[s.Set]
+		if s.Why != "" {
+			note += "; " + s.Why
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.0f\t%s\t\n", s.Set, s.Size, s.HitRate, each, note)
+	}
+	tw.Flush()
 }
 
 // costModel is this host's cost model for planning: the restore line of the output's manifest

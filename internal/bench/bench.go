@@ -24,11 +24,14 @@ const (
 	Restore    = "restore"    // restore in sandbox mode, then the same call
 	Prestarted = "prestarted" // `runsc create` ahead, then restore and the same call
 	Pooled     = "pooled"     // a sandbox from a pool (pkg/pool), restored, the same call
+	Warm       = "warm"       // a sandbox restored ahead (pool.Warm), taken, the same call
 	Measure    = "measure"    // the measure-mode restore that capture records
 )
 
 // CoreSeries returns the series measured for every set, in their order within a round.
-func CoreSeries() []string { return []string{Floor, Cold, Restore, Prestarted, Pooled, Measure} }
+func CoreSeries() []string {
+	return []string{Floor, Cold, Restore, Prestarted, Pooled, Warm, Measure}
+}
 
 // DefaultPoolSize is the size of the pool of the pooled series when Options.Pool is zero.
 const DefaultPoolSize = 2
@@ -131,8 +134,12 @@ type DerivedRunner interface {
 type SetReport struct {
 	MeasuredSet
 	Series map[string]manifest.Stats `json:"series"`
-	// Ratios of medians: cold/restore, restore/floor, prestarted/floor, pooled/floor.
+	// Ratios of medians: cold/restore, restore/floor, prestarted/floor, pooled/floor,
+	// warm/floor.
 	Ratios map[string]float64 `json:"ratios"`
+	// ResidentBytes is, by series, the median memory of the series' sandbox before its call:
+	// for warm, a sandbox restored and idle (launch.Sandbox.Resident).
+	ResidentBytes map[string]int64 `json:"resident_bytes,omitempty"`
 }
 
 // Fit is the least-squares line of restore median against image size.
@@ -229,6 +236,7 @@ func Execute(ctx context.Context, sets []MeasuredSet, series []string, rounds in
 		ratio("restore/floor", Restore, Floor)
 		ratio("prestarted/floor", Prestarted, Floor)
 		ratio("pooled/floor", Pooled, Floor)
+		ratio("warm/floor", Warm, Floor)
 		if st, ok := rep.Series[Measure]; ok {
 			sizes = append(sizes, set.Bytes)
 			medians = append(medians, st.Median)

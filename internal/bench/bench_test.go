@@ -48,14 +48,14 @@ func (f *fakeRunner) Run(ctx context.Context, set MeasuredSet, series string) (f
 }
 
 func TestExecuteStatisticsAndRatios(t *testing.T) {
-	runner := &fakeRunner{times: map[string]float64{Floor: 250, Cold: 2000, Restore: 400, Prestarted: 150, Pooled: 100, Measure: 350}}
+	runner := &fakeRunner{times: map[string]float64{Floor: 250, Cold: 2000, Restore: 400, Prestarted: 150, Pooled: 100, Warm: 10, Measure: 350}}
 	sets := []MeasuredSet{{ID: "small", Bytes: 8 << 20}, {ID: "big", Bytes: 40 << 20}}
 	res, err := Execute(context.Background(), sets, CoreSeries(), 3, runner, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// One warm-up round, then 3 measured ones; the warm-up's figures are not kept.
-	if len(runner.calls) != 2*4*6 || runner.calls[0] != "small/floor" || runner.calls[6] != "big/floor" || runner.calls[12] != "small/floor" {
+	if len(runner.calls) != 2*4*7 || runner.calls[0] != "small/floor" || runner.calls[7] != "big/floor" || runner.calls[14] != "small/floor" {
 		t.Fatalf("calls %v", runner.calls)
 	}
 	if res.WarmupRounds != 1 || res.Rounds != 3 {
@@ -67,7 +67,8 @@ func TestExecuteStatisticsAndRatios(t *testing.T) {
 	}
 	want := small.Series[Cold].Median / small.Series[Restore].Median
 	if math.Abs(small.Ratios["cold/restore"]-want) > 1e-9 || small.Ratios["restore/floor"] <= 1 || small.Ratios["prestarted/floor"] >= 1 ||
-		math.Abs(small.Ratios["pooled/floor"]-small.Series[Pooled].Median/small.Series[Floor].Median) > 1e-9 {
+		math.Abs(small.Ratios["pooled/floor"]-small.Series[Pooled].Median/small.Series[Floor].Median) > 1e-9 ||
+		math.Abs(small.Ratios["warm/floor"]-small.Series[Warm].Median/small.Series[Floor].Median) > 1e-9 {
 		t.Fatalf("ratios %+v", small.Ratios)
 	}
 	// measure medians: small ~351, big ~401 over 8 and 40 MiB: slope ~50/32 ms per MiB.

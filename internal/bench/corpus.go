@@ -49,6 +49,9 @@ type CorpusOptions struct {
 	// Pool, when not zero, adds the pooled series: each request started in a sandbox of a
 	// pool of this size (restored, or started cold when Select chose a cold start).
 	Pool int
+	// Arrivals, when its rate is not zero, adds the arrivals: the drawn requests arriving
+	// open-loop against a worker of the kit, with warm pools and without (runArrivals).
+	Arrivals ArrivalsOptions
 }
 
 // CorpusRequest is one replayed request: what it imports, where Select starts it, and the
@@ -129,7 +132,9 @@ type CorpusReport struct {
 	Unservable int             `json:"unservable"`
 	Requests   []CorpusRequest `json:"requests"`
 	Summary    ReplaySummary   `json:"summary"`
-	Dir        string          `json:"-"`
+	// Arrivals are the open-loop runs (--arrivals), absent without.
+	Arrivals *Arrivals `json:"arrivals,omitempty"`
+	Dir      string    `json:"-"`
 }
 
 // Predicted reports whether the replay's starts were priced: Select chose by the cost model.
@@ -164,6 +169,8 @@ type corpusTrial struct {
 
 	// predictedPooled is the choice's price from a pool (0: no pooled line).
 	predictedPooled float64
+	// warmAlso are the other checkpoints whose warm sandbox serves it faster (Choice.Warm).
+	warmAlso []string
 }
 
 func runCorpusOn(ctx context.Context, x *run.VerifiedOutput, o CorpusOptions) (*CorpusReport, error) {
@@ -202,6 +209,11 @@ func runCorpusOn(ctx context.Context, x *run.VerifiedOutput, o CorpusOptions) (*
 	report.Summary = summarize(report.Requests)
 	if o.Pool > 0 {
 		report.Summary.CreateMs = createMs
+	}
+	if o.Arrivals.RatePerSec > 0 {
+		if report.Arrivals, err = runArrivals(ctx, x, cat, trials, max(o.Pool, 1), o.Arrivals); err != nil {
+			return nil, fmt.Errorf("bench --arrivals: %w", err)
+		}
 	}
 	if report.Dir, err = writeCorpusRun(x.Out, report); err != nil {
 		return nil, err
@@ -339,6 +351,9 @@ func drawRequests(o CorpusOptions, router *catalogue.Router, x *run.VerifiedOutp
 			req.Modules = []string{}
 		}
 		t := corpusTrial{req: req, weight: r.Weight, predictedPooled: ch.PredictedPooledMs}
+		for _, w := range ch.Warm {
+			t.warmAlso = append(t.warmAlso, w.Checkpoint)
+		}
 		if ch.Cold {
 			t.req.Choice = Cold
 		} else if t.dir = dirs[ch.Checkpoint]; t.dir == "" {
@@ -462,6 +477,17 @@ func WriteCorpusBenchfmt(w io.Writer, r *CorpusReport) error {
 				pooled += q.Pooled.Runs[round]
 			}
 			fmt.Fprintf(&b, "BenchmarkCorpusMean/series=pooled 1 %d ns/op%s\n", int64(pooled/n*1e6), predicted(r.Summary.PredictedPooledMs))
+		}
+	}
+	// The arrivals: every answered request's time, per run (benchstat -col /warm).
+	if a := r.Arrivals; a != nil {
+		for _, run := range []struct {
+			name string
+			r    ArrivalsRun
+		}{{"with", a.WithWarm}, {"without", a.WithoutWarm}} {
+			for _, ms := range run.r.LatenciesMs {
+				fmt.Fprintf(&b, "BenchmarkArrivals/warm=%s 1 %d ns/op\n", run.name, int64(ms*1e6))
+			}
 		}
 	}
 	_, err := io.WriteString(w, b.String())

@@ -19,9 +19,13 @@ import (
 // debug timeline and the pipeline's own marks.
 type Breakdown struct {
 	Set string `json:"set"`
-	// Path is "restore" (a restore that makes its sandbox) or "pooled" (a restore onto a
-	// sandbox created ahead, as a pool's: the sandbox boot is off the clock).
+	// Path is "restore" (a restore that makes its sandbox), "pooled" (a restore onto a
+	// sandbox created ahead, as a pool's: the sandbox boot is off the clock) or "warm" (a
+	// sandbox restored ahead, as a warm pool's: only the take and the call are on the clock).
 	Path string `json:"path"`
+	// AheadMs is, on the warm path, the restore the pool ran ahead, off the clock: from its
+	// start to the executor's accept.
+	AheadMs float64 `json:"ahead_ms,omitempty"`
 	// Total runs from the start of `runsc restore` to the decoded answer.
 	Total float64 `json:"total_ms"`
 	// Spawn: starting the runsc process, until its first log line (the pipeline's cost).
@@ -170,7 +174,8 @@ func WriteBreakdowns(w io.Writer, bs []Breakdown) error {
 	sb.WriteString("ms; path: restore makes its sandbox, pooled restores onto one created ahead (a pool's);\n" +
 		"spawn: runsc process start-up; sandbox: gofer and sentry boot until the restore RPC (pooled: runsc reaching the created sandbox); pages/kernel/other: the restore RPC;\n" +
 		"runsc: until `runsc restore -detach` returns; wake: executor re-reads its environment and binds its socket, until it accepts;\n" +
-		"call: one request and response; pipeline: what the pipeline itself adds (spawn)\n")
+		"call: one request and response; pipeline: what the pipeline itself adds (spawn);\n" +
+		"warm: a sandbox restored ahead and taken (wake: the take), its restore off the clock (ahead_ms in bench.json)\n")
 	_, err := io.WriteString(w, sb.String())
 	return err
 }

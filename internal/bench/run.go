@@ -21,6 +21,7 @@ import (
 	"readie.dev/pipeline/internal/run"
 	"readie.dev/pipeline/pkg/atomicfile"
 	"readie.dev/pipeline/pkg/capture"
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/measure"
 	"readie.dev/pipeline/pkg/sandbox"
 )
@@ -86,7 +87,21 @@ func runOn(ctx context.Context, x *run.VerifiedOutput, o Options) (*Report, erro
 	if err != nil {
 		return nil, err
 	}
-	runner := &SandboxRunner{Restorer: restorer, Variants: variants, Pool: p, PoolSize: size, LogDir: logDir}
+	// The warm series' restores go through the kit's one path, as a worker's: the output's
+	// restorer, its sandboxes named by the run's lease.
+	kit, err := x.Output.Restorer(launch.Options{Runtime: env.Runtime, WorkDir: work})
+	if err != nil {
+		return nil, err
+	}
+	warm, err := NewWarm(ctx, kit, sets, env.Config.Timeouts.Restore)
+	if err != nil {
+		return nil, err
+	}
+	defer warm.Close()
+	if err := warm.Wait(ctx); err != nil { // no restore ahead beside the first trials
+		return nil, err
+	}
+	runner := &SandboxRunner{Restorer: restorer, Variants: variants, Pool: p, PoolSize: size, LogDir: logDir, Warm: warm, Kit: kit}
 	defer runner.Close()
 	results, err := Execute(ctx, sets, series, o.Rounds, runner,
 		func(t Trial, ms float64) {
@@ -97,8 +112,12 @@ func runOn(ctx context.Context, x *run.VerifiedOutput, o Options) (*Report, erro
 	}
 	env.Log.WithField("took", time.Since(start).Round(time.Second)).Info("bench: done")
 	// Before the restores at once: no idle sandbox beside them.
-	if err := errors.Join(p.Close(), runner.Close()); err != nil {
+	if err := errors.Join(p.Close(), warm.Close(), runner.Close()); err != nil {
 		return nil, err
+	}
+	resident := runner.Resident()
+	for i := range results.Sets {
+		results.Sets[i].ResidentBytes = resident[results.Sets[i].ID]
 	}
 	report := &Report{
 		CreatedAt: time.Now().UTC(), Machine: ThisMachine(), Runsc: m.Runsc,
@@ -126,6 +145,11 @@ func runOn(ctx context.Context, x *run.VerifiedOutput, o Options) (*Report, erro
 				report.Explain = append(report.Explain, b)
 			}
 		}
+		bs, err := explainWarm(ctx, kit, sets, env.Config.Timeouts.Restore)
+		if err != nil {
+			return nil, fmt.Errorf("bench --explain: %w", err)
+		}
+		report.Explain = append(report.Explain, bs...)
 	}
 	report.Dir, err = writeRun(x.Out, report, results)
 	if err != nil {
@@ -305,6 +329,34 @@ func captureVariantImages(ctx context.Context, env *run.Sandboxes, sets []Measur
 		}
 	}
 	return nil
+}
+
+// explainWarm times one warm start per set (TimeWarmCall) from a warm pool of its own: the
+// take and the call are all that is on the clock; the restore the pool ran ahead is AheadMs.
+func explainWarm(ctx context.Context, kit *launch.Restorer, sets []MeasuredSet, timeout time.Duration) (_ []Breakdown, err error) {
+	w, err := NewWarm(ctx, kit, sets, timeout)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, w.Close()) }()
+	if err := w.Wait(ctx); err != nil {
+		return nil, err
+	}
+	stats := w.Stats()
+	var bs []Breakdown
+	for _, set := range sets {
+		marks, _, err := TimeWarmCall(ctx, kit, w, set.ID, set.Imports, timeout)
+		if err != nil {
+			return nil, fmt.Errorf("%s, warm: %w", set.ID, err)
+		}
+		b := Breakdown{Set: set.ID, Path: Warm, Total: marks.TotalMS(),
+			Wake: launch.MS(marks.Connected.Sub(marks.Began)), Call: launch.MS(marks.Answered.Sub(marks.Connected))}
+		if st := stats[set.ID]; st.Restored > 0 {
+			b.AheadMs = launch.MS(st.RestoreTime / time.Duration(st.Restored))
+		}
+		bs = append(bs, b)
+	}
+	return bs, nil
 }
 
 // explainOne restores set once with runsc's debug log on and breaks the time down: a restore

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
 	"readie.dev/pipeline/pkg/pool"
@@ -24,12 +25,30 @@ type SandboxRunner struct {
 	Pool *pool.Pool
 	// PoolSize is the size of each pooled variant's pool (DefaultPoolSize when zero).
 	PoolSize int
+	// Warm serves the warm series: a sandbox of each set restored ahead, through Kit, the
+	// output's restorer as a worker makes it.
+	Warm *pool.Warm
+	Kit  *launch.Restorer
 	// LogDir holds runsc's info log of one variant trial at a time, read for the time to the
 	// last page loaded; emptied before each.
 	LogDir string
 
 	variantPools variantPools
 	derived      map[string]float64
+	resident     map[string]map[string][]float64 // set, series: bytes per trial
+}
+
+// Resident returns, by set and series, the median memory measured before each trial's call
+// (the warm series').
+func (s *SandboxRunner) Resident() map[string]map[string]int64 {
+	out := map[string]map[string]int64{}
+	for set, bySeries := range s.resident {
+		out[set] = map[string]int64{}
+		for series, runs := range bySeries {
+			out[set][series] = int64(measure.Summarize(runs).Median)
+		}
+	}
+	return out
 }
 
 // Derived implements DerivedRunner: the last trial's time to its last page loaded, for a
@@ -56,6 +75,21 @@ func (s *SandboxRunner) Run(ctx context.Context, set MeasuredSet, series string)
 			return 0, errors.New("the pooled series needs a pool")
 		}
 		marks, err := TimePooledCall(ctx, s.Pool, set.Dir, r.Flags, set.Imports, r.Timeout)
+		return marks.TotalMS(), err
+	case Warm:
+		if s.Warm == nil || s.Kit == nil {
+			return 0, errors.New("the warm series needs a warm pool")
+		}
+		marks, resident, err := TimeWarmCall(ctx, s.Kit, s.Warm, set.ID, set.Imports, r.Timeout)
+		if err == nil {
+			if s.resident == nil {
+				s.resident = map[string]map[string][]float64{}
+			}
+			if s.resident[set.ID] == nil {
+				s.resident[set.ID] = map[string][]float64{}
+			}
+			s.resident[set.ID][Warm] = append(s.resident[set.ID][Warm], float64(resident))
+		}
 		return marks.TotalMS(), err
 	case Measure:
 		return r.MeasureOnce(ctx, set.ID, set.Dir)

@@ -95,6 +95,57 @@ func TimePooledCall(ctx context.Context, p *pool.Pool, imageDir string, flags, i
 	return marks, p.Wait(ctx)
 }
 
+// NewWarm starts a warm pool of one sandbox of each set, restored ahead through kit (the
+// output's launch.Restorer, as a worker makes it), refilled after a taken sandbox's Delete
+// (RefillOnDelete), so that no restore runs beside a timed warm start; the caller closes it.
+func NewWarm(ctx context.Context, kit *launch.Restorer, sets []MeasuredSet, timeout time.Duration) (*pool.Warm, error) {
+	sizes := map[string]int{}
+	for _, s := range sets {
+		sizes[s.ID] = 1
+	}
+	return pool.NewWarm(ctx, pool.WarmOptions{Restorer: kit, Sizes: sizes, RefillOnDelete: true, WaitTimeout: timeout * time.Duration(len(sets))})
+}
+
+// TimeWarmCall makes the same call as TimeRestoreCall in a sandbox of set restored ahead by
+// w: the time runs from the take (launch.Restorer.Restore with the warm pool) to the answer.
+// The pool is full before (Wait) and refilled after the sandbox's Delete, both off the clock;
+// the memory of the sandbox, restored and idle, is measured before, off the clock too.
+func TimeWarmCall(ctx context.Context, kit *launch.Restorer, w *pool.Warm, set string, imports []string, timeout time.Duration) (marks launch.CallMarks, resident int64, err error) {
+	request, err := pycall.ImportRequest(imports)
+	if err != nil {
+		return marks, 0, err
+	}
+	if err := w.Wait(ctx); err != nil { // bounded by the pool's WaitTimeout
+		return marks, 0, err
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("a warm start and call exceeded its timeout of %s", timeout))
+	defer cancel()
+	if resident, err = w.Resident(set); err != nil {
+		return marks, 0, err
+	}
+	restored, err := kit.Restore(ctx, set, launch.RestoreOptions{Warm: w})
+	if err != nil {
+		return marks, 0, err
+	}
+	defer func() { err = errors.Join(err, restored.Close(ctx)) }()
+	if restored.How != launch.FromWarm {
+		return marks, 0, fmt.Errorf("the warm pool was full, yet %s started by the %s path", set, restored.How)
+	}
+	response, err := restored.Call(ctx, request, pycall.SmallResponse)
+	if err != nil {
+		return marks, 0, launch.WithStderr(ctx, restored.Sandbox, err)
+	}
+	marks = restored.Marks
+	marks.Answered = time.Now()
+	if err := pycall.CheckImported(response, imports); err != nil {
+		return marks, 0, err
+	}
+	if err := restored.Close(ctx); err != nil {
+		return marks, 0, err
+	}
+	return marks, resident, nil
+}
+
 // pooledCall takes a sandbox of p, restores or starts it, dials and calls it
 // (launch.Sandbox.CallOnce), and deletes it. The time runs from Get.
 func pooledCall(ctx context.Context, p *pool.Pool, imageDir string, flags []string, timeout time.Duration, request []byte, check func([]byte) error) (marks launch.CallMarks, err error) {

@@ -124,6 +124,17 @@ func TestBuildCatalogue(t *testing.T) {
 	if got := c.Checkpoints[1].UnmappedModules; c.Version != 4 || !slices.Equal(got, []string{"appmod"}) || c.Checkpoints[0].UnmappedModules != nil {
 		t.Errorf("unmapped modules: version %d, pandas %v, empty %v", c.Version, got, c.Checkpoints[0].UnmappedModules)
 	}
+
+	// The smoke test's measure of a checkpoint's memory, restored and idle, goes into the
+	// catalogue, which is then version 5.
+	m.Checkpoints[1].Smoke.ResidentBytes = 113 << 20
+	c, err = Build(m, Inputs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Version != 5 || c.Checkpoints[1].ResidentBytes != 113<<20 || c.Checkpoints[0].ResidentBytes != 0 {
+		t.Errorf("resident memory: version %d, %+v", c.Version, c.Checkpoints)
+	}
 }
 
 func TestMatchesManifest(t *testing.T) {

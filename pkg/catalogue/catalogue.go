@@ -10,6 +10,7 @@
 package catalogue
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,14 +33,21 @@ const FileName = "catalogue.json"
 
 // Version is the version of catalogue.json this package writes. Version 2 added packages (the
 // image's, each checkpoint's and each module's distributions), version 3 the cost model's
-// pooled line (cost_model.pooled), version 4 the checkpoints' unmapped_modules: an older reader
-// refuses the new keys, so it is told the version instead. Versions 1 to 3 are read too.
-const Version = 4
+// pooled line (cost_model.pooled), version 4 the checkpoints' unmapped_modules, version 5 their
+// resident_bytes: an older reader refuses the new keys, so it is told the version instead.
+// Versions 1 to 4 are read too.
+const Version = 5
 
-// VersionFor returns the lowest version that holds c: 4 with a checkpoint's unmapped modules,
-// 3 with a pooled line, else 2, so that a catalogue without them stays readable by a kit that
-// reads an older version (it refuses any higher version).
+// VersionFor returns the lowest version that holds c: 5 with a checkpoint's resident memory, 4
+// with a checkpoint's unmapped modules, 3 with a pooled line, else 2, so that a catalogue
+// without them stays readable by a kit that reads an older version (it refuses any higher
+// version).
 func VersionFor(c *Catalogue) int {
+	for _, cp := range c.Checkpoints {
+		if cp.ResidentBytes > 0 {
+			return 5
+		}
+	}
 	for _, cp := range c.Checkpoints {
 		if len(cp.UnmappedModules) > 0 {
 			return 4
@@ -98,6 +106,9 @@ type Checkpoint struct {
 	// UnmappedModules are the top-level modules it holds loaded that no distribution's
 	// metadata names: their versions are unknown, and no requirement rules it out for them.
 	UnmappedModules []string `json:"unmapped_modules,omitempty"`
+	// ResidentBytes is the memory a sandbox of it holds restored and idle, as the capture's
+	// smoke test measured it (0: not measured): what a warm sandbox of it costs (SizeWarm).
+	ResidentBytes int64 `json:"resident_bytes,omitempty"`
 }
 
 // RestoreMs returns the price of restoring c: its measured median when there is one, otherwise the
@@ -247,6 +258,9 @@ func NewRouter(c *Catalogue) (*Router, error) {
 		seen[cp.ID] = true
 		if !finiteNonNegative(cp.ImageMiB) || !finiteNonNegative(cp.PredictedMiB) || !finiteNonNegative(cp.RestoreMedianMs) {
 			problems = append(problems, fmt.Errorf("%s: image_mib, predicted_mib and restore_median_ms must be finite numbers >= 0", where))
+		}
+		if cp.ResidentBytes < 0 {
+			problems = append(problems, fmt.Errorf("%s: resident_bytes %d must be >= 0", where, cp.ResidentBytes))
 		}
 		if err := CheckPackages(cp.Packages); err != nil {
 			problems = append(problems, fmt.Errorf("%s: packages: %w", where, err))
@@ -431,6 +445,16 @@ type Choice struct {
 	// cost model's pooled line: its restore (or cold start) plus the same ImportMs; 0 when the
 	// catalogue has no pooled line.
 	PredictedPooledMs float64 `json:"predicted_pooled_ms,omitempty"`
+	// PredictedWarmMs is the choice's start from a sandbox of its checkpoint restored ahead (a
+	// warm pool's, launch.RestoreOptions.Warm): the restore is done, what is left is ImportMs
+	// (absent for a cold start, never kept warm, and by image size). The take and the call
+	// themselves, a few milliseconds, are not priced.
+	PredictedWarmMs float64 `json:"predicted_warm_ms,omitempty"`
+	// Warm are the other checkpoints whose sandbox restored ahead would start the request
+	// faster than the choice started without one (PredictedMs), each priced as
+	// PredictedWarmMs is, cheapest first: a worker passes them, after the choice, as
+	// launch.RestoreOptions.Also (empty by image size).
+	Warm []WarmOption `json:"warm,omitempty"`
 	// Modules are the request's names resolved to analysed modules; Unknown are names no
 	// analysed module is a prefix of, Unavailable modules that do not import in the image.
 	// Neither is priced (no option holds them, so they cost every option the same).
@@ -445,6 +469,12 @@ type Choice struct {
 	// fails. A package a checkpoint does not hold loaded costs nothing either way.
 	ImageLacks []string `json:"image_lacks,omitempty"`
 	Why        string   `json:"why"`
+}
+
+// WarmOption is a checkpoint whose warm sandbox serves a request, and its price from one.
+type WarmOption struct {
+	Checkpoint  string  `json:"checkpoint"`
+	PredictedMs float64 `json:"predicted_ms"`
 }
 
 // PassedOver is a checkpoint that a request's packages rule out.
@@ -509,6 +539,15 @@ func (r *Router) SelectFor(names []string, packages []pyreq.Requirement) Choice 
 	}
 	cold := r.options[len(r.options)-1]
 	ch.ColdMs = p.Cost(cold, need)
+	if !ch.Cold {
+		ch.PredictedWarmMs = ch.ImportMs
+	}
+	for i, opt := range r.options[:len(r.options)-1] { // the cold start is never warm
+		if warmMs := p.Cost(opt, need) - opt.FixedMs; i != best && !ruledOut[i] && warmMs < bestMs {
+			ch.Warm = append(ch.Warm, WarmOption{Checkpoint: r.ids[i], PredictedMs: warmMs})
+		}
+	}
+	slices.SortStableFunc(ch.Warm, func(a, b WarmOption) int { return cmp.Compare(a.PredictedMs, b.PredictedMs) })
 
 	// The runner-up, to say by how much the choice won.
 	second, secondMs := -1, 0.0

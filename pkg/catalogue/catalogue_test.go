@@ -663,3 +663,39 @@ func TestClosures(t *testing.T) {
 		t.Errorf("error %v, want the unknown closure member named", err)
 	}
 }
+
+// TestSelectWarm: the warm path's prices. A request for pandas chooses the pandas checkpoint
+// (180 ms); from a warm sandbox of it, nothing is left to import (0 ms). seaborn holds pandas
+// too, so its warm sandbox serves at 0 ms; empty's serves by importing numpy and pandas (400
+// ms), slower than the choice's restore: not listed. A request for seaborn chooses seaborn; a
+// warm pandas sandbox imports matplotlib, pyplot and seaborn (450 ms), slower than seaborn's
+// restore (230 ms), and empty's too: none listed. A cold start is never warm.
+func TestSelectWarm(t *testing.T) {
+	r, err := NewRouter(catalogue(model(), emptyCP, pandasCP, seabornCP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := r.Select([]string{"pandas"})
+	if ch.Checkpoint != "pandas" || ch.PredictedWarmMs != 0 || !slices.Equal(ch.Warm, []WarmOption{{"seaborn", 0}}) {
+		t.Errorf("pandas: %q, warm %v ms, others %+v; want pandas, 0 ms, seaborn at 0 ms", ch.Checkpoint, ch.PredictedWarmMs, ch.Warm)
+	}
+	ch = r.Select([]string{"seaborn"})
+	if ch.Checkpoint != "seaborn" || len(ch.Warm) != 0 {
+		t.Errorf("seaborn: %q, others %+v; want seaborn alone", ch.Checkpoint, ch.Warm)
+	}
+	// A request the choice lacks an import of: its warm price is that import.
+	ch = r.Select([]string{"pandas", "re"})
+	if ch.PredictedWarmMs != ch.ImportMs {
+		t.Errorf("warm %v ms, want the imports' %v ms", ch.PredictedWarmMs, ch.ImportMs)
+	}
+	cheapCold := model()
+	cheapCold.ColdStartMs = 50
+	r, err = NewRouter(catalogue(cheapCold, emptyCP, pandasCP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Cold (50 ms) beats every restore of a request for re; a warm empty (0 ms) beats cold.
+	if ch := r.Select([]string{"re"}); !ch.Cold || ch.PredictedWarmMs != 0 || !slices.Equal(ch.Warm, []WarmOption{{"empty", 0}, {"pandas", 0}}) {
+		t.Errorf("re: cold %v, warm %v ms, others %+v; want cold, empty and pandas warm at 0 ms", ch.Cold, ch.PredictedWarmMs, ch.Warm)
+	}
+}

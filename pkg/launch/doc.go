@@ -26,12 +26,16 @@
 //     ErrPidsLimit naming it).
 //  4. Optionally pool.New(ctx, pool.Options{New: restorer.NewSandbox, Size}): sandboxes
 //     created ahead, so that a restore skips the sandbox's boot.
-//  5. Restorer.Restore(ctx, set, RestoreOptions{Pool}) restores into a sandbox from the pool
-//     or created for it and dials the executor; Restored.Call calls it, reading at most
-//     what the call's answer needs (a stranger's data: decode it with pycall, print it with
-//     pycall.Format); Restored.Close deletes the sandbox, which is never used again. With
-//     OpenOptions.ColdFallback, a set whose checkpoint fails verification or its restore is
-//     started cold instead (Restorer.ColdStart; Restored.Cold says why and what it cost).
+//  5. Optionally pool.NewWarm(ctx, pool.WarmOptions{Restorer, Sizes}): sandboxes restored
+//     ahead, per set, so that a start is the call alone.
+//  6. Restorer.Restore(ctx, set, RestoreOptions{Warm, Pool}) takes the fastest path ready (a
+//     warm sandbox, else a restore into a sandbox from the pool or created for it; set "" a
+//     cold start) and dials the executor; Restored.How says which; Restored.Call calls it,
+//     reading at most what the call's answer needs (a stranger's data: decode it with pycall,
+//     print it with pycall.Format); Restored.Close deletes the sandbox, which is never used
+//     again. With OpenOptions.ColdFallback, a set whose checkpoint fails verification or its
+//     restore is started cold instead (Restorer.ColdStart; Restored.Cold says why and what
+//     it cost).
 //
 // # The life cycle
 //

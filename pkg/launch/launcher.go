@@ -106,6 +106,9 @@ type Call struct {
 	// default): what the call's answer needs, so that an executor cannot make the caller
 	// hold and decode more.
 	MaxResponseSize int64
+	// Inspect, when set, runs once the answer has passed Check, off the clock, before the
+	// sandbox is deleted: the executor restored and idle (the smoke test reads its memory).
+	Inspect func(*Sandbox) error
 }
 
 // TimedCall prepares a sandbox for c (off the clock), then times its start, dial and one call
@@ -125,5 +128,9 @@ func (l *Launcher) TimedCall(ctx context.Context, c Call) (marks CallMarks, err 
 			return marks, WithStderr(ctx, sb, err)
 		}
 	}
-	return sb.CallOnce(ctx, c.Image, c.Request, c.MaxResponseSize, c.Check)
+	marks, err = sb.CallOnce(ctx, c.Image, c.Request, c.MaxResponseSize, c.Check)
+	if err == nil && c.Inspect != nil {
+		err = c.Inspect(sb)
+	}
+	return marks, err
 }

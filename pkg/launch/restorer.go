@@ -86,35 +86,61 @@ type Pool interface {
 	Get(ctx context.Context) (*Sandbox, error)
 }
 
-// RestoreOptions say how one restore is served.
+// Warm hands out sandboxes restored ahead, each once: a *pool.Warm.
+type Warm interface {
+	// Take returns a sandbox of set's checkpoint restored ahead, its executor connected, or
+	// nil when none is ready: it never waits.
+	Take(set string) *Restored
+}
+
+// RestoreOptions say how one start is served: the fastest thing ready, a sandbox restored
+// ahead (Warm), else a restore into a sandbox created ahead (Pool), else into one created for
+// it.
 type RestoreOptions struct {
+	// Warm, when set, is asked first for a sandbox restored ahead, of the set or of one of
+	// Also.
+	Warm Warm
+	// Also are other checkpoints that serve the request as well (a router's next choices, in
+	// order): a warm sandbox of one of them is taken when the set has none ready. A restore is
+	// always of the set itself.
+	Also []string
 	// Pool, when set, gives the sandbox, created ahead; otherwise one is created for the
 	// restore.
 	Pool Pool
 }
 
-// How says which path served a restore.
+// How says which path served a start.
 type How string
 
 const (
+	// FromWarm is a sandbox restored ahead (RestoreOptions.Warm): nothing to restore.
+	FromWarm How = "warm"
 	// FromPool is a restore into a sandbox a pool created ahead.
 	FromPool How = "pool"
 	// Created is a restore into a sandbox created for it.
 	Created How = "created"
-	// Cold is a cold start: the checkpoint could not be used (Restored.Cold says why), and
-	// the set's modules were imported in a fresh executor (Restorer.ColdStart).
+	// Cold is the executor started cold: for no checkpoint (set ""), in a sandbox of the pool
+	// or created for it; or in place of a checkpoint that could not be used (Restored.Cold
+	// says why; Restorer.ColdStart imported the set's modules in a fresh executor).
 	Cold How = "cold"
 )
 
-// Restored is a checkpoint restored into a sandbox of its own, its executor connected. Call
-// it, then Close it: Close deletes the sandbox, which is never used again (it holds the calls'
-// state).
+// Paths returns the values of How, fastest first.
+func Paths() []How { return []How{FromWarm, FromPool, Created, Cold} }
+
+// Restored is a checkpoint restored into a sandbox of its own (or the executor started cold),
+// its executor connected. Call it, then Close it: Close deletes the sandbox, which is never
+// used again (it holds the calls' state).
 type Restored struct {
 	Sandbox *Sandbox
 	Conn    net.Conn
+	// Set is the checkpoint restored ("" for a cold start): one of RestoreOptions.Also when a
+	// warm sandbox of it served.
+	Set string
 	// Marks: Began is the start of `runsc restore` (after the pool's Get or the create),
-	// Started its return, Connected the executor's accept. For a cold start: Began is the
-	// start of `runsc create`, Answered the answer of the imports.
+	// Started its return, Connected the executor's accept; for a warm sandbox all three are
+	// the moment it was taken. For a cold start in place of a checkpoint: Began is the start
+	// of `runsc create`, Answered the answer of the imports.
 	Marks CallMarks
 	How   How
 	// Cold, for a cold start (How Cold), says why the checkpoint was not used and what the
@@ -131,9 +157,12 @@ type ColdStart struct {
 	Took time.Duration
 }
 
-// Restore restores set's checkpoint into a sandbox, from o.Pool or created for it (`runsc
-// create`, never killed half-way), with `runsc restore -detach` and the manifest's restore
-// flags, and dials the executor's socket (Sandbox.Open). On any failure the sandbox is deleted
+// Restore starts set's checkpoint for a request by the fastest path ready: a sandbox restored
+// ahead (o.Warm, of set or of o.Also), else a restore into a sandbox from o.Pool, else into
+// one created for it (`runsc create`, never killed half-way), with `runsc restore -detach` and
+// the manifest's restore flags; then it dials the executor's socket (Sandbox.Open). Set ""
+// starts the executor cold (no checkpoint serves the request), in a sandbox of o.Pool or
+// created for it. Restored.How says which path served. On any failure the sandbox is deleted
 // and the error carries the end of the executor's stderr.
 //
 // With OpenOptions.ColdFallback, a set whose checkpoint failed verification, or whose restore
@@ -144,23 +173,44 @@ type ColdStart struct {
 // This is the kit's one restore path: the pipeline's soak takes it as a worker does, and the
 // example worker (examples/worker) is a runnable whole around it.
 func (r *Restorer) Restore(ctx context.Context, set string, o RestoreOptions) (*Restored, error) {
-	img, err := r.out.Image(set)
-	if err != nil {
-		return nil, err
+	if o.Warm != nil && set != "" {
+		for _, s := range append([]string{set}, o.Also...) {
+			if s == "" {
+				continue
+			}
+			if warm := o.Warm.Take(s); warm != nil {
+				now := time.Now()
+				warm.How, warm.Set, warm.Marks = FromWarm, s, CallMarks{Began: now, Started: now, Connected: now}
+				return warm, nil
+			}
+		}
 	}
-	if why := r.out.Unusable(set); why != nil {
-		return r.ColdStart(ctx, set, why)
+	var img Image // the zero Image: a cold start
+	name, step, how := "cold", "start", Cold
+	if set != "" {
+		var err error
+		if img, err = r.out.Image(set); err != nil {
+			return nil, err
+		}
+		name, step, how = set, "restore", Created
 	}
-	how := Created
+	if set != "" {
+		if why := r.out.Unusable(set); why != nil {
+			return r.ColdStart(ctx, set, why)
+		}
+	}
 	var sb *Sandbox
+	var err error
 	if o.Pool != nil {
-		how = FromPool
+		if how != Cold {
+			how = FromPool
+		}
 		sb, err = o.Pool.Get(ctx)
 	} else {
-		sb, err = NewSandbox(r.sandboxes, set, "restore")
+		sb, err = NewSandbox(r.sandboxes, name, step)
 		if err == nil {
 			if err := sb.Create(ctx); err != nil {
-				return nil, WithStderr(ctx, sb, fmt.Errorf("create a sandbox for %s: %w", set, err))
+				return nil, WithStderr(ctx, sb, fmt.Errorf("create a sandbox for %s: %w", name, err))
 			}
 		}
 	}
@@ -169,6 +219,9 @@ func (r *Restorer) Restore(ctx context.Context, set string, o RestoreOptions) (*
 	}
 	conn, marks, err := sb.Open(ctx, img)
 	if err != nil {
+		if how == Cold {
+			return nil, WithStderr(ctx, sb, fmt.Errorf("start the executor cold in %s: %w", sb.ID, err))
+		}
 		err = WithStderr(ctx, sb, fmt.Errorf("restore %s into %s: %w", set, sb.ID, err))
 		if !r.out.coldFallback || ctx.Err() != nil {
 			return nil, err
@@ -179,7 +232,7 @@ func (r *Restorer) Restore(ctx context.Context, set string, o RestoreOptions) (*
 		}
 		return cold, nil
 	}
-	return &Restored{Sandbox: sb, Conn: conn, Marks: marks, How: how}, nil
+	return &Restored{Sandbox: sb, Conn: conn, Set: set, Marks: marks, How: how}, nil
 }
 
 // ColdStart starts set cold, without its checkpoint: a sandbox of the restorer's shape created

@@ -19,6 +19,9 @@
 //	defer p.Close()
 //	restored, err := r.Restore(ctx, set, launch.RestoreOptions{Pool: p})
 //	defer restored.Close(ctx)
+//
+// Warm goes further: sandboxes already restored, per set, their executor connected, so that a
+// start is the call alone (launch.RestoreOptions.Warm); catalogue.SizeWarm sizes them.
 package pool
 
 import (
