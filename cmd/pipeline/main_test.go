@@ -340,6 +340,18 @@ func TestBenchShort(t *testing.T) {
 	if err != nil || !bytes.Contains(svg, []byte("<svg")) || !bytes.Contains(svg, []byte("prestarted")) {
 		t.Fatalf("bench.svg: %v", err)
 	}
+	// The chart of the real run: no text over a mark or another text, nothing cut at an edge,
+	// every series of bench.json named.
+	var named []string
+	for name := range report.Sets[0].Series {
+		named = append(named, name)
+	}
+	for _, c := range report.Concurrency {
+		named = append(named, c.Series)
+	}
+	if err := bench.CheckChart(svg, named); err != nil {
+		t.Errorf("bench.svg's layout: %v", err)
+	}
 	txt, err := os.ReadFile(filepath.Join(latest, "bench.txt"))
 	if err != nil || bytes.Count(txt, []byte("\nBenchmarkRestore/set=small/series=")) != 24*2 || bytes.Count(txt, []byte(":last-page/conc=1 ")) != 9*2 || bytes.Count(txt, []byte("\nBenchmarkRestore/set=small/series=pooled/conc=1 ")) != 2 || bytes.Count(txt, []byte("\nBenchmarkRestoreAtOnce/set=small/series=")) != 7*(2*1+2*2) {
 		t.Errorf("bench.txt: %v\n%s", err, txt)

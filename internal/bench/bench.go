@@ -13,7 +13,6 @@ import (
 	"strings"
 
 	"readie.dev/pipeline/internal/config"
-	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
 )
 
@@ -126,7 +125,7 @@ type DerivedRunner interface {
 // SetReport holds one set's figures.
 type SetReport struct {
 	MeasuredSet
-	Series map[string]manifest.Stats `json:"series"`
+	Series map[string]Stats `json:"series"`
 	// Ratios of medians: cold/restore, restore/floor, prestarted/floor, pooled/floor.
 	Ratios map[string]float64 `json:"ratios"`
 }
@@ -207,12 +206,10 @@ func Execute(ctx context.Context, sets []MeasuredSet, series []string, rounds in
 		}
 	}
 	res := &Results{WarmupRounds: 1, Rounds: rounds, Series: append(slices.Clone(series), derived...)}
-	var sizes []int64
-	var medians []float64
 	for i, set := range sets {
-		rep := SetReport{MeasuredSet: set, Series: map[string]manifest.Stats{}, Ratios: map[string]float64{}}
+		rep := SetReport{MeasuredSet: set, Series: map[string]Stats{}, Ratios: map[string]float64{}}
 		for name, runs := range raw[i] {
-			rep.Series[name] = measure.Summarize(runs)
+			rep.Series[name] = Summarize(runs)
 		}
 		ratio := func(key, num, den string) {
 			n, okN := rep.Series[num]
@@ -225,15 +222,24 @@ func Execute(ctx context.Context, sets []MeasuredSet, series []string, rounds in
 		ratio("restore/floor", Restore, Floor)
 		ratio("prestarted/floor", Prestarted, Floor)
 		ratio("pooled/floor", Pooled, Floor)
-		if st, ok := rep.Series[Measure]; ok {
+		res.Sets = append(res.Sets, rep)
+	}
+	res.Fit = fitSizes(res.Sets)
+	return res, nil
+}
+
+// fitSizes fits the cost model: the measure-mode restore's median against image size.
+func fitSizes(sets []SetReport) Fit {
+	var sizes []int64
+	var medians []float64
+	for _, set := range sets {
+		if st, ok := set.Series[Measure]; ok {
 			sizes = append(sizes, set.Bytes)
 			medians = append(medians, st.Median)
 		}
-		res.Sets = append(res.Sets, rep)
 	}
 	line := measure.CostModel(sizes, medians)
-	res.Fit = Fit{Series: Measure, AlphaMsPerMiB: line.Slope, InterceptMs: line.Intercept, Points: line.Points, Sizes: line.DistinctX, RSquared: line.RSquared}
-	return res, nil
+	return Fit{Series: Measure, AlphaMsPerMiB: line.Slope, InterceptMs: line.Intercept, Points: line.Points, Sizes: line.DistinctX, RSquared: line.RSquared}
 }
 
 // Fastest returns the variant with the lowest sum of medians over the sets among those with a

@@ -8,7 +8,6 @@ import (
 	"golang.org/x/perf/benchfmt"
 
 	"readie.dev/pipeline/pkg/manifest"
-	"readie.dev/pipeline/pkg/measure"
 )
 
 // TestBenchfmtParsesWithBenchstatsParser: bench.txt is read by benchstat's own parser, one
@@ -17,9 +16,9 @@ func TestBenchfmtParsesWithBenchstatsParser(t *testing.T) {
 	r := &Report{Machine: Machine{CPUModel: "AMD EPYC"}, Runsc: manifest.Runsc{Version: "readie-x"}, RestoreFlags: []string{"-direct"},
 		Results: Results{Rounds: 3, Series: []string{Restore, "variant:-direct,-background"}, Sets: []SetReport{{
 			MeasuredSet: MeasuredSet{ID: "pandas", Bytes: 40 << 20},
-			Series: map[string]manifest.Stats{
-				Restore:                       measure.Summarize([]float64{389.5, 401, 377}),
-				"variant:-direct,-background": measure.Summarize([]float64{380, 390, 385}),
+			Series: map[string]Stats{
+				Restore:                       Summarize([]float64{389.5, 401, 377}),
+				"variant:-direct,-background": Summarize([]float64{380, 390, 385}),
 			},
 		}}}}
 	var buf bytes.Buffer
