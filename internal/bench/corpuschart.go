@@ -64,4 +64,3 @@ func roomForLegend(p *plot.Plot, entries int, top float64) {
 	p.Y.Max = top / (1 - band) * 1.02
 	p.Legend.Top = true
 }
-
