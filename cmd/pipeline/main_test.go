@@ -352,6 +352,9 @@ func TestBenchShort(t *testing.T) {
 	if err := bench.CheckChart(svg, named); err != nil {
 		t.Errorf("bench.svg's layout: %v", err)
 	}
+	if dir := os.Getenv("READIE_CHART_DIR"); dir != "" { // to look at it: rsvg-convert
+		os.WriteFile(filepath.Join(dir, "bench-short.svg"), svg, 0o644)
+	}
 	txt, err := os.ReadFile(filepath.Join(latest, "bench.txt"))
 	if err != nil || bytes.Count(txt, []byte("\nBenchmarkRestore/set=small/series=")) != 24*2 || bytes.Count(txt, []byte(":last-page/conc=1 ")) != 9*2 || bytes.Count(txt, []byte("\nBenchmarkRestore/set=small/series=pooled/conc=1 ")) != 2 || bytes.Count(txt, []byte("\nBenchmarkRestoreAtOnce/set=small/series=")) != 7*(2*1+2*2) {
 		t.Errorf("bench.txt: %v\n%s", err, txt)

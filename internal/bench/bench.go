@@ -122,6 +122,13 @@ type DerivedRunner interface {
 	Derived() map[string]float64
 }
 
+// CPURunner is a Runner whose trials may give the restore's CPU time: RestoreCPU returns that
+// of the trial that just ran, in milliseconds, or false.
+type CPURunner interface {
+	Runner
+	RestoreCPU() (float64, bool)
+}
+
 // SetReport holds one set's figures.
 type SetReport struct {
 	MeasuredSet
@@ -174,8 +181,9 @@ type Results struct {
 // progress, if set, sees each result (a warm-up trial's Round is -1).
 func Execute(ctx context.Context, sets []MeasuredSet, series []string, rounds int, runner Runner, progress func(Trial, float64)) (*Results, error) {
 	raw := make([]map[string][]float64, len(sets))
+	cpu := make([]map[string][]float64, len(sets)) // restore CPU times beside raw's runs
 	for i := range raw {
-		raw[i] = map[string][]float64{}
+		raw[i], cpu[i] = map[string][]float64{}, map[string][]float64{}
 	}
 	var derived []string // series the runner added, in the order first seen
 	warmup := Schedule(len(sets), 1, series)
@@ -192,6 +200,11 @@ func Execute(ctx context.Context, sets []MeasuredSet, series []string, rounds in
 		}
 		if t.Round >= 0 {
 			raw[t.Set][t.Series] = append(raw[t.Set][t.Series], ms)
+			if c, ok := runner.(CPURunner); ok {
+				if cpuMs, ok := c.RestoreCPU(); ok {
+					cpu[t.Set][t.Series] = append(cpu[t.Set][t.Series], cpuMs)
+				}
+			}
 			if d, ok := runner.(DerivedRunner); ok {
 				for _, name := range slices.Sorted(maps.Keys(d.Derived())) {
 					raw[t.Set][name] = append(raw[t.Set][name], d.Derived()[name])
@@ -209,7 +222,11 @@ func Execute(ctx context.Context, sets []MeasuredSet, series []string, rounds in
 	for i, set := range sets {
 		rep := SetReport{MeasuredSet: set, Series: map[string]Stats{}, Ratios: map[string]float64{}}
 		for name, runs := range raw[i] {
-			rep.Series[name] = Summarize(runs)
+			st := Summarize(runs)
+			if len(cpu[i][name]) == len(runs) { // only run by run, never some runs' alone
+				st.RestoreCPU = cpu[i][name]
+			}
+			rep.Series[name] = st
 		}
 		ratio := func(key, num, den string) {
 			n, okN := rep.Series[num]

@@ -158,7 +158,8 @@ func distributionPanel(c *svgCanvas, r *Results, series []string, styles map[str
 		}
 	}
 	ticks := niceTicks(0, top, 8)
-	left, right := margin+2*markRadius+5+labels+12, svgWidth-margin
+	// The last tick's label is centred on the right edge of the plot: room for its half.
+	left, right := margin+2*markRadius+5+labels+12, svgWidth-margin-textWidth(tickLabel(ticks[len(ticks)-1]), tickSize, false)/2
 	xs := linear{ticks[0], ticks[len(ticks)-1], left, right}
 	plotTop := y
 	var rows []func()
@@ -242,7 +243,7 @@ func sizePanel(c *svgCanvas, r *Results, sty seriesStyle) bool {
 	}
 	yticks := niceTicks(yLow, yTop, 6)
 	height := max(plotH, float64(len(pts))*(labelSize+3)+10)
-	left, right := margin+tickColumn(yticks), svgWidth-margin-labels-24
+	left, right := margin+tickColumn(yticks), svgWidth-margin-max(labels+24, textWidth(tickLabel(xticks[len(xticks)-1]), tickSize, false)/2)
 	xs := linear{xticks[0], xticks[len(xticks)-1], left, right}
 	ys := linear{yticks[0], yticks[len(yticks)-1], y + height, y}
 	c.yAxis(ys, yticks, left, right)

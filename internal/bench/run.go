@@ -35,6 +35,8 @@ type Options struct {
 	Concurrency []int
 	// Pool is the size of the pool of the pooled series (DefaultPoolSize when zero).
 	Pool int
+	// Revision is the pipeline's own version and VCS revision, for the report.
+	Revision string
 }
 
 // Run measures the checkpoints of out side by side, restoring them exactly as their manifest
@@ -85,20 +87,32 @@ func runOn(ctx context.Context, x *run.VerifiedOutput, o Options) (*Report, erro
 	}
 	runner := &SandboxRunner{Restorer: restorer, Variants: variants, Pool: p, PoolSize: size, LogDir: logDir}
 	defer runner.Close()
+	machine := ThisMachine()
+	sampler, err := sampleLoad(ctx, LoadInterval)
+	if err != nil {
+		return nil, err
+	}
 	results, err := Execute(ctx, sets, series, o.Rounds, runner,
 		func(t Trial, ms float64) {
 			env.Log.WithFields(logrus.Fields{"round": t.Round + 1, "set": sets[t.Set].ID, "series": t.Series, "ms": ms}).Debug("bench: trial")
 		})
+	load, loadErr := sampler.stop(machine.CPUs)
 	if err != nil {
 		return nil, err
 	}
-	env.Log.WithField("took", time.Since(start).Round(time.Second)).Info("bench: done")
+	if loadErr != nil {
+		return nil, loadErr
+	}
+	env.Log.WithFields(logrus.Fields{"took": time.Since(start).Round(time.Second), "load": load.Describe()}).Info("bench: done")
+	if load.Warning != "" {
+		env.Log.Warn("bench: " + load.Warning)
+	}
 	// Before the restores at once: no idle sandbox beside them.
 	if err := errors.Join(p.Close(), runner.Close()); err != nil {
 		return nil, err
 	}
 	report := &Report{
-		CreatedAt: time.Now().UTC(), Machine: ThisMachine(), Runsc: m.Runsc,
+		CreatedAt: time.Now().UTC(), Machine: machine, Load: load, Revision: o.Revision, Runsc: m.Runsc,
 		RunscFlags: env.Runtime.Flags.Args(), RestoreFlags: slices.Clone(m.RestoreFlags),
 		CheckpointOptions: maps.Clone(m.CheckpointOptions), Variants: variants, Results: *results,
 	}
