@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -280,7 +281,11 @@ func TestBenchShort(t *testing.T) {
 		Rounds  int `json:"rounds"`
 		Sets    []struct {
 			ID     string
-			Series map[string]struct{ Runs []float64 }
+			Series map[string]struct {
+				Runs          []float64
+				P50, P90, P99 *float64
+				RestoreCPU    []float64 `json:"restore_cpu_ms"`
+			}
 			Ratios map[string]float64
 		} `json:"sets"`
 		Fit     struct{ Points int } `json:"fit"`
@@ -295,7 +300,11 @@ func TestBenchShort(t *testing.T) {
 			Throughput  float64                  `json:"restores_per_second"`
 			SpreadMS    float64                  `json:"start_spread_ms"`
 		} `json:"concurrency"`
-		Recommendation          string
+		Recommendation string
+		Load           struct {
+			Before, After float64
+			During        []float64
+		}
 		RecommendedRestoreFlags *[]string `json:"recommended_restore_flags"`
 		RecommendedAt           int       `json:"recommended_at"`
 	}
@@ -309,6 +318,17 @@ func TestBenchShort(t *testing.T) {
 		if len(s.Runs) != 2 {
 			t.Errorf("series %s has %d runs, want 2", name, len(s.Runs))
 		}
+		if s.P50 == nil || s.P90 == nil || s.P99 == nil || *s.P50 > *s.P90 || *s.P90 > *s.P99 {
+			t.Errorf("series %s: p50 %v, p90 %v, p99 %v", name, s.P50, s.P90, s.P99)
+		}
+		// A variant restored into a sandbox of its own making logs its restore's CPU time.
+		ownSandbox := strings.HasPrefix(name, bench.VariantPrefix) && !strings.HasSuffix(name, bench.LastPageSuffix) && report.Sets[0].Series[name+bench.LastPageSuffix].Runs != nil
+		if ownSandbox && (len(s.RestoreCPU) != len(s.Runs) || slices.Min(s.RestoreCPU) <= 0) {
+			t.Errorf("series %s: restore CPU times %v beside runs %v", name, s.RestoreCPU, s.Runs)
+		}
+	}
+	if report.Load.Before < 0 || report.Load.During == nil && report.Load.After < 0 {
+		t.Errorf("bench.json's load: %+v", report.Load)
 	}
 	// --explain breaks down a restore and the pooled path (a restore onto a created sandbox).
 	// 6 core series, the 9 default variants and each variant's time to its last page loaded.
@@ -356,6 +376,11 @@ func TestBenchShort(t *testing.T) {
 		os.WriteFile(filepath.Join(dir, "bench-short.svg"), svg, 0o644)
 	}
 	txt, err := os.ReadFile(filepath.Join(latest, "bench.txt"))
+	for _, key := range []string{"goos: " + runtime.GOOS, "goarch: " + runtime.GOARCH, "date: 20", "rounds: 2", "cpu: ", "runsc: " + report.Runsc.Version, "revision: ", "load: before "} {
+		if !bytes.Contains(txt, []byte("\n"+key)) && !bytes.HasPrefix(txt, []byte(key)) {
+			t.Errorf("bench.txt's header lacks %q", key)
+		}
+	}
 	if err != nil || bytes.Count(txt, []byte("\nBenchmarkRestore/set=small/series=")) != 24*2 || bytes.Count(txt, []byte(":last-page/conc=1 ")) != 9*2 || bytes.Count(txt, []byte("\nBenchmarkRestore/set=small/series=pooled/conc=1 ")) != 2 || bytes.Count(txt, []byte("\nBenchmarkRestoreAtOnce/set=small/series=")) != 7*(2*1+2*2) {
 		t.Errorf("bench.txt: %v\n%s", err, txt)
 	}
