@@ -205,7 +205,7 @@ func (c *benchCmd) Execute(ctx context.Context, con *console, args []string) err
 		}
 		opts.Selection = sel
 	}
-	env, err := newEnv(ctx, cfg, con.log)
+	env, err := newEnv(ctx, cfg, con)
 	if err != nil {
 		return err
 	}

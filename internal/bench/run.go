@@ -18,6 +18,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/progress"
 	"readie.dev/pipeline/internal/run"
 	"readie.dev/pipeline/pkg/atomicfile"
 	"readie.dev/pipeline/pkg/capture"
@@ -37,12 +38,15 @@ type Options struct {
 	Pool int
 	// Revision is the pipeline's own version and VCS revision, for the report.
 	Revision string
+	// progress is the run's (run.Env's), set by Run.
+	progress *progress.Meter
 }
 
 // Run measures the checkpoints of out side by side, restoring them exactly as their manifest
 // records, and writes bench.json and bench.svg into out.
 func Run(ctx context.Context, env *run.Env, out string, o Options) (*Report, error) {
 	var report *Report
+	o.progress = env.Progress
 	_, err := env.WithVerifiedOutput(ctx, out, o.Only, func(x *run.VerifiedOutput) error {
 		var err error
 		report, err = runOn(ctx, x, o)
@@ -92,10 +96,18 @@ func runOn(ctx context.Context, x *run.VerifiedOutput, o Options) (*Report, erro
 	if err != nil {
 		return nil, err
 	}
+	trials, total := 0, (o.Rounds+1)*len(sets)*len(series) // the warm-up round too
 	results, err := Execute(ctx, sets, series, o.Rounds, runner,
 		func(t Trial, ms float64) {
 			env.Log.WithFields(logrus.Fields{"round": t.Round + 1, "set": sets[t.Set].ID, "series": t.Series, "ms": ms}).Debug("bench: trial")
+			trials++
+			round := "warm-up"
+			if t.Round >= 0 {
+				round = fmt.Sprintf("round %d/%d", t.Round+1, o.Rounds)
+			}
+			o.progress.Step("bench", trials, total, "trials", fmt.Sprintf("%s, %s %s", round, sets[t.Set].ID, t.Series))
 		})
+	o.progress.Done()
 	load, loadErr := sampler.stop(machine.CPUs)
 	if err != nil {
 		return nil, err
@@ -159,7 +171,9 @@ func measureConcurrency(ctx context.Context, x *run.VerifiedOutput, report *Repo
 	start := time.Now()
 	cs, err := RunConcurrency(ctx, restorer, largest, variants, o.Concurrency, o.Rounds, func(c Concurrent, round int) {
 		env.Log.WithFields(logrus.Fields{"set": c.Set, "series": c.Series, "at_once": c.Concurrency, "round": round + 1}).Debug("bench: concurrent batch")
+		o.progress.Step("bench, restores at once", round+1, o.Rounds, "rounds", fmt.Sprintf("%d at once, %s", c.Concurrency, c.Series))
 	})
+	o.progress.Done()
 	if err != nil {
 		return err
 	}
