@@ -133,7 +133,7 @@ func setsPanel(c *svgCanvas, r *Results, series []string, styles map[string]seri
 }
 
 // distributionPanel: per set, a row per series: whisker from min to max, box from p25 to p75,
-// the series' marker at p50, a bar at p90 and a cross at p99.
+// the series' marker at p50, a bar at p90 and a ring at p99.
 func distributionPanel(c *svgCanvas, r *Results, series []string, styles map[string]seriesStyle) bool {
 	if len(series) == 0 {
 		return false
@@ -142,7 +142,7 @@ func distributionPanel(c *svgCanvas, r *Results, series []string, styles map[str
 	grey := "#555555"
 	key := []legendEntry{
 		{name: "p90", glyphWidth: 2 * markRadius, draw: func(c *svgCanvas, x, y float64) { c.mark(barShape, x+markRadius, y, markRadius*1.3, grey) }},
-		{name: "p99", glyphWidth: 2 * markRadius, draw: func(c *svgCanvas, x, y float64) { c.mark(6, x+markRadius, y, markRadius, grey) }},
+		{name: "p99", glyphWidth: 2 * markRadius, draw: func(c *svgCanvas, x, y float64) { c.mark(ringShape, x+markRadius, y, markRadius, grey) }},
 	}
 	y += c.legend(margin, y, svgWidth-2*margin, key) + 8
 	labels := 0.0
@@ -178,7 +178,7 @@ func distributionPanel(c *svgCanvas, r *Results, series []string, styles map[str
 				c.line(xs.at(st.Min), cy, xs.at(st.Max), cy, sty.color, 1, "")
 				c.rect(xs.at(st.P25), cy-4, max(xs.at(st.P75)-xs.at(st.P25), 1), 8, sty.color, sty.color, 0.3)
 				c.mark(barShape, xs.at(st.P90), cy, markRadius*1.3, grey)
-				c.mark(6, xs.at(st.P99), cy, markRadius, grey)
+				c.mark(ringShape, xs.at(st.P99), cy, markRadius, grey)
 				c.mark(sty.shape, xs.at(st.P50), cy, markRadius, sty.color)
 			})
 			y += rowHeight

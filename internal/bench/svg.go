@@ -110,6 +110,10 @@ func (c *svgCanvas) rect(x, y, w, h float64, fill, stroke string, opacity float6
 // mark draws a data marker of shape centred on (x, y), of radius r. Every mark is a
 // class="mark" circle or a path of absolute moves and lines, which CheckChart measures.
 func (c *svgCanvas) mark(shape int, x, y, r float64, fill string) {
+	if shape == ringShape {
+		fmt.Fprintf(&c.b, "<circle class=\"mark\" cx=\"%.1f\" cy=\"%.1f\" r=\"%.1f\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\"/>\n", x, y, r, fill)
+		return
+	}
 	if shape == 0 {
 		fmt.Fprintf(&c.b, "<circle class=\"mark\" cx=\"%.1f\" cy=\"%.1f\" r=\"%.1f\" fill=\"%s\" stroke=\"#ffffff\" stroke-width=\"0.6\"/>\n", x, y, r, fill)
 		return
@@ -149,8 +153,11 @@ func (c *svgCanvas) mark(shape int, x, y, r float64, fill string) {
 	fmt.Fprintf(&c.b, "<path class=\"mark\" d=\"%s\" fill=\"%s\" stroke=\"#ffffff\" stroke-width=\"0.6\"/>\n", d.String(), fill)
 }
 
-// barShape is mark's shape for a percentile's tick.
-const barShape = 7
+// barShape and ringShape are mark's shapes for percentiles (p90, p99), unlike any series'.
+const (
+	barShape  = 7
+	ringShape = 8
+)
 
 func (c *svgCanvas) bytes() []byte {
 	var out strings.Builder
