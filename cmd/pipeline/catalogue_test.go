@@ -228,7 +228,7 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 	}
 	// Which start wins depends on the restore and cold times measured in this run, and a
 	// loaded machine can make a restore slower than a cold start: judge the choice by the
-	// catalogue's own figures, then restore the set that holds the request either way.
+	// catalogue's own figures, then restore the planned set that holds the whole request.
 	planned := pl.Sets[0].ID
 	var held *catalogue.Checkpoint
 	for i := range cat.Checkpoints {
@@ -243,19 +243,16 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 	switch {
 	case ch.PredictedMs <= 0 || ch.Why == "":
 		t.Fatalf("select %v: %+v, want a priced choice that says why", want, ch)
-	case ch.Cold && restoreMs < ch.ColdMs:
-		t.Fatalf("select %v chose a cold start (%.0f ms) over %s (restore %.0f ms): %+v", want, ch.ColdMs, planned, restoreMs, ch)
-	case !ch.Cold && len(ch.Import) != 0:
-		t.Fatalf("select %v: %+v, want a checkpoint that holds them", want, ch)
+	case ch.PredictedMs > restoreMs+0.001:
+		// Another checkpoint plus imports, or a cold start, may be priced below the planned set
+		// when this run measured its restore slow; never above it.
+		t.Fatalf("select %v chose a start priced %.0f ms over %s, which holds them all (restore %.0f ms): %+v", want, ch.PredictedMs, planned, restoreMs, ch)
 	}
 	t.Logf("select %v: %s (%s: restore %.0f ms; cold %.0f ms)", want, ch.Why, planned, restoreMs, ch.ColdMs)
 	if got, want := ch.PredictedPooledMs, pooledPrice(t, cat, ch.Checkpoint, ch.PredictedMs); !near(got, want) {
 		t.Errorf("select's pooled prediction %v ms, want the pooled line's %v ms: %+v", got, want, ch)
 	}
-	if ch.Cold {
-		ch.Checkpoint = planned
-	}
-	restoreAndCheck(t, cfg, out, m, ch)
+	restoreAndCheck(t, cfg, out, m, planned, ch.Modules)
 
 	code, stdout, stderr = runCLI(t, "bench", "--config", cfg, "--corpus", corpusPath, "--part", "all", "--sample", "2", "--rounds", "1")
 	if code != exitOK {
@@ -523,9 +520,9 @@ func testRunEnv(ctx context.Context, t *testing.T, cfgPath string) *run.Env {
 	return env
 }
 
-// restoreAndCheck restores the chosen checkpoint as a worker would and calls it: the call sees
-// every module of the choice already in sys.modules (the smoke request reports the missing).
-func restoreAndCheck(t *testing.T, cfgPath, out string, m *manifest.Manifest, ch catalogue.Choice) {
+// restoreAndCheck restores checkpoint id as a worker would and calls it: the call sees every one
+// of modules already in sys.modules (the smoke request reports the missing).
+func restoreAndCheck(t *testing.T, cfgPath, out string, m *manifest.Manifest, id string, modules []string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -536,16 +533,16 @@ func restoreAndCheck(t *testing.T, cfgPath, out string, m *manifest.Manifest, ch
 	}
 	var dir string
 	for _, c := range m.Checkpoints {
-		if c.ID == ch.Checkpoint {
+		if c.ID == id {
 			dir = filepath.Join(out, c.Dir)
 		}
 	}
 	if dir == "" {
-		t.Fatalf("the manifest has no checkpoint %s", ch.Checkpoint)
+		t.Fatalf("the manifest has no checkpoint %s", id)
 	}
 	work := testenv.WorkDir(t)
-	if _, err := env.Sandboxes(r).Restorer(work, env.Config.Timeouts.Smoke).Smoke(ctx, ch.Checkpoint, dir, ch.Modules); err != nil {
-		t.Fatalf("restore of %s for %v: %v", ch.Checkpoint, ch.Modules, err)
+	if _, err := env.Sandboxes(r).Restorer(work, env.Config.Timeouts.Smoke).Smoke(ctx, id, dir, modules); err != nil {
+		t.Fatalf("restore of %s for %v: %v", id, modules, err)
 	}
 	testenv.CheckNoRunsc(t, env.Config.Runsc.Path, env.Config.Runsc.Root, "")
 }

@@ -174,7 +174,7 @@ func TestCaptureFromUserImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(seen) != 4 || seen[0] != false || seen[1] != true || seen[2] != false || seen[3] != true {
-		t.Errorf("exists(/etc/debian_version, opaque/new, zoneinfo/UTC, /etc/os-release) = %v, want [false true false true]", seen)
+		t.Errorf("exists(/etc/debian_version, opaque/new, zoneinfo/UTC, /etc/os-release) = %s, want [False, True, False, True]", pycall.Format(seen, pycall.ErrorBytes))
 	}
 	// The captures, smoke tests, measures and this call left the rootfs as it was made: it is
 	// named by its digest and shared (runsc once made the executor's mount point in it).

@@ -58,7 +58,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.set, "set", "empty", "the checkpoint to restore")
 	fs.StringVar(&o.rootfs, "rootfs", "", "this host's copy of the output's rootfs (default: the manifest's rootfs.path); the digest it records must be the manifest's")
 	fs.StringVar(&o.root, "root", "/run/readie-worker/runsc", "runsc's state root, private to the worker")
-	fs.StringVar(&o.eval, "eval", "", "a Python expression to evaluate in the restored executor after the check")
+	fs.StringVar(&o.eval, "eval", "", fmt.Sprintf("a Python expression to evaluate in the restored executor after the check (an answer of at most %d MiB; its first %d KiB printed)", evalResponseSize>>20, printBytes>>10))
 	fs.DurationVar(&o.timeout, "timeout", time.Minute, "the limit of the whole restore and calls")
 	fs.IntVar(&o.pool, "pool", 0, "keep this many sandboxes created ahead and restore each call into one (0: create a sandbox per call)")
 	fs.IntVar(&o.calls, "calls", 1, "how many calls to serve, each in a sandbox of its own")
@@ -179,6 +179,13 @@ func restoreAndCall(ctx context.Context, o options, stdout, stderr io.Writer) (e
 	return nil
 }
 
+// printBytes is the most of -eval's value the worker prints; evalResponseSize the most of
+// its answer read: decoding may allocate some 320 bytes per byte of it (pycall.Decode).
+const (
+	printBytes       = 64 << 10
+	evalResponseSize = 4 << 20
+)
+
 // serve restores c (Restorer.Restore), checks the executor's answer to the smoke request,
 // evaluates -eval, and deletes the sandbox on every path: a sandbox that ran a call is never
 // used again. It says how long the restore took from its start (before the pool's Get or the
@@ -195,7 +202,7 @@ func serve(ctx context.Context, r *launch.Restorer, from launch.RestoreOptions, 
 	if err != nil {
 		return err
 	}
-	response, err := restored.Call(ctx, request)
+	response, err := restored.Call(ctx, request, pycall.SmallResponse)
 	if err != nil {
 		return err
 	}
@@ -212,14 +219,14 @@ func serve(ctx context.Context, r *launch.Restorer, from launch.RestoreOptions, 
 		return err
 	}
 	fmt.Fprintf(stdout, "worker: eval %s\n", o.eval)
-	if response, err = restored.Call(ctx, request); err != nil {
+	if response, err = restored.Call(ctx, request, evalResponseSize); err != nil {
 		return err
 	}
 	value, err := pycall.DecodeEnvelope(response)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "worker: = %v\n", value)
+	fmt.Fprintf(stdout, "worker: = %s\n", pycall.Format(value, printBytes))
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/measure"
+	"readie.dev/pipeline/pkg/pycall"
 )
 
 // Concurrent is K restores of one checkpoint started at the same moment, with one variant's
@@ -55,7 +56,7 @@ func batch(ctx context.Context, r *measure.Restorer, set MeasuredSet, dir string
 				}
 			}
 			marks[i], errs[i] = r.TimedCall(ctx, launch.Call{SetID: set.ID, Step: fmt.Sprintf("conc%d", i), Prepare: wait, Image: launch.Image{Dir: dir, Flags: r.Flags},
-				Request: request, Check: func(resp []byte) error { return checkImported(resp, set.Imports) }})
+				Request: request, Check: func(resp []byte) error { return checkImported(resp, set.Imports) }, MaxResponseSize: pycall.SmallResponse})
 			if !waited {
 				ready.Done()
 			}

@@ -90,12 +90,12 @@ func checkVariant(response []byte, imports []string, v Variant) error {
 	}
 	got, ok := value.([]any)
 	if !ok || len(got) != 2 {
-		return fmt.Errorf("variant call returned %v, want [imported, frozen]", value)
+		return fmt.Errorf("variant call returned %s, want [imported, frozen]", pycall.Format(value, pycall.ErrorBytes))
 	}
 	n, okN := got[0].(int64)
 	frozen, okF := got[1].(int64)
 	if !okN || !okF || n != int64(len(imports)) {
-		return fmt.Errorf("variant call returned %v, want %d modules imported", value, len(imports))
+		return fmt.Errorf("variant call returned %s, want %d modules imported", pycall.Format(value, pycall.ErrorBytes), len(imports))
 	}
 	if froze := slices.Contains(v.PreCheckpoint, "gc.freeze"); froze != (frozen > 0) {
 		return fmt.Errorf("the restored executor has %d objects frozen, but the variant's pre-checkpoint steps are %q", frozen, v.PreCheckpoint)
@@ -137,7 +137,7 @@ func timeVariant(ctx context.Context, r *measure.Restorer, v Variant, set Measur
 		lastPage = launch.MS(loaded.Sub(began))
 		cpu, err = waitRestoreCPU(ctx, logDir, vr.Timeout)
 		return err
-	}})
+	}, MaxResponseSize: pycall.SmallResponse})
 	if err != nil {
 		return 0, 0, 0, err
 	}

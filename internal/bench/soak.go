@@ -329,7 +329,7 @@ func (s *soaker) one(ctx context.Context, c *manifest.Checkpoint, kill bool) (la
 			return 0, err
 		}
 	}
-	response, err := restored.Call(ctx, request)
+	response, err := restored.Call(ctx, request, pycall.SmallResponse)
 	if err != nil {
 		return 0, err
 	}

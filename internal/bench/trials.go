@@ -30,7 +30,7 @@ func checkImported(response []byte, imports []string) error {
 		return err
 	}
 	if n, ok := value.(int64); !ok || n != int64(len(imports)) {
-		return fmt.Errorf("import call returned %v, want %d", value, len(imports))
+		return fmt.Errorf("import call returned %s, want %d", pycall.Format(value, pycall.ErrorBytes), len(imports))
 	}
 	return nil
 }
@@ -43,7 +43,7 @@ func TimeColdCall(ctx context.Context, l *launch.Launcher, setID string, imports
 		return 0, err
 	}
 	// The zero Image: `runsc create` and `runsc start`, both on the clock.
-	marks, err := l.TimedCall(ctx, launch.Call{SetID: setID, Step: "cold", Request: request, Check: func(resp []byte) error { return checkImported(resp, imports) }})
+	marks, err := l.TimedCall(ctx, launch.Call{SetID: setID, Step: "cold", Request: request, Check: func(resp []byte) error { return checkImported(resp, imports) }, MaxResponseSize: pycall.SmallResponse})
 	return marks.TotalMS(), err
 }
 
@@ -62,7 +62,7 @@ func TimeRestoreCall(ctx context.Context, r *measure.Restorer, setID, imageDir s
 		step = "prestarted"
 	}
 	return r.TimedCall(ctx, launch.Call{SetID: setID, Step: step, Prepare: prepare, Image: launch.Image{Dir: imageDir, Flags: r.Flags},
-		Request: request, Check: func(resp []byte) error { return checkImported(resp, imports) }})
+		Request: request, Check: func(resp []byte) error { return checkImported(resp, imports) }, MaxResponseSize: pycall.SmallResponse})
 }
 
 // TimeFloor runs a sandbox of the executor's shape whose process exits at once (/bin/true): the
@@ -129,7 +129,7 @@ func pooledCall(ctx context.Context, p *pool.Pool, imageDir string, flags []stri
 	}
 	defer launch.DeleteInto(ctx, sb, &err)
 	img := launch.Image{Dir: imageDir, Flags: flags} // "": a cold start
-	marks, err = sb.CallOnce(ctx, img, request, check)
+	marks, err = sb.CallOnce(ctx, img, request, pycall.SmallResponse, check)
 	marks.Began = began
 	return marks, err
 }

@@ -62,6 +62,11 @@ func importRequest(preload []string, module string) ([]byte, error) {
 	return pycall.EvalRequest(fmt.Sprintf(`(lambda ns: (__import__("builtins").exec(%s, ns), ns["result"])[1])({})`, literal))
 }
 
+// importResponseSize is the most read of an answer to importRequest: a few numbers and the
+// names of the modules the import added (pandas adds 519, 11.5 KB pickled), with room for
+// forty thousand.
+const importResponseSize = 1 << 20
+
 // importResult is what one import call reported.
 type importResult struct {
 	// Ms is the import's time inside the executor; DirtyMiB what it added to the process's
@@ -92,7 +97,8 @@ func decodeImport(response []byte) (importResult, error) {
 	r.Error, _ = d["error"].(string)
 	r.Loaded, _ = d["loaded"].(bool)
 	if !okMs || !okDirty || !okAdded || ms < 0 || math.IsNaN(ms) {
-		return importResult{}, fmt.Errorf("import call returned an unexpected dict: ms %v, dirty %v, added %T", d["ms"], d["dirty"], d["added"])
+		return importResult{}, fmt.Errorf("import call returned an unexpected dict: ms %s, dirty %s, added %T",
+			pycall.Format(d["ms"], pycall.ErrorBytes), pycall.Format(d["dirty"], pycall.ErrorBytes), d["added"])
 	}
 	r.Ms, r.DirtyMiB = ms, dirty/(1<<20)
 	for _, a := range added {

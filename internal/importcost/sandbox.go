@@ -41,7 +41,7 @@ func (s *starter) importOnce(ctx context.Context, step string, preload []string,
 		var err error
 		res, err = decodeImport(response)
 		return err
-	}})
+	}, MaxResponseSize: importResponseSize})
 	if err != nil {
 		what := "the bare executor"
 		if module != "" {
@@ -74,7 +74,7 @@ func (s *starter) pooledOnce(ctx context.Context, imageDir string, flags []strin
 				err = fmt.Errorf("the bare call failed: %s", res.Error)
 			}
 			return err
-		}})
+		}, MaxResponseSize: importResponseSize})
 	if err != nil {
 		return 0, fmt.Errorf("%s start: %w", step, err)
 	}

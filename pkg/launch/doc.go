@@ -25,8 +25,9 @@
 //  4. Optionally pool.New(ctx, pool.Options{New: restorer.NewSandbox, Size}): sandboxes
 //     created ahead, so that a restore skips the sandbox's boot.
 //  5. Restorer.Restore(ctx, set, RestoreOptions{Pool}) restores into a sandbox from the pool
-//     or created for it and dials the executor; Restored.Call calls it; Restored.Close
-//     deletes the sandbox, which is never used again.
+//     or created for it and dials the executor; Restored.Call calls it, reading at most
+//     what the call's answer needs (a stranger's data: decode it with pycall, print it with
+//     pycall.Format); Restored.Close deletes the sandbox, which is never used again.
 //
 // # The life cycle
 //

@@ -163,12 +163,14 @@ func ExampleRestorer_Restore() {
 		fmt.Println(err)
 		return
 	}
-	response, err := restored.Call(ctx, request)
+	// An answer is a stranger's data: read no more of it than the call needs, and print what
+	// it decodes to with pycall.Format, within a budget.
+	response, err := restored.Call(ctx, request, pycall.SmallResponse)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	value, err := pycall.DecodeEnvelope(response)
-	fmt.Println(restored.How, value, err)
-	// Output: pool hello, json True <nil>
+	fmt.Println(restored.How, pycall.Format(value, pycall.ErrorBytes), err)
+	// Output: pool 'hello, json True' <nil>
 }

@@ -98,6 +98,10 @@ type Call struct {
 	// Request is sent once the executor's socket accepts; Check judges the answer.
 	Request []byte
 	Check   func(response []byte) error
+	// MaxResponseSize is the most of the answer read (executorproto.Caller's; zero: its
+	// default): what the call's answer needs, so that an executor cannot make the caller
+	// hold and decode more.
+	MaxResponseSize int64
 }
 
 // TimedCall prepares a sandbox for c (off the clock), then times its start, dial and one call
@@ -117,5 +121,5 @@ func (l *Launcher) TimedCall(ctx context.Context, c Call) (marks CallMarks, err 
 			return marks, WithStderr(ctx, sb, err)
 		}
 	}
-	return sb.CallOnce(ctx, c.Image, c.Request, c.Check)
+	return sb.CallOnce(ctx, c.Image, c.Request, c.MaxResponseSize, c.Check)
 }

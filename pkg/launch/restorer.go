@@ -141,10 +141,14 @@ func (r *Restorer) Restore(ctx context.Context, set string, o RestoreOptions) (*
 	return &Restored{Sandbox: sb, Conn: conn, Marks: marks, How: how}, nil
 }
 
-// Call sends request to the restored executor and returns its answer (executorproto.Call),
-// bounded by ctx.
-func (r *Restored) Call(ctx context.Context, request []byte) ([]byte, error) {
-	return executorproto.Call(ctx, r.Conn, request)
+// Call sends request to the restored executor and returns its answer, bounded by ctx, of at
+// most maxResponseSize bytes (executorproto.Caller's MaxResponseSize; zero:
+// executorproto.DefaultReadLimit). An answer is a stranger's data: read no more of it than the
+// call needs (pycall.SmallResponse for a small value), since decoding may allocate some 320
+// bytes per byte (pycall.Decode).
+func (r *Restored) Call(ctx context.Context, request []byte, maxResponseSize int64) ([]byte, error) {
+	caller := executorproto.Caller{MaxResponseSize: maxResponseSize}
+	return caller.Call(ctx, r.Conn, request)
 }
 
 // Close closes the connection and deletes the sandbox (Sandbox.Delete: exactly once, even

@@ -505,15 +505,19 @@ func (s *Sandbox) Open(ctx context.Context, img Image) (net.Conn, CallMarks, err
 }
 
 // CallOnce opens the executor (Open) and makes one call, whose answer check judges, timed from
-// the start to the decoded answer. A failure comes with the end of the executor's stderr
-// (WithStderr, which deletes the sandbox); the caller deletes it on every path.
-func (s *Sandbox) CallOnce(ctx context.Context, img Image, request []byte, check func(response []byte) error) (CallMarks, error) {
+// the start to the decoded answer. It reads at most maxResponseSize bytes of the answer
+// (executorproto.Caller's MaxResponseSize; zero: executorproto.DefaultReadLimit): what the
+// caller's check needs, so that an executor cannot make it hold and decode more. A failure
+// comes with the end of the executor's stderr (WithStderr, which deletes the sandbox); the
+// caller deletes it on every path.
+func (s *Sandbox) CallOnce(ctx context.Context, img Image, request []byte, maxResponseSize int64, check func(response []byte) error) (CallMarks, error) {
 	conn, marks, err := s.Open(ctx, img)
 	if err != nil {
 		return marks, WithStderr(ctx, s, err)
 	}
 	defer conn.Close()
-	response, err := executorproto.Call(ctx, conn, request)
+	caller := executorproto.Caller{MaxResponseSize: maxResponseSize}
+	response, err := caller.Call(ctx, conn, request)
 	if err != nil {
 		return marks, WithStderr(ctx, s, err)
 	}

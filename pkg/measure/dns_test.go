@@ -36,12 +36,12 @@ func TestDNSInSandboxNetwork(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(answer) != 2 {
-		t.Fatalf("answer %v", answer)
+		t.Fatalf("answer %s", pycall.Format(answer, pycall.ErrorBytes))
 	}
 	if conf, _ := answer[0].(string); !strings.Contains(conf, "nameserver 1.1.1.1") {
 		t.Errorf("the call saw /etc/resolv.conf = %q, want the shipped resolver", conf)
 	}
 	if answer[1] != "127.0.0.1" {
-		t.Errorf("localhost resolved to %v", answer[1])
+		t.Errorf("localhost resolved to %s", pycall.Format(answer[1], pycall.ErrorBytes))
 	}
 }

@@ -2,13 +2,13 @@ package measure_test
 
 import (
 	"bytes"
-	"fmt"
 	"strings"
 	"testing"
 
 	ogorek "github.com/kisielk/og-rek"
 
 	"readie.dev/pipeline/pkg/executorproto"
+	"readie.dev/pipeline/pkg/pycall"
 )
 
 // execRequest is a plain pickle of builtins.exec(code, {}): a function a worker may send,
@@ -42,7 +42,7 @@ func TestHostileFunctionsInSandbox(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the executor did not answer: %v", err)
 		}
-		v, err := ogorek.NewDecoderWithConfig(bytes.NewReader(response), &ogorek.DecoderConfig{StrictUnicode: true}).Decode()
+		v, err := pycall.Decode(response)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +66,8 @@ func TestHostileFunctionsInSandbox(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			env := call(tc.code)
 			if env["ok"] != tc.ok || (!tc.ok && env["exc_type"] != tc.excType) {
-				t.Fatalf("envelope ok=%v exc_type=%v message=%.200v, want ok=%v exc_type=%q", env["ok"], env["exc_type"], env["message"], tc.ok, tc.excType)
+				t.Fatalf("envelope ok=%s exc_type=%s message=%s, want ok=%v exc_type=%q", pycall.Format(env["ok"], pycall.ErrorBytes),
+					pycall.Format(env["exc_type"], pycall.ErrorBytes), pycall.Format(env["message"], 200), tc.ok, tc.excType)
 			}
 			var out strings.Builder
 			for _, line := range env["output"].([]any) {
@@ -76,8 +77,8 @@ func TestHostileFunctionsInSandbox(t *testing.T) {
 				t.Errorf("output of %d bytes, want at most 17 MiB holding %q: %.300s", out.Len(), tc.outputHas, out.String())
 			}
 			next := call("print('next call')")
-			if fmt.Sprint(next["ok"], next["output"]) != "true [next call\n]" {
-				t.Fatalf("the next call got %v", next)
+			if got := pycall.Format([]any{next["ok"], next["output"]}, pycall.ErrorBytes); got != `[True, ['next call\n']]` {
+				t.Fatalf("the next call got %s", pycall.Format(next, pycall.ErrorBytes))
 			}
 		})
 	}

@@ -29,6 +29,7 @@ func (r *Restorer) Smoke(ctx context.Context, setID, imageDir string, imports []
 	marks, err := r.TimedCall(ctx, launch.Call{
 		SetID: setID, Step: "smoke", Env: []string{pycall.SmokeTokenVar + "=" + token}, Image: launch.Image{Dir: imageDir, Flags: r.Flags},
 		Request: request, Check: func(resp []byte) error { return pycall.CheckSmokeResponse(resp, token) },
+		MaxResponseSize: pycall.SmallResponse,
 	})
 	if err != nil {
 		err = fmt.Errorf("%w: %s: %w", ErrSmoke, setID, err)

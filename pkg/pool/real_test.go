@@ -87,7 +87,7 @@ func TestRealPool(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := sb.CallOnce(ctx, launch.Image{Dir: filepath.Join(work, set)}, request, func(response []byte) error {
+		if _, err := sb.CallOnce(ctx, launch.Image{Dir: filepath.Join(work, set)}, request, pycall.SmallResponse, func(response []byte) error {
 			return pycall.CheckSmokeResponse(response, token)
 		}); err != nil {
 			t.Fatalf("%s restored into %s: %v", set, sb.ID, err)

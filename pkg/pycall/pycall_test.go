@@ -30,7 +30,7 @@ func TestCheckSmokeResponse(t *testing.T) {
 		want     string // "" means accepted
 	}{
 		{"good", ok(map[string]any{"missing": []any{}, "token": "t0k"}), ""},
-		{"module not pre-imported", ok(map[string]any{"missing": []any{"pandas"}, "token": "t0k"}), "modules not loaded before the call: [pandas]"},
+		{"module not pre-imported", ok(map[string]any{"missing": []any{"pandas"}, "token": "t0k"}), "modules not loaded before the call: ['pandas']"},
 		{"capture-time environment", ok(map[string]any{"missing": []any{}, "token": ""}), "kept the capture-time environment"},
 		{"no missing list", ok(map[string]any{"token": "t0k"}), "no list of missing modules"},
 		{"value not a dict", ok("hello"), "not a dict"},

@@ -303,7 +303,7 @@ func TestCaptureAndRestore(t *testing.T) {
 	}
 	value, err := pycall.DecodeEnvelope(response)
 	if got, _ := value.([]any); err != nil || len(got) != 2 || got[0] != "t0k" || got[1] != true {
-		t.Fatalf("the restored executor answered %v, %v; want its restore-time token and json imported", value, err)
+		t.Fatalf("the restored executor answered %s, %v; want its restore-time token and json imported", pycall.Format(value, pycall.ErrorBytes), err)
 	}
 	if err := r.Delete(ctx, "kit-restore", &runsc.DeleteOpts{Force: true}); err != nil {
 		t.Fatal(err)
