@@ -56,7 +56,7 @@ func (c *pushCmd) Execute(ctx context.Context, con *console, args []string) erro
 		return err
 	}
 	defer cancel()
-	pushed, err := exchange.Push(ctx, cfg.Output, r, con.log)
+	pushed, err := exchange.Push(ctx, cfg.Output, r, con.log, con.progress)
 	if err != nil {
 		return err
 	}
