@@ -95,7 +95,7 @@ func runOn(ctx context.Context, x *run.VerifiedOutput, o Options) (*Report, erro
 	}
 	// The warm series' restores go through the kit's one path, as a worker's: the output's
 	// restorer, its sandboxes named by the run's lease.
-	kit, err := x.Output.Restorer(launch.Options{Runtime: env.Runtime, WorkDir: work})
+	kit, err := x.Output.Restorer(launch.Options{Runtime: env.Runtime, WorkDir: work, Limits: env.Config.SandboxLimits()})
 	if err != nil {
 		return nil, err
 	}
