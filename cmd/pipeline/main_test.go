@@ -583,7 +583,7 @@ func TestBenchConfigVariants(t *testing.T) {
 		} `json:"sets"`
 	}
 	json.Unmarshal(data, &report)
-	want := "floor cold restore prestarted pooled measure variant:plain variant:zero variant:knobs variant:knobs-pooled " +
+	want := "floor cold restore prestarted pooled warm measure variant:plain variant:zero variant:knobs variant:knobs-pooled " +
 		"variant:plain:last-page variant:zero:last-page variant:knobs:last-page"
 	if got := strings.Join(report.Series, " "); got != want {
 		t.Errorf("series %q, want %q", got, want)
