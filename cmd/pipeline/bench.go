@@ -351,11 +351,11 @@ func printWarm(w io.Writer, r *bench.Report) {
 	if !slices.Contains(r.Series, bench.Warm) {
 		return
 	}
-	fmt.Fprintln(w, "\nwarm: a sandbox restored ahead, taken and called (its restore off the clock); resident: its memory, restored and idle (Pss)")
+	fmt.Fprintln(w, "\nwarm: a sandbox restored ahead, taken and called (its restore off the clock); resident: its memory, restored and idle (Pss), own: the part no other sandbox shares, what each warm sandbox pins")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "set\twarm median ms\twarm/floor\tresident MiB\t")
+	fmt.Fprintln(tw, "set\twarm median ms\twarm/floor\tresident MiB\town MiB\t")
 	for _, s := range r.Sets {
-		fmt.Fprintf(tw, "%s\t%.1f\t%.3f\t%.1f\t\n", s.ID, s.Series[bench.Warm].Median, s.Ratios["warm/floor"], float64(s.ResidentBytes[bench.Warm])/(1<<20))
+		fmt.Fprintf(tw, "%s\t%.1f\t%.3f\t%.1f\t%.1f\t\n", s.ID, s.Series[bench.Warm].Median, s.Ratios["warm/floor"], float64(s.ResidentBytes[bench.Warm])/(1<<20), float64(s.OwnBytes[bench.Warm])/(1<<20))
 	}
 	tw.Flush()
 }

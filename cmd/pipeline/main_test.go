@@ -290,6 +290,7 @@ func TestBenchShort(t *testing.T) {
 			}
 			Ratios   map[string]float64
 			Resident map[string]int64 `json:"resident_bytes"`
+			Own      map[string]int64 `json:"own_bytes"`
 		} `json:"sets"`
 		Fit     struct{ Points int } `json:"fit"`
 		Explain []struct {
@@ -342,8 +343,8 @@ func TestBenchShort(t *testing.T) {
 		t.Errorf("bench.json: %d series, ratios %v, explain %+v", len(report.Sets[0].Series), report.Sets[0].Ratios, report.Explain)
 	}
 	// The warm series' sandbox holds memory, measured by /proc: at least the runsc binary's.
-	if resident := report.Sets[0].Resident["warm"]; resident < 1<<20 {
-		t.Errorf("bench.json: the warm sandbox's resident memory %d bytes", resident)
+	if resident, own := report.Sets[0].Resident["warm"], report.Sets[0].Own["warm"]; resident < 1<<20 || own < 1<<20 || own >= resident {
+		t.Errorf("bench.json: the warm sandbox's resident memory %d bytes, %d of its own", resident, own)
 	}
 	// K restores at once, released by one barrier: every restore of every batch answered; how
 	// far apart they started is measured and logged (never asserted: it is a timing).

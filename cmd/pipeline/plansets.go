@@ -114,8 +114,8 @@ func (c *planSetsCmd) Execute(ctx context.Context, con *console, args []string) 
 }
 
 // printWarmSizing prints the warm pools the plan implies (catalogue.SizeWarm): each set's share
-// of rate by its served weight, its restore saved and its refill, and its memory restored and
-// idle: measured by the capture of a set of the same id and imports in the output's catalogue,
+// of rate by its served weight, its restore saved and its refill, and its own memory restored
+// and idle: measured by the capture of a set of the same id and imports in the output's catalogue,
 // else predicted as the empty set's measured memory plus the difference of predicted image
 // sizes; without either, it says what to capture.
 func printWarmSizing(w io.Writer, res *plan.Result, out string, rate float64, budget int64) {
@@ -127,7 +127,7 @@ func printWarmSizing(w io.Writer, res *plan.Result, out string, rate float64, bu
 	}
 	measured := map[string]catalogue.Checkpoint{}
 	for _, cp := range cat.Checkpoints {
-		if cp.ResidentBytes > 0 {
+		if cp.OwnBytes > 0 {
 			measured[cp.ID] = cp
 		}
 	}
@@ -136,11 +136,11 @@ func printWarmSizing(w io.Writer, res *plan.Result, out string, rate float64, bu
 	var demand []catalogue.WarmDemand
 	source := map[string]string{}
 	for _, s := range res.Sets {
-		resident := int64(0)
+		own := int64(0)
 		if cp, ok := measured[s.ID]; ok && slices.Equal(cp.Imports, s.Imports) {
-			resident, source[s.ID] = cp.ResidentBytes, "measured"
+			own, source[s.ID] = cp.OwnBytes, "measured"
 		} else if haveEmpty {
-			resident, source[s.ID] = empty.ResidentBytes+int64(max(0, s.PredictedMiB-empty.ImageMiB)*(1<<20)), "predicted"
+			own, source[s.ID] = empty.OwnBytes+int64(max(0, s.PredictedMiB-empty.ImageMiB)*(1<<20)), "predicted"
 		} else {
 			continue
 		}
@@ -148,7 +148,7 @@ func printWarmSizing(w io.Writer, res *plan.Result, out string, rate float64, bu
 		if total > 0 {
 			share = s.ServedWeight / total
 		}
-		demand = append(demand, catalogue.WarmDemand{Set: s.ID, RatePerSec: rate * share, SavingMs: s.RestoreMs, RefillMs: s.RestoreMs, ResidentBytes: resident})
+		demand = append(demand, catalogue.WarmDemand{Set: s.ID, RatePerSec: rate * share, SavingMs: s.RestoreMs, RefillMs: s.RestoreMs, OwnBytes: own})
 	}
 	if len(demand) == 0 {
 		fmt.Fprintf(w, "not sized: the catalogue in %s has no measured memory of these sets or of %s (capture them, then plan again)\n", out, config.EmptySetID)
@@ -169,7 +169,7 @@ func printWarmSizing(w io.Writer, res *plan.Result, out string, rate float64, bu
 		each := 0.0
 		for _, d := range demand {
 			if d.Set == s.Set {
-				each = float64(d.ResidentBytes) / (1 << 20)
+				each = float64(d.OwnBytes) / (1 << 20)
 			}
 		}
 		note := source[s.Set]

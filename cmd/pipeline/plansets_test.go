@@ -27,8 +27,8 @@ func TestPrintWarmSizing(t *testing.T) {
 	}
 	cat := &catalogue.Catalogue{Version: catalogue.Version, CostModel: catalogue.CostModel{ColdStartMs: 900}, Modules: map[string]catalogue.Module{},
 		Checkpoints: []catalogue.Checkpoint{
-			{ID: "empty", Imports: []string{}, ImageMiB: 10, RestoreMedianMs: 100, ResidentBytes: 40 << 20},
-			{ID: "pandas", Imports: []string{"pandas"}, ImageMiB: 41, RestoreMedianMs: 300, ResidentBytes: 113 << 20},
+			{ID: "empty", Imports: []string{}, ImageMiB: 10, RestoreMedianMs: 100, ResidentBytes: 60 << 20, OwnBytes: 40 << 20},
+			{ID: "pandas", Imports: []string{"pandas"}, ImageMiB: 41, RestoreMedianMs: 300, ResidentBytes: 140 << 20, OwnBytes: 113 << 20},
 		}}
 	if err := atomicfile.WriteJSON(filepath.Join(out, catalogue.FileName), cat); err != nil {
 		t.Fatal(err)

@@ -49,7 +49,8 @@ type ArrivalsRun struct {
 	// and waited for one.
 	Queued int `json:"queued"`
 	// WarmSizes are the warm pools (catalogue.SizeWarm under the budget), PredictedMemoryBytes
-	// their predicted memory; MemoryPeakBytes the most the warm pools held at once, sampled.
+	// their predicted memory; MemoryPeakBytes the most the warm pools held at once, sampled
+	// (pool.Warm.OwnAll: their own memory, the files they share with every sandbox aside).
 	WarmSizes            map[string]int `json:"warm_sizes,omitempty"`
 	PredictedMemoryBytes int64          `json:"predicted_memory_bytes"`
 	MemoryPeakBytes      int64          `json:"memory_peak_bytes"`
@@ -125,15 +126,15 @@ func warmDemand(cat *catalogue.Catalogue, trials []corpusTrial, rate float64, lo
 		if share[cp.ID] == 0 {
 			continue
 		}
-		if cp.ResidentBytes <= 0 {
-			log.Warnf("bench --arrivals: checkpoint %s has no resident memory in the catalogue (captured before it was measured): kept out of the warm pools; capture it again", cp.ID)
+		if cp.OwnBytes <= 0 {
+			log.Warnf("bench --arrivals: checkpoint %s has no own memory in the catalogue (captured before it was measured): kept out of the warm pools; capture it again", cp.ID)
 			continue
 		}
 		price := cp.RestoreMs(cat.CostModel)
 		if pl := cat.CostModel.Pooled; pl.Measured() {
 			price = pl.RestoreMs(cp.ImageMiB)
 		}
-		out = append(out, catalogue.WarmDemand{Set: cp.ID, RatePerSec: rate * share[cp.ID] / total, SavingMs: price, RefillMs: price, ResidentBytes: cp.ResidentBytes})
+		out = append(out, catalogue.WarmDemand{Set: cp.ID, RatePerSec: rate * share[cp.ID] / total, SavingMs: price, RefillMs: price, OwnBytes: cp.OwnBytes})
 	}
 	return out
 }
@@ -233,7 +234,7 @@ func arrivalsRun(ctx context.Context, kit *launch.Restorer, arrivals []arrival, 
 		defer tick.Stop()
 		for {
 			if warm != nil {
-				if m := warm.ResidentAll(); m > peak {
+				if m := warm.OwnAll(); m > peak {
 					peak = m
 				}
 			}

@@ -39,14 +39,14 @@ func TestDrawArrivals(t *testing.T) {
 // a cold start none; a checkpoint whose memory the catalogue lacks is left out.
 func TestWarmDemand(t *testing.T) {
 	cat := &catalogue.Catalogue{CostModel: catalogue.CostModel{InterceptMs: 100, AlphaMsPerMiB: 2, ColdStartMs: 900},
-		Checkpoints: []catalogue.Checkpoint{{ID: "pandas", ImageMiB: 40, ResidentBytes: 100 << 20}, {ID: "numpy", ImageMiB: 20}, {ID: "idle", ImageMiB: 5, ResidentBytes: 1}}}
+		Checkpoints: []catalogue.Checkpoint{{ID: "pandas", ImageMiB: 40, ResidentBytes: 150 << 20, OwnBytes: 100 << 20}, {ID: "numpy", ImageMiB: 20}, {ID: "idle", ImageMiB: 5, ResidentBytes: 1, OwnBytes: 1}}}
 	trials := []corpusTrial{
 		{req: CorpusRequest{Choice: "pandas"}, weight: 3, dir: "/p"},
 		{req: CorpusRequest{Choice: "numpy"}, weight: 1, dir: "/n"},
 		{req: CorpusRequest{Choice: Cold}, weight: 4},
 	}
 	got := warmDemand(cat, trials, 2, testenv.DiscardLog())
-	if len(got) != 1 || got[0].Set != "pandas" || got[0].RatePerSec != 2*3.0/8 || got[0].SavingMs != 180 || got[0].RefillMs != 180 || got[0].ResidentBytes != 100<<20 {
+	if len(got) != 1 || got[0].Set != "pandas" || got[0].RatePerSec != 2*3.0/8 || got[0].SavingMs != 180 || got[0].RefillMs != 180 || got[0].OwnBytes != 100<<20 {
 		t.Errorf("demand %+v, want pandas alone at 0.75 a second, 180 ms, 100 MiB", got)
 	}
 }

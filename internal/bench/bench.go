@@ -143,9 +143,11 @@ type SetReport struct {
 	// Ratios of medians: cold/restore, restore/floor, prestarted/floor, pooled/floor,
 	// warm/floor.
 	Ratios map[string]float64 `json:"ratios"`
-	// ResidentBytes is, by series, the median memory of the series' sandbox before its call:
-	// for warm, a sandbox restored and idle (launch.Sandbox.Resident).
+	// ResidentBytes and OwnBytes are, by series, the medians of the memory of the series'
+	// sandbox before its call: for warm, a sandbox restored and idle (launch.Sandbox.Memory):
+	// its Pss, and the part of it no other sandbox shares.
 	ResidentBytes map[string]int64 `json:"resident_bytes,omitempty"`
+	OwnBytes      map[string]int64 `json:"own_bytes,omitempty"`
 }
 
 // Fit is the least-squares line of restore median against image size.

@@ -141,9 +141,9 @@ func runOn(ctx context.Context, x *run.VerifiedOutput, o Options) (*Report, erro
 	if err := errors.Join(p.Close(), warm.Close(), runner.Close()); err != nil {
 		return nil, err
 	}
-	resident := runner.Resident()
+	resident, own := runner.Memory()
 	for i := range results.Sets {
-		results.Sets[i].ResidentBytes = resident[results.Sets[i].ID]
+		results.Sets[i].ResidentBytes, results.Sets[i].OwnBytes = resident[results.Sets[i].ID], own[results.Sets[i].ID]
 	}
 	report := &Report{
 		CreatedAt: time.Now().UTC(), Machine: machine, Load: load, Revision: o.Revision, Runsc: m.Runsc,

@@ -35,22 +35,27 @@ type SandboxRunner struct {
 
 	variantPools variantPools
 	derived      map[string]float64
-	resident     map[string]map[string][]float64 // set, series: bytes per trial
+	memory       map[string]map[string][]launch.Memory // set, series: per trial
 	restoreCPU   float64
 	hasCPU       bool
 }
 
-// Resident returns, by set and series, the median memory measured before each trial's call
-// (the warm series').
-func (s *SandboxRunner) Resident() map[string]map[string]int64 {
-	out := map[string]map[string]int64{}
-	for set, bySeries := range s.resident {
-		out[set] = map[string]int64{}
+// Memory returns, by set and series, the medians of the memory measured before each trial's
+// call (the warm series'): resident (Pss) and own.
+func (s *SandboxRunner) Memory() (resident, own map[string]map[string]int64) {
+	resident, own = map[string]map[string]int64{}, map[string]map[string]int64{}
+	for set, bySeries := range s.memory {
+		resident[set], own[set] = map[string]int64{}, map[string]int64{}
 		for series, runs := range bySeries {
-			out[set][series] = int64(measure.Summarize(runs).Median)
+			var r, o []float64
+			for _, m := range runs {
+				r, o = append(r, float64(m.Resident)), append(o, float64(m.Own))
+			}
+			resident[set][series] = int64(measure.Summarize(r).Median)
+			own[set][series] = int64(measure.Summarize(o).Median)
 		}
 	}
-	return out
+	return resident, own
 }
 
 // RestoreCPU implements CPURunner: the last trial's restore CPU time, for a variant that
@@ -86,15 +91,15 @@ func (s *SandboxRunner) Run(ctx context.Context, set MeasuredSet, series string)
 		if s.Warm == nil || s.Kit == nil {
 			return 0, errors.New("the warm series needs a warm pool")
 		}
-		marks, resident, err := TimeWarmCall(ctx, s.Kit, s.Warm, set.ID, set.Imports, r.Timeout)
+		marks, memory, err := TimeWarmCall(ctx, s.Kit, s.Warm, set.ID, set.Imports, r.Timeout)
 		if err == nil {
-			if s.resident == nil {
-				s.resident = map[string]map[string][]float64{}
+			if s.memory == nil {
+				s.memory = map[string]map[string][]launch.Memory{}
 			}
-			if s.resident[set.ID] == nil {
-				s.resident[set.ID] = map[string][]float64{}
+			if s.memory[set.ID] == nil {
+				s.memory[set.ID] = map[string][]launch.Memory{}
 			}
-			s.resident[set.ID][Warm] = append(s.resident[set.ID][Warm], float64(resident))
+			s.memory[set.ID][Warm] = append(s.memory[set.ID][Warm], memory)
 		}
 		return marks.TotalMS(), err
 	case Measure:

@@ -110,44 +110,44 @@ func NewWarm(ctx context.Context, kit *launch.Restorer, sets []MeasuredSet, time
 // w: the time runs from the take (launch.Restorer.Restore with the warm pool) to the answer.
 // The pool is full before (Wait) and refilled after the sandbox's Delete, both off the clock;
 // the memory of the sandbox, restored and idle, is measured before, off the clock too.
-func TimeWarmCall(ctx context.Context, kit *launch.Restorer, w *pool.Warm, set string, imports []string, timeout time.Duration) (marks launch.CallMarks, resident int64, err error) {
+func TimeWarmCall(ctx context.Context, kit *launch.Restorer, w *pool.Warm, set string, imports []string, timeout time.Duration) (marks launch.CallMarks, memory launch.Memory, err error) {
 	request, err := pycall.ImportRequest(imports)
 	if err != nil {
-		return marks, 0, err
+		return marks, memory, err
 	}
 	if err := w.Wait(ctx); err != nil { // bounded by the pool's WaitTimeout
-		return marks, 0, err
+		return marks, memory, err
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("a warm start and call exceeded its timeout of %s", timeout))
 	defer cancel()
-	if resident, err = w.Resident(set); err != nil {
-		return marks, 0, err
+	if memory, err = w.Memory(set); err != nil {
+		return marks, memory, err
 	}
 	restored, err := kit.Restore(ctx, set, launch.RestoreOptions{Warm: w})
 	if err != nil {
-		return marks, 0, err
+		return marks, memory, err
 	}
 	defer func() { err = errors.Join(err, restored.Close(ctx)) }()
 	if restored.How != launch.FromWarm {
-		return marks, 0, fmt.Errorf("the warm pool was full, yet %s started by the %s path", set, restored.How)
+		return marks, memory, fmt.Errorf("the warm pool was full, yet %s started by the %s path", set, restored.How)
 	}
 	response, err := restored.Call(ctx, request, pycall.SmallResponse)
 	if err != nil {
-		return marks, 0, launch.WithStderr(ctx, restored.Sandbox, err)
+		return marks, memory, launch.WithStderr(ctx, restored.Sandbox, err)
 	}
 	marks = restored.Marks
 	marks.Answered = time.Now()
 	if err := pycall.CheckImported(response, imports); err != nil {
-		return marks, 0, err
+		return marks, memory, err
 	}
 	if err := restored.Close(ctx); err != nil {
-		return marks, 0, err
+		return marks, memory, err
 	}
 	// The refill the close started runs now, off the clock, not beside the next series' trial.
 	if err := w.Wait(ctx); err != nil {
-		return marks, 0, err
+		return marks, memory, err
 	}
-	return marks, resident, nil
+	return marks, memory, nil
 }
 
 // pooledCall takes a sandbox of p, restores or starts it, dials and calls it

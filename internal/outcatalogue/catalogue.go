@@ -122,7 +122,7 @@ func Build(m *manifest.Manifest, in Inputs) (*catalogue.Catalogue, error) {
 			ID: cp.ID, Imports: slices.Clone(cp.Imports), Closure: closures[i],
 			ImageMiB: round2(mib(cp.Bytes)), RestoreMedianMs: cp.RestoreMS.Median,
 			PredictedMiB: round2(in.Predicted[cp.ID]), Packages: cp.Packages, UnmappedModules: cp.UnmappedModules,
-			ResidentBytes: cp.Smoke.ResidentBytes,
+			ResidentBytes: cp.Smoke.ResidentBytes, OwnBytes: cp.Smoke.OwnBytes,
 		}
 		if entry.Imports == nil {
 			entry.Imports = []string{}

@@ -135,6 +135,15 @@ func TestBuildCatalogue(t *testing.T) {
 	if c.Version != 5 || c.Checkpoints[1].ResidentBytes != 113<<20 || c.Checkpoints[0].ResidentBytes != 0 {
 		t.Errorf("resident memory: version %d, %+v", c.Version, c.Checkpoints)
 	}
+	// Its own part, what a warm sandbox pins, makes it version 6.
+	m.Checkpoints[1].Smoke.OwnBytes = 80 << 20
+	c, err = Build(m, Inputs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Version != 6 || c.Checkpoints[1].OwnBytes != 80<<20 || c.Checkpoints[0].OwnBytes != 0 {
+		t.Errorf("own memory: version %d, %+v", c.Version, c.Checkpoints)
+	}
 }
 
 func TestMatchesManifest(t *testing.T) {

@@ -34,15 +34,21 @@ const FileName = "catalogue.json"
 // Version is the version of catalogue.json this package writes. Version 2 added packages (the
 // image's, each checkpoint's and each module's distributions), version 3 the cost model's
 // pooled line (cost_model.pooled), version 4 the checkpoints' unmapped_modules, version 5 their
-// resident_bytes: an older reader refuses the new keys, so it is told the version instead.
-// Versions 1 to 4 are read too.
-const Version = 5
+// resident_bytes, version 6 their own_bytes: an older reader refuses the new keys, so it is
+// told the version instead. Versions 1 to 5 are read too.
+const Version = 6
 
-// VersionFor returns the lowest version that holds c: 5 with a checkpoint's resident memory, 4
+// VersionFor returns the lowest version that holds c: 6 with a checkpoint's own memory, 5 with
+// its resident memory, 4
 // with a checkpoint's unmapped modules, 3 with a pooled line, else 2, so that a catalogue
 // without them stays readable by a kit that reads an older version (it refuses any higher
 // version).
 func VersionFor(c *Catalogue) int {
+	for _, cp := range c.Checkpoints {
+		if cp.OwnBytes > 0 {
+			return 6
+		}
+	}
 	for _, cp := range c.Checkpoints {
 		if cp.ResidentBytes > 0 {
 			return 5
@@ -107,8 +113,11 @@ type Checkpoint struct {
 	// metadata names: their versions are unknown, and no requirement rules it out for them.
 	UnmappedModules []string `json:"unmapped_modules,omitempty"`
 	// ResidentBytes is the memory a sandbox of it holds restored and idle, as the capture's
-	// smoke test measured it (0: not measured): what a warm sandbox of it costs (SizeWarm).
+	// smoke test measured it (Pss; 0: not measured), and OwnBytes the part of it no other
+	// sandbox shares: what each warm sandbox of it pins (SizeWarm). The rest is files mapped
+	// (runsc's text, the image's libraries): page cache the host's sandboxes share.
 	ResidentBytes int64 `json:"resident_bytes,omitempty"`
+	OwnBytes      int64 `json:"own_bytes,omitempty"`
 }
 
 // RestoreMs returns the price of restoring c: its measured median when there is one, otherwise the
@@ -259,8 +268,8 @@ func NewRouter(c *Catalogue) (*Router, error) {
 		if !finiteNonNegative(cp.ImageMiB) || !finiteNonNegative(cp.PredictedMiB) || !finiteNonNegative(cp.RestoreMedianMs) {
 			problems = append(problems, fmt.Errorf("%s: image_mib, predicted_mib and restore_median_ms must be finite numbers >= 0", where))
 		}
-		if cp.ResidentBytes < 0 {
-			problems = append(problems, fmt.Errorf("%s: resident_bytes %d must be >= 0", where, cp.ResidentBytes))
+		if cp.ResidentBytes < 0 || cp.OwnBytes < 0 || cp.OwnBytes > cp.ResidentBytes {
+			problems = append(problems, fmt.Errorf("%s: resident_bytes %d and own_bytes %d must be >= 0, own_bytes a part of resident_bytes", where, cp.ResidentBytes, cp.OwnBytes))
 		}
 		if err := CheckPackages(cp.Packages); err != nil {
 			problems = append(problems, fmt.Errorf("%s: packages: %w", where, err))

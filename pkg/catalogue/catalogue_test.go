@@ -477,6 +477,8 @@ func TestInvalidCatalogues(t *testing.T) {
 		{"module package", bad(func(c *Catalogue) { c.Modules["re"] = Module{Available: true, Packages: map[string]string{"a b": "1"}} }), `module re: packages: "a b"`},
 		{"bad id", bad(func(c *Catalogue) { c.Checkpoints[1].ID = "pan das" }), `"pan das": id`},
 		{"duplicate id", bad(func(c *Catalogue) { c.Checkpoints[1].ID = "empty" }), "duplicate id"},
+		{"own memory past resident", bad(func(c *Catalogue) { c.Checkpoints[1].ResidentBytes, c.Checkpoints[1].OwnBytes = 10, 11 }), "own_bytes a part of resident_bytes"},
+		{"negative own memory", bad(func(c *Catalogue) { c.Checkpoints[1].OwnBytes = -1 }), "own_bytes -1"},
 		{"unknown closure member", bad(func(c *Catalogue) { c.Checkpoints[1].Closure = []string{"torch"} }), `"torch" is not an available module`},
 		{"bad import name", bad(func(c *Catalogue) { c.Checkpoints[1].Imports = []string{"torch vision"} }), `"torch vision" is not an available module`},
 		{"unavailable import", bad(func(c *Catalogue) { c.Checkpoints[1].Imports = []string{"transformers"} }), `"transformers" does not import in the image`},

@@ -20,8 +20,10 @@ type WarmDemand struct {
 	// RefillMs is how long a taken warm sandbox takes to be replaced (a restore off the
 	// request path): while every one of a set's is being replaced, its requests miss.
 	RefillMs float64
-	// ResidentBytes is what one warm sandbox of the set holds in memory, restored and idle.
-	ResidentBytes int64
+	// OwnBytes is the memory one warm sandbox of the set pins, restored and idle: its own,
+	// which no other sandbox shares (Checkpoint.OwnBytes). The files it maps are page cache
+	// every sandbox of the host shares: a further sandbox adds none of it.
+	OwnBytes int64
 }
 
 // WarmSize is one set's warm pool as SizeWarm chose it.
@@ -71,7 +73,7 @@ const minHitGain = 0.01
 
 // SizeWarm sizes the warm pools of the sets within budgetBytes to minimise the expected start:
 // a set's warm sandboxes are worth its rate x its saving x the share of its requests they
-// catch, and each costs its resident memory. pool.Warm replaces taken sandboxes one restore at
+// catch, and each costs its own memory. pool.Warm replaces taken sandboxes one restore at
 // a time, for all sets: a set's n warm sandboxes are n places in front of one refiller, which
 // supplies at most one sandbox per refill, so its hit rate is warmHitRate(n, rate x refill)
 // (at most 1/(rate x refill)), and the sets' refills share that refiller: the sum over sets of
@@ -95,8 +97,8 @@ func SizeWarm(demand []WarmDemand, budgetBytes int64) (WarmSizing, error) {
 			problems = append(problems, fmt.Errorf("set %s named twice", d.Set))
 		case !finiteNonNegative(d.RatePerSec) || !finiteNonNegative(d.SavingMs) || !finiteNonNegative(d.RefillMs):
 			problems = append(problems, fmt.Errorf("set %s: rate %v, saving %v ms, refill %v ms: each must be finite and >= 0", d.Set, d.RatePerSec, d.SavingMs, d.RefillMs))
-		case d.ResidentBytes <= 0:
-			problems = append(problems, fmt.Errorf("set %s: resident memory %d bytes: not measured (capture measures it)", d.Set, d.ResidentBytes))
+		case d.OwnBytes <= 0:
+			problems = append(problems, fmt.Errorf("set %s: own memory %d bytes: not measured (capture measures it)", d.Set, d.OwnBytes))
 		}
 		seen[d.Set] = true
 	}
@@ -121,7 +123,7 @@ func SizeWarm(demand []WarmDemand, budgetBytes int64) (WarmSizing, error) {
 		best, bestPerByte, bestLoad := -1, 0.0, 0.0
 		for i, d := range demand {
 			n := out.Sets[i].Size
-			if d.ResidentBytes > left || n >= maxWarmPerSet {
+			if d.OwnBytes > left || n >= maxWarmPerSet {
 				continue
 			}
 			a := d.offeredLoad()
@@ -134,7 +136,7 @@ func SizeWarm(demand []WarmDemand, budgetBytes int64) (WarmSizing, error) {
 				overloads[i] = true
 				continue
 			}
-			if perByte := d.RatePerSec * d.SavingMs * caught / float64(d.ResidentBytes); perByte > bestPerByte {
+			if perByte := d.RatePerSec * d.SavingMs * caught / float64(d.OwnBytes); perByte > bestPerByte {
 				best, bestPerByte, bestLoad = i, perByte, with
 			}
 		}
@@ -142,7 +144,7 @@ func SizeWarm(demand []WarmDemand, budgetBytes int64) (WarmSizing, error) {
 			break
 		}
 		out.Sets[best].Size++
-		left -= demand[best].ResidentBytes
+		left -= demand[best].OwnBytes
 		load = bestLoad
 	}
 	out.RefillLoad = load
@@ -153,13 +155,13 @@ func SizeWarm(demand []WarmDemand, budgetBytes int64) (WarmSizing, error) {
 		s := &out.Sets[i]
 		s.HitRate = warmHitRate(s.Size, d.offeredLoad())
 		s.SavedMsPerSec = d.RatePerSec * d.SavingMs * s.HitRate
-		s.MemoryBytes = int64(s.Size) * d.ResidentBytes
+		s.MemoryBytes = int64(s.Size) * d.OwnBytes
 		out.MemoryBytes += s.MemoryBytes
 		out.SavedMsPerSec += s.SavedMsPerSec
 		if s.Size == 0 && d.RatePerSec > 0 && d.SavingMs > 0 {
 			switch {
-			case d.ResidentBytes > budgetBytes:
-				s.Why = fmt.Sprintf("one warm sandbox (%d bytes) does not fit the budget (%d bytes)", d.ResidentBytes, budgetBytes)
+			case d.OwnBytes > budgetBytes:
+				s.Why = fmt.Sprintf("one warm sandbox (%d bytes) does not fit the budget (%d bytes)", d.OwnBytes, budgetBytes)
 			case overloads[i]:
 				s.Why = fmt.Sprintf("its refills do not fit the one refiller (one restore at a time), %.0f%% busy with the kept pools'", 100*load)
 			default:

@@ -14,10 +14,10 @@ const mib = 1 << 20
 // says why, while the others still fit; a set nobody asks for gets none.
 func TestSizeWarm(t *testing.T) {
 	demand := []WarmDemand{
-		{Set: "pandas", RatePerSec: 2, SavingMs: 200, RefillMs: 1000, ResidentBytes: 100 * mib},
-		{Set: "json", RatePerSec: 0.2, SavingMs: 200, RefillMs: 1000, ResidentBytes: 100 * mib},
-		{Set: "torch", RatePerSec: 5, SavingMs: 2000, RefillMs: 1000, ResidentBytes: 1000 * mib},
-		{Set: "idle", RatePerSec: 0, SavingMs: 200, RefillMs: 1000, ResidentBytes: 10 * mib},
+		{Set: "pandas", RatePerSec: 2, SavingMs: 200, RefillMs: 1000, OwnBytes: 100 * mib},
+		{Set: "json", RatePerSec: 0.2, SavingMs: 200, RefillMs: 1000, OwnBytes: 100 * mib},
+		{Set: "torch", RatePerSec: 5, SavingMs: 2000, RefillMs: 1000, OwnBytes: 1000 * mib},
+		{Set: "idle", RatePerSec: 0, SavingMs: 200, RefillMs: 1000, OwnBytes: 10 * mib},
 	}
 	got, err := SizeWarm(demand, 300*mib)
 	if err != nil {
@@ -82,10 +82,10 @@ func TestSizeWarmRefusesBadInput(t *testing.T) {
 		budget int64
 		want   string
 	}{
-		"unmeasured": {[]WarmDemand{{Set: "a", RatePerSec: 1, SavingMs: 1, ResidentBytes: 0}}, mib, "set a: resident memory 0"},
+		"unmeasured": {[]WarmDemand{{Set: "a", RatePerSec: 1, SavingMs: 1, OwnBytes: 0}}, mib, "set a: own memory 0"},
 		"budget":     {nil, -1, "a memory budget of -1"},
-		"twice":      {[]WarmDemand{{Set: "a", ResidentBytes: 1}, {Set: "a", ResidentBytes: 1}}, mib, "set a named twice"},
-		"nan":        {[]WarmDemand{{Set: "a", RatePerSec: math.NaN(), ResidentBytes: 1}}, mib, "set a: rate NaN"},
+		"twice":      {[]WarmDemand{{Set: "a", OwnBytes: 1}, {Set: "a", OwnBytes: 1}}, mib, "set a named twice"},
+		"nan":        {[]WarmDemand{{Set: "a", RatePerSec: math.NaN(), OwnBytes: 1}}, mib, "set a: rate NaN"},
 	} {
 		if _, err := SizeWarm(c.demand, c.budget); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error with %q", name, err, c.want)
@@ -131,7 +131,7 @@ func refillLoadOf(t *testing.T, demand []WarmDemand, got WarmSizing) float64 {
 // pool's one refiller supplies one sandbox a second, half of the requests at most: the
 // predicted hit rate stays under 1/2, the refill load under 1.
 func TestSizeWarmRefillCapacity(t *testing.T) {
-	demand := []WarmDemand{{Set: "pandas", RatePerSec: 2, SavingMs: 300, RefillMs: 1000, ResidentBytes: 100 * mib}}
+	demand := []WarmDemand{{Set: "pandas", RatePerSec: 2, SavingMs: 300, RefillMs: 1000, OwnBytes: 100 * mib}}
 	got, err := SizeWarm(demand, 5*100*mib)
 	if err != nil {
 		t.Fatal(err)
@@ -155,8 +155,8 @@ func TestSizeWarmRefillCapacity(t *testing.T) {
 // (0.2 per refill each) both get sandboxes: the refiller has room for both.
 func TestSizeWarmSharedRefiller(t *testing.T) {
 	demand := []WarmDemand{
-		{Set: "torch", RatePerSec: 1.5, SavingMs: 2000, RefillMs: 1000, ResidentBytes: 100 * mib},
-		{Set: "json", RatePerSec: 1.5, SavingMs: 200, RefillMs: 1000, ResidentBytes: 100 * mib},
+		{Set: "torch", RatePerSec: 1.5, SavingMs: 2000, RefillMs: 1000, OwnBytes: 100 * mib},
+		{Set: "json", RatePerSec: 1.5, SavingMs: 200, RefillMs: 1000, OwnBytes: 100 * mib},
 	}
 	got, err := SizeWarm(demand, 20*100*mib)
 	if err != nil {
@@ -182,8 +182,8 @@ func TestSizeWarmSharedRefiller(t *testing.T) {
 	}
 
 	light := []WarmDemand{
-		{Set: "a", RatePerSec: 0.2, SavingMs: 200, RefillMs: 1000, ResidentBytes: 100 * mib},
-		{Set: "b", RatePerSec: 0.2, SavingMs: 100, RefillMs: 1000, ResidentBytes: 100 * mib},
+		{Set: "a", RatePerSec: 0.2, SavingMs: 200, RefillMs: 1000, OwnBytes: 100 * mib},
+		{Set: "b", RatePerSec: 0.2, SavingMs: 100, RefillMs: 1000, OwnBytes: 100 * mib},
 	}
 	both, err := SizeWarm(light, 20*100*mib)
 	if err != nil {
@@ -202,8 +202,8 @@ func TestSizeWarmSharedRefiller(t *testing.T) {
 // busy.
 func TestSizeWarmZeroBudget(t *testing.T) {
 	demand := []WarmDemand{
-		{Set: "pandas", RatePerSec: 2, SavingMs: 300, RefillMs: 1000, ResidentBytes: 100 * mib},
-		{Set: "json", RatePerSec: 0.1, SavingMs: 100, RefillMs: 500, ResidentBytes: 40 * mib},
+		{Set: "pandas", RatePerSec: 2, SavingMs: 300, RefillMs: 1000, OwnBytes: 100 * mib},
+		{Set: "json", RatePerSec: 0.1, SavingMs: 100, RefillMs: 500, OwnBytes: 40 * mib},
 	}
 	got, err := SizeWarm(demand, 0)
 	if err != nil {
@@ -224,9 +224,9 @@ func TestSizeWarmZeroBudget(t *testing.T) {
 // none and says it is the refiller, not the budget; the budget left is not spent on it.
 func TestSizeWarmSetDoesNotFit(t *testing.T) {
 	demand := []WarmDemand{
-		{Set: "pandas", RatePerSec: 1, SavingMs: 1000, RefillMs: 1000, ResidentBytes: 100 * mib},
-		{Set: "numpy", RatePerSec: 1.5, SavingMs: 500, RefillMs: 1000, ResidentBytes: 100 * mib},
-		{Set: "torch", RatePerSec: 5, SavingMs: 5000, RefillMs: 1000, ResidentBytes: 1000 * mib},
+		{Set: "pandas", RatePerSec: 1, SavingMs: 1000, RefillMs: 1000, OwnBytes: 100 * mib},
+		{Set: "numpy", RatePerSec: 1.5, SavingMs: 500, RefillMs: 1000, OwnBytes: 100 * mib},
+		{Set: "torch", RatePerSec: 5, SavingMs: 5000, RefillMs: 1000, OwnBytes: 1000 * mib},
 	}
 	got, err := SizeWarm(demand, 3*100*mib)
 	if err != nil {

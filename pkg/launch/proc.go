@@ -45,13 +45,27 @@ func procStat(pid int) (state, start string, err error) {
 	return fields[0], fields[19], nil
 }
 
-// Resident returns the memory the sandbox holds: the proportional set size (Pss, so that
-// pages its processes share are counted once) of its runsc processes (the sandbox, the gofer:
-// those whose last argument is its ID) and of their children. It reads /proc only.
-func (s *Sandbox) Resident() (int64, error) {
+// Memory is what a sandbox's processes hold, from their /proc/PID/smaps_rollup, in bytes.
+type Memory struct {
+	// Resident is their proportional set size (Pss): a page they share with other processes
+	// counts as its share.
+	Resident int64
+	// Own is the anonymous and shared-memory part of Resident (Pss_Anon + Pss_Shmem): the
+	// sandbox's kernel and application memory, which no other sandbox maps. A further sandbox
+	// of the same checkpoint adds about as much.
+	Own int64
+	// Files is the file-backed part of Resident (Pss_File): runsc's text and the files the
+	// application maps, shared with every process of the host that maps them, so that it
+	// shrinks as more sandboxes run.
+	Files int64
+}
+
+// Memory returns the memory the sandbox holds: that of its runsc processes (the sandbox, the
+// gofer: those whose last argument is its ID) and of their children. It reads /proc only.
+func (s *Sandbox) Memory() (Memory, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return 0, err
+		return Memory{}, err
 	}
 	parents := map[int]int{}
 	var roots []int
@@ -82,7 +96,7 @@ func (s *Sandbox) Resident() (int64, error) {
 		}
 	}
 	if len(roots) == 0 {
-		return 0, fmt.Errorf("sandbox %s: no process of it runs", s.ID)
+		return Memory{}, fmt.Errorf("sandbox %s: no process of it runs", s.ID)
 	}
 	ours := map[int]bool{}
 	for _, pid := range roots {
@@ -96,30 +110,46 @@ func (s *Sandbox) Resident() (int64, error) {
 			}
 		}
 	}
-	var total int64
+	var total Memory
 	for pid := range ours {
-		kib, err := pss(pid)
+		m, err := rollup(pid)
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) {
 				continue // a child that ended since
 			}
-			return 0, err
+			return Memory{}, err
 		}
-		total += kib * 1024
+		total.Resident += m.Resident
+		total.Own += m.Own
+		total.Files += m.Files
 	}
 	return total, nil
 }
 
-// pss reads the Pss line of /proc/PID/smaps_rollup, in KiB.
-func pss(pid int) (int64, error) {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
+// rollup reads the Pss lines of /proc/PID/smaps_rollup.
+func rollup(pid int) (Memory, error) {
+	path := "/proc/" + strconv.Itoa(pid) + "/smaps_rollup"
+	data, err := os.ReadFile(path)
 	if err != nil {
-		return 0, err
+		return Memory{}, err
 	}
+	kib := map[string]int64{}
 	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "Pss:"); ok {
-			return strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+		name, rest, ok := strings.Cut(line, ":")
+		if !ok || !strings.HasPrefix(name, "Pss") {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+		if err != nil {
+			return Memory{}, fmt.Errorf("%s: %s: %w", path, line, err)
+		}
+		kib[name] = n
+	}
+	// Pss_Anon, Pss_File and Pss_Shmem are Linux 5.14's: an older kernel's rollup lacks them.
+	for _, name := range []string{"Pss", "Pss_Anon", "Pss_File", "Pss_Shmem"} {
+		if _, ok := kib[name]; !ok {
+			return Memory{}, fmt.Errorf("%s has no %s line (Linux 5.14 or later has)", path, name)
 		}
 	}
-	return 0, fmt.Errorf("/proc/%d/smaps_rollup has no Pss line", pid)
+	return Memory{Resident: kib["Pss"] << 10, Own: (kib["Pss_Anon"] + kib["Pss_Shmem"]) << 10, Files: kib["Pss_File"] << 10}, nil
 }

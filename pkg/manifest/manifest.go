@@ -95,9 +95,11 @@ type Smoke struct {
 	ReadyMS float64 `json:"ready_ms"`
 	Error   string  `json:"error,omitempty"`
 	// ResidentBytes is the memory the restored sandbox held once it had answered, idle
-	// (launch.Sandbox.Resident: its processes' Pss): what a warm sandbox of the set costs.
-	// 0: not measured (a smoke test before it was).
+	// (launch.Memory.Resident: its processes' Pss), and OwnBytes the part of it no other
+	// sandbox shares (launch.Memory.Own): what each warm sandbox of the set pins. 0: not
+	// measured (a smoke test before it was).
 	ResidentBytes int64 `json:"resident_bytes,omitempty"`
+	OwnBytes      int64 `json:"own_bytes,omitempty"`
 }
 
 // Measured says how restore_ms was measured: timings kept from an earlier run may have been

@@ -224,9 +224,9 @@ func (w *Warm) full() bool {
 	return len(w.discard) == 0
 }
 
-// Resident returns what one ready sandbox of set holds in memory, restored and idle
-// (launch.Sandbox.Resident); an error when none is ready.
-func (w *Warm) Resident(set string) (int64, error) {
+// Memory returns what one ready sandbox of set holds in memory, restored and idle
+// (launch.Sandbox.Memory); an error when none is ready.
+func (w *Warm) Memory(set string) (launch.Memory, error) {
 	w.mu.Lock()
 	var r *launch.Restored
 	if len(w.ready[set]) > 0 {
@@ -234,24 +234,26 @@ func (w *Warm) Resident(set string) (int64, error) {
 	}
 	w.mu.Unlock()
 	if r == nil {
-		return 0, fmt.Errorf("pool: no warm sandbox of %s ready", set)
+		return launch.Memory{}, fmt.Errorf("pool: no warm sandbox of %s ready", set)
 	}
-	return r.Sandbox.Resident()
+	return r.Sandbox.Memory()
 }
 
-// ResidentAll returns what every sandbox the pool restored and has not deleted holds in
-// memory, those taken included: the pool's footprint now.
-func (w *Warm) ResidentAll() int64 {
+// OwnAll returns the memory of their own (launch.Memory.Own) every sandbox the pool restored
+// and has not deleted holds, those taken included: what the pool pins now. The files they map
+// (runsc's text, the image's libraries) are page cache every sandbox of the host shares and
+// the kernel can reclaim, not counted.
+func (w *Warm) OwnAll() int64 {
 	w.mu.Lock()
 	all := slices.Collect(maps.Keys(w.live))
 	w.mu.Unlock()
 	var total int64
 	for _, r := range all {
-		n, err := r.Sandbox.Resident()
+		m, err := r.Sandbox.Memory()
 		if err != nil {
 			continue // deleted since: it holds nothing
 		}
-		total += n
+		total += m.Own
 	}
 	return total
 }

@@ -110,14 +110,15 @@ func TestRealWarm(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A warm sandbox's memory: the sandbox's and gofer's processes, by /proc.
-	resident, err := warm.Resident("small")
-	if err != nil || resident < 1<<20 {
-		t.Errorf("small's warm sandbox holds %d bytes, %v: want its processes' memory", resident, err)
+	memory, err := warm.Memory("small")
+	// Pss and its parts are each rounded to a KiB per process: they add up to within a few.
+	if gap := memory.Resident - memory.Own - memory.Files; err != nil || memory.Own < 1<<20 || memory.Files < 1<<20 || gap < -64<<10 || gap > 64<<10 {
+		t.Errorf("small's warm sandbox holds %+v, %v: want its processes' memory, its own and its files' adding up", memory, err)
 	}
-	if all := warm.ResidentAll(); all < 3*resident/2 {
-		t.Errorf("the warm pool's 3 sandboxes hold %d bytes, one of small's %d", all, resident)
+	if all := warm.OwnAll(); all < 3*memory.Own/2 {
+		t.Errorf("the warm pool's 3 sandboxes hold %d bytes of their own, one of small's %d", all, memory.Own)
 	}
-	t.Logf("a warm sandbox of small holds %.1f MiB", float64(resident)/(1<<20))
+	t.Logf("a warm sandbox of small holds %.1f MiB, %.1f MiB of its own", float64(memory.Resident)/(1<<20), float64(memory.Own)/(1<<20))
 	opts := launch.RestoreOptions{Warm: warm, Pool: created}
 	seen := map[string]bool{}
 	start := func(set string, want launch.How) *launch.Restored {
