@@ -98,6 +98,13 @@ func TestLineWriter(t *testing.T) {
 	if len(lines) != 2 || len(lines[0]) < len("sb: ")+maxLine || len(lines[0])+len(lines[1]) != 2*len("sb: ")+2*maxLine/1000*1000 {
 		t.Errorf("a long line came as %d lines", len(lines))
 	}
+	// The executor is a stranger's: what would move a terminal's cursor, clear it, rewrite the
+	// line or reverse the text after it reaches the Output escaped.
+	got.Reset()
+	w.Write([]byte("a\x1b[2Jb\rc\u202ed\xffe\tf\n"))
+	if want := `sb: a\x1b[2Jb\x0dc\u202ed\xffe` + "\tf\n"; got.String() != want {
+		t.Errorf("an escape sequence came as %q, want %q", got.String(), want)
+	}
 	broken := &lineWriter{w: failingWriter{}, prefix: "sb: "}
 	if n, err := broken.Write([]byte("a\nb\n")); n != 4 || err != nil {
 		t.Errorf("Write to a failing Output = %d, %v; want it swallowed", n, err)

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"readie.dev/pipeline/pkg/pycall"
 	"readie.dev/pipeline/pkg/runsc"
 )
 
@@ -109,7 +110,8 @@ func (s *stdio) wait(limit time.Duration) error {
 // maxLine is the longest line a lineWriter holds before it writes it out as it is.
 const maxLine = 64 << 10
 
-// lineWriter writes whole lines to w, each after prefix, in one Write each. It never fails:
+// lineWriter writes whole lines to w, each after prefix and escaped (pycall.Text), in one
+// Write each. It never fails:
 // the copy it is fed from must drain the sandbox's pipe whatever w does, so w's errors are
 // dropped.
 type lineWriter struct {
@@ -136,13 +138,15 @@ func (l *lineWriter) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// flush writes what is held as one line.
+// flush writes what is held as one line, escaped: the executor is a stranger's, and the line
+// may reach a terminal.
 func (l *lineWriter) flush() {
 	if len(l.buf) == 0 {
 		return
 	}
-	line := make([]byte, 0, len(l.prefix)+len(l.buf)+1)
-	line = append(append(append(line, l.prefix...), l.buf...), '\n')
+	text := pycall.Text(string(l.buf), 4*len(l.buf)) // an escape is at most 4 bytes a byte
+	line := make([]byte, 0, len(l.prefix)+len(text)+1)
+	line = append(append(append(line, l.prefix...), text...), '\n')
 	l.w.Write(line)
 	l.buf = l.buf[:0]
 }

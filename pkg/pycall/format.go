@@ -43,6 +43,14 @@ func formatText(v any, maxBytes int) string {
 	if !ok {
 		return Format(v, maxBytes)
 	}
+	return Text(s, maxBytes)
+}
+
+// Text returns s, text a stranger wrote (an executor's output), in at most maxBytes, safe to
+// print: newlines and tabs kept, other control and unprintable characters and invalid UTF-8
+// escaped as Python escapes them, so that it cannot move a terminal's cursor, rewrite what is
+// shown or reverse the text after it.
+func Text(s string, maxBytes int) string {
 	p := printer{max: max(maxBytes, 0)}
 	p.text(s)
 	return p.String()
