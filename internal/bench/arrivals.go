@@ -48,12 +48,16 @@ type ArrivalsRun struct {
 	// Queued counts the requests that found every one of the worker's slots (its CPUs) busy
 	// and waited for one.
 	Queued int `json:"queued"`
+	// MemoryPeakBytes is the most the worker's sandboxes held at once, sampled: the warm
+	// pools', the created ones', the requests' (launch.Runtime.Memory: their own memory, the
+	// files they share with every sandbox of the host aside).
+	MemoryPeakBytes int64 `json:"memory_peak_bytes"`
 	// WarmSizes are the warm pools (catalogue.SizeWarm under the budget), PredictedMemoryBytes
-	// their predicted memory; MemoryPeakBytes the most the warm pools held at once, sampled
-	// (pool.Warm.OwnAll: their own memory, the files they share with every sandbox aside).
+	// their predicted memory, WarmMemoryPeakBytes the most they held at once, sampled
+	// (pool.Warm.ReadyOwnBytes: the sandboxes restored and waiting).
 	WarmSizes            map[string]int `json:"warm_sizes,omitempty"`
 	PredictedMemoryBytes int64          `json:"predicted_memory_bytes"`
-	MemoryPeakBytes      int64          `json:"memory_peak_bytes"`
+	WarmMemoryPeakBytes  int64          `json:"warm_memory_peak_bytes"`
 	// RefillLagMs is the mean time a warm pool's refill took to restore a replacement, off
 	// the request path but on the same CPUs; Refills how many it restored during the run
 	// (the fill before it aside).
@@ -164,7 +168,7 @@ func runArrivals(ctx context.Context, x *run.VerifiedOutput, cat *catalogue.Cata
 		if warm {
 			sizes = sizing.Sizes()
 		}
-		r, err := arrivalsRun(ctx, kit, arrivals, sizes, poolSize, res.Slots, o.Duration+timeout, timeout)
+		r, err := arrivalsRun(ctx, kit, env.Runtime, arrivals, sizes, poolSize, res.Slots, o.Duration+timeout, timeout)
 		if err != nil {
 			return nil, err
 		}
@@ -179,10 +183,11 @@ func runArrivals(ctx context.Context, x *run.VerifiedOutput, cat *catalogue.Cata
 	return res, nil
 }
 
-// arrivalsRun serves arrivals with a worker of kit: warm pools of sizes (none: none), a pool
-// of poolSize created sandboxes (their restores' and the warm refill's), at most slots starts
-// at once. It returns once every request is answered or failed, within limit.
-func arrivalsRun(ctx context.Context, kit *launch.Restorer, arrivals []arrival, sizes map[string]int, poolSize, slots int, limit, timeout time.Duration) (res ArrivalsRun, err error) {
+// arrivalsRun serves arrivals with a worker of kit, whose sandboxes rt runs: warm pools of
+// sizes (none: none), a pool of poolSize created sandboxes (their restores' and the warm
+// refill's), at most slots starts at once. It returns once every request is answered or
+// failed, within limit.
+func arrivalsRun(ctx context.Context, kit *launch.Restorer, rt *launch.Runtime, arrivals []arrival, sizes map[string]int, poolSize, slots int, limit, timeout time.Duration) (res ArrivalsRun, err error) {
 	// The pools live until this returns; they are filled before the run, under a bound of
 	// their own (a start's timeout per sandbox), so the fill never eats into the run's time.
 	created, err := pool.New(ctx, pool.Options{New: kit.NewSandbox, Size: poolSize, GetTimeout: timeout})
@@ -225,17 +230,20 @@ func arrivalsRun(ctx context.Context, kit *launch.Restorer, arrivals []arrival, 
 	defer cancel()
 
 	var mu sync.Mutex
-	var peak int64
+	var peak, warmPeak int64
 	samplerDone := make(chan struct{})
 	stopSampler := make(chan struct{})
-	go func() { // the warm pools' memory, sampled until the run ends
+	go func() { // the worker's memory and the warm pools', sampled until the run ends
 		defer close(samplerDone)
 		tick := time.NewTicker(250 * time.Millisecond)
 		defer tick.Stop()
 		for {
+			if m, _, err := rt.Memory(); err == nil && m.Own > peak {
+				peak = m.Own
+			}
 			if warm != nil {
-				if m := warm.OwnAll(); m > peak {
-					peak = m
+				if m := warm.ReadyOwnBytes(); m > warmPeak {
+					warmPeak = m
 				}
 			}
 			select {
@@ -288,7 +296,7 @@ func arrivalsRun(ctx context.Context, kit *launch.Restorer, arrivals []arrival, 
 			res.LatenciesMs = append(res.LatenciesMs, latencies[i])
 		}
 	}
-	res.MemoryPeakBytes = peak
+	res.MemoryPeakBytes, res.WarmMemoryPeakBytes = peak, warmPeak
 	if warm != nil {
 		refillTime := -filledTime
 		res.Refills = -filled

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -63,9 +64,41 @@ type Memory struct {
 // Memory returns the memory the sandbox holds: that of its runsc processes (the sandbox, the
 // gofer: those whose last argument is its ID) and of their children. It reads /proc only.
 func (s *Sandbox) Memory() (Memory, error) {
+	m, n, err := memoryOf(func(args []string) bool { return args[len(args)-1] == s.ID })
+	if err == nil && n == 0 {
+		err = fmt.Errorf("sandbox %s: no process of it runs", s.ID)
+	}
+	return m, err
+}
+
+// Memory returns the memory every sandbox of the runtime holds (the runsc processes run with
+// its --root whose last argument, the sandbox's ID, carries its lease's ID when it has one,
+// and their children) and how many sandboxes that is: a worker's whole footprint. It reads
+// /proc only.
+func (r *Runtime) Memory() (Memory, int, error) {
+	root := "--root=" + r.Root
+	lease := ""
+	if r.Lease != nil {
+		lease = "-" + r.Lease.ID() + "-"
+	}
+	ids := map[string]bool{}
+	m, _, err := memoryOf(func(args []string) bool {
+		id := args[len(args)-1]
+		if !slices.Contains(args, root) || !strings.Contains(id, lease) {
+			return false
+		}
+		ids[id] = true
+		return true
+	})
+	return m, len(ids), err
+}
+
+// memoryOf sums the memory of the runsc processes whose arguments match (args[0] is runsc's,
+// the list never empty) and of their children, and says how many processes matched.
+func memoryOf(match func(args []string) bool) (Memory, int, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return Memory{}, err
+		return Memory{}, 0, err
 	}
 	parents := map[int]int{}
 	var roots []int
@@ -91,12 +124,9 @@ func (s *Sandbox) Memory() (Memory, error) {
 			continue
 		}
 		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
-		if strings.HasPrefix(filepath.Base(args[0]), "runsc") && args[len(args)-1] == s.ID {
+		if strings.HasPrefix(filepath.Base(args[0]), "runsc") && match(args) {
 			roots = append(roots, pid)
 		}
-	}
-	if len(roots) == 0 {
-		return Memory{}, fmt.Errorf("sandbox %s: no process of it runs", s.ID)
 	}
 	ours := map[int]bool{}
 	for _, pid := range roots {
@@ -117,13 +147,13 @@ func (s *Sandbox) Memory() (Memory, error) {
 			if errors.Is(err, os.ErrNotExist) {
 				continue // a child that ended since
 			}
-			return Memory{}, err
+			return Memory{}, 0, err
 		}
 		total.Resident += m.Resident
 		total.Own += m.Own
 		total.Files += m.Files
 	}
-	return total, nil
+	return total, len(roots), nil
 }
 
 // rollup reads the Pss lines of /proc/PID/smaps_rollup.

@@ -239,13 +239,16 @@ func (w *Warm) Memory(set string) (launch.Memory, error) {
 	return r.Sandbox.Memory()
 }
 
-// OwnAll returns the memory of their own (launch.Memory.Own) every sandbox the pool restored
-// and has not deleted holds, those taken included: what the pool pins now. The files they map
-// (runsc's text, the image's libraries) are page cache every sandbox of the host shares and
-// the kernel can reclaim, not counted.
-func (w *Warm) OwnAll() int64 {
+// ReadyOwnBytes returns the memory of their own (launch.Memory.Own) the ready sandboxes hold,
+// restored and waiting: what the pool pins now, which catalogue.SizeWarm predicts. A taken
+// sandbox is its request's. The files they map (runsc's text, the image's libraries) are page
+// cache every sandbox of the host shares and the kernel can reclaim: not counted.
+func (w *Warm) ReadyOwnBytes() int64 {
 	w.mu.Lock()
-	all := slices.Collect(maps.Keys(w.live))
+	var all []*launch.Restored
+	for _, set := range w.sets {
+		all = append(all, w.ready[set]...)
+	}
 	w.mu.Unlock()
 	var total int64
 	for _, r := range all {

@@ -115,10 +115,14 @@ func TestRealWarm(t *testing.T) {
 	if gap := memory.Resident - memory.Own - memory.Files; err != nil || memory.Own < 1<<20 || memory.Files < 1<<20 || gap < -64<<10 || gap > 64<<10 {
 		t.Errorf("small's warm sandbox holds %+v, %v: want its processes' memory, its own and its files' adding up", memory, err)
 	}
-	if all := warm.OwnAll(); all < 3*memory.Own/2 {
+	if all := warm.ReadyOwnBytes(); all < 3*memory.Own/2 {
 		t.Errorf("the warm pool's 3 sandboxes hold %d bytes of their own, one of small's %d", all, memory.Own)
 	}
 	t.Logf("a warm sandbox of small holds %.1f MiB, %.1f MiB of its own", float64(memory.Resident)/(1<<20), float64(memory.Own)/(1<<20))
+	// The worker's whole footprint: the 3 warm sandboxes and the created one, by its root.
+	if all, n, err := rt.Memory(); err != nil || n != 4 || all.Own < 3*memory.Own/2 {
+		t.Errorf("the worker's runtime holds %d sandboxes, %+v, %v: want the 3 warm ones and the created one", n, all, err)
+	}
 	opts := launch.RestoreOptions{Warm: warm, Pool: created}
 	seen := map[string]bool{}
 	start := func(set string, want launch.How) *launch.Restored {
