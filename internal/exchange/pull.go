@@ -62,8 +62,9 @@ func PullAside(ctx context.Context, img v1.Image, limits unpack.Limits, log logr
 // Push pushes the output out to r (output.Push) under out's lock taken shared: a capture cannot
 // swap out while it is read, so the image holds one output, never a mix of two. While a run
 // writes out, Push waits for it, bounded by ctx. The layers' gzip goes into a scratch
-// directory named after a lease of the push's own, swept like a run's when the push dies.
-func Push(ctx context.Context, out string, r ref.Ref, log logrus.FieldLogger) (_ string, err error) {
+// directory named after a lease of the push's own, swept like a run's when the push dies. The
+// image carries rt's layers when rt is set.
+func Push(ctx context.Context, out string, r ref.Ref, rt *output.Runtime, log logrus.FieldLogger) (_ string, err error) {
 	lock, err := outdir.ReadLockOutput(ctx, out, func(pid int) {
 		log.WithField("pid", pid).Info("push: waiting for the run that writes the output")
 	})
@@ -81,7 +82,7 @@ func Push(ctx context.Context, out string, r ref.Ref, log logrus.FieldLogger) (_
 		return "", err
 	}
 	defer cleanup() // before the lease goes: nothing named after it may outlive it
-	return output.Push(ctx, out, dir, r, log)
+	return output.Push(ctx, out, dir, r, rt, log)
 }
 
 // ImageLimits returns the config's limits on what unpacking an image or pulling an output writes.
