@@ -104,7 +104,7 @@ func (c *analyzeCmd) Execute(ctx context.Context, con *console, args []string) e
 	if c.jobs > 0 {
 		jobs = c.jobs
 	}
-	env, err := newEnv(ctx, cfg, con.log)
+	env, err := newEnv(ctx, cfg, con)
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"readie.dev/pipeline/internal/run"
 	"readie.dev/pipeline/pkg/catalogue"
 	"readie.dev/pipeline/pkg/launch"
+	"readie.dev/pipeline/pkg/measure"
 )
 
 type benchCmd struct {
@@ -253,7 +254,7 @@ func (c *benchCmd) Execute(ctx context.Context, con *console, args []string) err
 		}
 		opts.Selection = sel
 	}
-	env, err := newEnv(ctx, cfg, con.log)
+	env, err := newEnv(ctx, cfg, con)
 	if err != nil {
 		return err
 	}
@@ -277,7 +278,7 @@ func (c *benchCmd) Execute(ctx context.Context, con *console, args []string) err
 	if c.soak != "" {
 		return c.runSoak(ctx, con, env, out)
 	}
-	report, err := bench.Run(ctx, env, out, bench.Options{Only: c.only.ids(), Rounds: c.rounds, Variants: c.variants, Explain: c.explain, Concurrency: ks, Pool: c.pool})
+	report, err := bench.Run(ctx, env, out, bench.Options{Only: c.only.ids(), Rounds: c.rounds, Variants: c.variants, Explain: c.explain, Concurrency: ks, Pool: c.pool, Revision: pipelineVersion()})
 	if err != nil {
 		return usageIfSetup(err)
 	}
@@ -290,17 +291,26 @@ func (c *benchCmd) Execute(ctx context.Context, con *console, args []string) err
 }
 
 func printBench(w io.Writer, r *bench.Report) {
-	fmt.Fprintf(w, "%d rounds, interleaved, after %d warm-up round (discarded); %d CPUs (%s); runsc %s; restore flags %s\n\n",
-		r.Rounds, r.WarmupRounds, r.Machine.CPUs, r.Machine.CPUModel, r.Runsc.Version, strings.Join(r.RestoreFlags, " "))
+	fmt.Fprintf(w, "%d rounds, interleaved, after %d warm-up round (discarded); %s UTC; %d CPUs (%s); runsc %s; restore flags %s; pipeline %s\n",
+		r.Rounds, r.WarmupRounds, r.CreatedAt.UTC().Format("2006-01-02 15:04"), r.Machine.CPUs, r.Machine.CPUModel, r.Runsc.Version, strings.Join(r.RestoreFlags, " "), r.Revision)
+	fmt.Fprintf(w, "load average: %s\n", r.Load.Describe())
+	if r.Load.Warning != "" {
+		fmt.Fprintf(w, "WARNING: %s\n", r.Load.Warning)
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "set\tseries\tmin ms\tmedian ms\tp90 ms\tmax ms\t")
+	fmt.Fprintln(tw, "set\tseries\tmin ms\tp50 ms\tp90 ms\tp99 ms\tmax ms\tiqr ms\trestore CPU ms\t")
 	for _, s := range r.Sets {
 		for _, name := range r.Series {
 			st, ok := s.Series[name]
 			if !ok {
 				continue
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.0f\t%.0f\t\n", s.ID, name, st.Min, st.Median, st.P90, st.Max)
+			cpu := "-"
+			if len(st.RestoreCPU) > 0 {
+				cpu = fmt.Sprintf("%.0f", measure.Summarize(st.RestoreCPU).Median)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t\n", s.ID, name, st.Min, st.P50, st.P90, st.P99, st.Max, st.IQR, cpu)
 		}
 	}
 	tw.Flush()
@@ -323,9 +333,9 @@ func printBench(w io.Writer, r *bench.Report) {
 	if len(r.Concurrency) > 0 {
 		fmt.Fprintf(w, "\nrestores at once of %s, from the release of one barrier to each answer (latency over all rounds; throughput: median of the rounds):\n", r.Concurrency[0].Set)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "series\tat once\tmedian ms\tp90 ms\tmax ms\trestores/s\tstart spread ms\t")
+		fmt.Fprintln(tw, "series\tat once\tp50 ms\tp90 ms\tp99 ms\tmax ms\tiqr ms\trestores/s\tstart spread ms\t")
 		for _, c := range r.Concurrency {
-			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%.0f\t%.2f\t%.1f\t\n", c.Series, c.Concurrency, c.Latency.Median, c.Latency.P90, c.Latency.Max, c.Throughput, c.SpreadMS)
+			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.2f\t%.1f\t\n", c.Series, c.Concurrency, c.Latency.P50, c.Latency.P90, c.Latency.P99, c.Latency.Max, c.Latency.IQR, c.Throughput, c.SpreadMS)
 		}
 		tw.Flush()
 		fmt.Fprintln(w, r.Recommendation)

@@ -75,7 +75,7 @@ func (f *selectionFlags) setup(ctx context.Context, c *console) (*config.Config,
 	if err != nil {
 		return nil, run.CaptureOptions{}, nil, err
 	}
-	env, err := newEnv(ctx, cfg, c.log)
+	env, err := newEnv(ctx, cfg, c)
 	return cfg, opts, env, err
 }
 

@@ -357,6 +357,9 @@ func checkArrivals(t *testing.T, out, stdout string) {
 	for set := range with.WarmSizes {
 		kept += rep.Arrivals.Choices[set]
 	}
+	if kept == 0 { // the warm path itself is proved by pkg/pool's TestRealWarm and TestBenchShort
+		t.Logf("arrivals: this run's prices kept no warm pool that a request chose (sizes %v, choices %v): the warm path went untried here", with.WarmSizes, rep.Arrivals.Choices)
+	}
 	if with.Requests != without.Requests || without.Paths["warm"] != 0 || len(without.WarmSizes) != 0 || without.MemoryPeakBytes != 0 ||
 		kept > 0 && (with.Paths["warm"] == 0 || with.PredictedMemoryBytes <= 0 || with.MemoryPeakBytes <= 0) {
 		t.Errorf("arrivals (choices %v): with warm pools %+v; without %+v", rep.Arrivals.Choices, with, without)

@@ -153,7 +153,7 @@ func (c *checkHostCmd) pull(ctx context.Context, con *console, cfg *config.Confi
 	if err != nil {
 		return nil, err
 	}
-	m, err := exchange.PullAside(ctx, img, exchange.ImageLimits(cfg.Limits), con.log, "pull")
+	m, err := exchange.PullAside(ctx, img, exchange.ImageLimits(cfg.Limits), con.log, con.progress, "pull")
 	if err != nil {
 		return nil, usageIfSetup(err)
 	}

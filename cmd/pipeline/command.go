@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/sirupsen/logrus"
+
+	"readie.dev/pipeline/internal/progress"
 )
 
 // command is one subcommand in the style of gVisor's runsc/cmd: a type that holds its own
@@ -35,17 +37,22 @@ type console struct {
 	log            *logrus.Logger
 	// json says the logs are JSON (--log-format json): summaries on stdout are JSON too.
 	json bool
+	// progress says what a long command is doing as it goes, on stderr; nil with -q or JSON
+	// logs (a reader of JSON lines gets none of them).
+	progress *progress.Meter
 }
 
 // logFlags are the only flags every command takes: they shape what it writes, not what it does.
 type logFlags struct {
 	format  string
 	verbose bool
+	quiet   bool
 }
 
 func (l *logFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&l.format, "log-format", "text", "log format on stderr: text or json (with json, summaries on stdout are JSON too)")
 	fs.BoolVar(&l.verbose, "v", false, "debug logging")
+	fs.BoolVar(&l.quiet, "q", false, "no progress lines on stderr (sets done of N, rounds, bytes); JSON logs have none either")
 }
 
 func (l *logFlags) console(stdout, stderr io.Writer) (*console, error) {
@@ -53,7 +60,9 @@ func (l *logFlags) console(stdout, stderr io.Writer) (*console, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &console{stdout: stdout, stderr: stderr, log: log, json: l.format == "json"}, nil
+	meter := progress.New(stderr, l.quiet || l.format == "json")
+	log.SetOutput(meter.Logs(stderr))
+	return &console{stdout: stdout, stderr: stderr, log: log, json: l.format == "json", progress: meter}, nil
 }
 
 // commandSet is a list of commands under one name: the pipeline itself, or a group such as

@@ -139,12 +139,13 @@ func isUsage(err error) bool {
 
 // newEnv checks the runsc that cfg names and prepares a run; its captures (capture, bench
 // --capture) find the analysis cache's figures for their catalogue the same way.
-func newEnv(ctx context.Context, cfg *config.Config, log logrus.FieldLogger) (*run.Env, error) {
-	env, err := run.NewEnv(ctx, cfg, log)
+func newEnv(ctx context.Context, cfg *config.Config, con *console) (*run.Env, error) {
+	env, err := run.NewEnv(ctx, cfg, con.log)
 	if err != nil {
 		return nil, usageIfSetup(err)
 	}
-	env.Analyses = cachedAnalyses(env, cfg, log)
+	env.Analyses = cachedAnalyses(env, cfg, con.log)
+	env.Progress = con.progress
 	return env, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -281,8 +282,12 @@ func TestBenchShort(t *testing.T) {
 		Runsc   struct{ Version string }
 		Rounds  int `json:"rounds"`
 		Sets    []struct {
-			ID       string
-			Series   map[string]struct{ Runs []float64 }
+			ID     string
+			Series map[string]struct {
+				Runs          []float64
+				P50, P90, P99 *float64
+				RestoreCPU    []float64 `json:"restore_cpu_ms"`
+			}
 			Ratios   map[string]float64
 			Resident map[string]int64 `json:"resident_bytes"`
 		} `json:"sets"`
@@ -298,7 +303,11 @@ func TestBenchShort(t *testing.T) {
 			Throughput  float64                  `json:"restores_per_second"`
 			SpreadMS    float64                  `json:"start_spread_ms"`
 		} `json:"concurrency"`
-		Recommendation          string
+		Recommendation string
+		Load           struct {
+			Before, After float64
+			During        []float64
+		}
 		RecommendedRestoreFlags *[]string `json:"recommended_restore_flags"`
 		RecommendedAt           int       `json:"recommended_at"`
 	}
@@ -312,6 +321,17 @@ func TestBenchShort(t *testing.T) {
 		if len(s.Runs) != 2 {
 			t.Errorf("series %s has %d runs, want 2", name, len(s.Runs))
 		}
+		if s.P50 == nil || s.P90 == nil || s.P99 == nil || *s.P50 > *s.P90 || *s.P90 > *s.P99 {
+			t.Errorf("series %s: p50 %v, p90 %v, p99 %v", name, s.P50, s.P90, s.P99)
+		}
+		// A variant restored into a sandbox of its own making logs its restore's CPU time.
+		ownSandbox := strings.HasPrefix(name, bench.VariantPrefix) && !strings.HasSuffix(name, bench.LastPageSuffix) && report.Sets[0].Series[name+bench.LastPageSuffix].Runs != nil
+		if ownSandbox && (len(s.RestoreCPU) != len(s.Runs) || slices.Min(s.RestoreCPU) <= 0) {
+			t.Errorf("series %s: restore CPU times %v beside runs %v", name, s.RestoreCPU, s.Runs)
+		}
+	}
+	if report.Load.Before < 0 || report.Load.During == nil && report.Load.After < 0 {
+		t.Errorf("bench.json's load: %+v", report.Load)
 	}
 	// --explain breaks down a restore, the pooled path (a restore onto a created sandbox) and
 	// the warm path (a sandbox restored ahead).
@@ -349,7 +369,27 @@ func TestBenchShort(t *testing.T) {
 	if err != nil || !bytes.Contains(svg, []byte("<svg")) || !bytes.Contains(svg, []byte("prestarted")) {
 		t.Fatalf("bench.svg: %v", err)
 	}
+	// The chart of the real run: no text over a mark or another text, nothing cut at an edge,
+	// every series of bench.json named.
+	var named []string
+	for name := range report.Sets[0].Series {
+		named = append(named, name)
+	}
+	for _, c := range report.Concurrency {
+		named = append(named, c.Series)
+	}
+	if err := bench.CheckChart(svg, named); err != nil {
+		t.Errorf("bench.svg's layout: %v", err)
+	}
+	if dir := os.Getenv("READIE_CHART_DIR"); dir != "" { // to look at it: rsvg-convert
+		os.WriteFile(filepath.Join(dir, "bench-short.svg"), svg, 0o644)
+	}
 	txt, err := os.ReadFile(filepath.Join(latest, "bench.txt"))
+	for _, key := range []string{"goos: " + runtime.GOOS, "goarch: " + runtime.GOARCH, "date: 20", "rounds: 2", "cpu: ", "runsc: " + report.Runsc.Version, "revision: ", "load: before "} {
+		if !bytes.Contains(txt, []byte("\n"+key)) && !bytes.HasPrefix(txt, []byte(key)) {
+			t.Errorf("bench.txt's header lacks %q", key)
+		}
+	}
 	if err != nil || bytes.Count(txt, []byte("\nBenchmarkRestore/set=small/series=")) != 25*2 || bytes.Count(txt, []byte(":last-page/conc=1 ")) != 9*2 || bytes.Count(txt, []byte("\nBenchmarkRestore/set=small/series=pooled/conc=1 ")) != 2 || bytes.Count(txt, []byte("\nBenchmarkRestore/set=small/series=warm/conc=1 ")) != 2 || bytes.Count(txt, []byte("\nBenchmarkRestoreAtOnce/set=small/series=")) != 7*(2*1+2*2) {
 		t.Errorf("bench.txt: %v\n%s", err, txt)
 	}
@@ -543,7 +583,7 @@ func TestBenchConfigVariants(t *testing.T) {
 		} `json:"sets"`
 	}
 	json.Unmarshal(data, &report)
-	want := "floor cold restore prestarted pooled measure variant:plain variant:zero variant:knobs variant:knobs-pooled " +
+	want := "floor cold restore prestarted pooled warm measure variant:plain variant:zero variant:knobs variant:knobs-pooled " +
 		"variant:plain:last-page variant:zero:last-page variant:knobs:last-page"
 	if got := strings.Join(report.Series, " "); got != want {
 		t.Errorf("series %q, want %q", got, want)

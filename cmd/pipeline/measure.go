@@ -36,7 +36,7 @@ func (c *measureCmd) Execute(ctx context.Context, con *console, args []string) e
 	if err := c.runs.apply(cfg); err != nil {
 		return err
 	}
-	env, err := newEnv(ctx, cfg, con.log)
+	env, err := newEnv(ctx, cfg, con)
 	if err != nil {
 		return err
 	}

@@ -40,7 +40,7 @@ func (c *pullCmd) Execute(ctx context.Context, con *console, args []string) erro
 	if err != nil {
 		return err
 	}
-	m, err := exchange.Pull(ctx, img, args[1], exchange.ImageLimits(cfg.Limits), con.log, "pull")
+	m, err := exchange.Pull(ctx, img, args[1], exchange.ImageLimits(cfg.Limits), con.log, con.progress, "pull")
 	if err != nil {
 		return usageIfSetup(err)
 	}

@@ -63,7 +63,7 @@ func (c *pushCmd) Execute(ctx context.Context, con *console, args []string) erro
 	if cfg.Image == "" {
 		rt = &output.Runtime{Runsc: cfg.Runsc.Path, Rootfs: cfg.Rootfs}
 	}
-	pushed, err := exchange.Push(ctx, cfg.Output, r, rt, con.log)
+	pushed, err := exchange.Push(ctx, cfg.Output, r, rt, con.log, con.progress)
 	if err != nil {
 		return err
 	}

@@ -42,7 +42,7 @@ func (c *rootfsCmd) Execute(ctx context.Context, con *console, _ []string) error
 	if err != nil {
 		return err
 	}
-	env, err := newEnv(ctx, cfg, con.log)
+	env, err := newEnv(ctx, cfg, con)
 	if err != nil {
 		return err
 	}

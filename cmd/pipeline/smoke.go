@@ -33,7 +33,7 @@ func (c *smokeCmd) Execute(ctx context.Context, con *console, args []string) err
 	if err := c.out.apply(cfg, args); err != nil {
 		return err
 	}
-	env, err := newEnv(ctx, cfg, con.log)
+	env, err := newEnv(ctx, cfg, con)
 	if err != nil {
 		return err
 	}

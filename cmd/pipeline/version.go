@@ -43,15 +43,7 @@ func (c *versionCmd) Execute(ctx context.Context, con *console, args []string) e
 	if err != nil {
 		return err
 	}
-	v := versions{Pipeline: "(unknown)", ExecutorProtocol: executorproto.Version, Runsc: runscVersions{Path: cfg.Runsc.Path}}
-	if info, ok := debug.ReadBuildInfo(); ok {
-		v.Pipeline = info.Main.Version
-		for _, s := range info.Settings {
-			if s.Key == "vcs.revision" {
-				v.Pipeline += " " + s.Value
-			}
-		}
-	}
+	v := versions{Pipeline: pipelineVersion(), ExecutorProtocol: executorproto.Version, Runsc: runscVersions{Path: cfg.Runsc.Path}}
 	rt := &runsc.Runsc{Path: cfg.Runsc.Path, CommandTimeout: cfg.Timeouts.RunscCommand}
 	if v.Runsc.Version, err = rt.Version(ctx); err == nil {
 		v.Runsc.Module, v.Runsc.ModuleVersion, _ = rt.Module()
@@ -66,4 +58,19 @@ func (c *versionCmd) Execute(ctx context.Context, con *console, args []string) e
 	}
 	fmt.Fprintf(con.stdout, "runsc %s (%s@%s) at %s\n", v.Runsc.Version, v.Runsc.Module, v.Runsc.ModuleVersion, v.Runsc.Path)
 	return nil
+}
+
+// pipelineVersion is the module's version and, when the build recorded it, the VCS revision.
+func pipelineVersion() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(unknown)"
+	}
+	v := info.Main.Version
+	for _, s := range info.Settings {
+		if s.Key == "vcs.revision" {
+			v += " " + s.Value
+		}
+	}
+	return v
 }

@@ -65,7 +65,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.set, "set", "empty", "the checkpoint to restore")
 	fs.StringVar(&o.rootfs, "rootfs", "", "this host's copy of the output's rootfs (default: the manifest's rootfs.path); the digest it records must be the manifest's")
 	fs.StringVar(&o.root, "root", "/run/readie-worker/runsc", "runsc's state root, private to the worker")
-	fs.StringVar(&o.eval, "eval", "", fmt.Sprintf("a Python expression to evaluate in the restored executor after the check (an answer of at most %d MiB; its first %d KiB printed)", evalResponseSize>>20, printBytes>>10))
+	fs.StringVar(&o.eval, "eval", "", fmt.Sprintf("a Python expression to evaluate in the restored executor after the check (an answer of at most %d KiB; its first %d KiB printed)", evalResponseSize>>10, printBytes>>10))
 	fs.DurationVar(&o.timeout, "timeout", time.Minute, "the limit of the whole restore and calls")
 	fs.IntVar(&o.pool, "pool", 0, "keep this many sandboxes created ahead and restore each call into one (0: create a sandbox per call)")
 	fs.IntVar(&o.calls, "calls", 1, "how many calls to serve, each in a sandbox of its own")
@@ -225,7 +225,7 @@ func restoreAndCall(ctx context.Context, o options, stdout, stderr io.Writer) (e
 // its answer read: decoding may allocate some 320 bytes per byte of it (pycall.Decode).
 const (
 	printBytes       = 64 << 10
-	evalResponseSize = 4 << 20
+	evalResponseSize = 256 << 10
 )
 
 // serve restores c (Restorer.Restore; or starts it cold, Restorer.ColdStart, when hostErr says

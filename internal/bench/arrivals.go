@@ -54,7 +54,8 @@ type ArrivalsRun struct {
 	PredictedMemoryBytes int64          `json:"predicted_memory_bytes"`
 	MemoryPeakBytes      int64          `json:"memory_peak_bytes"`
 	// RefillLagMs is the mean time a warm pool's refill took to restore a replacement, off
-	// the request path but on the same CPUs; Refills how many it restored.
+	// the request path but on the same CPUs; Refills how many it restored during the run
+	// (the fill before it aside).
 	RefillLagMs float64 `json:"refill_lag_ms"`
 	Refills     int     `json:"refills"`
 	// LatenciesMs are the answered requests' times, in arrival order (bench.txt).
@@ -143,7 +144,7 @@ func warmDemand(cat *catalogue.Catalogue, trials []corpusTrial, rate float64, lo
 // whatever happens: a request not answered by then is a failure.
 func runArrivals(ctx context.Context, x *run.VerifiedOutput, cat *catalogue.Catalogue, trials []corpusTrial, poolSize int, o ArrivalsOptions) (*Arrivals, error) {
 	env := x.Sandboxes
-	kit, err := x.Output.Restorer(launch.Options{Runtime: env.Runtime, WorkDir: x.Work})
+	kit, err := x.Output.Restorer(launch.Options{Runtime: env.Runtime, WorkDir: x.Work, Limits: env.Config.SandboxLimits()})
 	if err != nil {
 		return nil, err
 	}
@@ -181,29 +182,46 @@ func runArrivals(ctx context.Context, x *run.VerifiedOutput, cat *catalogue.Cata
 // of poolSize created sandboxes (their restores' and the warm refill's), at most slots starts
 // at once. It returns once every request is answered or failed, within limit.
 func arrivalsRun(ctx context.Context, kit *launch.Restorer, arrivals []arrival, sizes map[string]int, poolSize, slots int, limit, timeout time.Duration) (res ArrivalsRun, err error) {
-	runCtx, cancel := context.WithTimeoutCause(ctx, limit, fmt.Errorf("the arrivals run did not end within %s", limit))
-	defer cancel()
-	created, err := pool.New(runCtx, pool.Options{New: kit.NewSandbox, Size: poolSize, GetTimeout: timeout})
+	// The pools live until this returns; they are filled before the run, under a bound of
+	// their own (a start's timeout per sandbox), so the fill never eats into the run's time.
+	created, err := pool.New(ctx, pool.Options{New: kit.NewSandbox, Size: poolSize, GetTimeout: timeout})
 	if err != nil {
 		return res, err
 	}
 	defer func() { err = errors.Join(err, created.Close()) }()
+	fill := poolSize
+	for _, n := range sizes {
+		fill += n
+	}
+	fillLimit := time.Duration(fill+1) * timeout
+	fillCtx, cancelFill := context.WithTimeoutCause(ctx, fillLimit, fmt.Errorf("the pools were not filled within %s", fillLimit))
+	defer cancelFill()
 	var warm *pool.Warm
 	var opts launch.RestoreOptions
 	opts.Pool = created
 	if len(sizes) > 0 {
-		if warm, err = pool.NewWarm(runCtx, pool.WarmOptions{Restorer: kit, Sizes: sizes, Pool: created, WaitTimeout: limit}); err != nil {
+		if warm, err = pool.NewWarm(ctx, pool.WarmOptions{Restorer: kit, Sizes: sizes, Pool: created, WaitTimeout: fillLimit}); err != nil {
 			return res, err
 		}
 		defer func() { err = errors.Join(err, warm.Close()) }()
 		// Requests arrive at a worker ready: its pools full, off the clock.
-		if err := warm.Wait(runCtx); err != nil {
+		if err := warm.Wait(fillCtx); err != nil {
 			return res, err
 		}
 	}
-	if err := created.Wait(runCtx); err != nil {
+	if err := created.Wait(fillCtx); err != nil {
 		return res, err
 	}
+	// The fill's restores are not the run's refills.
+	var filled int
+	var filledTime time.Duration
+	if warm != nil {
+		for _, st := range warm.Stats() {
+			filled, filledTime = filled+st.Restored, filledTime+st.RestoreTime
+		}
+	}
+	runCtx, cancel := context.WithTimeoutCause(ctx, limit, fmt.Errorf("the arrivals run did not end within %s", limit))
+	defer cancel()
 
 	var mu sync.Mutex
 	var peak int64
@@ -271,12 +289,14 @@ func arrivalsRun(ctx context.Context, kit *launch.Restorer, arrivals []arrival, 
 	}
 	res.MemoryPeakBytes = peak
 	if warm != nil {
+		refillTime := -filledTime
+		res.Refills = -filled
 		for _, st := range warm.Stats() {
 			res.Refills += st.Restored
-			res.RefillLagMs += launch.MS(st.RestoreTime)
+			refillTime += st.RestoreTime
 		}
 		if res.Refills > 0 {
-			res.RefillLagMs /= float64(res.Refills)
+			res.RefillLagMs = launch.MS(refillTime) / float64(res.Refills)
 		}
 	}
 	if n := len(res.LatenciesMs); n > 0 {

@@ -13,7 +13,6 @@ import (
 	"strings"
 
 	"readie.dev/pipeline/internal/config"
-	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
 )
 
@@ -130,10 +129,17 @@ type DerivedRunner interface {
 	Derived() map[string]float64
 }
 
+// CPURunner is a Runner whose trials may give the restore's CPU time: RestoreCPU returns that
+// of the trial that just ran, in milliseconds, or false.
+type CPURunner interface {
+	Runner
+	RestoreCPU() (float64, bool)
+}
+
 // SetReport holds one set's figures.
 type SetReport struct {
 	MeasuredSet
-	Series map[string]manifest.Stats `json:"series"`
+	Series map[string]Stats `json:"series"`
 	// Ratios of medians: cold/restore, restore/floor, prestarted/floor, pooled/floor,
 	// warm/floor.
 	Ratios map[string]float64 `json:"ratios"`
@@ -186,8 +192,9 @@ type Results struct {
 // progress, if set, sees each result (a warm-up trial's Round is -1).
 func Execute(ctx context.Context, sets []MeasuredSet, series []string, rounds int, runner Runner, progress func(Trial, float64)) (*Results, error) {
 	raw := make([]map[string][]float64, len(sets))
+	cpu := make([]map[string][]float64, len(sets)) // restore CPU times beside raw's runs
 	for i := range raw {
-		raw[i] = map[string][]float64{}
+		raw[i], cpu[i] = map[string][]float64{}, map[string][]float64{}
 	}
 	var derived []string // series the runner added, in the order first seen
 	warmup := Schedule(len(sets), 1, series)
@@ -204,6 +211,11 @@ func Execute(ctx context.Context, sets []MeasuredSet, series []string, rounds in
 		}
 		if t.Round >= 0 {
 			raw[t.Set][t.Series] = append(raw[t.Set][t.Series], ms)
+			if c, ok := runner.(CPURunner); ok {
+				if cpuMs, ok := c.RestoreCPU(); ok {
+					cpu[t.Set][t.Series] = append(cpu[t.Set][t.Series], cpuMs)
+				}
+			}
 			if d, ok := runner.(DerivedRunner); ok {
 				for _, name := range slices.Sorted(maps.Keys(d.Derived())) {
 					raw[t.Set][name] = append(raw[t.Set][name], d.Derived()[name])
@@ -218,12 +230,14 @@ func Execute(ctx context.Context, sets []MeasuredSet, series []string, rounds in
 		}
 	}
 	res := &Results{WarmupRounds: 1, Rounds: rounds, Series: append(slices.Clone(series), derived...)}
-	var sizes []int64
-	var medians []float64
 	for i, set := range sets {
-		rep := SetReport{MeasuredSet: set, Series: map[string]manifest.Stats{}, Ratios: map[string]float64{}}
+		rep := SetReport{MeasuredSet: set, Series: map[string]Stats{}, Ratios: map[string]float64{}}
 		for name, runs := range raw[i] {
-			rep.Series[name] = measure.Summarize(runs)
+			st := Summarize(runs)
+			if len(cpu[i][name]) == len(runs) { // only run by run, never some runs' alone
+				st.RestoreCPU = cpu[i][name]
+			}
+			rep.Series[name] = st
 		}
 		ratio := func(key, num, den string) {
 			n, okN := rep.Series[num]
@@ -237,15 +251,24 @@ func Execute(ctx context.Context, sets []MeasuredSet, series []string, rounds in
 		ratio("prestarted/floor", Prestarted, Floor)
 		ratio("pooled/floor", Pooled, Floor)
 		ratio("warm/floor", Warm, Floor)
-		if st, ok := rep.Series[Measure]; ok {
+		res.Sets = append(res.Sets, rep)
+	}
+	res.Fit = fitSizes(res.Sets)
+	return res, nil
+}
+
+// fitSizes fits the cost model: the measure-mode restore's median against image size.
+func fitSizes(sets []SetReport) Fit {
+	var sizes []int64
+	var medians []float64
+	for _, set := range sets {
+		if st, ok := set.Series[Measure]; ok {
 			sizes = append(sizes, set.Bytes)
 			medians = append(medians, st.Median)
 		}
-		res.Sets = append(res.Sets, rep)
 	}
 	line := measure.CostModel(sizes, medians)
-	res.Fit = Fit{Series: Measure, AlphaMsPerMiB: line.Slope, InterceptMs: line.Intercept, Points: line.Points, Sizes: line.DistinctX, RSquared: line.RSquared}
-	return res, nil
+	return Fit{Series: Measure, AlphaMsPerMiB: line.Slope, InterceptMs: line.Intercept, Points: line.Points, Sizes: line.DistinctX, RSquared: line.RSquared}
 }
 
 // Fastest returns the variant with the lowest sum of medians over the sets among those with a

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"readie.dev/pipeline/internal/config"
-	"readie.dev/pipeline/pkg/measure"
 )
 
 func TestScheduleInterleaves(t *testing.T) {
@@ -120,8 +119,8 @@ func TestWriteChartPanels(t *testing.T) {
 		t.Fatal(err)
 	}
 	conc := []Concurrent{
-		{Set: "big", Series: Restore, Concurrency: 1, Latency: measure.Summarize([]float64{300, 320})},
-		{Set: "big", Series: Restore, Concurrency: 2, Latency: measure.Summarize([]float64{400, 450, 430, 410})},
+		{Set: "big", Series: Restore, Concurrency: 1, Latency: Summarize([]float64{300, 320})},
+		{Set: "big", Series: Restore, Concurrency: 2, Latency: Summarize([]float64{400, 450, 430, 410})},
 	}
 	var svg bytes.Buffer
 	if err := WriteChart(&svg, res, conc); err != nil {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"readie.dev/pipeline/pkg/launch"
-	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/measure"
 	"readie.dev/pipeline/pkg/pycall"
 )
@@ -20,7 +19,7 @@ type Concurrent struct {
 	Series      string `json:"series"`
 	Concurrency int    `json:"concurrency"`
 	// Latency is each restore from the barrier's release to its answer, all rounds together.
-	Latency manifest.Stats `json:"latency_ms"`
+	Latency Stats `json:"latency_ms"`
 	// Throughput is restores per second of each round's batch (K over the time from the
 	// release to the last answer): median over rounds.
 	Throughput float64   `json:"restores_per_second"`
@@ -138,7 +137,7 @@ func RunConcurrency(ctx context.Context, r *measure.Restorer, set MeasuredSet, v
 	var out []Concurrent
 	for _, id := range order {
 		c := results[id]
-		c.Latency = measure.Summarize(raw[id])
+		c.Latency = Summarize(raw[id])
 		sorted := slices.Sorted(slices.Values(c.Batches))
 		c.Throughput = measure.Percentile(sorted, 50)
 		out = append(out, *c)

@@ -7,7 +7,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -123,11 +125,12 @@ func checkVariant(response []byte, imports []string, v Variant) error {
 // timeVariant restores the variant's image of set (dir) into a sandbox it makes, with runsc's
 // info log in logDir, and times it to the first answer; after the answer, off the clock, it
 // waits for the sandbox to log its last page loaded (with -background the pages may still be
-// loading) and returns that too, both from the start of `runsc restore`.
-func timeVariant(ctx context.Context, r *measure.Restorer, v Variant, set MeasuredSet, dir, logDir string) (first, lastPage float64, err error) {
+// loading) and returns that too, both from the start of `runsc restore`, and the restore's CPU
+// time as the sandbox logs it.
+func timeVariant(ctx context.Context, r *measure.Restorer, v Variant, set MeasuredSet, dir, logDir string) (first, lastPage, cpu float64, err error) {
 	request, err := variantRequest(set.Imports)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	vr := v.restorer(r, logDir)
 	var began time.Time
@@ -151,12 +154,13 @@ func timeVariant(ctx context.Context, r *measure.Restorer, v Variant, set Measur
 			return fmt.Errorf("the sandbox's log in %s says its last page was loaded at %s, before its restore began (%s): its times are not in the zone read (%s)", logDir, loaded.Format(time.RFC3339Nano), began.Format(time.RFC3339Nano), zone)
 		}
 		lastPage = launch.MS(loaded.Sub(began))
-		return nil
+		cpu, err = waitRestoreCPU(ctx, logDir, vr.Timeout)
+		return err
 	}, MaxResponseSize: pycall.SmallResponse})
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	return marks.TotalMS(), lastPage, nil
+	return marks.TotalMS(), lastPage, cpu, nil
 }
 
 // timePooledVariant is TimePooledCall with the variant's request and check, from p (a pool of
@@ -198,18 +202,40 @@ func bootLogZone() (*time.Location, error) {
 // waitPagesLoaded polls the sandbox's log in logDir (*.boot.txt) until it says every page is
 // loaded, at most limit, and returns the time of that line, read in zone (bootLogZone).
 func waitPagesLoaded(ctx context.Context, logDir string, year int, zone *time.Location, limit time.Duration) (time.Time, error) {
-	ctx, cancel := context.WithTimeoutCause(ctx, limit, fmt.Errorf("the sandbox did not log %q within %s (logs in %s)", pagesLoadedLine, limit, logDir))
+	var at time.Time
+	err := waitLogged(ctx, pagesLoadedLine, logDir, limit, func() (err error) {
+		at, err = pagesLoadedAt(logDir, year, zone)
+		return err
+	})
+	return at, err
+}
+
+// waitRestoreCPU polls the sandbox's log in logDir until it gives the restore's CPU time (it
+// is logged once the restore's work is done, pages loaded in the background included), at
+// most limit, and returns it in milliseconds.
+func waitRestoreCPU(ctx context.Context, logDir string, limit time.Duration) (float64, error) {
+	var ms float64
+	err := waitLogged(ctx, restoreCPULine, logDir, limit, func() (err error) {
+		ms, err = restoreCPUMs(logDir)
+		return err
+	})
+	return ms, err
+}
+
+// waitLogged calls read every few milliseconds until it returns anything but errNotYet, at
+// most limit: what names the line awaited in the sandbox's log in logDir.
+func waitLogged(ctx context.Context, what, logDir string, limit time.Duration, read func() error) error {
+	ctx, cancel := context.WithTimeoutCause(ctx, limit, fmt.Errorf("the sandbox did not log %q within %s (logs in %s)", what, limit, logDir))
 	defer cancel()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		t, err := pagesLoadedAt(logDir, year, zone)
-		if err == nil || !errors.Is(err, errNotYet) {
-			return t, err
+		if err := read(); err == nil || !errors.Is(err, errNotYet) {
+			return err
 		}
 		select {
 		case <-ctx.Done():
-			return time.Time{}, context.Cause(ctx)
+			return context.Cause(ctx)
 		case <-tick.C:
 		}
 	}
@@ -220,16 +246,9 @@ var errNotYet = errors.New("not logged yet")
 // pagesLoadedAt returns the time of pagesLoadedLine in the one boot log of logDir, read in
 // zone, or errNotYet.
 func pagesLoadedAt(logDir string, year int, zone *time.Location) (time.Time, error) {
-	boots, _ := filepath.Glob(filepath.Join(logDir, "*.boot.txt"))
-	if len(boots) > 1 {
-		return time.Time{}, fmt.Errorf("want one sandbox log in %s, found %d", logDir, len(boots))
-	}
-	if len(boots) == 0 {
-		return time.Time{}, errNotYet
-	}
 	var at time.Time
 	var parseErr error
-	err := scanLines(boots[0], func(line string) bool {
+	err := scanBootLog(logDir, func(line string) bool {
 		if !strings.HasSuffix(line, pagesLoadedLine) {
 			return true
 		}
@@ -245,6 +264,55 @@ func pagesLoadedAt(logDir string, year int, zone *time.Location) (time.Time, err
 		return time.Time{}, errNotYet
 	}
 	return at, nil
+}
+
+// restoreCPULine is what the sandbox logs (at info level) once its restore is done: "CPU time
+// saved with restore: N ms, restore CPU time: M ms", M the sandbox process's CPU time then
+// (clock_gettime(CLOCK_PROCESS_CPUTIME_ID): its boot and the restore, every thread):
+// runsc/boot/restore.go calculateCPUSavings of the pinned gVisor.
+const restoreCPULine = "restore CPU time: "
+
+var restoreCPUTime = regexp.MustCompile(`restore CPU time: (\d+) ms`)
+
+// restoreCPUMs returns the restore CPU time logged in the one boot log of logDir, in ms, or
+// errNotYet.
+func restoreCPUMs(logDir string) (float64, error) {
+	ms := -1.0
+	var parseErr error
+	err := scanBootLog(logDir, func(line string) bool {
+		if !strings.Contains(line, restoreCPULine) {
+			return true
+		}
+		m := restoreCPUTime.FindStringSubmatch(line)
+		if m == nil {
+			parseErr = fmt.Errorf("a restore CPU time runsc's log gives in a form not known here: %q", line)
+			return false
+		}
+		ms, parseErr = strconv.ParseFloat(m[1], 64)
+		return false
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case parseErr != nil:
+		return 0, parseErr
+	case ms < 0:
+		return 0, errNotYet
+	}
+	return ms, nil
+}
+
+// scanBootLog calls keep with each line of the one sandbox log (*.boot.txt) in logDir until it
+// returns false; errNotYet while there is none.
+func scanBootLog(logDir string, keep func(line string) bool) error {
+	boots, _ := filepath.Glob(filepath.Join(logDir, "*.boot.txt"))
+	if len(boots) > 1 {
+		return fmt.Errorf("want one sandbox log in %s, found %d", logDir, len(boots))
+	}
+	if len(boots) == 0 {
+		return errNotYet
+	}
+	return scanLines(boots[0], keep)
 }
 
 // glogLineTime reads the time of a runsc log line (I1203 15:04:05.000000 ...), in zone, in

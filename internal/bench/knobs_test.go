@@ -134,7 +134,7 @@ func TestVariantRestoresWithoutHelpers(t *testing.T) {
 		if err := os.Mkdir(logDir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if first, _, err := timeVariant(ctx, r, c.v, set, set.Dir, logDir); err != nil || first <= 0 {
+		if first, _, _, err := timeVariant(ctx, r, c.v, set, set.Dir, logDir); err != nil || first <= 0 {
 			t.Fatalf("%s: %v, %v", c.v.Name, first, err)
 		}
 		logs, _ := filepath.Glob(filepath.Join(logDir, "*.restore.txt"))
@@ -247,5 +247,47 @@ func TestExecuteDerivedSeries(t *testing.T) {
 	}
 	if st := res.Sets[0].Series["variant:bg:last-page"]; len(st.Runs) != 3 || st.Median != 500 {
 		t.Errorf("last-page stats %+v", st)
+	}
+}
+
+// TestRestoreCPUMs reads the restore CPU time the sandbox logs once its restore is done, in
+// the words of the pinned gVisor (runsc/boot/restore.go).
+func TestRestoreCPUMs(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := restoreCPUMs(dir); !errors.Is(err, errNotYet) {
+		t.Fatalf("no log: %v", err)
+	}
+	boot := filepath.Join(dir, "runsc.log.20261206-062201.000001.boot.txt")
+	lines := "I1206 06:22:01.234567  1 kernel_restore.go:354] All MemoryFile pages have been loaded.\n"
+	os.WriteFile(boot, []byte(lines), 0o644)
+	if _, err := restoreCPUMs(dir); !errors.Is(err, errNotYet) {
+		t.Fatalf("without the line: %v", err)
+	}
+	lines += "I1206 06:22:01.240001  1 restore.go:661] CPU time saved with restore: 1204 ms, restore CPU time: 187 ms\n"
+	os.WriteFile(boot, []byte(lines), 0o644)
+	if ms, err := restoreCPUMs(dir); err != nil || ms != 187 {
+		t.Fatalf("%v ms, %v; want 187", ms, err)
+	}
+	os.WriteFile(boot, []byte("I1206 06:22:01.240001  1 restore.go:661] restore CPU time: 1.5s\n"), 0o644)
+	if _, err := restoreCPUMs(dir); err == nil || errors.Is(err, errNotYet) || !strings.Contains(err.Error(), "not known here") {
+		t.Fatalf("a line in another form: %v", err)
+	}
+}
+
+type cpuRunner struct{ fakeRunner }
+
+func (c *cpuRunner) RestoreCPU() (float64, bool) { return 42, len(c.calls)%2 == 0 || len(c.calls) == 5 }
+
+// TestExecuteRestoreCPU: CPU times are kept beside the runs only when every run has one, never
+// some runs' alone (they would no longer line up with their wall times).
+func TestExecuteRestoreCPU(t *testing.T) {
+	runner := &cpuRunner{fakeRunner{times: map[string]float64{"a": 100, "b": 200}}}
+	res, err := Execute(context.Background(), []MeasuredSet{{ID: "pandas"}}, []string{"a", "b"}, 3, runner, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Calls 1 and 2 are the warm-up; then a runs on odd calls (one with a CPU time), b on even ones.
+	if a, b := res.Sets[0].Series["a"], res.Sets[0].Series["b"]; a.RestoreCPU != nil || len(b.RestoreCPU) != 3 || b.RestoreCPU[0] != 42 {
+		t.Errorf("a's CPU times %v, b's %v", a.RestoreCPU, b.RestoreCPU)
 	}
 }

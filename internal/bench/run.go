@@ -18,6 +18,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"readie.dev/pipeline/internal/config"
+	"readie.dev/pipeline/internal/progress"
 	"readie.dev/pipeline/internal/run"
 	"readie.dev/pipeline/pkg/atomicfile"
 	"readie.dev/pipeline/pkg/capture"
@@ -36,12 +37,17 @@ type Options struct {
 	Concurrency []int
 	// Pool is the size of the pool of the pooled series (DefaultPoolSize when zero).
 	Pool int
+	// Revision is the pipeline's own version and VCS revision, for the report.
+	Revision string
+	// progress is the run's (run.Env's), set by Run.
+	progress *progress.Meter
 }
 
 // Run measures the checkpoints of out side by side, restoring them exactly as their manifest
 // records, and writes bench.json and bench.svg into out.
 func Run(ctx context.Context, env *run.Env, out string, o Options) (*Report, error) {
 	var report *Report
+	o.progress = env.Progress
 	_, err := env.WithVerifiedOutput(ctx, out, o.Only, func(x *run.VerifiedOutput) error {
 		var err error
 		report, err = runOn(ctx, x, o)
@@ -89,7 +95,7 @@ func runOn(ctx context.Context, x *run.VerifiedOutput, o Options) (*Report, erro
 	}
 	// The warm series' restores go through the kit's one path, as a worker's: the output's
 	// restorer, its sandboxes named by the run's lease.
-	kit, err := x.Output.Restorer(launch.Options{Runtime: env.Runtime, WorkDir: work})
+	kit, err := x.Output.Restorer(launch.Options{Runtime: env.Runtime, WorkDir: work, Limits: env.Config.SandboxLimits()})
 	if err != nil {
 		return nil, err
 	}
@@ -103,14 +109,34 @@ func runOn(ctx context.Context, x *run.VerifiedOutput, o Options) (*Report, erro
 	}
 	runner := &SandboxRunner{Restorer: restorer, Variants: variants, Pool: p, PoolSize: size, LogDir: logDir, Warm: warm, Kit: kit}
 	defer runner.Close()
-	results, err := Execute(ctx, sets, series, o.Rounds, runner,
-		func(t Trial, ms float64) {
-			env.Log.WithFields(logrus.Fields{"round": t.Round + 1, "set": sets[t.Set].ID, "series": t.Series, "ms": ms}).Debug("bench: trial")
-		})
+	machine := ThisMachine()
+	sampler, err := sampleLoad(ctx, LoadInterval)
 	if err != nil {
 		return nil, err
 	}
-	env.Log.WithField("took", time.Since(start).Round(time.Second)).Info("bench: done")
+	trials, total := 0, (o.Rounds+1)*len(sets)*len(series) // the warm-up round too
+	results, err := Execute(ctx, sets, series, o.Rounds, runner,
+		func(t Trial, ms float64) {
+			env.Log.WithFields(logrus.Fields{"round": t.Round + 1, "set": sets[t.Set].ID, "series": t.Series, "ms": ms}).Debug("bench: trial")
+			trials++
+			round := "warm-up"
+			if t.Round >= 0 {
+				round = fmt.Sprintf("round %d/%d", t.Round+1, o.Rounds)
+			}
+			o.progress.Step("bench", trials, total, "trials", fmt.Sprintf("%s, %s %s", round, sets[t.Set].ID, t.Series))
+		})
+	o.progress.Done()
+	load, loadErr := sampler.stop(machine.CPUs)
+	if err != nil {
+		return nil, err
+	}
+	if loadErr != nil {
+		return nil, loadErr
+	}
+	env.Log.WithFields(logrus.Fields{"took": time.Since(start).Round(time.Second), "load": load.Describe()}).Info("bench: done")
+	if load.Warning != "" {
+		env.Log.Warn("bench: " + load.Warning)
+	}
 	// Before the restores at once: no idle sandbox beside them.
 	if err := errors.Join(p.Close(), warm.Close(), runner.Close()); err != nil {
 		return nil, err
@@ -120,7 +146,7 @@ func runOn(ctx context.Context, x *run.VerifiedOutput, o Options) (*Report, erro
 		results.Sets[i].ResidentBytes = resident[results.Sets[i].ID]
 	}
 	report := &Report{
-		CreatedAt: time.Now().UTC(), Machine: ThisMachine(), Runsc: m.Runsc,
+		CreatedAt: time.Now().UTC(), Machine: machine, Load: load, Revision: o.Revision, Runsc: m.Runsc,
 		RunscFlags: env.Runtime.Flags.Args(), RestoreFlags: slices.Clone(m.RestoreFlags),
 		CheckpointOptions: maps.Clone(m.CheckpointOptions), Variants: variants, Results: *results,
 	}
@@ -172,7 +198,9 @@ func measureConcurrency(ctx context.Context, x *run.VerifiedOutput, report *Repo
 	start := time.Now()
 	cs, err := RunConcurrency(ctx, restorer, largest, variants, o.Concurrency, o.Rounds, func(c Concurrent, round int) {
 		env.Log.WithFields(logrus.Fields{"set": c.Set, "series": c.Series, "at_once": c.Concurrency, "round": round + 1}).Debug("bench: concurrent batch")
+		o.progress.Step("bench, restores at once", round+1, o.Rounds, "rounds", fmt.Sprintf("%d at once, %s", c.Concurrency, c.Series))
 	})
+	o.progress.Done()
 	if err != nil {
 		return err
 	}

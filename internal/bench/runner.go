@@ -36,6 +36,8 @@ type SandboxRunner struct {
 	variantPools variantPools
 	derived      map[string]float64
 	resident     map[string]map[string][]float64 // set, series: bytes per trial
+	restoreCPU   float64
+	hasCPU       bool
 }
 
 // Resident returns, by set and series, the median memory measured before each trial's call
@@ -51,6 +53,10 @@ func (s *SandboxRunner) Resident() map[string]map[string]int64 {
 	return out
 }
 
+// RestoreCPU implements CPURunner: the last trial's restore CPU time, for a variant that
+// restores into a sandbox it makes (whose log it reads).
+func (s *SandboxRunner) RestoreCPU() (float64, bool) { return s.restoreCPU, s.hasCPU }
+
 // Derived implements DerivedRunner: the last trial's time to its last page loaded, for a
 // variant that restores into a sandbox it makes.
 func (s *SandboxRunner) Derived() map[string]float64 { return s.derived }
@@ -61,7 +67,7 @@ func (s *SandboxRunner) Close() error { return s.variantPools.Close() }
 // Run implements Runner.
 func (s *SandboxRunner) Run(ctx context.Context, set MeasuredSet, series string) (float64, error) {
 	r := s.Restorer
-	s.derived = nil
+	s.derived, s.restoreCPU, s.hasCPU = nil, 0, false
 	switch series {
 	case Floor:
 		return TimeFloor(ctx, &r.Launcher)
@@ -124,11 +130,12 @@ func (s *SandboxRunner) Run(ctx context.Context, set MeasuredSet, series string)
 		if err := removeLogs(s.LogDir); err != nil {
 			return 0, err
 		}
-		first, lastPage, err := timeVariant(ctx, r, v, set, dir, s.LogDir)
+		first, lastPage, cpu, err := timeVariant(ctx, r, v, set, dir, s.LogDir)
 		if err != nil {
 			return 0, err
 		}
 		s.derived = map[string]float64{v.Name + LastPageSuffix: lastPage}
+		s.restoreCPU, s.hasCPU = cpu, true
 		return first, nil
 	}
 	return 0, fmt.Errorf("unknown series %q", series)
@@ -139,11 +146,14 @@ type Machine struct {
 	CPUs     int    `json:"cpus"`
 	CPUModel string `json:"cpu_model"`
 	Kernel   string `json:"kernel"`
+	GOOS     string `json:"goos"`
+	GOARCH   string `json:"goarch"`
 }
 
-// ThisMachine reads the CPU count and model and the kernel release.
+// ThisMachine reads the CPU count and model, the kernel release, and Go's names of the system
+// and architecture.
 func ThisMachine() Machine {
-	m := Machine{CPUs: runtime.NumCPU()}
+	m := Machine{CPUs: runtime.NumCPU(), GOOS: runtime.GOOS, GOARCH: runtime.GOARCH}
 	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, line := range strings.Split(string(data), "\n") {
 			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
@@ -160,8 +170,12 @@ func ThisMachine() Machine {
 
 // Report is bench.json: every run's raw figure and what they were measured with.
 type Report struct {
-	CreatedAt         time.Time         `json:"created_at"`
-	Machine           Machine           `json:"machine"`
+	CreatedAt time.Time `json:"created_at"`
+	Machine   Machine   `json:"machine"`
+	// Load is the machine's load average before, during and after the interleaved rounds.
+	Load Load `json:"load"`
+	// Revision is the pipeline's version and VCS revision.
+	Revision          string            `json:"revision"`
 	Runsc             manifest.Runsc    `json:"runsc"`
 	RunscFlags        []string          `json:"runsc_flags"`
 	RestoreFlags      []string          `json:"restore_flags"`

@@ -133,7 +133,7 @@ func soakOn(ctx context.Context, x *run.VerifiedOutput, o SoakOptions) (*SoakRep
 	// keeps: each answer reads it back.
 	s := &soaker{token: randomToken(), timeout: env.Config.Timeouts.Restore}
 	var err error
-	s.restorer, err = x.Output.Restorer(launch.Options{Runtime: env.Runtime, WorkDir: x.Work, Env: []string{pycall.SmokeTokenVar + "=" + s.token}})
+	s.restorer, err = x.Output.Restorer(launch.Options{Runtime: env.Runtime, WorkDir: x.Work, Env: []string{pycall.SmokeTokenVar + "=" + s.token}, Limits: env.Config.SandboxLimits()})
 	if err != nil {
 		return nil, err
 	}

@@ -143,6 +143,10 @@ func TimeWarmCall(ctx context.Context, kit *launch.Restorer, w *pool.Warm, set s
 	if err := restored.Close(ctx); err != nil {
 		return marks, 0, err
 	}
+	// The refill the close started runs now, off the clock, not beside the next series' trial.
+	if err := w.Wait(ctx); err != nil {
+		return marks, 0, err
+	}
 	return marks, resident, nil
 }
 

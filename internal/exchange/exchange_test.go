@@ -61,7 +61,7 @@ func TestPullAsideIsSweptByLease(t *testing.T) {
 		if removed, err := (*lease.Lease)(nil).RemoveDeadDirs(tmp, scratch.Prefix); len(removed) != 0 || err != nil {
 			t.Errorf("a sweep removed %v (%v) while the pull lives", removed, err)
 		}
-	}}, unpack.DefaultLimits(), testenv.DiscardLog(), "pull")
+	}}, unpack.DefaultLimits(), testenv.DiscardLog(), nil, "pull")
 	if err == nil || !probed {
 		t.Fatalf("PullAside = %v (probed %v); want the test's stop", err, probed)
 	}

@@ -589,6 +589,9 @@ func (a *analyzer) measureAll(ctx context.Context, probes map[string]probe, clos
 			}
 		}
 		out[m] = e
+		if !a.o.CacheOnly { // a capture's look in the cache is no analysis to report on
+			a.env.Progress.Step("analyze", i+1, len(steps), "modules", m)
+		}
 		if !probes[m].Loaded && !fresh {
 			rep.Cached++
 		}
@@ -604,6 +607,7 @@ func (a *analyzer) measureAll(ctx context.Context, probes map[string]probe, clos
 		}
 	}
 	rep.Measured = measured
+	a.env.Progress.Done()
 	return out, nil
 }
 

@@ -134,7 +134,7 @@ func carryOutPlan(ctx context.Context, e *Env, plan *Plan, b *Basis, r manifest.
 	m := newManifest(b, r, e.Config.Runsc.CheckpointOptions)
 	c := &carrier{
 		plan: plan, basis: b, driver: d, store: e.Store, work: work, bundlePrefix: e.Runtime.IDPrefix, jobs: e.Config.Jobs, restoreRuns: e.Config.RestoreRuns,
-		remeasure: o.Remeasure, baseline: e.Config.CPUBaseline, log: e.Log, writeJSON: e.tally.writer(outdir.WriteJSON),
+		remeasure: o.Remeasure, baseline: e.Config.CPUBaseline, log: e.Log, progress: e.Progress, writeJSON: e.tally.writer(outdir.WriteJSON),
 	}
 	return intoOutput(ctx, c, m, o, cached, e.CleanFailed)
 }

@@ -16,6 +16,7 @@ import (
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/cpubaseline"
 	"readie.dev/pipeline/internal/parallel"
+	"readie.dev/pipeline/internal/progress"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/pkg/manifest"
 )
@@ -41,6 +42,8 @@ type carrier struct {
 	remeasure bool
 	baseline  *config.CPUBaseline
 	log       logrus.FieldLogger
+	// progress says which sets are done as they go (nil: nothing).
+	progress *progress.Meter
 	// unenforceable is the first capture's refusal that holds for every set on this host (the
 	// CPUID instruction shows features beyond the baseline): the sets not yet captured are not.
 	unenforceable atomic.Pointer[string] // the set whose capture showed it
@@ -82,16 +85,28 @@ func (c *carrier) carryOut(ctx context.Context, m *manifest.Manifest) (*Result, 
 	}()
 	// Captures and smoke tests, jobs sets at a time in plan order; a set that fails is marked
 	// failed and the others go on. Once ctx ends no set starts.
+	var prepared atomic.Int64
 	parallel.Each(ctx, c.jobs, works, func(w *setWork) {
 		if err := c.prepare(ctx, w); err != nil {
 			c.fail(w, err)
 		}
+		c.progress.Step("capture", int(prepared.Add(1)), len(works), "sets", w.sp.ID+" "+string(w.status))
 	})
+	timed := 0
+	for _, w := range works {
+		if w.err == nil && w.timeRestores {
+			timed++
+		}
+	}
+	measured := 0
 	for _, w := range works {
 		if w.err == nil && w.timeRestores && ctx.Err() == nil {
 			c.measure(ctx, w)
+			measured++
+			c.progress.Step("measure", measured, timed, "sets", w.sp.ID)
 		}
 	}
+	c.progress.Done()
 	for _, w := range works {
 		if w.err == nil && ctx.Err() == nil {
 			if err := c.finish(w); err != nil {

@@ -36,6 +36,7 @@ import (
 	"readie.dev/pipeline/internal/oci/unpack"
 	"readie.dev/pipeline/internal/oci/verify"
 	"readie.dev/pipeline/internal/outdir"
+	"readie.dev/pipeline/internal/progress"
 	"readie.dev/pipeline/internal/store"
 	"readie.dev/pipeline/pkg/capture"
 	"readie.dev/pipeline/pkg/filedigest"
@@ -69,6 +70,8 @@ type Env struct {
 	// RestoreFlags are passed to every `runsc restore`.
 	RestoreFlags []string
 	Log          logrus.FieldLogger
+	// Progress says what a long run is doing as it goes (nil: nothing).
+	Progress *progress.Meter
 	// Store is the checkpoint store the config names, written under this run's lease.
 	Store *store.Store
 	// CleanFailed removes the staging directory of a failed run instead of leaving it.

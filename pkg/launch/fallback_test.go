@@ -54,15 +54,18 @@ func damagedOutput(t *testing.T) (out, rootfs, runscPath string) {
 func TestColdFallback(t *testing.T) {
 	out, rootfs, runscPath := damagedOutput(t)
 	for _, tc := range []struct {
-		name               string
-		verify, fallback   bool
-		wantOpen, wantWhy  string // what the open's error, and the cold start's cause, name
-		wantRestoreFailure bool
+		name              string
+		verify, fallback  bool
+		noFallback        bool   // RestoreOptions.NoFallback: a warm pool's refill
+		wantOpen, wantWhy string // what the open's error, and the cold start's cause, name
+		wantFailure       string // what Restore's error names
 	}{
 		{name: "verified, no fallback", verify: true, wantOpen: "pages.img"},
 		{name: "verified, fallback", verify: true, fallback: true, wantWhy: "pages.img"},
-		{name: "not verified, no fallback", wantRestoreFailure: true},
+		{name: "verified, fallback, refused by the restore", verify: true, fallback: true, noFallback: true, wantFailure: "pages.img"},
+		{name: "not verified, no fallback", wantFailure: "restore small into"},
 		{name: "not verified, fallback", fallback: true, wantWhy: "restore small into"},
+		{name: "not verified, fallback, refused by the restore", fallback: true, noFallback: true, wantFailure: "restore small into"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			output, err := launch.OpenOutput(out, launch.OpenOptions{Rootfs: rootfs, Verify: tc.verify, ColdFallback: tc.fallback})
@@ -95,14 +98,14 @@ func TestColdFallback(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
-			restored, err := r.Restore(ctx, "small", launch.RestoreOptions{})
-			if tc.wantRestoreFailure {
+			restored, err := r.Restore(ctx, "small", launch.RestoreOptions{NoFallback: tc.noFallback})
+			if tc.wantFailure != "" {
 				if err == nil {
 					restored.Close(ctx)
-					t.Fatal("a checkpoint cut short restored")
+					t.Fatalf("a checkpoint cut short restored (How %s)", restored.How)
 				}
-				if !strings.Contains(err.Error(), "restore small into") {
-					t.Errorf("Restore = %v; want the restore's failure", err)
+				if !strings.Contains(err.Error(), tc.wantFailure) {
+					t.Errorf("Restore = %v; want a failure naming %q", err, tc.wantFailure)
 				}
 				return
 			}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,6 +67,9 @@ func TestRestoredCallResponseLimit(t *testing.T) {
 	}
 	if _, err := call(pycall.SmallResponse); !errors.Is(err, executorproto.ErrMessageTooLarge) {
 		t.Errorf("Call of an answer over %d bytes with that limit = %v, want ErrMessageTooLarge", pycall.SmallResponse, err)
+	}
+	if _, err := call(0); err == nil || !strings.Contains(err.Error(), "a response limit of 0 bytes") {
+		t.Errorf("Call with no limit = %v, want it refused", err)
 	}
 	value, err := call(2 * pycall.SmallResponse)
 	if s, _ := value.(string); err != nil || len(s) != pycall.SmallResponse {

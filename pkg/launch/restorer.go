@@ -107,6 +107,9 @@ type RestoreOptions struct {
 	// Pool, when set, gives the sandbox, created ahead; otherwise one is created for the
 	// restore.
 	Pool Pool
+	// NoFallback refuses OpenOptions.ColdFallback's cold start for this restore: a sandbox
+	// restored ahead (pool.Warm's refill) must hold its checkpoint, or fail.
+	NoFallback bool
 }
 
 // How says which path served a start.
@@ -196,6 +199,9 @@ func (r *Restorer) Restore(ctx context.Context, set string, o RestoreOptions) (*
 	}
 	if set != "" {
 		if why := r.out.Unusable(set); why != nil {
+			if o.NoFallback {
+				return nil, why
+			}
 			return r.ColdStart(ctx, set, why)
 		}
 	}
@@ -223,7 +229,7 @@ func (r *Restorer) Restore(ctx context.Context, set string, o RestoreOptions) (*
 			return nil, WithStderr(ctx, sb, fmt.Errorf("start the executor cold in %s: %w", sb.ID, err))
 		}
 		err = WithStderr(ctx, sb, fmt.Errorf("restore %s into %s: %w", set, sb.ID, err))
-		if !r.out.coldFallback || ctx.Err() != nil {
+		if !r.out.coldFallback || o.NoFallback || ctx.Err() != nil {
 			return nil, err
 		}
 		cold, coldErr := r.ColdStart(ctx, set, err)
@@ -274,14 +280,17 @@ func (r *Restorer) ColdStart(ctx context.Context, set string, why error) (*Resto
 }
 
 // Call sends request to the restored executor and returns its answer, bounded by ctx, of at
-// most maxResponseSize bytes (executorproto.Caller's MaxResponseSize; zero:
-// executorproto.DefaultReadLimit). An answer is a stranger's data: read no more of it than the
-// call needs (pycall.SmallResponse for a small value), since decoding may allocate some 320
-// bytes per byte (pycall.Decode). A call that went past one of the sandbox's limits says
+// most maxResponseSize bytes (executorproto.Caller's MaxResponseSize; a limit of zero or less
+// is refused: no default reads a stranger's 256 MiB). An answer is a stranger's data: read no
+// more of it than the call needs (pycall.SmallResponse for a small value), since decoding may
+// allocate some 320 bytes per byte (pycall.Decode). A call that went past one of the sandbox's limits says
 // which: one that failed, with ErrMemoryLimit or ErrPidsLimit (Sandbox.LimitError); one that
 // answered although the pids limit refused it forks or threads (its code saw ENOMEM), with the
 // answer and an error matching ErrPidsLimit.
 func (r *Restored) Call(ctx context.Context, request []byte, maxResponseSize int64) ([]byte, error) {
+	if maxResponseSize <= 0 {
+		return nil, fmt.Errorf("call %s: a response limit of %d bytes: give the most the call needs (pycall.SmallResponse for a small value)", r.Sandbox.ID, maxResponseSize)
+	}
 	refused := r.Sandbox.pidsRefused()
 	caller := executorproto.Caller{MaxResponseSize: maxResponseSize}
 	response, err := caller.Call(ctx, r.Conn, request)

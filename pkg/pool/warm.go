@@ -321,7 +321,7 @@ func (w *Warm) refill() {
 			}
 			continue
 		}
-		r, err := w.o.Restorer.Restore(w.ctx, set, launch.RestoreOptions{Pool: w.o.Pool})
+		r, err := w.o.Restorer.Restore(w.ctx, set, launch.RestoreOptions{Pool: w.o.Pool, NoFallback: true})
 		if err != nil {
 			w.fail(set, err)
 			select {

@@ -93,12 +93,12 @@ func (l Limits) Apply(spec *specs.Spec, cgroupsPath string) {
 		pids := l.Pids
 		r.Pids = &specs.LinuxPids{Limit: &pids}
 	}
-	if l.CPUs > 0 {
+	// A capture's pinned CPU count (a quota of that many CPUs, or a cpuset of one) already
+	// bounds its CPU time and is kept: a lower quota would make runsc give the sandbox fewer
+	// CPUs than its checkpoint is captured for.
+	if l.CPUs > 0 && r.CPU == nil {
 		quota, period := int64(math.Round(l.CPUs*cpuPeriod)), uint64(cpuPeriod)
-		if r.CPU == nil {
-			r.CPU = &specs.LinuxCPU{}
-		}
-		r.CPU.Quota, r.CPU.Period = &quota, &period
+		r.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
 	}
 	spec.Linux.Resources = r
 	spec.Linux.CgroupsPath = cgroupsPath

@@ -51,6 +51,19 @@ func TestLimitsApply(t *testing.T) {
 	if string(data) != want {
 		t.Errorf("linux = %s\nwant    %s", data, want)
 	}
+
+	// A capture's spec pins its CPU count: the limits add memory and pids, and keep the pin.
+	for _, cpus := range []int{1, 4} {
+		o := testOptions(ModeCapture)
+		o.CPUs = cpus
+		pinned := mustSpec(t, o)
+		before, _ := json.Marshal(pinned.Linux.Resources.CPU)
+		Limits{Memory: 100 << 20, Pids: 64, CPUs: 1.5}.Apply(pinned, "/id")
+		after, _ := json.Marshal(pinned.Linux.Resources.CPU)
+		if r := pinned.Linux.Resources; string(after) != string(before) || r.Memory == nil || r.Pids == nil {
+			t.Errorf("%d CPUs pinned: cpu %s (was %s), memory %v, pids %v", cpus, after, before, r.Memory, r.Pids)
+		}
+	}
 }
 
 func TestLimitsString(t *testing.T) {

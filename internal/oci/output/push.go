@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -23,6 +24,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"readie.dev/pipeline/internal/oci/ref"
+	"readie.dev/pipeline/internal/progress"
 	"readie.dev/pipeline/pkg/catalogue"
 	"readie.dev/pipeline/pkg/executorproto"
 	"readie.dev/pipeline/pkg/manifest"
@@ -147,21 +149,25 @@ func writeLayers(out string, m *manifest.Manifest, scratch string) ([]*fileLayer
 // layers' gzip in scratch (removed by the caller), and returns the pushed reference with its digest (REF@sha256:...). It logs each layer it uploads once, when it is done (its
 // uncompressed and compressed MiB), a line a second while a large one goes, and a summary:
 // how many layers it uploaded and how many the destination had already.
-func Push(ctx context.Context, out, scratch string, r ref.Ref, rt *Runtime, log logrus.FieldLogger) (string, error) {
+func Push(ctx context.Context, out, scratch string, r ref.Ref, rt *Runtime, log logrus.FieldLogger, meter *progress.Meter) (string, error) {
 	img, _, layers, err := image(out, scratch, rt)
 	if err != nil {
 		return "", err
 	}
+	var pushedLayers atomic.Int64
 	for _, l := range layers {
 		l.report = func(l *fileLayer, done int64, final bool) {
 			fields := logrus.Fields{"layer": l.name, "mib": mib(l.uncompressedSize), "compressed_mib": mib(l.size)}
 			if !final {
 				log.WithFields(logrus.Fields{"layer": l.name, "done_compressed_mib": mib(done), "compressed_mib": mib(l.size)}).Info("push: uploading")
+				meter.Bytes("push: "+l.name, done, l.size)
 				return
 			}
 			log.WithFields(fields).Info("push: layer")
+			meter.Step("push", int(pushedLayers.Add(1)), len(layers), "layers uploaded", l.name)
 		}
 	}
+	defer meter.Done()
 	digest, err := img.Digest()
 	if err != nil {
 		return "", err
