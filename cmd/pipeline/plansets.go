@@ -159,7 +159,10 @@ func printWarmSizing(w io.Writer, res *plan.Result, out string, rate float64, bu
 		fmt.Fprintf(w, "not sized: %v\n", err)
 		return
 	}
-	fmt.Fprintf(w, "%.0f MiB, %.0f ms of starts saved a second\n", float64(sizing.MemoryBytes)/(1<<20), sizing.SavedMsPerSec)
+	fmt.Fprintf(w, "%.0f MiB, %.0f ms of starts saved a second, the one refiller %.0f%% busy\n", float64(sizing.MemoryBytes)/(1<<20), sizing.SavedMsPerSec, 100*sizing.RefillLoad)
+	if sizing.Why != "" {
+		fmt.Fprintln(w, sizing.Why)
+	}
 	tw := newTable(w)
 	fmt.Fprintln(tw, "set\twarm\thit rate\tMiB each\tmemory\t")
 	for _, s := range sizing.Sets {

@@ -37,7 +37,7 @@ func TestPrintWarmSizing(t *testing.T) {
 	printWarmSizing(&buf, res, out, 2, 1<<30)
 	got := buf.String()
 	// pandas measured (113 MiB); numpy predicted: empty's 40 MiB + (20 - 10) MiB = 50 MiB.
-	if !strings.Contains(got, "measured") || !strings.Contains(got, "predicted") || !strings.Contains(got, " 113 ") || !strings.Contains(got, " 50 ") {
+	if !strings.Contains(got, "measured") || !strings.Contains(got, "predicted") || !strings.Contains(got, " 113 ") || !strings.Contains(got, " 50 ") || !strings.Contains(got, "refiller") {
 		t.Errorf("warm sizing:\n%s", got)
 	}
 	buf.Reset()

@@ -113,10 +113,11 @@ func (m *Meter) Done() {
 	}
 }
 
-// Logs returns a writer for log lines to the meter's writer: on a terminal each clears the
-// progress line, is written whole, and the progress line is drawn again below it.
+// Logs returns a writer for log lines to the meter's writer, under the meter's lock, so that a
+// log line and a progress line from two goroutines never interleave: on a terminal each log
+// line clears the progress line, is written whole, and the progress line is drawn again.
 func (m *Meter) Logs(w io.Writer) io.Writer {
-	if m == nil || !m.tty {
+	if m == nil {
 		return w
 	}
 	return logWriter{m: m, w: w}

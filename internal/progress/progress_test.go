@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -60,5 +61,30 @@ func TestQuietAndNil(t *testing.T) {
 		if isTerminal(f) {
 			t.Errorf("%s is taken for a terminal", os.DevNull)
 		}
+	}
+}
+
+// TestLogsAndStepsTogether: log lines and progress lines written from two goroutines to one
+// writer that is no terminal (a buffer, as in the command tests) go through the meter's lock:
+// `go test -race` catches a Logs that hands the writer back unguarded.
+func TestLogsAndStepsTogether(t *testing.T) {
+	var b bytes.Buffer
+	m := NewLines(&b)
+	logs := m.Logs(&b)
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Go(func() {
+			for j := range 50 {
+				if i == 0 {
+					m.Step("capture", j, 50, "sets", "")
+				} else {
+					logs.Write([]byte("a log line\n"))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := strings.Count(b.String(), "\n"); got != 100 {
+		t.Errorf("%d lines, want 100", got)
 	}
 }

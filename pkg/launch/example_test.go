@@ -56,6 +56,21 @@ var example struct {
 // exampleOutput captures an output of one set, "small" (json, email.parser), as `pipeline capture` does
 // (internal/run, with the real runsc and rootfs of READIE_RUNSC and READIE_ROOTFS), into a
 // directory of its own, and gives a runsc root for the worker beside it; TestMain removes
+// openExample opens the example's output (a real capture, made once per test binary) as a
+// worker would, without verifying it; the test is skipped with -short.
+func openExample(t *testing.T) (output *launch.Output, runscPath, root string) {
+	t.Helper()
+	testenv.SkipIfShort(t, "runsc and the rootfs")
+	out, rootfs, runscPath, root, err := exampleOutput()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if output, err = launch.OpenOutput(out, launch.OpenOptions{Rootfs: rootfs}); err != nil {
+		t.Fatal(err)
+	}
+	return output, runscPath, root
+}
+
 // them.
 func exampleOutput() (out, rootfs, runscPath, root string, err error) {
 	example.once.Do(func() {

@@ -21,15 +21,7 @@ import (
 // same runtime passes without a word about them; with an empty HelpersDir each helper is
 // warned of as missing; with another sentry there the checkpoint does not restore (ErrHost).
 func TestCheckHostHelpersOfTheRuntime(t *testing.T) {
-	testenv.SkipIfShort(t, "runsc and the rootfs")
-	out, rootfs, runscPath, root, err := exampleOutput()
-	if err != nil {
-		t.Fatal(err)
-	}
-	output, err := launch.OpenOutput(out, launch.OpenOptions{Rootfs: rootfs})
-	if err != nil {
-		t.Fatal(err)
-	}
+	output, runscPath, root := openExample(t)
 	if len(output.Manifest.Runsc.Helpers) != len(runsc.HelperNames()) {
 		t.Fatalf("the output records the helpers %v: want runsc's %v, which `make runsc` lays out beside it", output.Manifest.Runsc.Helpers, runsc.HelperNames())
 	}
@@ -61,15 +53,7 @@ func TestCheckHostHelpersOfTheRuntime(t *testing.T) {
 // the helpers of its Runtime's HelpersDir, as runsc's own debug log says: a copy of the helpers
 // `make runsc` lays out, in a directory of the test's, is the one runsc names.
 func TestRestorerBootsWithTheRuntimesHelpers(t *testing.T) {
-	testenv.SkipIfShort(t, "runsc and the rootfs")
-	out, rootfs, runscPath, _, err := exampleOutput()
-	if err != nil {
-		t.Fatal(err)
-	}
-	output, err := launch.OpenOutput(out, launch.OpenOptions{Rootfs: rootfs})
-	if err != nil {
-		t.Fatal(err)
-	}
+	output, runscPath, _ := openExample(t)
 	beside, err := (&runsc.Runsc{Path: runscPath}).ResolvedHelpersDir()
 	if err != nil {
 		t.Fatal(err)

@@ -22,15 +22,7 @@ import (
 // have limits, with a runsc root and work directory of the test's own.
 func limitedRestorer(t *testing.T, limits sandbox.Limits) (*launch.Restorer, *launch.Runtime, string) {
 	t.Helper()
-	testenv.SkipIfShort(t, "runsc and the rootfs")
-	out, rootfs, runscPath, _, err := exampleOutput()
-	if err != nil {
-		t.Fatal(err)
-	}
-	output, err := launch.OpenOutput(out, launch.OpenOptions{Rootfs: rootfs})
-	if err != nil {
-		t.Fatal(err)
-	}
+	output, runscPath, _ := openExample(t)
 	dir, err := os.MkdirTemp("", "rlim-")
 	if err != nil {
 		t.Fatal(err)

@@ -21,15 +21,7 @@ import (
 // executorproto.ErrMessageTooLarge, and the same answer under a limit twice as large decodes.
 // Every sandbox is gone at the end (runsc list and processes).
 func TestRestoredCallResponseLimit(t *testing.T) {
-	testenv.SkipIfShort(t, "runsc and the rootfs")
-	out, rootfs, runscPath, _, err := exampleOutput()
-	if err != nil {
-		t.Fatal(err)
-	}
-	output, err := launch.OpenOutput(out, launch.OpenOptions{Rootfs: rootfs})
-	if err != nil {
-		t.Fatal(err)
-	}
+	output, runscPath, _ := openExample(t)
 	work := testenv.WorkDir(t)
 	root := filepath.Join(work, "root")
 	t.Cleanup(func() {
