@@ -10,6 +10,7 @@ import (
 
 	"readie.dev/pipeline/internal/oci/selfimage"
 	"readie.dev/pipeline/pkg/filedigest"
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/runsc"
 )
@@ -77,15 +78,17 @@ func (rt Runtime) layers(m *manifest.Manifest, scratch string) (runscLayer, root
 	if err != nil {
 		return nil, nil, err
 	}
-	files := []selfimage.File{{Path: "/" + RuntimeRoot + "/runsc", Mode: 0o755, Source: rt.Runsc}}
+	// The layers hold a runtime directory's entries (launch.RuntimeIn) under RuntimeRoot.
+	in := launch.RuntimeIn("/" + RuntimeRoot)
+	files := []selfimage.File{{Path: in.Runsc, Mode: 0o755, Source: rt.Runsc}}
 	for _, name := range runsc.HelperNames() {
 		if _, ok := m.Runsc.Helpers[name]; ok {
-			files = append(files, selfimage.File{Path: "/" + RuntimeRoot + "/gvisor-bin/" + name, Mode: 0o755, Source: filepath.Join(dir, name)})
+			files = append(files, selfimage.File{Path: in.Helpers + "/" + name, Mode: 0o755, Source: filepath.Join(dir, name)})
 		}
 	}
 	if runscLayer, err = selfimage.WriteLayer(selfimage.Layer{Name: "runtime-runsc", Files: files}, scratch); err != nil {
 		return nil, nil, err
 	}
-	rootfsLayer, err = selfimage.WriteLayer(selfimage.Layer{Name: "runtime-rootfs", Trees: []selfimage.Tree{{Path: "/" + RuntimeRoot + "/rootfs", Source: rootfs}}}, scratch)
+	rootfsLayer, err = selfimage.WriteLayer(selfimage.Layer{Name: "runtime-rootfs", Trees: []selfimage.Tree{{Path: in.Rootfs, Source: rootfs}}}, scratch)
 	return runscLayer, rootfsLayer, err
 }
