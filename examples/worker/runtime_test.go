@@ -11,6 +11,7 @@ import (
 	"readie.dev/pipeline/internal/oci/ocitest"
 	"readie.dev/pipeline/internal/oci/output"
 	"readie.dev/pipeline/internal/testenv"
+	"readie.dev/pipeline/pkg/exitcode"
 )
 
 // TestWorkerFromPulledRuntime: a worker host that holds nothing but what one `pipeline pull REF
@@ -70,6 +71,12 @@ func TestWorkerFromPulledRuntime(t *testing.T) {
 		t.Errorf("the worker on the pulled runtime warned (a helper missing?):\n%s", &stderr)
 	}
 	testenv.CheckNoRunsc(t, testenv.RunscPath(t), root, "")
+	for _, other := range []string{"-runsc", "-rootfs"} {
+		output, err := testenv.Command(t, time.Minute, worker, "-out", filepath.Join(host, "out"), "-runtime", runtime, other, "/x").CombinedOutput()
+		if code, _ := exitcode.Of(err); code != exitcode.Usage || !strings.Contains(string(output), "-runtime DIR names runsc and the rootfs") {
+			t.Errorf("worker -runtime with %s: %v\n%s\nwant exit 2 saying they exclude each other", other, err, output)
+		}
+	}
 
 	// A second pull of the output into the same runtime directory fetches no runtime blob.
 	logged := len(reg.Log())
