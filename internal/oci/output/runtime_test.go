@@ -1,11 +1,22 @@
 package output
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/sirupsen/logrus"
+
+	"readie.dev/pipeline/internal/oci/ocitest"
+	"readie.dev/pipeline/internal/oci/unpack"
 	"readie.dev/pipeline/pkg/filedigest"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/runsc"
@@ -45,4 +56,66 @@ func TestRuntimeCheck(t *testing.T) {
 			t.Errorf("another %s: %v, want ErrRuntime", name, err)
 		}
 	}
+}
+
+// TestPullRuntimeRefusesDir: a runtime directory that holds another runtime (its record names
+// other layers) or an entry no pull laid out is refused with ErrRuntimeDir before any layer is
+// read, and left as it was.
+func TestPullRuntimeRefusesDir(t *testing.T) {
+	runscLayer, rootfsLayer := ocitest.Layer(t, []byte("runsc")), ocitest.Layer(t, []byte("rootfs"))
+	img, err := mutate.AppendLayers(empty.Image, runscLayer, rootfsLayer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runscDigest, _ := runscLayer.Digest()
+	rootfsDigest, _ := rootfsLayer.Digest()
+	img = mutate.Annotations(img, map[string]string{AnnotationRuntimeRunsc: runscDigest.String(), AnnotationRuntimeRootfs: rootfsDigest.String()}).(v1.Image)
+	other := filedigest.OfBytes([]byte("another layer"))
+	for name, tc := range map[string]struct {
+		files map[string]string
+		want  string
+	}{
+		"another runtime":           {map[string]string{runtimeRecordName: `{"runsc_layer":"` + other + `"}`}, "it holds the runsc of another runtime (layer " + other},
+		"an entry no pull laid out": {map[string]string{"rootfs/etc/passwd": "root"}, "rootfs is there and no pull laid it out"},
+		"the record, rootfs alone":  {map[string]string{runtimeRecordName: `{"rootfs_layer":"` + rootfsDigest.String() + `"}`, "runsc": "x"}, "runsc is there and no pull laid it out"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			for path, data := range tc.files {
+				os.MkdirAll(filepath.Join(dir, filepath.Dir(path)), 0o755)
+				if err := os.WriteFile(filepath.Join(dir, path), []byte(data), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := tree(t, dir)
+			_, err := PullRuntime(context.Background(), img, &manifest.Manifest{}, dir, unpack.Limits{}, logrus.New(), nil)
+			if !errors.Is(err, ErrRuntimeDir) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%v, want ErrRuntimeDir saying %q", err, tc.want)
+			}
+			if after := tree(t, dir); after != before {
+				t.Errorf("a refused pull changed the directory:\n%s\nthen\n%s", before, after)
+			}
+		})
+	}
+}
+
+// tree lists every path under dir with its mode and size.
+func tree(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%s %s %d\n", path, info.Mode(), info.Size())
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }
