@@ -48,7 +48,7 @@ func Pull(ctx context.Context, img v1.Image, out, runtimeDir string, limits unpa
 			return err
 		}
 		if runtimeDir != "" {
-			if _, err := output.PullRuntime(ctx, img, m, runtimeDir, limits, log, each); err != nil {
+			if err := output.PullRuntime(ctx, img, m, runtimeDir, limits, log, each); err != nil {
 				return err
 			}
 		}

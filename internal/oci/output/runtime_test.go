@@ -1,12 +1,17 @@
 package output
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -17,6 +22,7 @@ import (
 
 	"readie.dev/pipeline/internal/oci/ocitest"
 	"readie.dev/pipeline/internal/oci/unpack"
+	"readie.dev/pipeline/internal/oci/verify"
 	"readie.dev/pipeline/pkg/filedigest"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/runsc"
@@ -88,7 +94,7 @@ func TestPullRuntimeRefusesDir(t *testing.T) {
 				}
 			}
 			before := tree(t, dir)
-			_, err := PullRuntime(context.Background(), img, &manifest.Manifest{}, dir, unpack.Limits{}, logrus.New(), nil)
+			err := PullRuntime(context.Background(), img, &manifest.Manifest{}, dir, unpack.Limits{}, quietLog(), nil)
 			if !errors.Is(err, ErrRuntimeDir) || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("%v, want ErrRuntimeDir saying %q", err, tc.want)
 			}
@@ -118,4 +124,80 @@ func tree(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	return b.String()
+}
+
+// TestPullRuntimeFetchesOnce: a pull lays out the runtime (the helpers of a runsc captured
+// with them, none of one without); a second pull fetches no layer; a pull that died before it
+// put runsc in place (the record written, runsc missing) is finished by the next, which
+// fetches the runsc layer alone.
+func TestPullRuntimeFetchesOnce(t *testing.T) {
+	for _, withHelpers := range []bool{true, false} {
+		t.Run(fmt.Sprintf("helpers %v", withHelpers), func(t *testing.T) {
+			runscTar := map[string]string{RuntimeRoot + "/runsc": "runsc"}
+			m := &manifest.Manifest{Runsc: manifest.Runsc{SHA256: filedigest.OfBytes([]byte("runsc"))}, Rootfs: manifest.Rootfs{Digest: "sha256:aa"}}
+			if withHelpers {
+				runscTar[RuntimeRoot+"/gvisor-bin/"+runsc.Sentry] = "sentry"
+				m.Runsc.Helpers = map[string]string{runsc.Sentry: filedigest.OfBytes([]byte("sentry"))}
+			}
+			runscLayer := ocitest.Layer(t, tarOf(t, runscTar))
+			rootfsLayer := ocitest.Layer(t, tarOf(t, map[string]string{RuntimeRoot + "/rootfs/" + manifest.RootfsInfoFile: `{"digest":"sha256:aa"}`}))
+			img, err := mutate.AppendLayers(empty.Image, runscLayer, rootfsLayer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			runscDigest, _ := runscLayer.Digest()
+			rootfsDigest, _ := rootfsLayer.Digest()
+			img = mutate.Annotations(img, map[string]string{AnnotationRuntimeRunsc: runscDigest.String(), AnnotationRuntimeRootfs: rootfsDigest.String()}).(v1.Image)
+
+			dir := filepath.Join(t.TempDir(), "runtime")
+			pull := func() []string {
+				t.Helper()
+				var fetched []string
+				if err := PullRuntime(context.Background(), img, m, dir, unpack.DefaultLimits(), quietLog(), func(l verify.Layer) { fetched = append(fetched, l.Digest.String()) }); err != nil {
+					t.Fatal(err)
+				}
+				return fetched
+			}
+			if got := pull(); len(got) != 2 {
+				t.Errorf("the first pull fetched %v, want both layers", got)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "gvisor-bin", runsc.Sentry)); (err == nil) != withHelpers {
+				t.Errorf("the sentry laid out: %v, want %v", err, withHelpers)
+			}
+			if got := pull(); len(got) != 0 {
+				t.Errorf("the second pull fetched %v, want nothing", got)
+			}
+			os.Remove(filepath.Join(dir, "runsc"))
+			if got := pull(); len(got) != 1 || got[0] != runscDigest.String() {
+				t.Errorf("a pull after one that died fetched %v, want the runsc layer %s", got, runscDigest)
+			}
+			if data, err := os.ReadFile(filepath.Join(dir, "runsc")); string(data) != "runsc" {
+				t.Errorf("runsc: %q, %v", data, err)
+			}
+		})
+	}
+}
+
+// tarOf returns a tar of the files (name: content), each 0755, sorted.
+func tarOf(t *testing.T, files map[string]string) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o755, Size: int64(len(files[name]))}); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write([]byte(files[name]))
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// quietLog is a logger that writes nowhere.
+func quietLog() logrus.FieldLogger {
+	l := logrus.New()
+	l.Out = io.Discard
+	return l
 }

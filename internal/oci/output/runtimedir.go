@@ -48,7 +48,9 @@ type runtimeRecord struct {
 	Rootfs string `json:"rootfs_layer,omitempty"`
 }
 
-// runtimePart is one runtime layer and the entries of the directory it lays out.
+// runtimePart is one runtime layer and the entries of the directory it lays out, in the order
+// they are put in place: the last one there says they all are. An entry the layer lacks (the
+// helpers of a runsc captured without them) is none of the directory's.
 type runtimePart struct {
 	name     string
 	layer    v1.Hash
@@ -65,18 +67,18 @@ type runtimePart struct {
 // skipped parts included, is checked against m (runsc's sha256, its helpers, the rootfs
 // digest) before the record names the new layers and their entries are renamed into place.
 // A layer of other bytes, a runtime other than m's, another runtime in dir or entries no pull
-// laid out are refused, and dir is left as it was. It returns how many layers it fetched.
-func PullRuntime(ctx context.Context, img v1.Image, m *manifest.Manifest, dir string, limits unpack.Limits, log logrus.FieldLogger, done func(verify.Layer)) (fetched int, err error) {
+// laid out are refused, and dir is left as it was.
+func PullRuntime(ctx context.Context, img v1.Image, m *manifest.Manifest, dir string, limits unpack.Limits, log logrus.FieldLogger, done func(verify.Layer)) (err error) {
 	digests, err := RuntimeLayers(img)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	if digests.Runsc.Hex == "" || digests.Rootfs.Hex == "" {
-		return 0, fmt.Errorf("%w: it carries no runtime (no %s and %s annotations): it was pushed from an image's rootfs, or by a pipeline before the runtime layers", ErrImage, AnnotationRuntimeRunsc, AnnotationRuntimeRootfs)
+		return fmt.Errorf("%w: it carries no runtime (no %s and %s annotations): it was pushed from an image's rootfs, or by a pipeline before the runtime layers", ErrImage, AnnotationRuntimeRunsc, AnnotationRuntimeRootfs)
 	}
 	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return 0, err
+			return err
 		}
 		defer func() {
 			if err != nil {
@@ -86,30 +88,30 @@ func PullRuntime(ctx context.Context, img v1.Image, m *manifest.Manifest, dir st
 	}
 	unlock, err := lockDir(ctx, dir, log)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer unlock()
 	if err := removeStaging(dir); err != nil {
-		return 0, err
+		return err
 	}
 	var rec runtimeRecord
 	switch data, err := os.ReadFile(filepath.Join(dir, runtimeRecordName)); {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
-		return 0, err
+		return err
 	default:
 		if err := json.Unmarshal(data, &rec); err != nil {
-			return 0, fmt.Errorf("%w %s: %s: %w", ErrRuntimeDir, dir, runtimeRecordName, err)
+			return fmt.Errorf("%w %s: %s: %w", ErrRuntimeDir, dir, runtimeRecordName, err)
 		}
 	}
 	parts := []*runtimePart{
-		{name: "runsc", layer: digests.Runsc, entries: []string{launch.RuntimeRunsc, launch.RuntimeHelpers}, recorded: &rec.Runsc},
+		{name: "runsc", layer: digests.Runsc, entries: []string{launch.RuntimeHelpers, launch.RuntimeRunsc}, recorded: &rec.Runsc},
 		{name: "rootfs", layer: digests.Rootfs, entries: []string{launch.RuntimeRootfs}, recorded: &rec.Rootfs},
 	}
 	wanted := map[v1.Hash]bool{}
 	for _, p := range parts {
 		if p.fetch, err = p.needed(dir); err != nil {
-			return 0, err
+			return err
 		}
 		if p.fetch {
 			wanted[p.layer] = true
@@ -121,18 +123,18 @@ func PullRuntime(ctx context.Context, img v1.Image, m *manifest.Manifest, dir st
 	var staging string
 	if len(wanted) > 0 {
 		if staging, err = os.MkdirTemp(dir, runtimeStaging); err != nil {
-			return 0, err
+			return err
 		}
 		defer os.RemoveAll(staging)
 		root, err := os.OpenRoot(staging)
 		if err != nil {
-			return 0, err
+			return err
 		}
 		defer root.Close()
 		a := unpack.NewApplier(root, unpack.NewBudget(limits))
 		want := func(l verify.Layer) bool { return wanted[l.Digest] }
 		if _, err := verify.SomeLayers(ctx, img, want, func(_ verify.Layer, tr *tar.Reader) error { return a.Apply(tr) }, done); err != nil {
-			return 0, fmt.Errorf("runtime: %w", err)
+			return fmt.Errorf("runtime: %w", err)
 		}
 	}
 	// The runtime as it will be: fetched parts from staging, the others from dir.
@@ -145,10 +147,10 @@ func PullRuntime(ctx context.Context, img v1.Image, m *manifest.Manifest, dir st
 	}
 	rt := Runtime{Runsc: RuntimeOf(where(parts[0])).Runsc, HelpersDir: RuntimeOf(where(parts[0])).HelpersDir, Rootfs: RuntimeOf(where(parts[1])).Rootfs}
 	if err := rt.check(m); err != nil {
-		return 0, fmt.Errorf("runtime: %w", err)
+		return fmt.Errorf("runtime: %w", err)
 	}
 	if len(wanted) == 0 {
-		return 0, nil
+		return nil
 	}
 
 	// The record first: a pull that dies before every entry is in place leaves a recorded
@@ -159,40 +161,46 @@ func PullRuntime(ctx context.Context, img v1.Image, m *manifest.Manifest, dir st
 		}
 	}
 	if err := atomicfile.WriteJSON(filepath.Join(dir, runtimeRecordName), rec); err != nil {
-		return 0, err
+		return err
 	}
 	for _, p := range parts {
 		if !p.fetch {
 			continue
 		}
 		for _, e := range p.entries {
+			if _, err := os.Lstat(filepath.Join(staged, e)); errors.Is(err, fs.ErrNotExist) {
+				continue // not in this layer
+			}
 			if err := os.RemoveAll(filepath.Join(dir, e)); err != nil { // what a dead pull put in place
-				return 0, err
+				return err
 			}
 			if err := os.Rename(filepath.Join(staged, e), filepath.Join(dir, e)); err != nil {
-				return 0, fmt.Errorf("put %s in place: %w", e, err)
+				return fmt.Errorf("put %s in place: %w", e, err)
 			}
 		}
-		fetched++
+		log.WithFields(logrus.Fields{"layer": p.layer.String(), "dir": dir}).Infof("pull: the runtime's %s layer laid out", p.name)
 	}
-	return fetched, unpack.SyncDir(dir)
+	return unpack.SyncDir(dir)
 }
 
-// needed says whether p's layer must be fetched into dir: no (the record names it and every
-// entry is there) or yes (no record of it and none of its entries, or a pull that died while
-// it put them in place). Another layer recorded, or an entry without a record, is refused.
+// needed says whether p's layer must be fetched into dir: no (the record names it and its
+// last entry is there) or yes (no record of it and none of its entries, or a pull that died
+// while it put them in place). Another layer recorded, or an entry without a record, is
+// refused.
 func (p *runtimePart) needed(dir string) (bool, error) {
 	var present []string
-	for _, e := range p.entries {
+	last := false
+	for i, e := range p.entries {
 		if _, err := os.Lstat(filepath.Join(dir, e)); err == nil {
 			present = append(present, e)
+			last = i == len(p.entries)-1
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			return false, err
 		}
 	}
 	switch {
 	case *p.recorded == p.layer.String():
-		return len(present) < len(p.entries), nil
+		return !last, nil
 	case *p.recorded != "":
 		return false, fmt.Errorf("%w %s: it holds the %s of another runtime (layer %s; this output's is %s): a runtime directory holds one runtime, name another",
 			ErrRuntimeDir, dir, p.name, *p.recorded, p.layer)
