@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/exchange"
+	"readie.dev/pipeline/internal/oci/output"
 	"readie.dev/pipeline/internal/oci/ref"
 	"readie.dev/pipeline/pkg/cpu"
 	"readie.dev/pipeline/pkg/manifest"
@@ -27,11 +29,12 @@ type checkHostCmd struct {
 	cpuFeatures string
 	cpus        int
 	runsc       string
+	runtime     string
 }
 
 func (*checkHostCmd) Name() string { return "check-host" }
 func (*checkHostCmd) Usage() string {
-	return "check-host [--out OUT | --image REF] [--cpu-features FILE [--cpus N]] [--runsc PATH]"
+	return "check-host [--out OUT | --image REF] [--cpu-features FILE [--cpus N]] [--runsc PATH | --runtime DIR]"
 }
 func (*checkHostCmd) Synopsis() string {
 	return "say, checkpoint by checkpoint, whether an output restores on this host (or the host of a features file); exit 3 when some do not, 1 when it could not check"
@@ -43,6 +46,7 @@ func (c *checkHostCmd) SetFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.cpuFeatures, "cpu-features", "", "the host's CPU from `FILE`: the line that runsc cpu-features prints there, optionally followed by its \"clflush size : N\" line of /proc/cpuinfo (default: this host's)")
 	fs.IntVar(&c.cpus, "cpus", 0, "with --cpu-features: the host's CPU count `N`, warned about when below the checkpoints' cpus (default: unknown, not checked; without --cpu-features, this host's)")
 	fs.StringVar(&c.runsc, "runsc", "", "the host's runsc binary at `PATH` (default: the config's runsc.path)")
+	fs.StringVar(&c.runtime, "runtime", "", "the host's runtime in `DIR`, as pull --runtime lays it out: DIR/runsc with its helpers in DIR/gvisor-bin, and DIR/rootfs, whose digest is checked too")
 }
 
 func (c *checkHostCmd) CheckArgs(args []string) error {
@@ -51,6 +55,9 @@ func (c *checkHostCmd) CheckArgs(args []string) error {
 	}
 	if c.cpus != 0 && (c.cpuFeatures == "" || c.cpus < 0) {
 		return errors.New("--cpus N (1 or more) describes the host of --cpu-features: this host's count is its own")
+	}
+	if c.runtime != "" && c.runsc != "" {
+		return errors.New("--runtime DIR names runsc (DIR/runsc) and --runsc names another: name one")
 	}
 	if c.image != "" && (c.out.dir != "" || len(args) > 0) {
 		return errors.New("--image and an output directory: name one")
@@ -72,10 +79,18 @@ func (c *checkHostCmd) Execute(ctx context.Context, con *console, args []string)
 	if err != nil {
 		return err
 	}
-	if c.runsc == "" {
-		c.runsc = cfg.Runsc.Path
+	var rt output.Runtime
+	switch {
+	case c.runtime != "":
+		if rt, err = runtimeDir(c.runtime); err != nil {
+			return err
+		}
+	case c.runsc != "":
+		rt.Runsc = c.runsc
+	default:
+		rt.Runsc = cfg.Runsc.Path
 	}
-	host, where, err := c.host(ctx, cfg.Timeouts.RunscCommand)
+	host, where, err := c.host(ctx, rt, cfg.Timeouts.RunscCommand)
 	if err != nil {
 		return err
 	}
@@ -93,6 +108,9 @@ func (c *checkHostCmd) Execute(ctx context.Context, con *console, args []string)
 		}
 	}
 	report := manifest.CheckHost(m, host)
+	if rt.Rootfs != "" {
+		report = checkRootfs(m, rt.Rootfs, report)
+	}
 	if con.json {
 		err = writeJSON(con.stdout, struct {
 			Host manifest.RestoreHost `json:"host"`
@@ -116,14 +134,39 @@ func (c *checkHostCmd) Execute(ctx context.Context, con *console, args []string)
 	return nil
 }
 
-// host describes the host checked: this one, or the CPU of --cpu-features with the runsc of
-// --runsc; where says which, for people.
-func (c *checkHostCmd) host(ctx context.Context, limit time.Duration) (manifest.RestoreHost, string, error) {
-	if _, err := os.Stat(c.runsc); err != nil {
-		return manifest.RestoreHost{}, "", usagef("runsc %s: %v (name the host's runsc with --runsc)", c.runsc, err)
+// runtimeDir returns the runtime pull --runtime laid out in dir, its paths absolute.
+func runtimeDir(dir string) (output.Runtime, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return output.Runtime{}, err
 	}
+	return output.RuntimeOf(abs), nil
+}
+
+// checkRootfs adds to every verdict of r a problem when the rootfs at path is not the one m's
+// checkpoints were captured on (manifest.CheckRootfs).
+func checkRootfs(m *manifest.Manifest, path string, r manifest.Report) manifest.Report {
+	err := m.CheckRootfs(path)
+	if err == nil {
+		return r
+	}
+	r.Restores = false
+	for i := range r.Checkpoints {
+		r.Checkpoints[i].Restores = false
+		r.Checkpoints[i].Problems = append(slices.Clone(r.Checkpoints[i].Problems), err.Error())
+	}
+	return r
+}
+
+// host describes the host checked: this one, or the CPU of --cpu-features, with the runsc of
+// rt; where says which, for people.
+func (c *checkHostCmd) host(ctx context.Context, rt output.Runtime, limit time.Duration) (manifest.RestoreHost, string, error) {
+	if _, err := os.Stat(rt.Runsc); err != nil {
+		return manifest.RestoreHost{}, "", usagef("runsc %s: %v (name the host's runsc with --runsc, or its runtime with --runtime)", rt.Runsc, err)
+	}
+	driver := &runsc.Runsc{Path: rt.Runsc, HelpersDir: rt.HelpersDir, CommandTimeout: limit}
 	if c.cpuFeatures == "" {
-		h, err := manifest.ReadHost(ctx, &runsc.Runsc{Path: c.runsc, CommandTimeout: limit})
+		h, err := manifest.ReadHost(ctx, driver)
 		return h, "this host", err
 	}
 	hosts, err := cpu.ReadHosts(c.cpuFeatures)
@@ -133,7 +176,7 @@ func (c *checkHostCmd) host(ctx context.Context, limit time.Duration) (manifest.
 	if len(hosts) != 1 {
 		return manifest.RestoreHost{}, "", usagef("--cpu-features %s describes %d host types: check-host checks one host (one features line and its clflush size line)", c.cpuFeatures, len(hosts))
 	}
-	h, err := manifest.ReadHost(ctx, &runsc.Runsc{Path: c.runsc, CommandTimeout: limit})
+	h, err := manifest.ReadHost(ctx, driver)
 	if err != nil {
 		return manifest.RestoreHost{}, "", err
 	}

@@ -241,6 +241,23 @@ func TestCheckHost(t *testing.T) {
 		t.Errorf("--image: exit %d\n%s%s", code, stdout, stderr)
 	}
 
+	// The runtime pull --runtime laid out: its runsc, helpers and rootfs are the checkpoints';
+	// a rootfs of another digest is a problem of every checkpoint.
+	runtime := filepath.Join(dir, "runtime")
+	if code, _, stderr := runCLI(t, "pull", "--config", cfg, layout, filepath.Join(dir, "pulled"), "--runtime", runtime); code != exitOK {
+		t.Fatalf("pull --runtime: %s", stderr)
+	}
+	code, stdout, stderr = runCLI(t, "check-host", "--config", cfg, "--runtime", runtime)
+	if code != exitOK || !strings.Contains(stdout, "js: restores") || strings.Contains(stdout, "warning") {
+		t.Errorf("--runtime: exit %d\n%s%s", code, stdout, stderr)
+	}
+	info := filepath.Join(runtime, "rootfs", manifest.RootfsInfoFile)
+	writeText(t, filepath.Dir(info), filepath.Base(info), `{"digest":"sha256:0000"}`)
+	code, stdout, stderr = runCLI(t, "check-host", "--config", cfg, "--runtime", runtime)
+	if code != exitDoesNotRestore || strings.Count(stdout, "does not restore: rootfs "+filepath.Join(runtime, "rootfs")+" is sha256:0000, the checkpoints were captured on "+m.Rootfs.Digest) != 2 {
+		t.Errorf("--runtime of another rootfs: exit %d\n%s%s", code, stdout, stderr)
+	}
+
 	broken := writeText(t, dir, "broken-runsc", "#!/bin/sh\necho 'runsc: cannot run here' >&2\nexit 1\n")
 	os.Chmod(broken, 0o755)
 	code, stdout, stderr = runCLI(t, "check-host", "--config", cfg, "--runsc", broken, "--cpu-features", lacking)
@@ -258,6 +275,7 @@ func TestCheckHost(t *testing.T) {
 		{"no output", []string{"--out", filepath.Join(dir, "none")}, "manifest.json"},
 		{"an image and an output", []string{"--image", layout, "--out", dir}, "--image and an output directory"},
 		{"no runsc", []string{"--runsc", filepath.Join(dir, "none")}, "--runsc"},
+		{"a runtime and a runsc", []string{"--runtime", runtime, "--runsc", broken}, "--runtime DIR names runsc (DIR/runsc) and --runsc names another"},
 		{"a CPU count of this host", []string{"--cpus", "1"}, "--cpus N (1 or more) describes the host of --cpu-features"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -67,7 +67,8 @@ func skopeo(t *testing.T, args ...string) string {
 
 // TestPushPull: push to a real registry, inspect and copy it with skopeo (an independent
 // client), pull it back from the registry and from skopeo's OCI layout; both verify and
-// restore. A second push of the unchanged output uploads no blob.
+// restore. A second push of the unchanged output uploads no blob; a push of another output
+// captured with the same runsc and rootfs uploads its own blobs and no runtime blob.
 func TestPushPull(t *testing.T) {
 	t.Parallel()
 	reg := testenv.StartRegistry(t, false)
@@ -89,15 +90,11 @@ func TestPushPull(t *testing.T) {
 	if inspected.Digest != digest {
 		t.Errorf("skopeo sees %s, push printed %s", inspected.Digest, digest)
 	}
-	var raw struct {
-		MediaType   string
-		Annotations map[string]string
-		Layers      []struct{ MediaType string }
-	}
-	json.Unmarshal([]byte(skopeo(t, "inspect", "--raw", "--tls-verify=false", "docker://"+ref)), &raw)
-	if raw.MediaType != "application/vnd.oci.image.manifest.v1+json" || len(raw.Layers) != 3 ||
+	raw := rawManifest(t, ref)
+	if raw.MediaType != "application/vnd.oci.image.manifest.v1+json" || len(raw.Layers) != 5 ||
 		raw.Annotations[output.AnnotationProtocol] != "2" || raw.Annotations["org.opencontainers.image.created"] == "" ||
-		!strings.HasPrefix(raw.Annotations[output.AnnotationRootfsDigest], "sha256:") {
+		!strings.HasPrefix(raw.Annotations[output.AnnotationRootfsDigest], "sha256:") ||
+		raw.Annotations[output.AnnotationRuntimeRunsc] != raw.Layers[3].Digest || raw.Annotations[output.AnnotationRuntimeRootfs] != raw.Layers[4].Digest {
 		t.Errorf("image manifest: %+v", raw)
 	}
 
@@ -107,6 +104,38 @@ func TestPushPull(t *testing.T) {
 	}
 	if n := reg.Uploads(); n != uploads {
 		t.Errorf("a second push of an unchanged output started %d uploads", n-uploads)
+	}
+
+	// Another output of the same runsc and rootfs: its own layers and config are uploaded, the
+	// runtime's two layers are in the repository already. The first push's log shows what an
+	// upload of a runtime layer looks like.
+	runtimeDigests := []string{raw.Annotations[output.AnnotationRuntimeRunsc], raw.Annotations[output.AnnotationRuntimeRootfs]}
+	uploadOf := func(digest string) string { return "digest=" + strings.Replace(digest, ":", "%3A", 1) }
+	for _, d := range runtimeDigests {
+		if !strings.Contains(reg.Log(), uploadOf(d)) {
+			t.Fatalf("the first push did not upload runtime layer %s:\n%s", d, reg.Log())
+		}
+	}
+	other := testenv.WorkDir(t)
+	otherCfg := smallOutput(t, other)
+	uploads, logged := reg.Uploads(), len(reg.Log())
+	if code, stdout, stderr := runCLI(t, "push", "--config", otherCfg, reg.Host+"/readie/checkpoints:v2"); code != exitOK {
+		t.Fatalf("push of another output: exit %d\n%s%s", code, stdout, stderr)
+	}
+	otherRaw := rawManifest(t, reg.Host+"/readie/checkpoints:v2")
+	secondLog := reg.Log()[logged:]
+	for _, d := range runtimeDigests {
+		if strings.Contains(secondLog, uploadOf(d)) {
+			t.Errorf("the push of another output on the same runtime uploaded runtime layer %s again", d)
+		}
+	}
+	if n := reg.Uploads() - uploads; n == 0 || n > len(otherRaw.Layers)-2+1 {
+		t.Errorf("the push of another output started %d uploads, want 1 to %d (its own layers and config)", n, len(otherRaw.Layers)-1)
+	}
+	for i, key := range []string{output.AnnotationRuntimeRunsc, output.AnnotationRuntimeRootfs} {
+		if otherRaw.Annotations[key] != runtimeDigests[i] {
+			t.Errorf("%s: %s for one output, %s for the other on the same runtime", key, runtimeDigests[i], otherRaw.Annotations[key])
+		}
 	}
 
 	layoutDir := filepath.Join(dir, "layout")
@@ -129,6 +158,23 @@ func TestPushPull(t *testing.T) {
 	if code != exitOK || !strings.HasSuffix(strings.TrimSpace(stdout), digest) {
 		t.Fatalf("push to an OCI layout: exit %d, %s%s (want the registry's digest %s)", code, stdout, stderr, digest)
 	}
+}
+
+// imageManifest is what the tests read of a pushed image's manifest.
+type imageManifest struct {
+	MediaType   string
+	Annotations map[string]string
+	Layers      []struct{ MediaType, Digest string }
+}
+
+// rawManifest reads the manifest of the image ref of a loopback registry with skopeo.
+func rawManifest(t *testing.T, ref string) imageManifest {
+	t.Helper()
+	var raw imageManifest
+	if err := json.Unmarshal([]byte(skopeo(t, "inspect", "--raw", "--tls-verify=false", "docker://"+ref)), &raw); err != nil {
+		t.Fatal(err)
+	}
+	return raw
 }
 
 // TestPullRefusesAnotherProtocol: an image of another executor protocol is refused with the

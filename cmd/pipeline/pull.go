@@ -9,14 +9,20 @@ import (
 	"readie.dev/pipeline/internal/oci/ref"
 )
 
-type pullCmd struct{ config configFlag }
+type pullCmd struct {
+	config  configFlag
+	runtime string
+}
 
 func (*pullCmd) Name() string  { return "pull" }
-func (*pullCmd) Usage() string { return "pull REF OUT" }
+func (*pullCmd) Usage() string { return "pull REF OUT [--runtime DIR]" }
 func (*pullCmd) Synopsis() string {
 	return "write the output that an image of `pipeline push` holds into OUT, verified"
 }
-func (c *pullCmd) SetFlags(fs *flag.FlagSet) { c.config.register(fs) }
+func (c *pullCmd) SetFlags(fs *flag.FlagSet) {
+	c.config.register(fs)
+	fs.StringVar(&c.runtime, "runtime", "", "also lay out the runtime the output was captured with in `DIR` (DIR/runsc, DIR/gvisor-bin/, DIR/rootfs), verified; layers DIR holds already are not fetched")
+}
 
 func (*pullCmd) CheckArgs(args []string) error {
 	if len(args) != 2 {
@@ -40,7 +46,7 @@ func (c *pullCmd) Execute(ctx context.Context, con *console, args []string) erro
 	if err != nil {
 		return err
 	}
-	m, err := exchange.Pull(ctx, img, args[1], exchange.ImageLimits(cfg.Limits), con.log, con.progress, "pull")
+	m, err := exchange.Pull(ctx, img, args[1], c.runtime, exchange.ImageLimits(cfg.Limits), con.log, con.progress, "pull")
 	if err != nil {
 		return usageIfSetup(err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/exchange"
+	"readie.dev/pipeline/internal/oci/output"
 	"readie.dev/pipeline/internal/oci/ref"
 )
 
@@ -56,7 +57,13 @@ func (c *pushCmd) Execute(ctx context.Context, con *console, args []string) erro
 		return err
 	}
 	defer cancel()
-	pushed, err := exchange.Push(ctx, cfg.Output, r, con.log, con.progress)
+	// The runtime goes with the output unless the sandbox root is an image (its rootfs is an
+	// unpacked copy, the image's reference its own way to a worker host).
+	var rt *output.Runtime
+	if cfg.Image == "" {
+		rt = &output.Runtime{Runsc: cfg.Runsc.Path, Rootfs: cfg.Rootfs}
+	}
+	pushed, err := exchange.Push(ctx, cfg.Output, r, rt, con.log, con.progress)
 	if err != nil {
 		return err
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"readie.dev/pipeline/internal/oci/ocitest"
+	"readie.dev/pipeline/internal/oci/output"
 	"readie.dev/pipeline/internal/outdir"
 	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/manifest"
@@ -449,12 +450,17 @@ func TestPullRefusesForgedLayer(t *testing.T) {
 	}
 	img, _ := ocitest.FirstImage(t, layoutDir)
 	m, _ := img.Manifest()
-	// The manifest.json layer, replaced by the first checkpoint's: a valid layer of another digest.
-	last, first := m.Layers[len(m.Layers)-1].Digest, m.Layers[0].Digest
+	// The manifest.json layer (the last before the runtime's two, which pull skips), replaced
+	// by the first checkpoint's: a valid layer of another digest.
+	i := len(m.Layers) - 3
+	last, first := m.Layers[i].Digest, m.Layers[0].Digest
+	if runtime := m.Annotations[output.AnnotationRuntimeRunsc]; runtime != m.Layers[i+1].Digest.String() {
+		t.Fatalf("layer %d is %s, the runtime's runsc layer %s: the layers are not output, runsc, rootfs", i+2, m.Layers[i+1].Digest, runtime)
+	}
 	data, _ := os.ReadFile(filepath.Join(layoutDir, "blobs", "sha256", first.Hex))
 	os.WriteFile(filepath.Join(layoutDir, "blobs", "sha256", last.Hex), data, 0o644)
 	pullRefused(t, cfg, "oci-layout:"+layoutDir+":v1", filepath.Join(dir, "pulled"),
-		fmt.Sprintf("layer %d of %d (%s)", len(m.Layers), len(m.Layers), last), "got "+first.String())
+		fmt.Sprintf("layer %d of %d (%s)", i+1, len(m.Layers), last), "got "+first.String())
 }
 
 // TestPushMessages: push logs each layer it uploads once (uncompressed and compressed MiB),

@@ -11,7 +11,7 @@
 // (its files, this host) or its restore is served by a cold start of its set
 // (Restorer.ColdStart), and the worker says why and what it cost.
 //
-//	worker -out OUT -runsc PATH [-set ID] [-rootfs DIR] [-root DIR] [-eval EXPR] [-timeout D] [-pool N] [-calls K]
+//	worker -out OUT (-runsc PATH [-rootfs DIR] | -runtime DIR) [-set ID] [-root DIR] [-eval EXPR] [-timeout D] [-pool N] [-calls K]
 //	       [-memory SIZE] [-pids N] [-cpus X] [-fallback none|cold]
 //
 // Exit codes: 0 the call answered as it should; 1 the host cannot restore the output, or the
@@ -29,6 +29,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -47,10 +48,10 @@ func main() {
 
 // options are the worker's flags.
 type options struct {
-	out, runsc, set, rootfs, root, eval, fallback string
-	timeout                                       time.Duration
-	pool, calls                                   int
-	limits                                        sandbox.Limits
+	out, runsc, set, rootfs, runtime, root, eval, fallback string
+	timeout                                                time.Duration
+	pool, calls                                            int
+	limits                                                 sandbox.Limits
 }
 
 // errBadInput marks bad flags or an output that cannot be used at all (exit 2).
@@ -64,6 +65,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.runsc, "runsc", "", "this host's runsc binary")
 	fs.StringVar(&o.set, "set", "empty", "the checkpoint to restore")
 	fs.StringVar(&o.rootfs, "rootfs", "", "this host's copy of the output's rootfs (default: the manifest's rootfs.path); the digest it records must be the manifest's")
+	fs.StringVar(&o.runtime, "runtime", "", "this host's runtime, as `pipeline pull REF OUT --runtime DIR` lays it out: DIR/runsc with its helpers in DIR/gvisor-bin, DIR/rootfs (instead of -runsc and -rootfs)")
 	fs.StringVar(&o.root, "root", "/run/readie-worker/runsc", "runsc's state root, private to the worker")
 	fs.StringVar(&o.eval, "eval", "", fmt.Sprintf("a Python expression to evaluate in the restored executor after the check (an answer of at most %d KiB; its first %d KiB printed)", evalResponseSize>>10, printBytes>>10))
 	fs.DurationVar(&o.timeout, "timeout", time.Minute, "the limit of the whole restore and calls")
@@ -85,8 +87,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "worker: %v\n", err)
 		return exitcode.Usage
 	}
-	if o.out == "" || o.runsc == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "worker: -out and -runsc are required, and nothing else")
+	if o.runtime != "" && (o.runsc != "" || o.rootfs != "") {
+		fmt.Fprintln(stderr, "worker: -runtime DIR names runsc and the rootfs (DIR/runsc, DIR/rootfs): give it without -runsc and -rootfs")
+		return exitcode.Usage
+	}
+	if o.out == "" || o.runsc == "" && o.runtime == "" || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "worker: -out and -runsc (or -runtime) are required, and nothing else")
 		return exitcode.Usage
 	}
 	if o.pool < 0 || o.calls < 1 {
@@ -137,6 +143,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 // N), or created on demand.
 func restoreAndCall(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
 	cold := o.fallback == "cold"
+	var helpers string // empty: gvisor-bin/ beside runsc
+	if o.runtime != "" {
+		dir, err := filepath.Abs(o.runtime)
+		if err != nil {
+			return fmt.Errorf("%w: -runtime %s: %w", errBadInput, o.runtime, err)
+		}
+		in := launch.RuntimeIn(dir)
+		o.runsc, helpers, o.rootfs = in.Runsc, in.Helpers, in.Rootfs
+	}
 	out, err := launch.OpenOutput(o.out, launch.OpenOptions{Rootfs: o.rootfs, Verify: true, ColdFallback: cold})
 	if err != nil {
 		return fmt.Errorf("%w: %w", errBadInput, err)
@@ -148,7 +163,7 @@ func restoreAndCall(ctx context.Context, o options, stdout, stderr io.Writer) (e
 	if why := out.Unusable(o.set); why != nil {
 		fmt.Fprintf(stderr, "worker: %s will start cold: %v\n", c.ID, why)
 	}
-	rt := &launch.Runtime{Path: o.runsc, Root: o.root, Flags: out.Flags}
+	rt := &launch.Runtime{Path: o.runsc, HelpersDir: helpers, Root: o.root, Flags: out.Flags}
 	warnings, err := out.CheckHost(ctx, rt, o.set)
 	for _, w := range warnings { // an unenforced CPU baseline, say: it does not stop the worker
 		fmt.Fprintf(stderr, "worker: warning: %s\n", w)

@@ -34,6 +34,31 @@ func build(t *testing.T, dir, pkg string) string {
 	return bin
 }
 
+// captureSmall captures the set "small" with the pipeline binary into dir/out, on the test's
+// runsc and rootfs, and returns the output and the config.
+func captureSmall(t *testing.T, pipeline, dir string) (out, config string) {
+	t.Helper()
+	runscPath := testenv.RunscPath(t)
+	out = filepath.Join(dir, "out")
+	config = filepath.Join(dir, "pipeline.yaml")
+	os.WriteFile(config, []byte(fmt.Sprintf(`runsc:
+  path: %s
+  root: %s
+rootfs: %s
+output: %s
+checkpoint_cache: %s
+restore_runs: 1
+checkpoints:
+  - id: small
+    imports: [json, email.parser]
+`, runscPath, privateRoot(t, runscPath, filepath.Join(dir, "pipeline")), testenv.Rootfs(t), out, filepath.Join(dir, "store"))), 0o644)
+	capture := testenv.Command(t, 5*time.Minute, pipeline, "capture", "--config", config)
+	if output, err := capture.CombinedOutput(); err != nil {
+		t.Fatalf("pipeline capture: %v\n%s", err, output)
+	}
+	return out, config
+}
+
 // privateRoot is a runsc root that must hold no sandbox when the test ends: none in runsc
 // list, no runsc process naming it.
 func privateRoot(t *testing.T, runscPath, dir string) string {
@@ -53,7 +78,7 @@ func privateRoot(t *testing.T, runscPath, dir string) string {
 // it; then stops a worker with SIGTERM in the middle of a call, which still deletes its
 // sandbox. The worker imports pkg/ only.
 func TestWorker(t *testing.T) {
-	runscPath, rootfs := testenv.RunscPath(t), testenv.Rootfs(t)
+	runscPath := testenv.RunscPath(t)
 	imports, err := testenv.Command(t, time.Minute, "go", "list", "-f", `{{join .Imports " "}}`, ".").Output()
 	if err != nil {
 		t.Fatal(err)
@@ -67,23 +92,7 @@ func TestWorker(t *testing.T) {
 	pipeline, worker := build(t, bins, "./cmd/pipeline"), build(t, bins, "./examples/worker")
 
 	dir := testenv.WorkDir(t)
-	out := filepath.Join(dir, "out")
-	config := filepath.Join(dir, "pipeline.yaml")
-	os.WriteFile(config, []byte(fmt.Sprintf(`runsc:
-  path: %s
-  root: %s
-rootfs: %s
-output: %s
-checkpoint_cache: %s
-restore_runs: 1
-checkpoints:
-  - id: small
-    imports: [json, email.parser]
-`, runscPath, privateRoot(t, runscPath, filepath.Join(dir, "pipeline")), rootfs, out, filepath.Join(dir, "store"))), 0o644)
-	capture := testenv.Command(t, 5*time.Minute, pipeline, "capture", "--config", config)
-	if output, err := capture.CombinedOutput(); err != nil {
-		t.Fatalf("pipeline capture: %v\n%s", err, output)
-	}
+	out, _ := captureSmall(t, pipeline, dir)
 
 	root := privateRoot(t, runscPath, filepath.Join(dir, "worker"))
 	// The same calls with a sandbox created per call and from a pool of sandboxes created

@@ -66,7 +66,7 @@ func MergeSources(ctx context.Context, cfg *config.Config, out string, srcs []st
 		img, err := ref.Fetch(pullCtx, r)
 		if err == nil {
 			sources[i] = filepath.Join(pulled, strconv.Itoa(i))
-			_, err = Pull(pullCtx, img, sources[i], ImageLimits(cfg.Limits), log, nil, "pull "+src)
+			_, err = Pull(pullCtx, img, sources[i], "", ImageLimits(cfg.Limits), log, nil, "pull "+src)
 		}
 		cancel()
 		if err != nil {

@@ -26,8 +26,10 @@ import (
 // Pull writes the output that img holds into out as a capture would (lock, staging, verify,
 // swap: writeOutput): out changes only when every layer matched its digests and the pulled
 // output verifies. An image of another executor protocol is refused before any layer is read.
-// Layer reads stop with ctx; what the layers may write is bounded by limits.
-func Pull(ctx context.Context, img v1.Image, out string, limits unpack.Limits, log logrus.FieldLogger, meter *progress.Meter, what string) (*manifest.Manifest, error) {
+// Layer reads stop with ctx; what the layers may write is bounded by limits. With runtimeDir
+// set, the runtime the output was captured with is laid out there too (output.PullRuntime),
+// before out is swapped: a runtime refused leaves out as it was.
+func Pull(ctx context.Context, img v1.Image, out, runtimeDir string, limits unpack.Limits, log logrus.FieldLogger, meter *progress.Meter, what string) (*manifest.Manifest, error) {
 	if err := output.CheckProtocol(img, executorproto.Version); err != nil {
 		return nil, err
 	}
@@ -44,6 +46,11 @@ func Pull(ctx context.Context, img v1.Image, out string, limits unpack.Limits, l
 		var err error
 		if m, err = manifest.Verify(staging, executorproto.Version); err != nil {
 			return err
+		}
+		if runtimeDir != "" {
+			if err := output.PullRuntime(ctx, img, m, runtimeDir, limits, log, each); err != nil {
+				return err
+			}
 		}
 		return outcatalogue.Pulled(staging, m)
 	})
@@ -65,14 +72,15 @@ func PullAside(ctx context.Context, img v1.Image, limits unpack.Limits, log logr
 		return nil, err
 	}
 	defer cleanup() // before the lease goes: nothing named after it may outlive it
-	return Pull(ctx, img, filepath.Join(dir, "out"), limits, log, meter, what)
+	return Pull(ctx, img, filepath.Join(dir, "out"), "", limits, log, meter, what)
 }
 
 // Push pushes the output out to r (output.Push) under out's lock taken shared: a capture cannot
 // swap out while it is read, so the image holds one output, never a mix of two. While a run
 // writes out, Push waits for it, bounded by ctx. The layers' gzip goes into a scratch
-// directory named after a lease of the push's own, swept like a run's when the push dies.
-func Push(ctx context.Context, out string, r ref.Ref, log logrus.FieldLogger, meter *progress.Meter) (_ string, err error) {
+// directory named after a lease of the push's own, swept like a run's when the push dies. The
+// image carries rt's layers when rt is set.
+func Push(ctx context.Context, out string, r ref.Ref, rt *output.Runtime, log logrus.FieldLogger, meter *progress.Meter) (_ string, err error) {
 	lock, err := outdir.ReadLockOutput(ctx, out, func(pid int) {
 		log.WithField("pid", pid).Info("push: waiting for the run that writes the output")
 	})
@@ -90,7 +98,7 @@ func Push(ctx context.Context, out string, r ref.Ref, log logrus.FieldLogger, me
 		return "", err
 	}
 	defer cleanup() // before the lease goes: nothing named after it may outlive it
-	return output.Push(ctx, out, dir, r, log, meter)
+	return output.Push(ctx, out, dir, r, rt, log, meter)
 }
 
 // ImageLimits returns the config's limits on what unpacking an image or pulling an output writes.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -40,7 +41,8 @@ func CheckProtocol(img v1.Image, implemented int) error {
 	return (&manifest.Manifest{ExecutorProtocol: protocol}).CheckProtocol(implemented)
 }
 
-// Extract writes the output held in img into dir (which must be empty), every layer verified
+// Extract writes the output held in img into dir (which must be empty), every layer but the
+// runtime's (RuntimeLayers) verified
 // (package verify) and within limits: exactly the files under Root/ (the top-level files and
 // those of one directory level), nothing else. An entry anywhere else, a deeper one, or one
 // that is not a plain file or directory is refused with its name. done, when set, hears of
@@ -51,9 +53,40 @@ func Extract(ctx context.Context, img v1.Image, dir string, limits unpack.Limits
 		return err
 	}
 	defer root.Close()
+	runtime, err := RuntimeLayers(img)
+	if err != nil {
+		return err
+	}
 	budget := unpack.NewBudget(limits)
-	_, err = verify.Layers(ctx, img, func(_ verify.Layer, tr *tar.Reader) error { return extractLayer(tr, root, budget) }, done)
+	isOutput := func(l verify.Layer) bool { return l.Digest != runtime.Runsc && l.Digest != runtime.Rootfs }
+	_, err = verify.SomeLayers(ctx, img, isOutput, func(_ verify.Layer, tr *tar.Reader) error { return extractLayer(tr, root, budget) }, done)
 	return err
+}
+
+// RuntimeDigests are the digests of an image's runtime layers (zero when it has none).
+type RuntimeDigests struct{ Runsc, Rootfs v1.Hash }
+
+// RuntimeLayers returns the digests the image's annotations give its runtime layers, each one
+// a layer of the image's manifest.
+func RuntimeLayers(img v1.Image) (RuntimeDigests, error) {
+	m, err := img.Manifest()
+	if err != nil {
+		return RuntimeDigests{}, err
+	}
+	var d RuntimeDigests
+	for key, h := range map[string]*v1.Hash{AnnotationRuntimeRunsc: &d.Runsc, AnnotationRuntimeRootfs: &d.Rootfs} {
+		value, ok := m.Annotations[key]
+		if !ok {
+			continue
+		}
+		if *h, err = v1.NewHash(value); err != nil {
+			return RuntimeDigests{}, fmt.Errorf("%w: %s=%q: %w", ErrImage, key, value, err)
+		}
+		if !slices.ContainsFunc(m.Layers, func(l v1.Descriptor) bool { return l.Digest == *h }) {
+			return RuntimeDigests{}, fmt.Errorf("%w: %s=%s is no layer of the image", ErrImage, key, value)
+		}
+	}
+	return d, nil
 }
 
 func extractLayer(tr *tar.Reader, root *os.Root, budget *unpack.Budget) error {

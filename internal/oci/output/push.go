@@ -51,11 +51,12 @@ const (
 // Their gzip is written once into scratch (a directory the caller removes), where every read
 // of the image takes it from.
 func Image(out, scratch string) (v1.Image, *manifest.Manifest, error) {
-	img, m, _, err := image(out, scratch)
+	img, m, _, err := image(out, scratch, nil)
 	return img, m, err
 }
 
-func image(out, scratch string) (v1.Image, *manifest.Manifest, []*fileLayer, error) {
+// image is Image, with rt's layers (Runtime.layers) after the output's when rt is set.
+func image(out, scratch string, rt *Runtime) (v1.Image, *manifest.Manifest, []*fileLayer, error) {
 	m, err := manifest.Verify(out, executorproto.Version)
 	if err != nil {
 		return nil, nil, nil, err
@@ -75,18 +76,37 @@ func image(out, scratch string) (v1.Image, *manifest.Manifest, []*fileLayer, err
 	}
 	img = mutate.MediaType(img, types.OCIManifestSchema1)
 	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
+	all := make([]v1.Layer, 0, len(layers)+2)
 	for _, l := range layers {
-		if img, err = mutate.Append(img, mutate.Addendum{Layer: l, History: v1.History{Created: created, CreatedBy: "readie pipeline push"}}); err != nil {
-			return nil, nil, nil, err
-		}
+		all = append(all, l)
 	}
-	img = mutate.Annotations(img, map[string]string{
+	annotations := map[string]string{
 		AnnotationProtocol:        strconv.Itoa(m.ExecutorProtocol),
 		AnnotationRunscVersion:    m.Runsc.Version,
 		AnnotationSpecFingerprint: m.SpecFingerprint,
 		AnnotationRootfsDigest:    m.Rootfs.Digest,
 		annotationCreated:         m.CreatedAt.UTC().Format(time.RFC3339),
-	}).(v1.Image)
+	}
+	if rt != nil {
+		runscLayer, rootfsLayer, err := rt.layers(m, scratch)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("runtime: %w", err)
+		}
+		for key, l := range map[string]v1.Layer{AnnotationRuntimeRunsc: runscLayer, AnnotationRuntimeRootfs: rootfsLayer} {
+			d, err := l.Digest()
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			annotations[key] = d.String()
+		}
+		all = append(all, runscLayer, rootfsLayer)
+	}
+	for _, l := range all {
+		if img, err = mutate.Append(img, mutate.Addendum{Layer: l, History: v1.History{Created: created, CreatedBy: "readie pipeline push"}}); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	img = mutate.Annotations(img, annotations).(v1.Image)
 	return img, m, layers, nil
 }
 
@@ -125,12 +145,12 @@ func writeLayers(out string, m *manifest.Manifest, scratch string) ([]*fileLayer
 	return layers, errors.Join(errs...)
 }
 
-// Push writes the output out as an image to r, its layers' gzip in scratch (removed by the
-// caller), and returns the pushed reference with its digest (REF@sha256:...). It logs each layer it uploads once, when it is done (its
+// Push writes the output out as an image to r, with the runtime layers of rt when set, its
+// layers' gzip in scratch (removed by the caller), and returns the pushed reference with its digest (REF@sha256:...). It logs each layer it uploads once, when it is done (its
 // uncompressed and compressed MiB), a line a second while a large one goes, and a summary:
 // how many layers it uploaded and how many the destination had already.
-func Push(ctx context.Context, out, scratch string, r ref.Ref, log logrus.FieldLogger, meter *progress.Meter) (string, error) {
-	img, _, layers, err := image(out, scratch)
+func Push(ctx context.Context, out, scratch string, r ref.Ref, rt *Runtime, log logrus.FieldLogger, meter *progress.Meter) (string, error) {
+	img, _, layers, err := image(out, scratch, rt)
 	if err != nil {
 		return "", err
 	}

@@ -61,13 +61,13 @@ func Once(ctx context.Context, parent, name string, complete func(dir string) (b
 	if err := build(tmp); err != nil {
 		return "", false, err
 	}
-	if err := syncDir(tmp); err != nil {
+	if err := SyncDir(tmp); err != nil {
 		return "", false, err
 	}
 	if err := os.Rename(tmp, final); err != nil {
 		return "", false, fmt.Errorf("put %s in place: %w", final, err)
 	}
-	return final, true, syncDir(parent)
+	return final, true, SyncDir(parent)
 }
 
 // Names in a parent directory of Once: .NAME.lock is NAME's lock, .tmp-NAME-RAND a work
@@ -219,8 +219,9 @@ func lockWait(ctx context.Context, parent, name string, log logrus.FieldLogger) 
 	}
 }
 
-// syncDir makes what was written into dir durable before it is renamed or named.
-func syncDir(dir string) error {
+// SyncDir makes what was written into dir durable before it is renamed or named, or the
+// renames in dir durable.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

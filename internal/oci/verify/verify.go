@@ -84,6 +84,12 @@ type Image struct {
 // diff ID; otherwise an error matching ErrDigest names the layer and both digests. Reads stop
 // with ctx.
 func Layers(ctx context.Context, img v1.Image, apply func(Layer, *tar.Reader) error, done func(Layer)) (*Image, error) {
+	return SomeLayers(ctx, img, nil, apply, done)
+}
+
+// SomeLayers is Layers for the layers want accepts (every one when want is nil); the others
+// are neither read nor verified.
+func SomeLayers(ctx context.Context, img v1.Image, want func(Layer) bool, apply func(Layer, *tar.Reader) error, done func(Layer)) (*Image, error) {
 	raw, m, cfg, err := manifestAndConfig(img)
 	if err != nil {
 		return nil, err
@@ -93,6 +99,9 @@ func Layers(ctx context.Context, img v1.Image, apply func(Layer, *tar.Reader) er
 	}
 	for i, desc := range m.Layers {
 		l := Layer{Index: i + 1, Count: len(m.Layers), Digest: desc.Digest, Size: desc.Size, DiffID: cfg.RootFS.DiffIDs[i]}
+		if want != nil && !want(l) {
+			continue
+		}
 		if err := readLayer(ctx, img, &l, apply); err != nil {
 			return nil, fmt.Errorf("%s: %w", l, err)
 		}
