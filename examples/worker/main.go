@@ -2,16 +2,17 @@
 // through pkg/ alone, on the kit's one restore path (pkg/launch): it opens the output
 // (launch.OpenOutput: its manifest, flags, rootfs, restore spec and bytes checked), checks
 // that this host can restore it (Output.CheckHost), serves -calls calls, each restoring one
-// checkpoint into a sandbox of its own (Restorer.Restore): one taken from a pool of sandboxes
-// created ahead (-pool N, pkg/pool: the restore does not pay for the sandbox's start-up), or
-// one created on demand; calls the executor, checks the answer, and deletes every sandbox on
+// checkpoint into a sandbox of its own (Restorer.Restore, the fastest thing ready): a sandbox
+// restored ahead (-warm N, pkg/pool.Warm: the start is the call alone), else one taken from a
+// pool of sandboxes created ahead (-pool N, pkg/pool: the restore does not pay for the
+// sandbox's start-up), else one created on demand; it says which served each call; calls the executor, checks the answer, and deletes every sandbox on
 // every path, SIGINT and SIGTERM included. Each sandbox is bounded by the worker's limits
 // (-memory, -pids, -cpus: sandbox.Limits, never the output's): a call past one fails naming
 // it, and the next call is served. With -fallback cold, a checkpoint that fails its checks
 // (its files, this host) or its restore is served by a cold start of its set
 // (Restorer.ColdStart), and the worker says why and what it cost.
 //
-//	worker -out OUT (-runsc PATH [-rootfs DIR] | -runtime DIR) [-set ID] [-root DIR] [-eval EXPR] [-timeout D] [-pool N] [-calls K]
+//	worker -out OUT (-runsc PATH [-rootfs DIR] | -runtime DIR) [-set ID] [-root DIR] [-eval EXPR] [-timeout D] [-pool N] [-warm N] [-calls K]
 //	       [-memory SIZE] [-pids N] [-cpus X] [-fallback none|cold]
 //
 // Exit codes: 0 the call answered as it should; 1 the host cannot restore the output, or the
@@ -50,7 +51,7 @@ func main() {
 type options struct {
 	out, runsc, set, rootfs, runtime, root, eval, fallback string
 	timeout                                                time.Duration
-	pool, calls                                            int
+	pool, warm, calls                                      int
 	limits                                                 sandbox.Limits
 }
 
@@ -70,6 +71,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.eval, "eval", "", fmt.Sprintf("a Python expression to evaluate in the restored executor after the check (an answer of at most %d KiB; its first %d KiB printed)", evalResponseSize>>10, printBytes>>10))
 	fs.DurationVar(&o.timeout, "timeout", time.Minute, "the limit of the whole restore and calls")
 	fs.IntVar(&o.pool, "pool", 0, "keep this many sandboxes created ahead and restore each call into one (0: create a sandbox per call)")
+	fs.IntVar(&o.warm, "warm", 0, "keep this many sandboxes of -set restored ahead (pkg/pool.Warm, refilled in the background, into -pool's sandboxes when there is a pool); a call takes one when one is ready, else restores")
 	fs.IntVar(&o.calls, "calls", 1, "how many calls to serve, each in a sandbox of its own")
 	o.limits = sandbox.Limits{Memory: 1 << 30, Pids: 1024}
 	fs.Var(&o.limits.Memory, "memory", "each sandbox's memory limit, a size as the pipeline's config writes them (512MiB); 0: none")
@@ -95,8 +97,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "worker: -out and -runsc (or -runtime) are required, and nothing else")
 		return exitcode.Usage
 	}
-	if o.pool < 0 || o.calls < 1 {
-		fmt.Fprintf(stderr, "worker: -pool %d -calls %d: want -pool >= 0 and -calls >= 1\n", o.pool, o.calls)
+	if o.pool < 0 || o.warm < 0 || o.calls < 1 {
+		fmt.Fprintf(stderr, "worker: -pool %d -warm %d -calls %d: want -pool >= 0, -warm >= 0 and -calls >= 1\n", o.pool, o.warm, o.calls)
 		return exitcode.Usage
 	}
 
@@ -201,10 +203,8 @@ func restoreAndCall(ctx context.Context, o options, stdout, stderr io.Writer) (e
 
 	ctx, cancel := context.WithTimeoutCause(ctx, o.timeout, fmt.Errorf("restoring and calling %s exceeded -timeout %s", c.ID, o.timeout))
 	defer cancel()
-	how := "created on demand"
 	var from launch.RestoreOptions
 	if o.pool > 0 {
-		how = fmt.Sprintf("from a pool of %d", o.pool)
 		fmt.Fprintf(stderr, "worker: filling a pool of %d\n", o.pool)
 		p, err := pool.New(ctx, pool.Options{New: r.NewSandbox, Size: o.pool})
 		if err != nil {
@@ -218,9 +218,25 @@ func restoreAndCall(ctx context.Context, o options, stdout, stderr io.Writer) (e
 		}
 		from.Pool = p
 	}
+	switch {
+	case o.warm > 0 && hostErr != nil:
+		fmt.Fprintf(stderr, "worker: no sandbox of %s kept restored ahead: this host cannot restore its checkpoint\n", c.ID)
+	case o.warm > 0:
+		fmt.Fprintf(stderr, "worker: restoring %d sandboxes of %s ahead\n", o.warm, c.ID)
+		w, err := pool.NewWarm(ctx, pool.WarmOptions{Restorer: r, Sizes: map[string]int{c.ID: o.warm}, Pool: from.Pool})
+		if err != nil {
+			return err
+		}
+		// Every sandbox it restored is deleted, handed out or not, on SIGTERM too.
+		defer func() { err = errors.Join(err, w.Close()) }()
+		if err := w.Wait(ctx); err != nil { // full before the first call, as the pool
+			return err
+		}
+		from.Warm = w
+	}
 	var failed []error
 	for i := range o.calls {
-		err := serve(ctx, r, from, hostErr, o, c, token, fmt.Sprintf("call %d of %d, %s", i+1, o.calls, how), stdout)
+		err := serve(ctx, r, from, hostErr, o, c, token, fmt.Sprintf("call %d of %d", i+1, o.calls), stdout)
 		switch {
 		case err == nil:
 		case ctx.Err() != nil:
@@ -262,6 +278,14 @@ func serve(ctx context.Context, r *launch.Restorer, from launch.RestoreOptions, 
 	}
 	defer func() { err = errors.Join(err, restored.Close(ctx)) }()
 	ready := time.Since(start)
+	switch restored.How { // the path that served the call: the fastest ready (Restorer.Restore)
+	case launch.FromWarm:
+		which += ", restored ahead"
+	case launch.FromPool:
+		which += fmt.Sprintf(", from a pool of %d", o.pool)
+	case launch.Created:
+		which += ", created on demand"
+	}
 	request, err := pycall.SmokeRequest(c.Imports)
 	if err != nil {
 		return err
