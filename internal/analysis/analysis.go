@@ -21,9 +21,9 @@ import (
 const FileName = "analysis.json"
 
 // Version is the version of analysis.json this package writes. Version 2 added packages (the
-// image's distributions, and each module's), version 3 the host's pooled line (host.pooled);
-// versions 1 and 2 are read too.
-const Version = 3
+// image's distributions, and each module's), version 3 the host's pooled line (host.pooled),
+// version 4 its memory line (host.memory); versions 1 to 3 are read too.
+const Version = 4
 
 // ErrInvalid wraps every problem of an analysis.
 var ErrInvalid = errors.New("invalid analysis")
@@ -67,6 +67,11 @@ type HostCosts struct {
 	// and PooledRSquared its fit. Zero in analyses written before it was measured.
 	Pooled         catalogue.PooledLine `json:"pooled,omitzero"`
 	PooledRSquared float64              `json:"pooled_r_squared,omitempty"`
+	// Memory is the line of own memory (launch.Memory.Own, restored and idle) against image
+	// size: medians over the pooled line's restores of the same RestoreSets checkpoints, and
+	// MemoryRSquared its fit. Zero in analyses written before it was measured.
+	Memory         catalogue.MemoryLine `json:"memory,omitzero"`
+	MemoryRSquared float64              `json:"memory_r_squared,omitempty"`
 }
 
 // Provenance is what the figures were measured on: the rootfs, the runsc and the spec.
@@ -212,7 +217,7 @@ func (e Entry) check(n string, available map[string]bool) []error {
 
 // check wants the host's figures finite and not negative.
 func (h *HostCosts) check() error {
-	for _, v := range []float64{h.ColdStartMs, h.EmptyMiB, h.InterceptMs, h.AlphaMsPerMiB, h.Pooled.InterceptMs, h.Pooled.AlphaMsPerMiB, h.Pooled.ColdStartMs} {
+	for _, v := range []float64{h.ColdStartMs, h.EmptyMiB, h.InterceptMs, h.AlphaMsPerMiB, h.Pooled.InterceptMs, h.Pooled.AlphaMsPerMiB, h.Pooled.ColdStartMs, float64(h.Memory.InterceptBytes), h.Memory.BytesPerMiB} {
 		if !(v >= 0) || math.IsInf(v, 1) {
 			return fmt.Errorf("host: %v: want finite figures >= 0", *h)
 		}

@@ -55,15 +55,19 @@ func (s *starter) importOnce(ctx context.Context, step string, preload []string,
 // pooledOnce starts the bare executor in a sandbox that `runsc create` made first, off the
 // clock, as a pool's are: restored from imageDir with flags, or started cold when imageDir is
 // "". The time runs from `runsc restore` (or `runsc start`) to the answer of a call that imports
-// nothing, the call of the cold start's figure.
-func (s *starter) pooledOnce(ctx context.Context, imageDir string, flags []string) (float64, error) {
+// nothing, the call of the cold start's figure. A restore's memory is read once it answered,
+// idle, off the clock (zero for a cold start: not a checkpoint's).
+func (s *starter) pooledOnce(ctx context.Context, imageDir string, flags []string) (float64, launch.Memory, error) {
 	request, err := importRequest(nil, "")
 	if err != nil {
-		return 0, err
+		return 0, launch.Memory{}, err
 	}
 	step := "pooled-cold"
+	var memory launch.Memory
+	var inspect func(*launch.Sandbox) error
 	if imageDir != "" {
 		step = "pooled"
+		inspect = func(sb *launch.Sandbox) (err error) { memory, err = sb.Memory(); return err }
 	}
 	s.started.Add(1)
 	marks, err := s.launcher.TimedCall(ctx, launch.Call{SetID: "analyze", Step: step,
@@ -74,11 +78,11 @@ func (s *starter) pooledOnce(ctx context.Context, imageDir string, flags []strin
 				err = fmt.Errorf("the bare call failed: %s", res.Error)
 			}
 			return err
-		}, MaxResponseSize: importResponseSize})
+		}, MaxResponseSize: importResponseSize, Inspect: inspect})
 	if err != nil {
-		return 0, fmt.Errorf("%s start: %w", step, err)
+		return 0, launch.Memory{}, fmt.Errorf("%s start: %w", step, err)
 	}
-	return marks.TotalMS(), nil
+	return marks.TotalMS(), memory, nil
 }
 
 // probeResult is what the resolve probe learnt about the image.

@@ -44,7 +44,7 @@ type Inputs struct {
 func FromAnalysis(a *analysis.File, from string) Inputs {
 	in := Inputs{Modules: a.Modules(), From: from, Packages: a.Packages}
 	if h := a.Host; h != nil {
-		in.Model = &catalogue.CostModel{InterceptMs: h.InterceptMs, AlphaMsPerMiB: h.AlphaMsPerMiB, ColdStartMs: h.ColdStartMs, EmptyMiB: h.EmptyMiB, Pooled: h.Pooled}
+		in.Model = &catalogue.CostModel{InterceptMs: h.InterceptMs, AlphaMsPerMiB: h.AlphaMsPerMiB, ColdStartMs: h.ColdStartMs, EmptyMiB: h.EmptyMiB, Pooled: h.Pooled, Memory: h.Memory}
 	}
 	return in
 }
@@ -83,7 +83,8 @@ func mib(bytes int64) float64 { return float64(bytes) / (1 << 20) }
 // Build returns the catalogue of the output whose manifest is m: each checkpoint's imports,
 // closure (from the analysed modules), image size, measured restore median and predicted size;
 // the modules; and the cost model: the manifest's restore line when it has two image sizes or
-// more, else the inputs' measured one; the cold start and the pooled line from the inputs.
+// more, else the inputs' measured one; the cold start, the pooled line and the memory line from
+// the inputs.
 func Build(m *manifest.Manifest, in Inputs) (*catalogue.Catalogue, error) {
 	modules := in.Modules
 	if modules == nil {
@@ -101,7 +102,7 @@ func Build(m *manifest.Manifest, in Inputs) (*catalogue.Catalogue, error) {
 	}
 	c.CostModel.InterceptMs, c.CostModel.AlphaMsPerMiB = m.InterceptMs, m.AlphaMsPerMiB
 	if in.Model != nil {
-		c.CostModel.ColdStartMs, c.CostModel.Pooled = in.Model.ColdStartMs, in.Model.Pooled
+		c.CostModel.ColdStartMs, c.CostModel.Pooled, c.CostModel.Memory = in.Model.ColdStartMs, in.Model.Pooled, in.Model.Memory
 		if len(sizes) < 2 {
 			c.CostModel.InterceptMs, c.CostModel.AlphaMsPerMiB = in.Model.InterceptMs, in.Model.AlphaMsPerMiB
 		}

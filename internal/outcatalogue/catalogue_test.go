@@ -144,6 +144,20 @@ func TestBuildCatalogue(t *testing.T) {
 	if c.Version != 6 || c.Checkpoints[1].OwnBytes != 80<<20 || c.Checkpoints[0].OwnBytes != 0 {
 		t.Errorf("own memory: version %d, %+v", c.Version, c.Checkpoints)
 	}
+	// analyze's memory line goes into the cost model, which is then version 7, and a catalogue
+	// rebuilt from this one keeps it.
+	a := testAnalysis()
+	a.Host.Memory = catalogue.MemoryLine{InterceptBytes: 40 << 20, BytesPerMiB: 1.1 * mebi}
+	c, err = Build(m, FromAnalysis(a, "test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Version != 7 || c.CostModel.Memory != a.Host.Memory {
+		t.Errorf("memory line: version %d, %+v", c.Version, c.CostModel)
+	}
+	if again, err := Build(m, FromCatalogue(c, "test")); err != nil || again.CostModel.Memory != a.Host.Memory || again.Version != 7 {
+		t.Errorf("rebuilt with a memory line: %+v, %v", again, err)
+	}
 }
 
 func TestMatchesManifest(t *testing.T) {

@@ -34,16 +34,19 @@ const FileName = "catalogue.json"
 // Version is the version of catalogue.json this package writes. Version 2 added packages (the
 // image's, each checkpoint's and each module's distributions), version 3 the cost model's
 // pooled line (cost_model.pooled), version 4 the checkpoints' unmapped_modules, version 5 their
-// resident_bytes, version 6 their own_bytes: an older reader refuses the new keys, so it is
-// told the version instead. Versions 1 to 5 are read too.
-const Version = 6
+// resident_bytes, version 6 their own_bytes, version 7 the cost model's memory line
+// (cost_model.memory): an older reader refuses the new keys, so it is told the version instead.
+// Versions 1 to 6 are read too.
+const Version = 7
 
-// VersionFor returns the lowest version that holds c: 6 with a checkpoint's own memory, 5 with
-// its resident memory, 4
-// with a checkpoint's unmapped modules, 3 with a pooled line, else 2, so that a catalogue
-// without them stays readable by a kit that reads an older version (it refuses any higher
-// version).
+// VersionFor returns the lowest version that holds c: 7 with a memory line, 6 with a
+// checkpoint's own memory, 5 with its resident memory, 4 with a checkpoint's unmapped modules,
+// 3 with a pooled line, else 2, so that a catalogue without them stays readable by a kit that
+// reads an older version (it refuses any higher version).
 func VersionFor(c *Catalogue) int {
+	if c.CostModel.Memory.Measured() {
+		return 7
+	}
 	for _, cp := range c.Checkpoints {
 		if cp.OwnBytes > 0 {
 			return 6

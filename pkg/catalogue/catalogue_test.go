@@ -491,6 +491,8 @@ func TestInvalidCatalogues(t *testing.T) {
 		{"negative alpha", bad(func(c *Catalogue) { c.CostModel.AlphaMsPerMiB = -1 }), "alpha_ms_per_mib -1"},
 		{"negative pooled intercept", bad(func(c *Catalogue) { c.CostModel.Pooled = PooledLine{InterceptMs: -1, ColdStartMs: 50} }), "pooled.intercept_ms -1"},
 		{"infinite pooled cold start", bad(func(c *Catalogue) { c.CostModel.Pooled = PooledLine{ColdStartMs: math.Inf(1)} }), "pooled.cold_start_ms +Inf"},
+		{"negative memory intercept", bad(func(c *Catalogue) { c.CostModel.Memory = MemoryLine{InterceptBytes: -1, BytesPerMiB: 1 << 20} }), "memory.intercept_bytes -1"},
+		{"NaN memory slope", bad(func(c *Catalogue) { c.CostModel.Memory = MemoryLine{InterceptBytes: 1 << 20, BytesPerMiB: math.NaN()} }), "memory.bytes_per_mib NaN"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := NewRouter(tc.cat)

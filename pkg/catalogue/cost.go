@@ -27,6 +27,26 @@ type CostModel struct {
 	// Pooled is the line of a start in a sandbox created ahead; zero when it was not measured
 	// (catalogues before version 3, analyses without it).
 	Pooled PooledLine `json:"pooled,omitzero"`
+	// Memory is the line of a checkpoint's own memory, restored and idle, against its image
+	// size; zero when it was not measured (catalogues before version 7, analyses without it).
+	Memory MemoryLine `json:"memory,omitzero"`
+}
+
+// MemoryLine predicts the own memory of a sandbox restored from a checkpoint of S MiB and idle
+// (launch.Memory.Own: what each warm sandbox of it pins): InterceptBytes + BytesPerMiB x S.
+// analyze fits it to pooled restores of the restore line's checkpoints, so that a set planned
+// but not yet captured has a memory to size its warm pool by.
+type MemoryLine struct {
+	InterceptBytes int64   `json:"intercept_bytes"`
+	BytesPerMiB    float64 `json:"bytes_per_mib"`
+}
+
+// Measured reports whether the line holds figures: a sandbox's measured memory is never zero.
+func (l MemoryLine) Measured() bool { return l != MemoryLine{} }
+
+// OwnBytes is the predicted own memory of a sandbox restored from an image of imageMiB.
+func (l MemoryLine) OwnBytes(imageMiB float64) int64 {
+	return l.InterceptBytes + int64(l.BytesPerMiB*imageMiB)
 }
 
 // PooledLine prices a start in a sandbox that `runsc create` made ahead, off the clock (a
@@ -60,7 +80,8 @@ func (m CostModel) Validate() error {
 		name string
 		v    float64
 	}{{"intercept_ms", m.InterceptMs}, {"alpha_ms_per_mib", m.AlphaMsPerMiB}, {"cold_start_ms", m.ColdStartMs}, {"empty_mib", m.EmptyMiB},
-		{"pooled.intercept_ms", m.Pooled.InterceptMs}, {"pooled.alpha_ms_per_mib", m.Pooled.AlphaMsPerMiB}, {"pooled.cold_start_ms", m.Pooled.ColdStartMs}} {
+		{"pooled.intercept_ms", m.Pooled.InterceptMs}, {"pooled.alpha_ms_per_mib", m.Pooled.AlphaMsPerMiB}, {"pooled.cold_start_ms", m.Pooled.ColdStartMs},
+		{"memory.intercept_bytes", float64(m.Memory.InterceptBytes)}, {"memory.bytes_per_mib", m.Memory.BytesPerMiB}} {
 		if !finiteNonNegative(f.v) {
 			problems = append(problems, fmt.Errorf("cost model: %s %v: want a finite number >= 0", f.name, f.v))
 		}
