@@ -171,5 +171,9 @@ func printAnalysis(con *console, f *analysis.File) {
 			fmt.Fprintf(con.stdout, "from a pool (runsc create off the clock): cold start %.0f ms; restore %.2f ms/MiB + %.0f ms (R² %.2f)\n",
 				p.ColdStartMs, p.AlphaMsPerMiB, p.InterceptMs, h.PooledRSquared)
 		}
+		if m := h.Memory; m.Measured() {
+			fmt.Fprintf(con.stdout, "own memory restored and idle: %.2f MiB per MiB of image + %.1f MiB (R² %.2f)\n",
+				m.BytesPerMiB/(1<<20), float64(m.InterceptBytes)/(1<<20), h.MemoryRSquared)
+		}
 	}
 }

@@ -134,8 +134,24 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 	if p := a.Host.Pooled; p.ColdStartMs <= 0 || p.RestoreMs(a.Host.EmptyMiB) <= 0 {
 		t.Errorf("host's pooled line: %+v", p)
 	}
+	// The memory line: the own memory of the same checkpoints restored and idle, against image
+	// size (no relation of sizes asserted: a loaded machine may bend it).
+	if m := a.Host.Memory; m.InterceptBytes <= 0 || m.OwnBytes(a.Host.EmptyMiB) <= 0 {
+		t.Errorf("host's memory line: %+v", m)
+	}
 	if second := analyzeOnce(); second.Sandboxes != 0 || second.Measured != 0 || second.Cached != first.Measured || second.Modules != first.Modules {
 		t.Errorf("second analyze of the same corpus: %+v, want no sandbox and nothing measured (first %+v)", second, first)
+	}
+	// A cache from before the memory line (its entries removed) measures it then, and only
+	// it: no module again.
+	if err := os.RemoveAll(filepath.Join(dir, "analysis-cache", "memory-line")); err != nil {
+		t.Fatal(err)
+	}
+	if third := analyzeOnce(); third.Sandboxes == 0 || third.Measured != 0 {
+		t.Errorf("analyze over a cache without the memory line: %+v, want its sandboxes and no module measured", third)
+	}
+	if a, err = analysis.Load(filepath.Join(out, analysis.FileName)); err != nil || a.Host == nil || a.Host.Memory.InterceptBytes <= 0 {
+		t.Fatalf("the memory line measured over a cache without it: %v, %+v", err, a)
 	}
 
 	// The config's own set, captured on the analysis: its packages, and select by version.
@@ -172,10 +188,14 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("plan-sets exit %d\n%s", code, stderr)
 	}
-	for _, want := range []string{"cold", "empty", "top-k", "greedy", "plan", "checkpoints:", "measured by analyze"} {
+	for _, want := range []string{"cold", "empty", "top-k", "greedy", "plan", "checkpoints:", "measured by analyze", "hit rate"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("plan-sets output lacks %q:\n%s", want, stdout)
 		}
+	}
+	// The warm sizing has a memory for every planned set: measured, or by the memory line.
+	if strings.Contains(stdout, "not sized") {
+		t.Errorf("plan-sets did not size the warm pools:\n%s", stdout)
 	}
 	pl, err := plan.Load(filepath.Join(out, plan.FileName))
 	if err != nil {
@@ -215,6 +235,9 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkCatalogue(t, cat, m, a, pl)
+	if cat.CostModel.Memory != a.Host.Memory || cat.Version < 7 {
+		t.Errorf("catalogue version %d, memory line %+v: want version 7 or later and the analysis's %+v", cat.Version, cat.CostModel.Memory, a.Host.Memory)
+	}
 
 	// Select's choice for a request restores and answers with its modules already loaded.
 	want := pl.Sets[0].Imports

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"math"
 	"path/filepath"
 	"slices"
@@ -108,7 +109,7 @@ func (c *planSetsCmd) Execute(ctx context.Context, con *console, args []string) 
 		fmt.Fprintf(tw, "%s\t%.1f\t%.0f\t%.0f\t%d modules\t\n", s.ID, s.PredictedMiB, s.RestoreMs, s.ServedWeight, len(s.Closure))
 	}
 	tw.Flush()
-	printWarmSizing(con.stdout, res, cfg.Output, c.rate, c.warmMemoryBytes)
+	printWarmSizing(con.stdout, res, cfg.Output, a.Host.Memory, c.rate, c.warmMemoryBytes)
 	fmt.Fprintf(con.stdout, "\nwrote %s; `pipeline capture --plan %s` captures these sets:\n\n", filepath.Join(cfg.Output, plan.FileName), filepath.Join(cfg.Output, plan.FileName))
 	return setplan.WriteConfigBlock(con.stdout, setplan.ConfigSets(res))
 }
@@ -116,22 +117,22 @@ func (c *planSetsCmd) Execute(ctx context.Context, con *console, args []string) 
 // printWarmSizing prints the warm pools the plan implies (catalogue.SizeWarm): each set's share
 // of rate by its served weight, its restore saved and its refill, and its own memory restored
 // and idle: measured by the capture of a set of the same id and imports in the output's catalogue,
-// else predicted as the empty set's measured memory plus the difference of predicted image
-// sizes; without either, it says what to capture.
-func printWarmSizing(w io.Writer, res *plan.Result, out string, rate float64, budget int64) {
+// else predicted by analyze's memory line on its predicted image size; without either, it says
+// what to measure.
+func printWarmSizing(w io.Writer, res *plan.Result, out string, line catalogue.MemoryLine, rate float64, budget int64) {
 	fmt.Fprintf(w, "\nwarm sandboxes under %.0f MiB at %.2f requests a second (--warm-memory, --rate): ", float64(budget)/(1<<20), rate)
-	cat, err := catalogue.Load(filepath.Join(out, catalogue.FileName))
-	if err != nil {
-		fmt.Fprintf(w, "not sized: no catalogue with measured memory in %s (capture the plan, then plan again)\n", out)
-		return
-	}
 	measured := map[string]catalogue.Checkpoint{}
-	for _, cp := range cat.Checkpoints {
-		if cp.OwnBytes > 0 {
-			measured[cp.ID] = cp
+	path := filepath.Join(out, catalogue.FileName)
+	cat, err := catalogue.Load(path)
+	if err == nil {
+		for _, cp := range cat.Checkpoints {
+			if cp.OwnBytes > 0 {
+				measured[cp.ID] = cp
+			}
 		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		fmt.Fprintf(w, "(no measured memory from the catalogue: %v) ", err)
 	}
-	empty, haveEmpty := measured[config.EmptySetID]
 	total := res.Corpus.Planned.Weight
 	var demand []catalogue.WarmDemand
 	source := map[string]string{}
@@ -139,8 +140,8 @@ func printWarmSizing(w io.Writer, res *plan.Result, out string, rate float64, bu
 		own := int64(0)
 		if cp, ok := measured[s.ID]; ok && slices.Equal(cp.Imports, s.Imports) {
 			own, source[s.ID] = cp.OwnBytes, "measured"
-		} else if haveEmpty {
-			own, source[s.ID] = empty.OwnBytes+int64(max(0, s.PredictedMiB-empty.ImageMiB)*(1<<20)), "predicted"
+		} else if line.Measured() {
+			own, source[s.ID] = line.OwnBytes(s.PredictedMiB), "predicted"
 		} else {
 			continue
 		}
@@ -151,7 +152,7 @@ func printWarmSizing(w io.Writer, res *plan.Result, out string, rate float64, bu
 		demand = append(demand, catalogue.WarmDemand{Set: s.ID, RatePerSec: rate * share, SavingMs: s.RestoreMs, RefillMs: s.RestoreMs, OwnBytes: own})
 	}
 	if len(demand) == 0 {
-		fmt.Fprintf(w, "not sized: the catalogue in %s has no measured memory of these sets or of %s (capture them, then plan again)\n", out, config.EmptySetID)
+		fmt.Fprintf(w, "not sized: the analysis has no memory line and %s no measured memory of these sets (run `pipeline analyze` again, or capture the plan, then plan again)\n", path)
 		return
 	}
 	sizing, err := catalogue.SizeWarm(demand, budget)
@@ -162,6 +163,10 @@ func printWarmSizing(w io.Writer, res *plan.Result, out string, rate float64, bu
 	fmt.Fprintf(w, "%.0f MiB, %.0f ms of starts saved a second, the one refiller %.0f%% busy\n", float64(sizing.MemoryBytes)/(1<<20), sizing.SavedMsPerSec, 100*sizing.RefillLoad)
 	if sizing.Why != "" {
 		fmt.Fprintln(w, sizing.Why)
+	}
+	if slices.Contains(slices.Collect(maps.Values(source)), "predicted") {
+		fmt.Fprintf(w, "memory measured by a capture of the set, else predicted by analyze's memory line: %.1f MiB + %.2f MiB per MiB of image\n",
+			float64(line.InterceptBytes)/(1<<20), line.BytesPerMiB/(1<<20))
 	}
 	tw := newTable(w)
 	fmt.Fprintln(tw, "set\twarm\thit rate\tMiB each\tmemory\t")
