@@ -139,6 +139,7 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 	if m := a.Host.Memory; m.InterceptBytes <= 0 || m.OwnBytes(a.Host.EmptyMiB) <= 0 {
 		t.Errorf("host's memory line: %+v", m)
 	}
+	t.Logf("memory line: %+v (R² %v over %v)", a.Host.Memory, a.Host.MemoryRSquared, a.Host.RestoreSets)
 	if second := analyzeOnce(); second.Sandboxes != 0 || second.Measured != 0 || second.Cached != first.Measured || second.Modules != first.Modules {
 		t.Errorf("second analyze of the same corpus: %+v, want no sandbox and nothing measured (first %+v)", second, first)
 	}
@@ -150,8 +151,11 @@ func TestAnalyzePlanCaptureSelect(t *testing.T) {
 	if third := analyzeOnce(); third.Sandboxes == 0 || third.Measured != 0 {
 		t.Errorf("analyze over a cache without the memory line: %+v, want its sandboxes and no module measured", third)
 	}
-	if a, err = analysis.Load(filepath.Join(out, analysis.FileName)); err != nil || a.Host == nil || a.Host.Memory.InterceptBytes <= 0 {
-		t.Fatalf("the memory line measured over a cache without it: %v, %+v", err, a)
+	if a, err = analysis.Load(filepath.Join(out, analysis.FileName)); err != nil {
+		t.Fatal(err)
+	}
+	if a.Host == nil || a.Host.Memory.InterceptBytes <= 0 {
+		t.Fatalf("the memory line measured over a cache without it: host %+v", a.Host)
 	}
 
 	// The config's own set, captured on the analysis: its packages, and select by version.
