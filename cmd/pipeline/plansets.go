@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"maps"
 	"math"
 	"path/filepath"
 	"slices"
@@ -136,12 +135,13 @@ func printWarmSizing(w io.Writer, res *plan.Result, out string, line catalogue.M
 	total := res.Corpus.Planned.Weight
 	var demand []catalogue.WarmDemand
 	source := map[string]string{}
+	predicted := false
 	for _, s := range res.Sets {
 		own := int64(0)
 		if cp, ok := measured[s.ID]; ok && slices.Equal(cp.Imports, s.Imports) {
 			own, source[s.ID] = cp.OwnBytes, "measured"
 		} else if line.Measured() {
-			own, source[s.ID] = line.OwnBytes(s.PredictedMiB), "predicted"
+			own, source[s.ID], predicted = line.OwnBytes(s.PredictedMiB), "predicted", true
 		} else {
 			continue
 		}
@@ -164,7 +164,7 @@ func printWarmSizing(w io.Writer, res *plan.Result, out string, line catalogue.M
 	if sizing.Why != "" {
 		fmt.Fprintln(w, sizing.Why)
 	}
-	if slices.Contains(slices.Collect(maps.Values(source)), "predicted") {
+	if predicted {
 		fmt.Fprintf(w, "memory measured by a capture of the set, else predicted by analyze's memory line: %.1f MiB + %.2f MiB per MiB of image\n",
 			float64(line.InterceptBytes)/(1<<20), line.BytesPerMiB/(1<<20))
 	}

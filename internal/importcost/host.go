@@ -236,9 +236,8 @@ func (line memoryLine) fit(h *analysis.HostCosts) {
 // measureLines captures each set into the scratch directory, then times round by round, one at
 // a time, a restore of each image onto a sandbox created ahead (whose own memory it reads once
 // the executor answered) and, withRestore, a measure-mode restore, and a pooled cold start, and
-// removes the images. Rounds over every set, rather than
-// every run of one set then the next, let a change of the machine's load shift the whole line
-// instead of tilting it.
+// removes the images. Rounds over every set, rather than every run of one set then the next,
+// let a change of the machine's load shift the whole line instead of tilting it.
 func (a *analyzer) measureLines(ctx context.Context, sets [][]string, withRestore bool) (restoreLine, *pooledLine, *memoryLine, error) {
 	box, err := a.starter(ctx)
 	if err != nil {
