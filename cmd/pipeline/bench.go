@@ -418,7 +418,7 @@ func printArrivals(w io.Writer, a *bench.Arrivals, meanColdMs float64) {
 	}
 	fmt.Fprintf(w, "\narrivals: Poisson at %.2f a second for %.0f s (seed %d), at most %d starts at once; from arrival to answer:\n", a.RatePerSec, a.DurationS, a.Seed, a.Slots)
 	tw := newTable(w)
-	fmt.Fprintln(tw, "warm pools\trequests\tfailures\tqueued\tp50 ms\tp90 ms\tp99 ms\tmean ms\tp50/cold\tp99/cold\tpaths\tmemory peak MiB\twarm pools' peak MiB\trefill ms\t")
+	fmt.Fprintln(tw, "warm pools\trequests\tfailures\tqueued\tCPU busy\tp50 ms\tp90 ms\tp99 ms\tmean ms\tp50/cold\tp99/cold\tpaths\tmemory peak MiB\twarm pools' peak MiB\trefill ms\t")
 	for _, run := range []struct {
 		name string
 		r    bench.ArrivalsRun
@@ -436,7 +436,7 @@ func printArrivals(w io.Writer, a *bench.Arrivals, meanColdMs float64) {
 			}
 			return fmt.Sprintf("%.2f", ms/meanColdMs)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%.0f\t%.0f\t%.0f\t\n", run.name, r.Requests, r.Failures, r.Queued, r.P50Ms, r.P90Ms, r.P99Ms, r.MeanMs,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.0f%%\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%.0f\t%.0f\t%.0f\t\n", run.name, r.Requests, r.Failures, r.Queued, 100*r.CPUBusy, r.P50Ms, r.P90Ms, r.P99Ms, r.MeanMs,
 			ratio(r.P50Ms), ratio(r.P99Ms), orDash(strings.Join(paths, ", ")), float64(r.MemoryPeakBytes)/(1<<20), float64(r.WarmMemoryPeakBytes)/(1<<20), r.RefillLagMs)
 	}
 	tw.Flush()

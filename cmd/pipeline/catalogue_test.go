@@ -390,7 +390,7 @@ func checkArrivals(t *testing.T, out, stdout string) {
 	// Both runs' workers held sandboxes (a pool of created ones at least); only the first had
 	// warm pools, whose memory is part of its worker's.
 	if with.Requests != without.Requests || without.Paths["warm"] != 0 || len(without.WarmSizes) != 0 || without.WarmMemoryPeakBytes != 0 ||
-		with.MemoryPeakBytes <= 0 || without.MemoryPeakBytes <= 0 ||
+		with.MemoryPeakBytes <= 0 || without.MemoryPeakBytes <= 0 || with.MemorySamples <= 0 || without.MemorySamples <= 0 || with.CPUBusy <= 0 || without.CPUBusy <= 0 || with.CPUBusy > 1 || without.CPUBusy > 1 ||
 		kept > 0 && (with.Paths["warm"] == 0 || with.PredictedMemoryBytes <= 0 || with.WarmMemoryPeakBytes <= 0) {
 		t.Errorf("arrivals (choices %v): with warm pools %+v; without %+v", rep.Arrivals.Choices, with, without)
 	}

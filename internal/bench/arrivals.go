@@ -37,8 +37,9 @@ type ArrivalsRun struct {
 	// Requests arrived; Failures of them got no checked answer (an error, or the run's end).
 	Requests int `json:"requests"`
 	Failures int `json:"failures"`
-	// P50Ms .. MeanMs are over the answered requests, from arrival to the checked answer
-	// (waiting for a free slot included).
+	// P50Ms .. MeanMs are over the answered requests, from arrival to the answer, waiting for
+	// a free slot included (the sandbox's delete after the answer holds the slot, not the
+	// request).
 	P50Ms  float64 `json:"p50_ms"`
 	P90Ms  float64 `json:"p90_ms"`
 	P99Ms  float64 `json:"p99_ms"`
@@ -46,12 +47,18 @@ type ArrivalsRun struct {
 	// Paths counts the answered requests by the path that started them (launch.How).
 	Paths map[string]int `json:"paths"`
 	// Queued counts the requests that found every one of the worker's slots (its CPUs) busy
-	// and waited for one.
-	Queued int `json:"queued"`
+	// and waited for one. CPUBusy is the share of the machine's CPU time busy while the run
+	// served (/proc/stat: every process's, the warm refill's included): near 1, the CPUs, not
+	// the slots, bound the starts.
+	Queued  int     `json:"queued"`
+	CPUBusy float64 `json:"cpu_busy"`
 	// MemoryPeakBytes is the most the worker's sandboxes held at once, sampled: the warm
 	// pools', the created ones', the requests' (launch.Runtime.Memory: their own memory, the
 	// files they share with every sandbox of the host aside).
 	MemoryPeakBytes int64 `json:"memory_peak_bytes"`
+	// MemorySamples counts the samples of the worker's memory that could be read: with none,
+	// MemoryPeakBytes says nothing.
+	MemorySamples int `json:"memory_samples"`
 	// WarmSizes are the warm pools (catalogue.SizeWarm under the budget), PredictedMemoryBytes
 	// their predicted memory, WarmMemoryPeakBytes the most they held at once, sampled
 	// (pool.Warm.ReadyOwnBytes: the sandboxes restored and waiting).
@@ -231,6 +238,7 @@ func arrivalsRun(ctx context.Context, kit *launch.Restorer, rt *launch.Runtime, 
 
 	var mu sync.Mutex
 	var peak, warmPeak int64
+	var samples int
 	samplerDone := make(chan struct{})
 	stopSampler := make(chan struct{})
 	go func() { // the worker's memory and the warm pools', sampled until the run ends
@@ -238,8 +246,9 @@ func arrivalsRun(ctx context.Context, kit *launch.Restorer, rt *launch.Runtime, 
 		tick := time.NewTicker(250 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			if m, _, err := rt.Memory(); err == nil && m.Own > peak {
-				peak = m.Own
+			if m, _, err := rt.Memory(); err == nil {
+				samples++
+				peak = max(peak, m.Own)
 			}
 			if warm != nil {
 				if m := warm.ReadyOwnBytes(); m > warmPeak {
@@ -256,9 +265,10 @@ func arrivalsRun(ctx context.Context, kit *launch.Restorer, rt *launch.Runtime, 
 
 	res.Paths = map[string]int{}
 	latencies := make([]float64, len(arrivals))
-	answered := make([]bool, len(arrivals))
+	served := make([]bool, len(arrivals))
 	sem := make(chan struct{}, slots)
 	var wg sync.WaitGroup
+	cpuBefore, cpuErr := readCPUTimes()
 	start := time.Now()
 	for i, a := range arrivals {
 		select {
@@ -269,7 +279,7 @@ func arrivalsRun(ctx context.Context, kit *launch.Restorer, rt *launch.Runtime, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			how, err := serveArrival(runCtx, kit, opts, warm, a.trial, sem, timeout, func() {
+			how, answered, err := serveArrival(runCtx, kit, opts, warm, a.trial, sem, timeout, func() {
 				mu.Lock()
 				res.Queued++
 				mu.Unlock()
@@ -283,20 +293,23 @@ func arrivalsRun(ctx context.Context, kit *launch.Restorer, rt *launch.Runtime, 
 				}
 				return
 			}
-			latencies[i], answered[i] = launch.MS(time.Since(arrived)), true
+			latencies[i], served[i] = launch.MS(answered.Sub(arrived)), true
 			res.Paths[string(how)]++
 		}()
 	}
 	wg.Wait()
+	if cpuAfter, err := readCPUTimes(); err == nil && cpuErr == nil {
+		res.CPUBusy = cpuAfter.busySince(cpuBefore)
+	}
 	close(stopSampler)
 	<-samplerDone
 	res.Requests = len(arrivals)
-	for i, ok := range answered {
+	for i, ok := range served {
 		if ok {
 			res.LatenciesMs = append(res.LatenciesMs, latencies[i])
 		}
 	}
-	res.MemoryPeakBytes, res.WarmMemoryPeakBytes = peak, warmPeak
+	res.MemoryPeakBytes, res.WarmMemoryPeakBytes, res.MemorySamples = peak, warmPeak, samples
 	if warm != nil {
 		refillTime := -filledTime
 		res.Refills = -filled
@@ -322,8 +335,9 @@ func arrivalsRun(ctx context.Context, kit *launch.Restorer, rt *launch.Runtime, 
 
 // serveArrival serves one request as a worker does: a free slot (queued says it waited for
 // one), then the fastest path ready (launch.Restorer.Restore), the call that imports its
-// modules, its answer checked, and the sandbox deleted.
-func serveArrival(ctx context.Context, kit *launch.Restorer, opts launch.RestoreOptions, warm *pool.Warm, t *corpusTrial, sem chan struct{}, timeout time.Duration, queued func()) (_ launch.How, err error) {
+// modules, its answer checked, and the sandbox deleted. It returns when the answer came: the
+// delete after it holds the slot, not the request.
+func serveArrival(ctx context.Context, kit *launch.Restorer, opts launch.RestoreOptions, warm *pool.Warm, t *corpusTrial, sem chan struct{}, timeout time.Duration, queued func()) (_ launch.How, answered time.Time, err error) {
 	select {
 	case sem <- struct{}{}:
 	default:
@@ -331,7 +345,7 @@ func serveArrival(ctx context.Context, kit *launch.Restorer, opts launch.Restore
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
-			return "", fmt.Errorf("waiting for a slot: %w", context.Cause(ctx))
+			return "", answered, fmt.Errorf("waiting for a slot: %w", context.Cause(ctx))
 		}
 	}
 	defer func() { <-sem }()
@@ -347,18 +361,19 @@ func serveArrival(ctx context.Context, kit *launch.Restorer, opts launch.Restore
 	opts.Also = t.warmAlso
 	restored, err := kit.Restore(ctx, set, opts)
 	if err != nil {
-		return "", err
+		return "", answered, err
 	}
 	defer func() { err = errors.Join(err, restored.Close(ctx)) }()
 	request, err := pycall.ImportRequest(t.req.Modules)
 	if err != nil {
-		return "", err
+		return "", answered, err
 	}
 	response, err := restored.Call(ctx, request, pycall.SmallResponse)
 	if err != nil {
-		return "", err
+		return "", answered, err
 	}
-	return restored.How, pycall.CheckImported(response, t.req.Modules)
+	answered = time.Now()
+	return restored.How, answered, pycall.CheckImported(response, t.req.Modules)
 }
 
 // quantile returns the q quantile of sorted values (nearest rank).

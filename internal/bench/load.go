@@ -122,3 +122,44 @@ func (l Load) Describe() string {
 	}
 	return fmt.Sprintf("before %.2f, during %s, after %.2f", l.Before, during, l.After)
 }
+
+// cpuTimes are the machine's CPU times since boot, in clock ticks, from /proc/stat's first
+// line: idle (idle and iowait) and the total.
+type cpuTimes struct{ idle, total uint64 }
+
+// readCPUTimes reads /proc/stat's "cpu" line.
+func readCPUTimes() (cpuTimes, error) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuTimes{}, fmt.Errorf("the machine's CPU time: %w", err)
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 6 || fields[0] != "cpu" {
+		return cpuTimes{}, fmt.Errorf("the machine's CPU time: /proc/stat begins %.80q", line)
+	}
+	var t cpuTimes
+	for i, f := range fields[1:] {
+		v, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return cpuTimes{}, fmt.Errorf("the machine's CPU time: /proc/stat: %w", err)
+		}
+		if i >= 8 { // guest and guest_nice are already in user and nice
+			break
+		}
+		t.total += v
+		if i == 3 || i == 4 { // idle, iowait
+			t.idle += v
+		}
+	}
+	return t, nil
+}
+
+// busySince returns the share of the machine's CPU time that was busy between before and t.
+func (t cpuTimes) busySince(before cpuTimes) float64 {
+	total := t.total - before.total
+	if total == 0 || t.total < before.total {
+		return 0
+	}
+	return 1 - float64(t.idle-before.idle)/float64(total)
+}

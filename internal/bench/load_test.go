@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
 )
@@ -37,5 +38,21 @@ func TestSampleLoad(t *testing.T) {
 	l, err := s.stop(2)
 	if err != nil || l.Before < 0 || l.After < 0 || !strings.HasPrefix(l.Describe(), "before ") {
 		t.Fatalf("%+v, %v", l, err)
+	}
+}
+
+// The CPU's busy share is what was not idle (idle and iowait) of the ticks between two reads;
+// the machine's own /proc/stat reads.
+func TestCPUBusy(t *testing.T) {
+	before := cpuTimes{idle: 1000, total: 4000}
+	if got := (cpuTimes{idle: 1300, total: 5000}).busySince(before); math.Abs(got-0.7) > 1e-12 {
+		t.Errorf("busy %v, want 0.7", got)
+	}
+	if got := before.busySince(before); got != 0 {
+		t.Errorf("no tick: busy %v, want 0", got)
+	}
+	now, err := readCPUTimes()
+	if err != nil || now.total == 0 || now.idle > now.total {
+		t.Errorf("/proc/stat: %+v, %v", now, err)
 	}
 }

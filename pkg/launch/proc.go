@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // readPid reads the sandbox process's pid from runsc's pid file and its start time.
@@ -144,8 +145,8 @@ func memoryOf(match func(args []string) bool) (Memory, int, error) {
 	for pid := range ours {
 		m, err := rollup(pid)
 		if err != nil {
-			if errors.Is(err, os.ErrNotExist) {
-				continue // a child that ended since
+			if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+				continue // a process that ended since (gone, or a zombie): it holds nothing
 			}
 			return Memory{}, 0, err
 		}
@@ -162,6 +163,9 @@ func rollup(pid int) (Memory, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return Memory{}, err
+	}
+	if len(data) == 0 { // a zombie's: it has no address space left
+		return Memory{}, nil
 	}
 	kib := map[string]int64{}
 	for _, line := range strings.Split(string(data), "\n") {
