@@ -364,7 +364,7 @@ func printWarm(w io.Writer, r *bench.Report) {
 // cold starts of the same call.
 func (c *benchCmd) replay(ctx context.Context, con *console, env *run.Env, out string) error {
 	report, err := bench.RunCorpus(ctx, env, out, bench.CorpusOptions{Corpus: c.corpusData, Path: c.corpus.path, Sample: c.sample, Part: c.part, Rounds: c.rounds, Pool: c.pool,
-		Arrivals: bench.ArrivalsOptions{RatePerSec: c.arrivals, Duration: c.duration, MemoryBytes: c.memoryBytes, Seed: 36}})
+		Arrivals: bench.ArrivalsOptions{RatePerSec: c.arrivals, Duration: c.duration, MemoryBytes: c.memoryBytes, Seed: 36}, Revision: pipelineVersion()})
 	if err != nil {
 		return usageIfSetup(err)
 	}

@@ -52,6 +52,8 @@ type CorpusOptions struct {
 	// Arrivals, when its rate is not zero, adds the arrivals: the drawn requests arriving
 	// open-loop against a worker of the kit, with warm pools and without (runArrivals).
 	Arrivals ArrivalsOptions
+	// Revision is the pipeline's own version and VCS revision, for the report.
+	Revision string
 }
 
 // CorpusRequest is one replayed request: what it imports, where Select starts it, and the
@@ -112,8 +114,11 @@ type ReplaySummary struct {
 
 // CorpusReport is corpus.json.
 type CorpusReport struct {
-	CreatedAt    time.Time           `json:"created_at"`
-	Machine      Machine             `json:"machine"`
+	CreatedAt time.Time `json:"created_at"`
+	Machine   Machine   `json:"machine"`
+	// Revision is the pipeline's; Load the machine's around the replay and the arrivals.
+	Revision     string              `json:"revision,omitempty"`
+	Load         Load                `json:"load"`
 	Runsc        manifest.Runsc      `json:"runsc"`
 	RestoreFlags []string            `json:"restore_flags"`
 	CostModel    catalogue.CostModel `json:"cost_model"`
@@ -187,12 +192,17 @@ func runCorpusOn(ctx context.Context, x *run.VerifiedOutput, o CorpusOptions) (*
 	if err != nil {
 		return nil, err
 	}
+	sampler, err := sampleLoad(ctx, LoadInterval)
+	if err != nil {
+		return nil, err
+	}
+	defer sampler.cancel()
 	createMs, err := replay(ctx, x, trials, o)
 	if err != nil {
 		return nil, err
 	}
 	report := &CorpusReport{
-		CreatedAt: time.Now().UTC(), Machine: ThisMachine(), Runsc: x.Manifest.Runsc,
+		CreatedAt: time.Now().UTC(), Machine: ThisMachine(), Revision: o.Revision, Runsc: x.Manifest.Runsc,
 		RestoreFlags: slices.Clone(x.Manifest.RestoreFlags), CostModel: cat.CostModel, Basis: router.Basis(),
 		Corpus: o.Path, Part: o.Part, Rounds: o.Rounds, WarmupRounds: 1, Pool: o.Pool, Eligible: eligible, Unservable: unservable,
 	}
@@ -214,6 +224,9 @@ func runCorpusOn(ctx context.Context, x *run.VerifiedOutput, o CorpusOptions) (*
 		if report.Arrivals, err = runArrivals(ctx, x, cat, trials, max(o.Pool, 1), o.Arrivals); err != nil {
 			return nil, fmt.Errorf("bench --arrivals: %w", err)
 		}
+	}
+	if report.Load, err = sampler.stop(report.Machine.CPUs); err != nil {
+		return nil, err
 	}
 	if report.Dir, err = writeCorpusRun(x.Out, report); err != nil {
 		return nil, err
@@ -447,8 +460,12 @@ func WriteCorpusBenchfmt(w io.Writer, r *CorpusReport) error {
 		return fmt.Sprintf(" %.1f predicted-ms", ms)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "goos: linux\ngoarch: amd64\npkg: readie.dev/pipeline/bench\ncpu: %s\n", r.Machine.CPUModel)
-	fmt.Fprintf(&b, "runsc: %s\nrestore-flags: %s\ncorpus: %s\npart: %s\n", r.Runsc.Version, strings.Join(r.RestoreFlags, " "), r.Corpus, r.Part)
+	fmt.Fprintf(&b, "goos: %s\ngoarch: %s\npkg: readie.dev/pipeline/bench\ncpu: %s\n", r.Machine.GOOS, r.Machine.GOARCH, r.Machine.CPUModel)
+	fmt.Fprintf(&b, "date: %s\nrounds: %d\nrevision: %s\n", r.CreatedAt.UTC().Format(time.RFC3339), r.Rounds, cmp.Or(r.Revision, "(unknown)"))
+	fmt.Fprintf(&b, "runsc: %s\nrestore-flags: %s\ncorpus: %s\npart: %s\nload: %s\n", r.Runsc.Version, strings.Join(r.RestoreFlags, " "), r.Corpus, r.Part, r.Load.Describe())
+	if r.Load.Warning != "" {
+		fmt.Fprintf(&b, "load-warning: %s\n", r.Load.Warning)
+	}
 	for _, q := range r.Requests {
 		for _, ms := range q.Cold.Runs {
 			fmt.Fprintf(&b, "BenchmarkCorpus/req=%05d/series=cold 1 %d ns/op%s\n", q.Index, int64(ms*1e6), predicted(q.PredictedColdMs))

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"readie.dev/pipeline/internal/corpus"
 	"readie.dev/pipeline/internal/run"
@@ -182,6 +183,10 @@ func TestCorpusPooledSummaryAndBenchfmt(t *testing.T) {
 		{Index: 12, ColdMs: 500, ChosenMs: 300, PredictedMs: 200, PredictedColdMs: 450, Cold: manifest.Stats{Runs: []float64{500, 500}}, Chosen: manifest.Stats{Runs: []float64{300, 300}},
 			Pooled: &manifest.Stats{Runs: []float64{200, 200}}, PooledMs: 200, PredictedPooledMs: 100},
 	}}
+	// The header says where, when (UTC, whatever the local zone) and under what load.
+	r.CreatedAt = time.Date(2026, 12, 6, 11, 30, 0, 0, time.FixedZone("CET", 3600))
+	r.Machine, r.Revision = Machine{GOOS: "linux", GOARCH: "arm64", CPUModel: "AMD EPYC", CPUs: 2}, "v1 abc123"
+	r.Load = Load{Before: 0.5, During: []float64{1, 3}, After: 2, Warning: "busy"}
 	r.Summary = summarize(r.Requests)
 	s := r.Summary
 	if s.MeanPooledMs != 150 || s.PredictedPooledMs != 125 || fmt.Sprintf("%.4f %.2f", s.PooledOverCold, s.PooledModelErrorPct) != "0.2000 20.00" {
@@ -193,6 +198,8 @@ func TestCorpusPooledSummaryAndBenchfmt(t *testing.T) {
 	}
 	text := buf.String()
 	for _, want := range []string{
+		"goos: linux\ngoarch: arm64\npkg: readie.dev/pipeline/bench\ncpu: AMD EPYC\ndate: 2026-12-06T10:30:00Z\nrounds: 2\nrevision: v1 abc123\n",
+		"\nload: before 0.50, during 1.00-3.00 over 2 samples, after 2.00\nload-warning: busy\n",
 		"BenchmarkCorpus/req=00003/series=pooled 1 90000000 ns/op 150.0 predicted-ms\n",
 		"BenchmarkCorpusMean/series=pooled 1 145000000 ns/op 125.0 predicted-ms\n",
 		"BenchmarkCorpusMean/series=pooled 1 155000000 ns/op 125.0 predicted-ms\n",
