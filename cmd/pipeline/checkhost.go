@@ -9,13 +9,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
 	"readie.dev/pipeline/internal/config"
 	"readie.dev/pipeline/internal/exchange"
-	"readie.dev/pipeline/internal/oci/output"
 	"readie.dev/pipeline/internal/oci/ref"
 	"readie.dev/pipeline/pkg/cpu"
+	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/manifest"
 	"readie.dev/pipeline/pkg/runsc"
 )
@@ -46,7 +45,7 @@ func (c *checkHostCmd) SetFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.cpuFeatures, "cpu-features", "", "the host's CPU from `FILE`: the line that runsc cpu-features prints there, optionally followed by its \"clflush size : N\" line of /proc/cpuinfo (default: this host's)")
 	fs.IntVar(&c.cpus, "cpus", 0, "with --cpu-features: the host's CPU count `N`, warned about when below the checkpoints' cpus (default: unknown, not checked; without --cpu-features, this host's)")
 	fs.StringVar(&c.runsc, "runsc", "", "the host's runsc binary at `PATH` (default: the config's runsc.path)")
-	fs.StringVar(&c.runtime, "runtime", "", "the host's runtime in `DIR`, as pull --runtime lays it out: DIR/runsc with its helpers in DIR/gvisor-bin, and DIR/rootfs, whose digest is checked too")
+	fs.StringVar(&c.runtime, "runtime", "", "the host's runtime in `DIR`, as pull --runtime lays it out: DIR/runsc with its helpers in DIR/gvisor-bin, and DIR/rootfs, whose digest is checked too; DIR must be private, and its runsc is not run unless it and its helpers are the output's")
 }
 
 func (c *checkHostCmd) CheckArgs(args []string) error {
@@ -79,21 +78,7 @@ func (c *checkHostCmd) Execute(ctx context.Context, con *console, args []string)
 	if err != nil {
 		return err
 	}
-	var rt output.Runtime
-	switch {
-	case c.runtime != "":
-		if rt, err = runtimeDir(c.runtime); err != nil {
-			return err
-		}
-	case c.runsc != "":
-		rt.Runsc = c.runsc
-	default:
-		rt.Runsc = cfg.Runsc.Path
-	}
-	host, where, err := c.host(ctx, rt, cfg.Timeouts.RunscCommand)
-	if err != nil {
-		return err
-	}
+	// The manifest first: a runsc of --runtime DIR runs only once it is the manifest's.
 	var m *manifest.Manifest
 	if c.image != "" {
 		if m, err = c.pull(ctx, con, cfg); err != nil {
@@ -107,9 +92,28 @@ func (c *checkHostCmd) Execute(ctx context.Context, con *console, args []string)
 			return usageError{err}
 		}
 	}
+	driver := &runsc.Runsc{Path: cfg.Runsc.Path, CommandTimeout: cfg.Timeouts.RunscCommand}
+	rootfs := ""
+	switch {
+	case c.runtime != "":
+		d, err := launch.CheckRuntimeDir(c.runtime, m)
+		switch {
+		case errors.Is(err, manifest.ErrRuntime):
+			return fmt.Errorf("%w with --runtime %s: %w", errDoesNotRestore, c.runtime, err)
+		case err != nil:
+			return usageError{err}
+		}
+		driver.Path, driver.HelpersDir, rootfs = d.Runsc, d.Helpers, d.Rootfs
+	case c.runsc != "":
+		driver.Path = c.runsc
+	}
+	host, where, err := c.host(ctx, driver)
+	if err != nil {
+		return err
+	}
 	report := manifest.CheckHost(m, host)
-	if rt.Rootfs != "" {
-		report = checkRootfs(m, rt.Rootfs, report)
+	if rootfs != "" {
+		report = checkRootfs(m, rootfs, report)
 	}
 	if con.json {
 		err = writeJSON(con.stdout, struct {
@@ -134,15 +138,6 @@ func (c *checkHostCmd) Execute(ctx context.Context, con *console, args []string)
 	return nil
 }
 
-// runtimeDir returns the runtime pull --runtime laid out in dir, its paths absolute.
-func runtimeDir(dir string) (output.Runtime, error) {
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return output.Runtime{}, err
-	}
-	return output.RuntimeOf(abs), nil
-}
-
 // checkRootfs adds to every verdict of r a problem when the rootfs at path is not the one m's
 // checkpoints were captured on (manifest.CheckRootfs).
 func checkRootfs(m *manifest.Manifest, path string, r manifest.Report) manifest.Report {
@@ -159,12 +154,11 @@ func checkRootfs(m *manifest.Manifest, path string, r manifest.Report) manifest.
 }
 
 // host describes the host checked: this one, or the CPU of --cpu-features, with the runsc of
-// rt; where says which, for people.
-func (c *checkHostCmd) host(ctx context.Context, rt output.Runtime, limit time.Duration) (manifest.RestoreHost, string, error) {
-	if _, err := os.Stat(rt.Runsc); err != nil {
-		return manifest.RestoreHost{}, "", usagef("runsc %s: %v (name the host's runsc with --runsc, or its runtime with --runtime)", rt.Runsc, err)
+// driver; where says which, for people.
+func (c *checkHostCmd) host(ctx context.Context, driver *runsc.Runsc) (manifest.RestoreHost, string, error) {
+	if _, err := os.Stat(driver.Path); err != nil {
+		return manifest.RestoreHost{}, "", usagef("runsc %s: %v (name the host's runsc with --runsc, or its runtime with --runtime)", driver.Path, err)
 	}
-	driver := &runsc.Runsc{Path: rt.Runsc, HelpersDir: rt.HelpersDir, CommandTimeout: limit}
 	if c.cpuFeatures == "" {
 		h, err := manifest.ReadHost(ctx, driver)
 		return h, "this host", err

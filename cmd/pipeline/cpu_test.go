@@ -257,6 +257,18 @@ func TestCheckHost(t *testing.T) {
 	if code != exitDoesNotRestore || strings.Count(stdout, "does not restore: rootfs "+filepath.Join(runtime, "rootfs")+" is sha256:0000, the checkpoints were captured on "+m.Rootfs.Digest) != 2 {
 		t.Errorf("--runtime of another rootfs: exit %d\n%s%s", code, stdout, stderr)
 	}
+	// A runsc in DIR other than the checkpoints' does not restore them, and is not run to say
+	// so (not even runsc --version): it would run as root.
+	ran := filepath.Join(dir, "runsc-ran")
+	writeText(t, runtime, "runsc", "#!/bin/sh\ntouch "+ran+"\n")
+	os.Chmod(filepath.Join(runtime, "runsc"), 0o755)
+	code, stdout, stderr = runCLI(t, "check-host", "--config", cfg, "--runtime", runtime)
+	if code != exitDoesNotRestore || !strings.Contains(stderr, "not the runtime the output was captured with: runsc is") {
+		t.Errorf("--runtime of another runsc: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if _, err := os.Stat(ran); err == nil {
+		t.Error("check-host ran a runsc of --runtime DIR that is not the checkpoints'")
+	}
 
 	broken := writeText(t, dir, "broken-runsc", "#!/bin/sh\necho 'runsc: cannot run here' >&2\nexit 1\n")
 	os.Chmod(broken, 0o755)

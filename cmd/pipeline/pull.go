@@ -21,15 +21,21 @@ func (*pullCmd) Synopsis() string {
 }
 func (c *pullCmd) SetFlags(fs *flag.FlagSet) {
 	c.config.register(fs)
-	fs.StringVar(&c.runtime, "runtime", "", "also lay out the runtime the output was captured with in `DIR` (DIR/runsc, DIR/gvisor-bin/, DIR/rootfs), verified; layers DIR holds already are not fetched")
+	fs.StringVar(&c.runtime, "runtime", "", "also lay out the runtime the output was captured with in `DIR` (DIR/runsc, DIR/gvisor-bin/, DIR/rootfs; DIR private: 0700, this user's), verified; layers DIR holds already are not fetched. Its runsc runs as root: REF must name the image by digest (or be an OCI layout)")
 }
 
-func (*pullCmd) CheckArgs(args []string) error {
+func (c *pullCmd) CheckArgs(args []string) error {
 	if len(args) != 2 {
 		return fmt.Errorf("want an image reference and an output directory")
 	}
-	_, err := ref.Parse(args[0], nil)
-	return err
+	r, err := ref.Parse(args[0], nil)
+	if err != nil {
+		return err
+	}
+	if c.runtime != "" && r.Movable() {
+		return fmt.Errorf("--runtime lays out the runsc that %s names, which then runs as root, checked only against the manifest of the same image: name the image by its digest (REF@sha256:..., as push printed it), not by a tag whoever can push to the repository can move", args[0])
+	}
+	return nil
 }
 
 func (c *pullCmd) Execute(ctx context.Context, con *console, args []string) error {

@@ -66,7 +66,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.runsc, "runsc", "", "this host's runsc binary")
 	fs.StringVar(&o.set, "set", "empty", "the checkpoint to restore")
 	fs.StringVar(&o.rootfs, "rootfs", "", "this host's copy of the output's rootfs (default: the manifest's rootfs.path); the digest it records must be the manifest's")
-	fs.StringVar(&o.runtime, "runtime", "", "this host's runtime, as `pipeline pull REF OUT --runtime DIR` lays it out: DIR/runsc with its helpers in DIR/gvisor-bin, DIR/rootfs (instead of -runsc and -rootfs)")
+	fs.StringVar(&o.runtime, "runtime", "", "this host's runtime, as `pipeline pull REF OUT --runtime DIR` lays it out: DIR/runsc with its helpers in DIR/gvisor-bin, DIR/rootfs (instead of -runsc and -rootfs); DIR must be private, and its runsc and helpers the output's (launch.CheckRuntimeDir, before they run)")
 	fs.StringVar(&o.root, "root", "/run/readie-worker/runsc", "runsc's state root, private to the worker")
 	fs.StringVar(&o.eval, "eval", "", fmt.Sprintf("a Python expression to evaluate in the restored executor after the check (an answer of at most %d KiB; its first %d KiB printed)", evalResponseSize>>10, printBytes>>10))
 	fs.DurationVar(&o.timeout, "timeout", time.Minute, "the limit of the whole restore and calls")
@@ -147,11 +147,16 @@ func restoreAndCall(ctx context.Context, o options, stdout, stderr io.Writer) (e
 	cold := o.fallback == "cold"
 	var helpers string // empty: gvisor-bin/ beside runsc
 	if o.runtime != "" {
-		dir, err := filepath.Abs(o.runtime)
+		// Before anything reads what DIR holds or runs its runsc (CheckHost's runsc --version
+		// included), whatever -fallback says: DIR must be private and its runsc the output's.
+		m, err := manifest.Load(filepath.Join(o.out, manifest.FileName))
 		if err != nil {
-			return fmt.Errorf("%w: -runtime %s: %w", errBadInput, o.runtime, err)
+			return fmt.Errorf("%w: %w", errBadInput, err)
 		}
-		in := launch.RuntimeIn(dir)
+		in, err := launch.CheckRuntimeDir(o.runtime, m)
+		if err != nil {
+			return fmt.Errorf("%w: -runtime: %w", errBadInput, err)
+		}
 		o.runsc, helpers, o.rootfs = in.Runsc, in.Helpers, in.Rootfs
 	}
 	out, err := launch.OpenOutput(o.out, launch.OpenOptions{Rootfs: o.rootfs, Verify: true, ColdFallback: cold})

@@ -2,9 +2,12 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,17 +20,25 @@ import (
 // TestWorkerFromPulledRuntime: a worker host that holds nothing but what one `pipeline pull REF
 // OUT --runtime DIR` fetched from a real registry (the output, runsc with its helpers, the
 // rootfs) restores a set with the example worker and answers a call. A second pull into the
-// same DIR fetches no runtime blob; a DIR whose runsc was changed, and a runtime layer of
-// other bytes, are refused, and DIR stays as it was.
+// same DIR fetches no runtime blob. A tag is refused (--runtime wants a digest); a DIR whose
+// runsc was changed is refused by the worker, which does not run it, and by a pull; a runtime
+// layer of other bytes is refused; DIR stays as it was, its whole tree.
 func TestWorkerFromPulledRuntime(t *testing.T) {
 	reg := testenv.StartRegistry(t, false)
 	bins := t.TempDir()
 	pipeline, worker := build(t, bins, "./cmd/pipeline"), build(t, bins, "./examples/worker")
 	dir := testenv.WorkDir(t)
 	_, config := captureSmall(t, pipeline, dir)
-	ref := reg.Host + "/readie/runtime:v1"
-	if output, err := testenv.Command(t, 5*time.Minute, pipeline, "push", "--config", config, ref).CombinedOutput(); err != nil {
-		t.Fatalf("pipeline push: %v\n%s", err, output)
+	tag := reg.Host + "/readie/runtime:v1"
+	var pushed, pushLog bytes.Buffer
+	push := testenv.Command(t, 5*time.Minute, pipeline, "push", "--config", config, tag)
+	push.Stdout, push.Stderr = &pushed, &pushLog
+	if err := push.Run(); err != nil {
+		t.Fatalf("pipeline push: %v\n%s", err, &pushLog)
+	}
+	ref := strings.TrimSpace(pushed.String()) // by digest: pull --runtime takes no tag
+	if !strings.HasPrefix(ref, reg.Host+"/readie/runtime@sha256:") {
+		t.Fatalf("pipeline push printed %q, want the reference by digest", ref)
 	}
 	layoutDir := filepath.Join(dir, "layout")
 	if output, err := testenv.Command(t, 5*time.Minute, pipeline, "push", "--config", config, "oci-layout:"+layoutDir+":v1").CombinedOutput(); err != nil {
@@ -45,8 +56,18 @@ func TestWorkerFromPulledRuntime(t *testing.T) {
 		return string(output), err
 	}
 	runtime := filepath.Join(host, "runtime")
+	// A tag someone could move to another image (another runsc, run as root) is refused.
+	output, err := pull(filepath.Join(host, "out"), runtime, tag)
+	if code, _ := exitcode.Of(err); code != exitcode.Usage || !strings.Contains(output, "name the image by its digest") {
+		t.Errorf("pull --runtime of a tag: %v\n%s\nwant exit 2 asking for a digest", err, output)
+	}
 	if output, err := pull(filepath.Join(host, "out"), runtime, ref); err != nil {
 		t.Fatalf("pipeline pull --runtime: %v\n%s", err, output)
+	}
+	if fi, err := os.Lstat(runtime); err != nil {
+		t.Error(err)
+	} else if fi.Mode() != os.ModeDir|0o700 {
+		t.Errorf("the runtime directory is %s, want drwx------ (root runs what it holds)", fi.Mode())
 	}
 	for _, name := range []string{"runsc", "gvisor-bin/gvisor_sentry", "rootfs/usr/bin/python3"} {
 		if _, err := os.Stat(filepath.Join(runtime, name)); err != nil {
@@ -92,10 +113,20 @@ func TestWorkerFromPulledRuntime(t *testing.T) {
 		t.Fatalf("the registry log shows no blob fetch of the second pull: the check above proves nothing:\n%s", reg.Log()[logged:])
 	}
 
-	// A runtime directory whose runsc was changed is refused, and left as it was.
-	os.WriteFile(filepath.Join(runtime, "runsc"), []byte("#!/bin/sh\n"), 0o755)
+	// A runtime directory whose runsc was changed: the worker refuses it without running it
+	// (nor runsc --version), whatever -fallback says; a pull refuses it, and leaves it as it
+	// was.
+	ran := filepath.Join(dir, "runsc-ran")
+	os.WriteFile(filepath.Join(runtime, "runsc"), []byte("#!/bin/sh\ntouch "+ran+"\n"), 0o755)
+	refused, err := testenv.Command(t, time.Minute, worker, "-out", filepath.Join(host, "out"), "-runtime", runtime, "-root", root, "-set", "small", "-fallback", "cold").CombinedOutput()
+	if code, _ := exitcode.Of(err); code != exitcode.Usage || !strings.Contains(string(refused), "not the runtime the output was captured with: runsc is") {
+		t.Errorf("worker -runtime of another runsc: %v\n%s\nwant exit 2 naming both digests", err, refused)
+	}
+	if _, err := os.Stat(ran); err == nil {
+		t.Error("the worker ran a runsc of -runtime DIR that is not the output's")
+	}
 	before := listTree(t, runtime)
-	output, err := pull(filepath.Join(host, "third"), runtime, ref)
+	output, err = pull(filepath.Join(host, "third"), runtime, ref)
 	if err == nil || !strings.Contains(output, "not the runtime the output was captured with: runsc") {
 		t.Errorf("a pull into a runtime directory of another runsc: %v\n%s", err, output)
 	}
@@ -139,25 +170,30 @@ func runtimeLayers(t *testing.T, dir string) (runsc, rootfs string) {
 	return runsc, rootfs
 }
 
-// listTree describes the top of dir: each entry's name, mode, size and time, and runsc's bytes.
+// listTree describes dir's whole tree: each entry's path, mode, owner, size and time, and the
+// first bytes of each regular file at its top (runsc).
 func listTree(t *testing.T, dir string) string {
 	t.Helper()
 	var b strings.Builder
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		info, err := e.Info()
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
-		b.WriteString(info.Name() + " " + info.Mode().String() + " " + info.ModTime().String() + " ")
-		if info.Mode().IsRegular() {
-			data, _ := os.ReadFile(filepath.Join(dir, e.Name()))
-			b.Write(data[:min(len(data), 64)])
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		st := info.Sys().(*syscall.Stat_t)
+		fmt.Fprintf(&b, "%s %s %d:%d %d %s", path, info.Mode(), st.Uid, st.Gid, info.Size(), info.ModTime())
+		if info.Mode().IsRegular() && filepath.Dir(path) == dir {
+			data, _ := os.ReadFile(path)
+			fmt.Fprintf(&b, " %q", data[:min(len(data), 64)])
 		}
 		b.WriteString("\n")
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return b.String()
 }

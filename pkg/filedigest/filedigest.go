@@ -30,10 +30,16 @@ func Of(path string) (size int64, sha256Digest string, err error) {
 		return 0, "", err
 	}
 	defer f.Close()
+	return OfReader(f, path)
+}
+
+// OfReader returns the size and the "sha256:" digest of what r holds to its end; name names
+// it in an error.
+func OfReader(r io.Reader, name string) (size int64, sha256Digest string, err error) {
 	h := sha256.New()
-	n, err := io.Copy(h, f)
+	n, err := io.Copy(h, r)
 	if err != nil {
-		return 0, "", fmt.Errorf("hash %s: %w", path, err)
+		return 0, "", fmt.Errorf("hash %s: %w", name, err)
 	}
 	return n, Format(h.Sum(nil)), nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -295,8 +296,8 @@ func (s *Sandbox) writeBundle(config []byte, user specs.User) error {
 }
 
 // privateDir makes dir (mode 0700) when it does not exist and, for hostDirs, refuses one that
-// is not a directory owned by this process's user that no one else can enter: the host
-// directories of sandboxes live in it, each given to whatever user its spec names.
+// is not private (CheckPrivateDir): the host directories of sandboxes live in it, each given to
+// whatever user its spec names.
 func privateDir(dir string, hostDirs bool) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("launch: work dir: %w", err)
@@ -304,9 +305,24 @@ func privateDir(dir string, hostDirs bool) error {
 	if !hostDirs {
 		return nil // a bundle is 0700 itself
 	}
+	if _, err := CheckPrivateDir(dir); err != nil {
+		return fmt.Errorf("launch: work dir: %w: the host directories of sandboxes must live there, whatever user a spec names", err)
+	}
+	return nil
+}
+
+// ErrNotPrivate reports a directory that is not this process's user's alone.
+var ErrNotPrivate = errors.New("not a private directory")
+
+// CheckPrivateDir refuses dir unless it is a directory itself (not a symbolic link to one),
+// owned by this process's effective user, that no one else can enter (no group or other
+// permission): what the process puts there (sandboxes' host directories, a runtime it runs as
+// root) stays its own. It returns dir's FileInfo, for a caller that opens dir to check it
+// opened the same one.
+func CheckPrivateDir(dir string) (fs.FileInfo, error) {
 	fi, err := os.Lstat(dir)
 	if err != nil {
-		return fmt.Errorf("launch: work dir: %w", err)
+		return nil, err
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !fi.IsDir() || !ok || int(st.Uid) != os.Geteuid() || fi.Mode().Perm()&0o077 != 0 {
@@ -314,9 +330,9 @@ func privateDir(dir string, hostDirs bool) error {
 		if ok {
 			owner = int(st.Uid)
 		}
-		return fmt.Errorf("launch: work dir %s is %s owned by uid %d: the host directories of sandboxes must live in a directory only uid %d can enter (mode 0700), whatever user a spec names", dir, fi.Mode(), owner, os.Geteuid())
+		return nil, fmt.Errorf("%w: %s is %s owned by uid %d, want a directory only uid %d can enter (mode 0700)", ErrNotPrivate, dir, fi.Mode(), owner, os.Geteuid())
 	}
-	return nil
+	return fi, nil
 }
 
 // SocketPath returns the executor's socket as seen from the host.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -38,5 +39,36 @@ func TestFile(t *testing.T) {
 	}
 	if _, err := File(dir, 10, "x"); err == nil || !strings.Contains(err.Error(), dir) {
 		t.Errorf("a directory: %v", err)
+	}
+}
+
+// TestReadIn: a regular file in a root is read within the limit; a symbolic link (to the
+// regular file beside it, too), a FIFO (refused at once: no writer will come) and a directory
+// are refused with ErrNotRegular, a file past the limit with ErrTooLarge.
+func TestReadIn(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "file"), []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Symlink("file", filepath.Join(dir, "link"))
+	if err := syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Mkdir(filepath.Join(dir, "dir"), 0o755)
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	if data, err := ReadIn(root, "file", 4, "the limit"); err != nil || string(data) != "data" {
+		t.Errorf("ReadIn of a regular file = %q, %v", data, err)
+	}
+	if _, err := ReadIn(root, "file", 3, "the limit"); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("ReadIn past the limit: %v, want ErrTooLarge", err)
+	}
+	for _, name := range []string{"link", "fifo", "dir"} {
+		if _, err := ReadIn(root, name, 4, "the limit"); !errors.Is(err, ErrNotRegular) {
+			t.Errorf("ReadIn of %s: %v, want ErrNotRegular", name, err)
+		}
 	}
 }

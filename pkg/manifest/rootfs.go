@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"readie.dev/pipeline/pkg/limitread"
 	"readie.dev/pipeline/pkg/sandbox"
 )
 
@@ -52,6 +53,27 @@ func ReadRootfsInfo(dir string) (*RootfsInfo, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseRootfsInfo(data)
+}
+
+// rootfsInfoLimit bounds a RootfsInfoFile of another's making: the pipeline writes some
+// hundreds of bytes.
+const rootfsInfoLimit = 64 << 10
+
+// ReadRootfsInfoIn reads the RootfsInfo of the rootfs root is opened on, as ReadRootfsInfo
+// does, for a rootfs of another's making (a pulled runtime's): through root (no symbolic link
+// leads out of it), a regular file (a FIFO would block the read for ever:
+// limitread.OpenRegularIn) of at most rootfsInfoLimit.
+func ReadRootfsInfoIn(root *os.Root) (*RootfsInfo, error) {
+	data, err := limitread.ReadIn(root, RootfsInfoFile, rootfsInfoLimit, "the limit on a rootfs's record of itself")
+	if err != nil {
+		return nil, err
+	}
+	return parseRootfsInfo(data)
+}
+
+// parseRootfsInfo parses a RootfsInfoFile; one without a digest is an error.
+func parseRootfsInfo(data []byte) (*RootfsInfo, error) {
 	var info RootfsInfo
 	if err := json.Unmarshal(data, &info); err != nil {
 		return nil, fmt.Errorf("%s: %w", RootfsInfoFile, err)

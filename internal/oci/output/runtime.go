@@ -1,9 +1,7 @@
 package output
 
 import (
-	"errors"
 	"fmt"
-	"maps"
 	"path/filepath"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -27,39 +25,32 @@ const (
 	RuntimeRoot = "readie-runtime"
 )
 
-// ErrRuntime reports a runsc or rootfs other than the one the output was captured with.
-var ErrRuntime = errors.New("not the runtime the output was captured with")
-
 // Runtime is what an output was captured with, on this host: runsc, the directory of its
 // helpers (empty: where runsc finds them), the rootfs.
 type Runtime struct {
 	Runsc, HelpersDir, Rootfs string
 }
 
-// check refuses a runtime other than the one m records: runsc's sha256, its helpers' digests,
-// the rootfs digest.
+// check refuses a runtime other than the one m records, byte for byte (manifest.CheckRunsc,
+// CheckRootfsDigest): runsc's sha256, its helpers' digests, the rootfs digest.
 func (rt Runtime) check(m *manifest.Manifest) error {
 	_, sum, err := filedigest.Of(rt.Runsc)
 	if err != nil {
 		return fmt.Errorf("runsc: %w", err)
 	}
-	if m.Runsc.SHA256 != "" && sum != m.Runsc.SHA256 {
-		return fmt.Errorf("%w: runsc %s is %s, the output was captured by %s", ErrRuntime, rt.Runsc, sum, m.Runsc.SHA256)
-	}
 	helpers, err := (&runsc.Runsc{Path: rt.Runsc, HelpersDir: rt.HelpersDir}).Helpers()
 	if err != nil {
 		return err
 	}
-	if !maps.Equal(helpers, m.Runsc.Helpers) {
-		return fmt.Errorf("%w: runsc's helpers are %s, the output was captured with %s", ErrRuntime,
-			manifest.Runsc{Helpers: helpers}.HelpersText(), m.Runsc.HelpersText())
+	if err := m.CheckRunsc(sum, helpers); err != nil {
+		return fmt.Errorf("%s: %w", rt.Runsc, err)
 	}
 	info, err := manifest.ReadRootfsInfo(rt.Rootfs)
 	if err != nil {
 		return fmt.Errorf("rootfs %s: %w", rt.Rootfs, err)
 	}
-	if info.Digest != m.Rootfs.Digest {
-		return fmt.Errorf("%w: rootfs %s is %s, the output was captured on %s", ErrRuntime, rt.Rootfs, info.Digest, m.Rootfs.Digest)
+	if err := m.CheckRootfsDigest(info.Digest); err != nil {
+		return fmt.Errorf("%s: %w", rt.Rootfs, err)
 	}
 	return nil
 }

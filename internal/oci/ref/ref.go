@@ -51,6 +51,14 @@ func (r Ref) String() string {
 	return r.Registry.String()
 }
 
+// Movable reports a registry reference by tag: whoever can push to the repository can point
+// it at another image. A digest names one image, and so does an OCI layout (the operator's own
+// files).
+func (r Ref) Movable() bool {
+	_, byDigest := r.Registry.(name.Digest)
+	return r.Layout == "" && !byDigest
+}
+
 // Parse reads REF: oci-layout:DIR[:TAG|@DIGEST] or HOST/REPO[:TAG|@DIGEST]. Plain HTTP is
 // used for localhost, 127.0.0.1 and the hosts in insecure.
 func Parse(ref string, insecure []string) (Ref, error) {

@@ -118,3 +118,25 @@ func TestFetchLayoutRefusesNonRegularFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestMovable: a registry tag (written or the default latest) can be moved to another image;
+// a registry digest, with a tag or without, and an OCI layout cannot.
+func TestMovable(t *testing.T) {
+	digest := "sha256:" + strings.Repeat("a", 64)
+	for ref, want := range map[string]bool{
+		"localhost:5000/readie/out:v1":           true,
+		"registry.example/readie/out":            true,
+		"localhost:5000/readie/out@" + digest:    false,
+		"localhost:5000/readie/out:v1@" + digest: false,
+		"oci-layout:/srv/layout:v1":              false,
+		"oci-layout:/srv/layout@" + digest:       false,
+	} {
+		r, err := Parse(ref, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", ref, err)
+		}
+		if got := r.Movable(); got != want {
+			t.Errorf("%s: Movable() = %v, want %v", ref, got, want)
+		}
+	}
+}
