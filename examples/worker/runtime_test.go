@@ -2,12 +2,9 @@ package main
 
 import (
 	"bytes"
-	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -125,12 +122,12 @@ func TestWorkerFromPulledRuntime(t *testing.T) {
 	if _, err := os.Stat(ran); err == nil {
 		t.Error("the worker ran a runsc of -runtime DIR that is not the output's")
 	}
-	before := listTree(t, runtime)
+	before := testenv.ListTree(t, runtime)
 	output, err = pull(filepath.Join(host, "third"), runtime, ref)
 	if err == nil || !strings.Contains(output, "not the runtime the output was captured with: runsc") {
 		t.Errorf("a pull into a runtime directory of another runsc: %v\n%s", err, output)
 	}
-	if after := listTree(t, runtime); after != before {
+	if after := testenv.ListTree(t, runtime); after != before {
 		t.Errorf("a refused pull changed the runtime directory:\n%s\nthen\n%s", before, after)
 	}
 	if _, err := os.Stat(filepath.Join(host, "third")); err == nil {
@@ -168,32 +165,4 @@ func runtimeLayers(t *testing.T, dir string) (runsc, rootfs string) {
 		t.Fatalf("the pushed image has no runtime layers: %v", m.Annotations)
 	}
 	return runsc, rootfs
-}
-
-// listTree describes dir's whole tree: each entry's path, mode, owner, size and time, and the
-// first bytes of each regular file at its top (runsc).
-func listTree(t *testing.T, dir string) string {
-	t.Helper()
-	var b strings.Builder
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		st := info.Sys().(*syscall.Stat_t)
-		fmt.Fprintf(&b, "%s %s %d:%d %d %s", path, info.Mode(), st.Uid, st.Gid, info.Size(), info.ModTime())
-		if info.Mode().IsRegular() && filepath.Dir(path) == dir {
-			data, _ := os.ReadFile(path)
-			fmt.Fprintf(&b, " %q", data[:min(len(data), 64)])
-		}
-		b.WriteString("\n")
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b.String()
 }

@@ -24,6 +24,7 @@ import (
 	"readie.dev/pipeline/internal/oci/ocitest"
 	"readie.dev/pipeline/internal/oci/unpack"
 	"readie.dev/pipeline/internal/oci/verify"
+	"readie.dev/pipeline/internal/testenv"
 	"readie.dev/pipeline/pkg/filedigest"
 	"readie.dev/pipeline/pkg/launch"
 	"readie.dev/pipeline/pkg/limitread"
@@ -99,12 +100,12 @@ func TestPullRuntimeRefusesDir(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			before := tree(t, dir)
+			before := testenv.ListTree(t, dir)
 			err := PullRuntime(context.Background(), img, &manifest.Manifest{}, dir, unpack.Limits{}, quietLog(), nil)
 			if !errors.Is(err, launch.ErrRuntimeDir) || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("%v, want launch.ErrRuntimeDir saying %q", err, tc.want)
 			}
-			if after := tree(t, dir); after != before {
+			if after := testenv.ListTree(t, dir); after != before {
 				t.Errorf("a refused pull changed the directory:\n%s\nthen\n%s", before, after)
 			}
 		})
@@ -120,28 +121,6 @@ func privateDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return dir
-}
-
-// tree lists every path under dir (dir itself included) with its mode, owner and size.
-func tree(t *testing.T, dir string) string {
-	t.Helper()
-	var b strings.Builder
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		st := info.Sys().(*syscall.Stat_t)
-		fmt.Fprintf(&b, "%s %s %d:%d %d\n", path, info.Mode(), st.Uid, st.Gid, info.Size())
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b.String()
 }
 
 // runtimeImage returns an image of two runtime layers, their tars given, annotated as push
@@ -194,7 +173,7 @@ func TestPullRuntimePrivateDir(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			dir := privateDir(t)
 			arg := prepare(t, dir)
-			before := tree(t, dir)
+			before := testenv.ListTree(t, dir)
 			var fetched []string
 			err := PullRuntime(context.Background(), img, testManifest(false), arg, unpack.DefaultLimits(), quietLog(), func(l verify.Layer) { fetched = append(fetched, l.Digest.String()) })
 			if !errors.Is(err, launch.ErrNotPrivate) || !strings.Contains(err.Error(), "0700") {
@@ -203,7 +182,7 @@ func TestPullRuntimePrivateDir(t *testing.T) {
 			if len(fetched) > 0 {
 				t.Errorf("a refused directory had layers fetched: %v", fetched)
 			}
-			if after := tree(t, dir); after != before {
+			if after := testenv.ListTree(t, dir); after != before {
 				t.Errorf("a refused pull changed the directory:\n%s\nthen\n%s", before, after)
 			}
 		})
@@ -278,15 +257,15 @@ func TestPullRuntimeRefusesEntries(t *testing.T) {
 				tc.m(m)
 			}
 			dir := privateDir(t)
-			before, beforeOutside := tree(t, dir), tree(t, outside)
+			before, beforeOutside := testenv.ListTree(t, dir), testenv.ListTree(t, outside)
 			err := PullRuntime(context.Background(), img, m, dir, unpack.DefaultLimits(), quietLog(), nil)
 			if !errors.Is(err, tc.want) {
 				t.Errorf("%v, want %v", err, tc.want)
 			}
-			if after := tree(t, dir); after != before {
+			if after := testenv.ListTree(t, dir); after != before {
 				t.Errorf("a refused pull changed the runtime directory:\n%s\nthen\n%s", before, after)
 			}
-			if after := tree(t, outside); after != beforeOutside {
+			if after := testenv.ListTree(t, outside); after != beforeOutside {
 				t.Errorf("a refused pull changed what its links point at:\n%s\nthen\n%s", beforeOutside, after)
 			}
 		})
