@@ -233,7 +233,7 @@ func TestCheckHost(t *testing.T) {
 	}
 
 	layout := "oci-layout:" + filepath.Join(dir, "layout") + ":v1"
-	if code, _, stderr := runCLI(t, "push", "--config", cfg, layout); code != exitOK {
+	if code, _, stderr := runCLI(t, "push", "--runtime", "--config", cfg, layout); code != exitOK {
 		t.Fatalf("push: %s", stderr)
 	}
 	code, stdout, stderr = runCLI(t, "check-host", "--config", cfg, "--image", layout, "--cpu-features", lacking)

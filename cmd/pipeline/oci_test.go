@@ -75,7 +75,7 @@ func TestPushPull(t *testing.T) {
 	dir := testenv.WorkDir(t)
 	cfg := smallOutput(t, dir)
 	ref := reg.Host + "/readie/checkpoints:v1"
-	code, stdout, stderr := runCLI(t, "push", "--config", cfg, ref)
+	code, stdout, stderr := runCLI(t, "push", "--runtime", "--config", cfg, ref)
 	if code != exitOK || !strings.HasPrefix(stdout, reg.Host+"/readie/checkpoints@sha256:") {
 		t.Fatalf("push: exit %d\n%s%s", code, stdout, stderr)
 	}
@@ -99,7 +99,7 @@ func TestPushPull(t *testing.T) {
 	}
 
 	// Unchanged output: the same digest, nothing uploaded.
-	if code, again, stderr := runCLI(t, "push", "--config", cfg, ref); code != exitOK || again != stdout {
+	if code, again, stderr := runCLI(t, "push", "--runtime", "--config", cfg, ref); code != exitOK || again != stdout {
 		t.Fatalf("second push: exit %d\n%s%s", code, again, stderr)
 	}
 	if n := reg.Uploads(); n != uploads {
@@ -119,7 +119,7 @@ func TestPushPull(t *testing.T) {
 	other := testenv.WorkDir(t)
 	otherCfg := smallOutput(t, other)
 	uploads, logged := reg.Uploads(), len(reg.Log())
-	if code, stdout, stderr := runCLI(t, "push", "--config", otherCfg, reg.Host+"/readie/checkpoints:v2"); code != exitOK {
+	if code, stdout, stderr := runCLI(t, "push", "--runtime", "--config", otherCfg, reg.Host+"/readie/checkpoints:v2"); code != exitOK {
 		t.Fatalf("push of another output: exit %d\n%s%s", code, stdout, stderr)
 	}
 	otherRaw := rawManifest(t, reg.Host+"/readie/checkpoints:v2")
@@ -154,9 +154,19 @@ func TestPushPull(t *testing.T) {
 	}
 
 	// An OCI layout is a destination too.
-	code, stdout, stderr = runCLI(t, "push", "--config", cfg, "oci-layout:"+filepath.Join(dir, "airgap")+":v1")
+	code, stdout, stderr = runCLI(t, "push", "--runtime", "--config", cfg, "oci-layout:"+filepath.Join(dir, "airgap")+":v1")
 	if code != exitOK || !strings.HasSuffix(strings.TrimSpace(stdout), digest) {
 		t.Fatalf("push to an OCI layout: exit %d, %s%s (want the registry's digest %s)", code, stdout, stderr, digest)
+	}
+
+	// Without --runtime the image holds the output alone (a push that cannot read the rootfs,
+	// as in a pod of another user, still works).
+	plain := reg.Host + "/readie/checkpoints:plain"
+	if code, _, stderr := runCLI(t, "push", "--config", cfg, plain); code != exitOK {
+		t.Fatalf("push without --runtime: %s", stderr)
+	}
+	if raw := rawManifest(t, plain); len(raw.Layers) != 3 || raw.Annotations[output.AnnotationRuntimeRunsc] != "" || raw.Annotations[output.AnnotationRuntimeRootfs] != "" {
+		t.Errorf("a push without --runtime: %+v", raw)
 	}
 }
 

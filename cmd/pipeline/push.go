@@ -22,18 +22,20 @@ func registryStep(ctx context.Context, cfg *config.Config, what, arg string) (re
 }
 
 type pushCmd struct {
-	config configFlag
-	out    outFlag
+	config  configFlag
+	out     outFlag
+	runtime bool
 }
 
 func (*pushCmd) Name() string  { return "push" }
-func (*pushCmd) Usage() string { return "push [--out OUT] REF" }
+func (*pushCmd) Usage() string { return "push [--out OUT] [--runtime] REF" }
 func (*pushCmd) Synopsis() string {
 	return "push the output as an OCI image to REF (HOST/REPO[:TAG] or oci-layout:DIR[:TAG]); print REF@sha256:..."
 }
 func (c *pushCmd) SetFlags(fs *flag.FlagSet) {
 	c.config.register(fs)
 	c.out.register(fs)
+	fs.BoolVar(&c.runtime, "runtime", false, "add the runtime the output was captured with (runsc with gvisor-bin/, the rootfs) as two layers, stored once per repository, for `pull --runtime`; it reads the whole rootfs, so push as a user who can (root)")
 }
 
 func (*pushCmd) CheckArgs(args []string) error {
@@ -57,10 +59,15 @@ func (c *pushCmd) Execute(ctx context.Context, con *console, args []string) erro
 		return err
 	}
 	defer cancel()
-	// The runtime goes with the output unless the sandbox root is an image (its rootfs is an
-	// unpacked copy, the image's reference its own way to a worker host).
+	// The runtime goes with the output when asked: building its rootfs layer reads every file
+	// of the rootfs, some only root may (a push in a pod of another user cannot). Not when the
+	// sandbox root is an image: its rootfs is an unpacked copy, the image's reference its own
+	// way to a worker host.
 	var rt *output.Runtime
-	if cfg.Image == "" {
+	if c.runtime {
+		if cfg.Image != "" {
+			return usagef("push --runtime: the sandbox root is the image %s: a worker host pulls that image itself", cfg.Image)
+		}
 		rt = &output.Runtime{Runsc: cfg.Runsc.Path, Rootfs: cfg.Rootfs}
 	}
 	pushed, err := exchange.Push(ctx, cfg.Output, r, rt, con.log, con.progress)

@@ -28,7 +28,7 @@ func TestWorkerFromPulledRuntime(t *testing.T) {
 	_, config := captureSmall(t, pipeline, dir)
 	tag := reg.Host + "/readie/runtime:v1"
 	var pushed, pushLog bytes.Buffer
-	push := testenv.Command(t, 5*time.Minute, pipeline, "push", "--config", config, tag)
+	push := testenv.Command(t, 5*time.Minute, pipeline, "push", "--runtime", "--config", config, tag)
 	push.Stdout, push.Stderr = &pushed, &pushLog
 	if err := push.Run(); err != nil {
 		t.Fatalf("pipeline push: %v\n%s", err, &pushLog)
@@ -38,7 +38,7 @@ func TestWorkerFromPulledRuntime(t *testing.T) {
 		t.Fatalf("pipeline push printed %q, want the reference by digest", ref)
 	}
 	layoutDir := filepath.Join(dir, "layout")
-	if output, err := testenv.Command(t, 5*time.Minute, pipeline, "push", "--config", config, "oci-layout:"+layoutDir+":v1").CombinedOutput(); err != nil {
+	if output, err := testenv.Command(t, 5*time.Minute, pipeline, "push", "--runtime", "--config", config, "oci-layout:"+layoutDir+":v1").CombinedOutput(); err != nil {
 		t.Fatalf("pipeline push to a layout: %v\n%s", err, output)
 	}
 	runscLayer, rootfsLayer := runtimeLayers(t, layoutDir)
