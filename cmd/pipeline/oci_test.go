@@ -162,11 +162,18 @@ func TestPushPull(t *testing.T) {
 	// Without --runtime the image holds the output alone (a push that cannot read the rootfs,
 	// as in a pod of another user, still works).
 	plain := reg.Host + "/readie/checkpoints:plain"
-	if code, _, stderr := runCLI(t, "push", "--config", cfg, plain); code != exitOK {
+	code, plainRef, stderr := runCLI(t, "push", "--config", cfg, plain)
+	if code != exitOK {
 		t.Fatalf("push without --runtime: %s", stderr)
 	}
 	if raw := rawManifest(t, plain); len(raw.Layers) != 3 || raw.Annotations[output.AnnotationRuntimeRunsc] != "" || raw.Annotations[output.AnnotationRuntimeRootfs] != "" {
 		t.Errorf("a push without --runtime: %+v", raw)
+	}
+	// pull --runtime of it says what is missing, and lays out nothing.
+	runtimeDir := filepath.Join(dir, "runtime")
+	code, _, stderr = runCLI(t, "pull", "--config", cfg, "--runtime", runtimeDir, strings.TrimSpace(plainRef), filepath.Join(dir, "plain-out"))
+	if _, err := os.Stat(filepath.Join(runtimeDir, "runsc")); code == exitOK || !strings.Contains(stderr, "pushed without push --runtime") || err == nil {
+		t.Errorf("pull --runtime of an image without the runtime: exit %d, runsc there: %v\n%s", code, err == nil, stderr)
 	}
 }
 

@@ -77,7 +77,7 @@ func PullRuntime(ctx context.Context, img v1.Image, m *manifest.Manifest, dir st
 		return err
 	}
 	if digests.Runsc.Hex == "" || digests.Rootfs.Hex == "" {
-		return fmt.Errorf("%w: it carries no runtime (no %s and %s annotations): it was pushed from an image's rootfs, or by a pipeline before the runtime layers", ErrImage, AnnotationRuntimeRunsc, AnnotationRuntimeRootfs)
+		return fmt.Errorf("%w: it carries no runtime (no %s and %s annotations): it was pushed without push --runtime (or from an image's rootfs)", ErrImage, AnnotationRuntimeRunsc, AnnotationRuntimeRootfs)
 	}
 	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
