@@ -445,7 +445,7 @@ func TestPullRefusesForgedLayer(t *testing.T) {
 	dir := testenv.WorkDir(t)
 	cfg := smallOutput(t, dir)
 	layoutDir := filepath.Join(dir, "layout")
-	if code, _, stderr := runCLI(t, "push", "--config", cfg, "oci-layout:"+layoutDir+":v1"); code != exitOK {
+	if code, _, stderr := runCLI(t, "push", "--runtime", "--config", cfg, "oci-layout:"+layoutDir+":v1"); code != exitOK {
 		t.Fatalf("push: %s", stderr)
 	}
 	img, _ := ocitest.FirstImage(t, layoutDir)
